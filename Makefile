@@ -1,0 +1,24 @@
+# The two commands a newcomer needs: `make demo` and `make test`.
+PYTHON ?= python3
+PIP := $(PYTHON) -m pip
+# PyTorch is only an optional reference for tests and benchmarks; set WITH_TORCH=0 to skip it.
+WITH_TORCH ?= 1
+PYTEST_ARGS ?=
+
+.PHONY: install demo test bench clean
+
+install:
+	$(PIP) install -q -e ".[dev]"
+	@if [ "$(WITH_TORCH)" = "1" ]; then \
+		$(PIP) install -q torch==2.13.0 || echo "torch not installed: torch comparisons will skip"; \
+	fi
+
+demo: install
+	$(PYTHON) apps/demo.py
+
+test: install
+	$(PYTHON) -m pytest -q $(PYTEST_ARGS) tests
+
+clean:
+	rm -rf build *.egg-info .pytest_cache
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,15 @@
+"""needle: an educational deep learning systems framework (autodiff, NDArray, nn, parallel)."""
+from setuptools import find_packages, setup
+
+setup(
+    name="needle",
+    version="0.1.0",
+    description="Educational deep learning systems framework in the spirit of CMU 10-414/714",
+    packages=find_packages(include=["needle", "needle.*"]),
+    python_requires=">=3.9",
+    install_requires=["numpy>=1.23", "ml_dtypes>=0.3", "mpi4py>=3.1", "mpich"],
+    extras_require={
+        "cuda": ["cupy-cuda12x"],
+        "dev": ["pytest>=7", "hypothesis>=6", "tqdm", "nvidia-cuda-nvrtc-cu12"],
+    },
+)
