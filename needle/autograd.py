@@ -1,0 +1,477 @@
+"""Reverse-mode automatic differentiation: Value/Tensor nodes, Ops, topological sort, backward.
+
+Every Tensor produced by an op remembers the op and its inputs, so the computation is a graph.
+``backward`` walks that graph in reverse topological order and asks each op for the gradient of
+its inputs *as Tensor expressions*: gradients are graphs themselves, so gradients of gradients
+work. ``backward(create_graph=False)`` (or ``no_grad()``) skips building that second graph.
+"""
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
+
+import numpy
+
+from . import backend_ndarray as array_api
+from .backend_ndarray import BackendDevice, NDArray, cpu, default_device  # noqa: F401
+
+# Lazy mode: ops only build the graph; data is computed the first time it is needed.
+LAZY_MODE = False
+# Number of live Value objects, for checking that graphs are freed.
+TENSOR_COUNTER = 0
+# Set to False inside no_grad(): ops then record no graph.
+_GRAD_ENABLED = True
+
+NDArrayLike = Any
+
+
+class no_grad:
+    """Context manager (and decorator) under which ops record no graph."""
+
+    def __enter__(self) -> None:
+        global _GRAD_ENABLED
+        self._prev = _GRAD_ENABLED
+        _GRAD_ENABLED = False
+
+    def __exit__(self, *exc: Any) -> None:
+        global _GRAD_ENABLED
+        _GRAD_ENABLED = self._prev
+
+    def __call__(self, fn: Any) -> Any:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            with no_grad():
+                return fn(*args, **kwargs)
+        wrapped.__name__ = getattr(fn, "__name__", "wrapped")
+        wrapped.__doc__ = getattr(fn, "__doc__", None)
+        return wrapped
+
+
+class enable_grad(no_grad):
+    """Context manager that turns graph recording back on (e.g. inside no_grad)."""
+
+    def __enter__(self) -> None:
+        global _GRAD_ENABLED
+        self._prev = _GRAD_ENABLED
+        _GRAD_ENABLED = True
+
+
+def is_grad_enabled() -> bool:
+    """True unless inside ``no_grad()``."""
+    return _GRAD_ENABLED
+
+
+class Op:
+    """An operator: ``compute`` on NDArrays, ``gradient`` in Tensor ops."""
+
+    def __call__(self, *args: "Value") -> "Value":
+        raise NotImplementedError()
+
+    def compute(self, *args: NDArrayLike) -> NDArrayLike:
+        """Forward computation on the inputs' NDArrays."""
+        raise NotImplementedError()
+
+    def gradient(self, out_grad: "Value", node: "Value") -> Union["Value", Tuple["Value", ...]]:
+        """Partial adjoints of the inputs given the output adjoint ``out_grad``."""
+        raise NotImplementedError()
+
+    def gradient_as_tuple(self, out_grad: "Value", node: "Value") -> Tuple["Value", ...]:
+        """``gradient`` always returned as a tuple."""
+        output = self.gradient(out_grad, node)
+        if isinstance(output, tuple):
+            return output
+        if isinstance(output, list):
+            return tuple(output)
+        return (output,)
+
+
+class TensorOp(Op):
+    """An op whose output is a Tensor."""
+
+    def __call__(self, *args: "Value") -> "Tensor":
+        return Tensor.make_from_op(self, args)
+
+
+class TensorTupleOp(Op):
+    """An op whose output is a TensorTuple."""
+
+    def __call__(self, *args: "Value") -> "TensorTuple":
+        return TensorTuple.make_from_op(self, args)
+
+
+class Value:
+    """A node in the computational graph."""
+
+    op: Optional[Op]
+    inputs: Tuple["Value", ...]
+    cached_data: NDArrayLike
+    requires_grad: bool
+
+    def realize_cached_data(self) -> NDArrayLike:
+        """The node's data, computing it (and any unrealised inputs) if needed."""
+        if self.cached_data is not None:
+            return self.cached_data
+        # Iterative, so that long lazy chains do not hit Python's recursion limit.
+        for node in find_topo_sort([self], stop_at_realized=True):
+            node.cached_data = node.op.compute(*[x.cached_data for x in node.inputs])
+            if not node.requires_grad and node is not self:
+                node.op, node.inputs = None, ()  # constants need not keep their graph
+        return self.cached_data
+
+    def is_leaf(self) -> bool:
+        """True for nodes not produced by an op."""
+        return self.op is None
+
+    def __del__(self) -> None:
+        global TENSOR_COUNTER
+        TENSOR_COUNTER -= 1
+
+    def _init(self, op: Optional[Op], inputs: Iterable["Value"], *, num_outputs: int = 1,
+              cached_data: NDArrayLike = None, requires_grad: Optional[bool] = None) -> None:
+        global TENSOR_COUNTER
+        TENSOR_COUNTER += 1
+        inputs = tuple(inputs)
+        if requires_grad is None:
+            requires_grad = any(x.requires_grad for x in inputs)
+        self.op = op
+        self.inputs = inputs
+        self.num_outputs = num_outputs
+        self.cached_data = cached_data
+        self.requires_grad = requires_grad
+        self.grad = None
+
+    @classmethod
+    def make_const(cls, data: NDArrayLike, requires_grad: bool = False) -> "Value":
+        """A leaf node holding ``data`` (not copied)."""
+        value = cls.__new__(cls)
+        value._init(None, (), cached_data=data, requires_grad=requires_grad)
+        return value
+
+    @classmethod
+    def make_from_op(cls, op: Op, inputs: Tuple["Value", ...]) -> "Value":
+        """The node ``op(*inputs)``: computed now, or on first use in LAZY_MODE."""
+        global TENSOR_COUNTER
+        value = cls.__new__(cls)
+        TENSOR_COUNTER += 1
+        value.num_outputs = 1
+        value.grad = None
+        ### BEGIN YOUR SOLUTION
+        record = _GRAD_ENABLED and any(x.requires_grad for x in inputs)
+        if LAZY_MODE:
+            value.op, value.inputs, value.cached_data = op, tuple(inputs), None
+            value.requires_grad = record
+            return value
+        value.cached_data = op.compute(*[x.realize_cached_data() for x in inputs])
+        if record:
+            value.op, value.inputs, value.requires_grad = op, tuple(inputs), True
+        else:  # nothing upstream needs a gradient: keep no graph
+            value.op, value.inputs, value.requires_grad = None, (), False
+        ### END YOUR SOLUTION
+        return value
+
+
+class TensorTuple(Value):
+    """A tuple of tensors produced by one op (e.g. ``split``)."""
+
+    def __len__(self) -> int:
+        return len(self.realize_cached_data())
+
+    def __getitem__(self, index: int) -> "Tensor":
+        return ops.tuple_get_item(self, index)
+
+    def tuple(self) -> Tuple["Tensor", ...]:
+        """The elements as a Python tuple of Tensors."""
+        return tuple(self[i] for i in range(len(self)))
+
+    def __iter__(self):
+        return iter(self.tuple())
+
+    def __repr__(self) -> str:
+        return "needle.TensorTuple" + str(self.tuple())
+
+    def __str__(self) -> str:
+        return self.__repr__()
+
+    def __add__(self, other: "TensorTuple") -> "TensorTuple":
+        if not isinstance(other, TensorTuple) or len(self) != len(other):
+            raise ValueError("TensorTuple + needs another TensorTuple of the same length")
+        return ops.make_tuple(*[self[i] + other[i] for i in range(len(self))])
+
+    def detach(self) -> "TensorTuple":
+        """A constant TensorTuple with the same data."""
+        return TensorTuple.make_const(self.realize_cached_data())
+
+
+class Tensor(Value):
+    """An n-dimensional array that records the ops applied to it."""
+
+    grad: "Tensor"
+
+    def __init__(self, array: Any, *, device: Optional[BackendDevice] = None,
+                 dtype: Optional[str] = None, requires_grad: bool = True, **kwargs: Any):
+        """Copy ``array`` (Tensor, NDArray, numpy array, list, scalar) to ``device``.
+
+        ``dtype`` defaults to float32, except that Tensors and NDArrays keep their own dtype.
+        Only floating-point tensors can require a gradient.
+        """
+        if isinstance(array, Tensor):
+            device = device if device is not None else array.device
+            dtype = dtype if dtype is not None else array.dtype
+            if device == array.device and dtype == array.dtype:
+                cached_data = array.realize_cached_data()
+            else:
+                cached_data = NDArray(array.realize_cached_data(), device=device, dtype=dtype)
+        elif isinstance(array, NDArray):
+            cached_data = NDArray(array, device=device, dtype=dtype)
+        else:
+            device = device if device is not None else default_device()
+            cached_data = Tensor._array_from_numpy(array, device=device,
+                                                   dtype=dtype if dtype is not None else "float32")
+        requires_grad = bool(requires_grad) and _is_float(cached_data)
+        self._init(None, (), cached_data=cached_data, requires_grad=requires_grad)
+
+    @staticmethod
+    def _array_from_numpy(numpy_array: Any, device: BackendDevice, dtype: Any) -> NDArray:
+        return array_api.array(numpy_array, device=device, dtype=dtype)
+
+    @staticmethod
+    def make_from_op(op: Op, inputs: Tuple[Value, ...]) -> "Tensor":
+        return Value.make_from_op.__func__(Tensor, op, inputs)
+
+    @staticmethod
+    def make_const(data: Any, requires_grad: bool = False) -> "Tensor":
+        """A leaf Tensor over ``data`` (an NDArray, or a Tensor whose data is shared)."""
+        if isinstance(data, Tensor):
+            data = data.realize_cached_data()
+        return Value.make_const.__func__(Tensor, data, requires_grad=requires_grad)
+
+    @property
+    def data(self) -> "Tensor":
+        """A detached Tensor sharing this tensor's data."""
+        return self.detach()
+
+    @data.setter
+    def data(self, value: "Tensor") -> None:
+        if not isinstance(value, Tensor):
+            raise TypeError(f"Tensor.data must be set to a Tensor, got {type(value).__name__}")
+        if value.dtype != self.dtype:
+            raise TypeError(f"Tensor.data: dtype {value.dtype} does not match {self.dtype}")
+        self.cached_data = value.realize_cached_data()
+
+    def detach(self) -> "Tensor":
+        """A new leaf Tensor sharing this tensor's data, outside the graph."""
+        return Tensor.make_const(self.realize_cached_data())
+
+    def retain_grad(self) -> "Tensor":
+        """Keep ``.grad`` on this non-leaf tensor after backward."""
+        self._retain_grad = True
+        return self
+
+    @property
+    def shape(self) -> Tuple[int, ...]:
+        return self.realize_cached_data().shape
+
+    @property
+    def dtype(self) -> str:
+        return self.realize_cached_data().dtype
+
+    @property
+    def device(self) -> BackendDevice:
+        return self.realize_cached_data().device
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return self.realize_cached_data().size
+
+    def to(self, device: BackendDevice) -> "Tensor":
+        """A leaf copy of this tensor on ``device`` (itself when already there)."""
+        if device == self.device:
+            return self
+        return Tensor(self, device=device, requires_grad=self.requires_grad)
+
+    def backward(self, out_grad: Optional["Tensor"] = None, create_graph: bool = True) -> None:
+        """Accumulate d(self)/d(leaf) into every leaf's ``.grad``.
+
+        As in the course, gradients are built as graphs (``create_graph=True``) so they can be
+        differentiated again; pass ``create_graph=False`` to record no graph (less memory).
+        """
+        if out_grad is None:
+            out_grad = Tensor.make_const(array_api.full(self.shape, 1, dtype=self.dtype,
+                                                        device=self.device))
+        elif not isinstance(out_grad, Tensor):
+            raise TypeError(f"backward: out_grad must be a Tensor, got {type(out_grad).__name__}")
+        elif out_grad.shape != self.shape:
+            raise ValueError(f"backward: out_grad shape {out_grad.shape} does not match "
+                             f"tensor shape {self.shape}")
+        if create_graph:
+            compute_gradient_of_variables(self, out_grad)
+        else:
+            with no_grad():
+                compute_gradient_of_variables(self, out_grad)
+
+    def __repr__(self) -> str:
+        return "needle.Tensor(" + str(self.realize_cached_data()) + ")"
+
+    def __str__(self) -> str:
+        return self.realize_cached_data().__str__()
+
+    def numpy(self) -> numpy.ndarray:
+        """A NumPy copy of the data."""
+        return self.realize_cached_data().numpy()
+
+    def item(self) -> Any:
+        """The value of a one-element tensor as a Python scalar."""
+        if self.size != 1:
+            raise ValueError(f"item() needs a one-element tensor, got shape {self.shape}")
+        return self.numpy().reshape(-1)[0].item()
+
+    # -------------------------------------------------------------- operators
+    def __add__(self, other: Any) -> "Tensor":
+        if isinstance(other, Tensor):
+            return ops.EWiseAdd()(self, other)
+        return ops.AddScalar(other)(self)
+
+    def __mul__(self, other: Any) -> "Tensor":
+        if isinstance(other, Tensor):
+            return ops.EWiseMul()(self, other)
+        return ops.MulScalar(other)(self)
+
+    def __pow__(self, other: Any) -> "Tensor":
+        if isinstance(other, Tensor):
+            return ops.EWisePow()(self, other)
+        return ops.PowerScalar(other)(self)
+
+    def __sub__(self, other: Any) -> "Tensor":
+        if isinstance(other, Tensor):
+            return ops.EWiseAdd()(self, ops.Negate()(other))
+        return ops.AddScalar(-other)(self)
+
+    def __rsub__(self, other: Any) -> "Tensor":
+        return ops.AddScalar(other)(ops.Negate()(self))
+
+    def __truediv__(self, other: Any) -> "Tensor":
+        if isinstance(other, Tensor):
+            return ops.EWiseDiv()(self, other)
+        return ops.DivScalar(other)(self)
+
+    def __rtruediv__(self, other: Any) -> "Tensor":
+        return ops.MulScalar(other)(ops.PowerScalar(-1)(self))
+
+    def __matmul__(self, other: "Tensor") -> "Tensor":
+        return ops.MatMul()(self, other)
+
+    def matmul(self, other: "Tensor") -> "Tensor":
+        return ops.MatMul()(self, other)
+
+    def __neg__(self) -> "Tensor":
+        return ops.Negate()(self)
+
+    def __getitem__(self, idxs: Any) -> "Tensor":
+        return ops.get_item(self, idxs)
+
+    def sum(self, axes: Any = None, keepdims: bool = False) -> "Tensor":
+        return ops.summation(self, axes, keepdims=keepdims)
+
+    def max(self, axes: Any = None, keepdims: bool = False) -> "Tensor":
+        return ops.max(self, axes, keepdims=keepdims)
+
+    def broadcast_to(self, shape: Tuple[int, ...]) -> "Tensor":
+        return ops.BroadcastTo(shape)(self)
+
+    def reshape(self, *shape: Any) -> "Tensor":
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        return ops.Reshape(shape)(self)
+
+    def transpose(self, axes: Optional[Tuple[int, int]] = None) -> "Tensor":
+        return ops.Transpose(axes)(self)
+
+    def exp(self) -> "Tensor":
+        return ops.exp(self)
+
+    def log(self) -> "Tensor":
+        return ops.log(self)
+
+    def relu(self) -> "Tensor":
+        return ops.relu(self)
+
+    def tanh(self) -> "Tensor":
+        return ops.tanh(self)
+
+    def astype(self, dtype: str) -> "Tensor":
+        return ops.cast(self, dtype)
+
+    __radd__ = __add__
+    __rmul__ = __mul__
+
+
+def _is_float(data: Any) -> bool:
+    return array_api.dtypes.is_floating(data._np_dtype) if isinstance(data, NDArray) else True
+
+
+def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> None:
+    """Take the gradient of ``output_tensor`` w.r.t. every node, storing leaf grads in ``.grad``.
+
+    Adjoints are accumulated in reverse topological order (Griewank & Walther, "Evaluating
+    Derivatives", ch. 3). As in the course, each backward *overwrites* ``.grad`` (use
+    ``needle.optim`` helpers to accumulate micro-batches). Only leaves (and tensors marked with ``retain_grad``) keep ``.grad``;
+    an intermediate adjoint is dropped as soon as its node has been processed.
+    """
+    ### BEGIN YOUR SOLUTION
+    grads: Dict[int, List[Tensor]] = {id(output_tensor): [out_grad]}
+    for node in reversed(find_topo_sort([output_tensor])):
+        node_grads = grads.pop(id(node), None)
+        if node_grads is None:
+            continue
+        grad = sum_node_list(node_grads)
+        if node.op is None or getattr(node, "_retain_grad", False):
+            node.grad = grad  # overwritten, not accumulated, as in the course
+            if node.op is None:
+                continue
+        partials = node.op.gradient_as_tuple(grad, node)
+        for inp, partial in zip(node.inputs, partials):
+            if inp.requires_grad:
+                grads.setdefault(id(inp), []).append(partial)
+    ### END YOUR SOLUTION
+
+
+def find_topo_sort(node_list: List[Value], stop_at_realized: bool = False) -> List[Value]:
+    """Nodes reachable from ``node_list`` with every node after all of its inputs.
+
+    An iterative depth-first post-order, so a 100,000-node chain needs no recursion.
+    With ``stop_at_realized`` the walk does not enter nodes that already hold data.
+    """
+    ### BEGIN YOUR SOLUTION
+    visited = set()
+    topo_order: List[Value] = []
+    for root in node_list:
+        stack = [(root, False)]
+        while stack:
+            node, done = stack.pop()
+            if done:
+                topo_order.append(node)
+                continue
+            if id(node) in visited:
+                continue
+            visited.add(id(node))
+            if stop_at_realized and node.cached_data is not None:
+                continue
+            stack.append((node, True))
+            for inp in reversed(node.inputs):
+                if id(inp) not in visited:
+                    stack.append((inp, False))
+    return topo_order
+    ### END YOUR SOLUTION
+
+
+def sum_node_list(node_list: List[Value]) -> Value:
+    """Sum a list of adjoints (without creating a zero node)."""
+    total = node_list[0]
+    for node in node_list[1:]:
+        total = total + node
+    return total
+
+
+# The Tensor operators above dispatch to ops, which themselves build on this module: import them
+# last, once Tensor exists, so `needle.ops` can `from ..autograd import Tensor` (as the course does).
+from . import ops  # noqa: E402

@@ -1,0 +1,8 @@
+"""needle's n-dimensional array: strided views in Python over swappable device backends."""
+from .device import (BackendDevice, all_devices, cpu, cpu_numpy, cuda,  # noqa: F401
+                     default_device)
+from .dtypes import to_numpy_dtype  # noqa: F401
+from .functions import (array, broadcast_to, empty, exp, flip, full, log, matmul,  # noqa: F401
+                        max, maximum, ones, reshape, split, sqrt, stack, sum, tanh, transpose,
+                        where, zeros)
+from .ndarray import NDArray, broadcast_shapes, prod  # noqa: F401

@@ -1,0 +1,107 @@
+"""Devices: a ``BackendDevice`` pairs a name with the backend module that implements the primitives."""
+from typing import Any, List, Optional
+
+import numpy as np
+
+from . import ndarray_backend_numpy
+from .dtypes import to_numpy_dtype
+
+
+class BackendDevice:
+    """A device (``cpu()`` or ``cuda(i)``) and the module holding its array primitives."""
+
+    def __init__(self, name: str, mod: Any, index: int = 0):
+        self.name = name
+        self.mod = mod
+        self.index = index
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, BackendDevice) and self.name == other.name
+                and self.index == other.index)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.index))
+
+    def __repr__(self) -> str:
+        return f"{self.name}({self.index})" if self.name == "cuda" else self.name + "()"
+
+    def __getattr__(self, name: str) -> Any:
+        mod = self.__dict__.get("mod")
+        if mod is None:
+            raise RuntimeError(f"device {self!r} is not enabled (no backend available)")
+        return getattr(mod, name)
+
+    def enabled(self) -> bool:
+        """True when this device's backend can run here."""
+        return self.mod is not None
+
+    def _from_numpy(self, arr: np.ndarray, dtype: Any) -> "Any":
+        from .ndarray import NDArray
+        return NDArray(arr, device=self, dtype=dtype)
+
+    def randn(self, *shape: int, dtype: Any = "float32") -> Any:
+        """Standard normal samples, drawn from NumPy's global RNG (seed with np.random.seed)."""
+        return self._from_numpy(np.random.randn(*shape), dtype)
+
+    def rand(self, *shape: int, dtype: Any = "float32") -> Any:
+        """Uniform [0, 1) samples from NumPy's global RNG."""
+        return self._from_numpy(np.random.rand(*shape), dtype)
+
+    def one_hot(self, n: int, i: Any, dtype: Any = "float32") -> Any:
+        """Rows of the n x n identity selected by the integer indices ``i``."""
+        idx = np.asarray(i.numpy() if hasattr(i, "numpy") else i).astype(np.int64)
+        if idx.size and (idx.min() < 0 or idx.max() >= n):
+            raise ValueError(f"one_hot indices must lie in [0, {n}), got range "
+                             f"[{idx.min()}, {idx.max()}]")
+        return self._from_numpy(np.eye(n, dtype=np.float32)[idx], dtype)
+
+    def empty(self, shape: Any, dtype: Any = "float32") -> Any:
+        """An uninitialised array."""
+        from .ndarray import NDArray
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        return NDArray.make(shape, device=self, dtype=to_numpy_dtype(dtype))
+
+    def full(self, shape: Any, fill_value: Any, dtype: Any = "float32") -> Any:
+        """An array filled with ``fill_value``."""
+        arr = self.empty(shape, dtype)
+        arr.fill(fill_value)
+        return arr
+
+
+_CPU = BackendDevice("cpu", ndarray_backend_numpy)
+_CUDA = {}
+
+
+def cpu() -> BackendDevice:
+    """The CPU device (NumPy backend)."""
+    return _CPU
+
+
+def cpu_numpy() -> BackendDevice:
+    """Alias of ``cpu()``: the CPU backend is NumPy underneath."""
+    return _CPU
+
+
+def cuda(index: int = 0) -> BackendDevice:
+    """CUDA GPU ``index`` (CuPy backend); ``enabled()`` is False where no GPU/CuPy is present."""
+    if index not in _CUDA:
+        _CUDA[index] = BackendDevice("cuda", _load_cuda_backend(index), index)
+    return _CUDA[index]
+
+
+def _load_cuda_backend(index: int) -> Optional[Any]:
+    try:
+        from needle.backend_cuda import ndarray_backend_cuda as mod
+    except Exception:  # CuPy missing or broken: the device exists but is disabled
+        return None
+    return mod if mod.available(index) else None
+
+
+def default_device() -> BackendDevice:
+    """The device used when none is given."""
+    return _CPU
+
+
+def all_devices() -> List[BackendDevice]:
+    """Every device needle knows about (enabled or not)."""
+    return [cpu(), cuda()]

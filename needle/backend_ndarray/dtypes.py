@@ -1,0 +1,57 @@
+"""dtype names <-> NumPy dtypes (bfloat16 comes from ml_dtypes)."""
+from typing import Any
+
+import numpy as np
+
+try:
+    import ml_dtypes
+    bfloat16 = np.dtype(ml_dtypes.bfloat16)
+except ImportError:  # pragma: no cover - ml_dtypes is a dependency
+    bfloat16 = None
+
+SUPPORTED = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "bool", "int8", "uint8")
+_CACHE = {}
+
+
+def to_numpy_dtype(dtype: Any) -> np.dtype:
+    """Resolve a dtype given as a name, numpy dtype or type into a supported numpy dtype."""
+    try:
+        return _CACHE[dtype]
+    except (KeyError, TypeError):
+        pass
+    if dtype is None:
+        return np.dtype(np.float32)
+    if isinstance(dtype, str) and dtype == "bfloat16":
+        if bfloat16 is None:
+            raise TypeError("bfloat16 needs the ml_dtypes package")
+        res = bfloat16
+    else:
+        try:
+            res = np.dtype(dtype)
+        except TypeError:
+            raise TypeError(f"unknown dtype {dtype!r}; supported: {', '.join(SUPPORTED)}") from None
+    if res.name not in SUPPORTED:
+        raise TypeError(f"unsupported dtype {res.name!r}; supported: {', '.join(SUPPORTED)}")
+    try:
+        _CACHE[dtype] = res
+    except TypeError:
+        pass
+    return res
+
+
+def is_floating(dtype: np.dtype) -> bool:
+    """True for float16/32/64 and bfloat16."""
+    return dtype.kind == "f" or dtype == bfloat16
+
+
+def promote(a: np.dtype, b: np.dtype) -> np.dtype:
+    """The result dtype of a binary op on arrays of dtypes ``a`` and ``b`` (NumPy's rules)."""
+    if a == b:
+        return a
+    if bfloat16 is not None and bfloat16 in (a, b):
+        other = b if a == bfloat16 else a
+        # bf16 with ints/bools stays bf16; with another float it widens to that float (>= fp32)
+        if other.kind in "biu":
+            return bfloat16
+        return other if other.itemsize >= 4 else np.dtype(np.float32)
+    return np.result_type(a, b)

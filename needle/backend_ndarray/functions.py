@@ -1,0 +1,144 @@
+"""NumPy-style module functions over NDArray (``needle.backend_ndarray.exp(a)`` and friends)."""
+from typing import Any, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from .device import BackendDevice, default_device
+from .dtypes import to_numpy_dtype
+from .ndarray import NDArray
+
+Axes = Union[None, int, Sequence[int]]
+
+
+def array(a: Any, dtype: Any = None, device: Optional[BackendDevice] = None) -> NDArray:
+    """A new NDArray copied from ``a`` (float32 unless ``a`` or ``dtype`` says otherwise)."""
+    if dtype is None and not isinstance(a, (NDArray, np.ndarray, np.generic)):
+        dtype = "float32"
+    return NDArray(a, device=device, dtype=dtype)
+
+
+def empty(shape: Sequence[int], dtype: Any = "float32",
+          device: Optional[BackendDevice] = None) -> NDArray:
+    """An uninitialised array."""
+    device = device if device is not None else default_device()
+    return device.empty(shape, dtype=dtype)
+
+
+def full(shape: Sequence[int], fill_value: Any, dtype: Any = "float32",
+         device: Optional[BackendDevice] = None) -> NDArray:
+    """An array of ``shape`` filled with ``fill_value``."""
+    device = device if device is not None else default_device()
+    return device.full(shape, fill_value, dtype=dtype)
+
+
+def zeros(shape: Sequence[int], dtype: Any = "float32",
+          device: Optional[BackendDevice] = None) -> NDArray:
+    """An array of zeros."""
+    return full(shape, 0, dtype=dtype, device=device)
+
+
+def ones(shape: Sequence[int], dtype: Any = "float32",
+         device: Optional[BackendDevice] = None) -> NDArray:
+    """An array of ones."""
+    return full(shape, 1, dtype=dtype, device=device)
+
+
+def broadcast_to(a: NDArray, shape: Sequence[int]) -> NDArray:
+    """View of ``a`` broadcast to ``shape``."""
+    return a.broadcast_to(shape)
+
+
+def reshape(a: NDArray, new_shape: Sequence[int]) -> NDArray:
+    """``a`` in a new shape."""
+    return a.reshape(new_shape)
+
+
+def transpose(a: NDArray, axes: Optional[Sequence[int]] = None) -> NDArray:
+    """View with axes permuted (reversed when ``axes`` is None)."""
+    return a.permute(tuple(range(a.ndim))[::-1] if axes is None else axes)
+
+
+def maximum(a: NDArray, b: Any) -> NDArray:
+    """Elementwise maximum."""
+    return a.maximum(b)
+
+
+def log(a: NDArray) -> NDArray:
+    """Elementwise natural log."""
+    return a.log()
+
+
+def exp(a: NDArray) -> NDArray:
+    """Elementwise exponential."""
+    return a.exp()
+
+
+def tanh(a: NDArray) -> NDArray:
+    """Elementwise tanh."""
+    return a.tanh()
+
+
+def sqrt(a: NDArray) -> NDArray:
+    """Elementwise square root."""
+    return a.sqrt()
+
+
+def sum(a: NDArray, axis: Axes = None, keepdims: bool = False) -> NDArray:
+    """Sum over ``axis``."""
+    return a.sum(axis=axis, keepdims=keepdims)
+
+
+def max(a: NDArray, axis: Axes = None, keepdims: bool = False) -> NDArray:
+    """Max over ``axis``."""
+    return a.max(axis=axis, keepdims=keepdims)
+
+
+def flip(a: NDArray, axes: Axes = None) -> NDArray:
+    """``a`` reversed along ``axes``."""
+    return a.flip(axes)
+
+
+def matmul(a: NDArray, b: NDArray) -> NDArray:
+    """Matrix product (batched, broadcasting batch dims)."""
+    return a @ b
+
+
+def stack(arrays: Sequence[NDArray], axis: int = 0) -> NDArray:
+    """Join same-shaped arrays along a new axis."""
+    if not arrays:
+        raise ValueError("stack needs at least one array")
+    shape = arrays[0].shape
+    for i, x in enumerate(arrays):
+        if x.shape != shape:
+            raise ValueError(f"stack: array {i} has shape {x.shape}, expected {shape}")
+        if x.device != arrays[0].device:
+            raise ValueError(f"stack: array {i} is on {x.device}, expected {arrays[0].device}")
+    ndim = len(shape) + 1
+    axis = axis % ndim if -ndim <= axis < ndim else None
+    if axis is None:
+        raise ValueError(f"stack: axis out of range for {ndim} dimensions")
+    out_shape = shape[:axis] + (len(arrays),) + shape[axis:]
+    out = empty(out_shape, dtype=arrays[0].dtype, device=arrays[0].device)
+    for i, x in enumerate(arrays):
+        out[(slice(None),) * axis + (i,)] = x
+    return out
+
+
+def split(a: NDArray, axis: int = 0) -> Tuple[NDArray, ...]:
+    """The slices of ``a`` along ``axis`` (each compact, the axis removed)."""
+    axis = axis % a.ndim
+    return tuple(a[(slice(None),) * axis + (i,)].compact() for i in range(a.shape[axis]))
+
+
+def where(cond: NDArray, a: NDArray, b: NDArray) -> NDArray:
+    """Elementwise ``a`` where ``cond`` is true, else ``b`` (all three broadcast together)."""
+    from .ndarray import broadcast_shapes, promote
+    for x, name in ((a, "a"), (b, "b")):
+        if x.device != cond.device:
+            raise ValueError(f"where: {name} is on {x.device} but cond is on {cond.device}")
+    shape = broadcast_shapes(broadcast_shapes(cond.shape, a.shape, "where"), b.shape, "where")
+    dt = promote(a._np_dtype, b._np_dtype)
+    args = [x.astype(t).broadcast_to(shape).compact() for x, t in ((cond, "bool"), (a, dt), (b, dt))]
+    out = NDArray.make(shape, device=a.device, dtype=dt)
+    a.device.ewise_where(args[0]._handle, args[1]._handle, args[2]._handle, out._handle)
+    return out

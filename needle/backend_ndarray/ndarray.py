@@ -1,0 +1,569 @@
+"""NDArray: an n-dimensional strided view over a flat device buffer.
+
+All shape, stride and view logic lives here, written once in Python; a backend module
+(``ndarray_backend_numpy``, ``needle.backend_cuda``) supplies only the named primitives over
+flat buffers. Views (reshape of a compact array, permute, broadcast_to, slicing, flip) share
+the buffer and change only (shape, strides, offset); ``compact()`` materialises a view.
+Strides and offsets are in elements.
+"""
+import math
+import operator
+from typing import Any, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from .device import BackendDevice, default_device
+from .dtypes import is_floating, promote, to_numpy_dtype  # noqa: F401
+
+_BOOL = np.dtype(np.bool_)
+_F32 = np.dtype(np.float32)
+_COMPARISONS = frozenset(("eq", "ne", "lt", "le", "gt", "ge"))
+Scalar = Union[int, float, bool, np.generic]
+
+
+def prod(xs: Sequence[int]) -> int:
+    """Product of a sequence of ints (1 for empty)."""
+    return math.prod(xs)
+
+
+class NDArray:
+    """A strided n-dimensional array on a device (course-compatible needle NDArray)."""
+
+    __slots__ = ("_shape", "_strides", "_offset", "_device", "_handle", "__weakref__")
+
+    def __init__(self, other: Any, device: Optional[BackendDevice] = None, dtype: Any = None):
+        """Create by copying ``other`` (NDArray, numpy array, list or scalar)."""
+        if isinstance(other, NDArray):
+            src = other.to(device) if device is not None else other
+            if dtype is not None and to_numpy_dtype(dtype) != src._np_dtype:
+                src = src.astype(dtype)
+            elif src is other:
+                src = other + 0  # a copy, like numpy.array(x)
+            self._init(src)
+            return
+        device = device if device is not None else default_device()
+        if not device.enabled():
+            raise RuntimeError(f"device {device!r} is not enabled")
+        arr = np.asarray(other) if dtype is None else np.asarray(other, dtype=to_numpy_dtype(dtype))
+        np_dtype = to_numpy_dtype(arr.dtype if dtype is None else dtype)
+        array = NDArray.make(arr.shape, device=device, dtype=np_dtype)
+        device.from_numpy(np.ascontiguousarray(arr), array._handle)
+        self._init(array)
+
+    def _init(self, other: "NDArray") -> None:
+        self._shape = other._shape
+        self._strides = other._strides
+        self._offset = other._offset
+        self._device = other._device
+        self._handle = other._handle
+
+    @staticmethod
+    def compact_strides(shape: Tuple[int, ...]) -> Tuple[int, ...]:
+        """Row-major strides of a compact array of ``shape``."""
+        stride = 1
+        res = []
+        for i in range(1, len(shape) + 1):
+            res.append(stride)
+            stride *= shape[-i]
+        return tuple(res[::-1])
+
+    @staticmethod
+    def make(shape: Tuple[int, ...], strides: Optional[Tuple[int, ...]] = None,
+             device: Optional[BackendDevice] = None, handle: Any = None, offset: int = 0,
+             dtype: Any = None) -> "NDArray":
+        """Build an NDArray over ``handle`` (a new buffer when None) without copying."""
+        array = object.__new__(NDArray)
+        array._shape = tuple(shape)
+        array._strides = NDArray.compact_strides(shape) if strides is None else tuple(strides)
+        array._offset = offset
+        array._device = device if device is not None else default_device()
+        if handle is None:
+            handle = array._device.Array(prod(shape),
+                                         _F32 if dtype is None else to_numpy_dtype(dtype))
+        array._handle = handle
+        return array
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def shape(self) -> Tuple[int, ...]:
+        return self._shape
+
+    @property
+    def strides(self) -> Tuple[int, ...]:
+        return self._strides
+
+    @property
+    def offset(self) -> int:
+        return self._offset
+
+    @property
+    def device(self) -> BackendDevice:
+        return self._device
+
+    @property
+    def _np_dtype(self) -> np.dtype:
+        return self._handle.dtype
+
+    @property
+    def dtype(self) -> str:
+        """The dtype name, e.g. ``"float32"``."""
+        return self._handle.dtype.name
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    @property
+    def size(self) -> int:
+        return prod(self._shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the elements this view covers."""
+        return self.size * self._handle.dtype.itemsize
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of a 0-d NDArray")
+        return self._shape[0]
+
+    def __repr__(self) -> str:
+        return "NDArray(" + self.numpy().__str__() + f", device={self.device})"
+
+    def __str__(self) -> str:
+        return self.numpy().__str__()
+
+    # ------------------------------------------------------------------ basics
+    def fill(self, value: Scalar) -> None:
+        """Fill (in place) with a constant value."""
+        self._device.fill(self._handle, value)
+
+    def to(self, device: BackendDevice) -> "NDArray":
+        """This array on ``device`` (itself when already there)."""
+        if device == self._device:
+            return self
+        return NDArray(self.numpy(), device=device, dtype=self._np_dtype)
+
+    def numpy(self) -> np.ndarray:
+        """A NumPy copy."""
+        return self._device.to_numpy(self._handle, self._shape, self._strides, self._offset)
+
+    def astype(self, dtype: Any) -> "NDArray":
+        """A copy converted to ``dtype`` (itself when the dtype already matches)."""
+        np_dtype = to_numpy_dtype(dtype)
+        if np_dtype == self._np_dtype:
+            return self
+        out = NDArray.make(self._shape, device=self._device, dtype=np_dtype)
+        self._device.ewise_astype(self.compact()._handle, out._handle)
+        return out
+
+    def is_compact(self) -> bool:
+        """True when the view is row-major contiguous from the start of its buffer."""
+        return (self._strides == self.compact_strides(self._shape)
+                and prod(self._shape) == self._handle.size)
+
+    def compact(self) -> "NDArray":
+        """A compact copy (or itself when already compact)."""
+        if self.is_compact():
+            return self
+        out = NDArray.make(self._shape, device=self._device, dtype=self._np_dtype)
+        self._device.compact(self._handle, out._handle, self._shape, self._strides, self._offset)
+        return out
+
+    def as_strided(self, shape: Tuple[int, ...], strides: Tuple[int, ...]) -> "NDArray":
+        """A view with the given shape and strides over the same buffer."""
+        if len(shape) != len(strides):
+            raise ValueError(f"as_strided: shape {shape} and strides {strides} differ in length")
+        return NDArray.make(shape, strides=strides, device=self._device, handle=self._handle,
+                            offset=self._offset)
+
+    # ------------------------------------------------------------------ views
+    def reshape(self, new_shape: Union[int, Sequence[int]]) -> "NDArray":
+        """Same data in ``new_shape`` (one entry may be -1): a view when compact, else a copy."""
+        new_shape = _normalize_shape(new_shape, self.size, self._shape)
+        ### BEGIN YOUR SOLUTION
+        if new_shape == self._shape:
+            return self
+        src = self.compact()
+        return NDArray.make(new_shape, device=self._device, handle=src._handle,
+                            offset=src._offset)
+        ### END YOUR SOLUTION
+
+    def permute(self, new_axes: Sequence[int]) -> "NDArray":
+        """A view with axes reordered: out.shape[i] == self.shape[new_axes[i]]."""
+        axes = tuple(_check_axis(a, self.ndim, "permute") for a in new_axes)
+        if sorted(axes) != list(range(self.ndim)):
+            raise ValueError(f"permute: axes {tuple(new_axes)} are not a permutation of "
+                             f"range({self.ndim}) for shape {self._shape}")
+        ### BEGIN YOUR SOLUTION
+        return NDArray.make(tuple(self._shape[a] for a in axes),
+                            strides=tuple(self._strides[a] for a in axes),
+                            device=self._device, handle=self._handle, offset=self._offset)
+        ### END YOUR SOLUTION
+
+    def broadcast_to(self, new_shape: Sequence[int]) -> "NDArray":
+        """A view broadcast to ``new_shape`` (stride 0 on broadcast axes; NumPy's rules)."""
+        new_shape = tuple(new_shape)
+        if new_shape == self._shape:
+            return self
+        lead = len(new_shape) - self.ndim
+        if lead < 0:
+            raise ValueError(f"cannot broadcast shape {self._shape} to {new_shape}")
+        ### BEGIN YOUR SOLUTION
+        strides = [0] * lead
+        for i, (old, st) in enumerate(zip(self._shape, self._strides)):
+            new = new_shape[lead + i]
+            if old == new:
+                strides.append(st)
+            elif old == 1:
+                strides.append(0)
+            else:
+                raise ValueError(f"cannot broadcast shape {self._shape} to {new_shape}")
+        return NDArray.make(new_shape, strides=tuple(strides), device=self._device,
+                            handle=self._handle, offset=self._offset)
+        ### END YOUR SOLUTION
+
+    def flip(self, axes: Union[None, int, Sequence[int]] = None) -> "NDArray":
+        """A compact copy with the order of elements reversed along ``axes`` (all when None)."""
+        axes = _normalize_axes(axes, self.ndim, "flip")
+        ### BEGIN YOUR SOLUTION
+        strides = list(self._strides)
+        offset = self._offset
+        for a in axes:
+            if self._shape[a] > 0:
+                offset += (self._shape[a] - 1) * strides[a]
+            strides[a] = -strides[a]
+        view = NDArray.make(self._shape, strides=tuple(strides), device=self._device,
+                            handle=self._handle, offset=offset)
+        return view.compact()
+        ### END YOUR SOLUTION
+
+    def pad(self, axes: Sequence[Tuple[int, int]], value: Scalar = 0) -> "NDArray":
+        """Pad with ``value``: ``axes[i] = (before, after)`` for axis i."""
+        if len(axes) != self.ndim:
+            raise ValueError(f"pad: got {len(axes)} (before, after) pairs for shape {self._shape}")
+        if any(l < 0 or r < 0 for l, r in axes):
+            raise ValueError(f"pad: negative padding {tuple(axes)}")
+        new_shape = tuple(s + l + r for s, (l, r) in zip(self._shape, axes))
+        out = NDArray.make(new_shape, device=self._device, dtype=self._np_dtype)
+        out.fill(value)
+        out[tuple(slice(l, l + s) for s, (l, _) in zip(self._shape, axes))] = self
+        return out
+
+    # ------------------------------------------------------------------ indexing
+    def process_slice(self, sl: slice, dim: int) -> slice:
+        """Normalise a slice against axis ``dim`` into explicit (start, stop, step)."""
+        start, stop, step = sl.indices(self._shape[dim])
+        return slice(start, stop, step)
+
+    def _view_of(self, idxs: Any) -> "NDArray":
+        if not isinstance(idxs, tuple):
+            idxs = (idxs,)
+        if any(i is Ellipsis for i in idxs):
+            k = idxs.index(Ellipsis)
+            fill = self.ndim - (len(idxs) - 1)
+            idxs = idxs[:k] + (slice(None),) * fill + idxs[k + 1:]
+        if len(idxs) > self.ndim:
+            raise IndexError(f"too many indices ({len(idxs)}) for shape {self._shape}")
+        idxs = idxs + (slice(None),) * (self.ndim - len(idxs))
+        ### BEGIN YOUR SOLUTION
+        shape, strides, offset = [], [], self._offset
+        for dim, idx in enumerate(idxs):
+            n = self._shape[dim]
+            if isinstance(idx, slice):
+                start, stop, step = idx.indices(n)
+                length = len(range(start, stop, step))
+                if length > 0:
+                    offset += start * self._strides[dim]
+                shape.append(length)
+                strides.append(self._strides[dim] * step)
+            else:
+                try:
+                    i = operator.index(idx)
+                except TypeError:
+                    raise TypeError(f"NDArray indices must be ints or slices, got "
+                                    f"{type(idx).__name__}") from None
+                if not -n <= i < n:
+                    raise IndexError(f"index {i} is out of bounds for axis {dim} with size {n}")
+                offset += (i % n) * self._strides[dim]
+        return NDArray.make(tuple(shape), strides=tuple(strides), device=self._device,
+                            handle=self._handle, offset=offset)
+        ### END YOUR SOLUTION
+
+    def __getitem__(self, idxs: Any) -> "NDArray":
+        """A view for int/slice (with steps, negatives, Ellipsis) indices; ints drop the axis."""
+        return self._view_of(idxs)
+
+    def __setitem__(self, idxs: Any, other: Union["NDArray", Scalar]) -> None:
+        """Write an NDArray (broadcast to the view's shape) or a scalar into the indexed view."""
+        view = self._view_of(idxs)
+        if isinstance(other, NDArray):
+            _check_device(self, other, "setitem")
+            try:
+                src = other.broadcast_to(view.shape)
+            except ValueError:
+                raise ValueError(f"setitem: value of shape {other.shape} does not fit the "
+                                 f"indexed shape {view.shape}") from None
+            src = src.astype(self._np_dtype).compact()
+            self._device.ewise_setitem(src._handle, self._handle, view._shape, view._strides,
+                                       view._offset)
+        else:
+            self._device.scalar_setitem(view.size, other, self._handle, view._shape,
+                                        view._strides, view._offset)
+
+    # ------------------------------------------------------------------ elementwise
+    def _binary(self, other: Any, name: str) -> "NDArray":
+        dev = self._device
+        if isinstance(other, NDArray):
+            if other._device != dev:
+                _check_device(self, other, name)
+            a, b = self, other
+            dt = a._handle.dtype
+            if b._handle.dtype != dt:
+                dt = promote(dt, b._handle.dtype)
+                a, b = a.astype(dt), b.astype(dt)
+            if a._shape != b._shape:
+                shape = broadcast_shapes(a._shape, b._shape, name)
+                a, b = a.broadcast_to(shape), b.broadcast_to(shape)
+            out_dt = _out_dtype(name, dt)
+            out = NDArray.make(a._shape, device=dev, dtype=out_dt)
+            getattr(dev, "ewise_" + name)(a.compact()._handle, b.compact()._handle, out._handle)
+            return out
+        if isinstance(other, np.ndarray):
+            return self._binary(NDArray(other, device=dev), name)
+        if not isinstance(other, (int, float, bool, np.generic)):
+            raise TypeError(f"unsupported operand type for {name}: NDArray and "
+                            f"{type(other).__name__}")
+        dt = _scalar_dtype(self._handle.dtype, other, name)
+        src = self if dt == self._handle.dtype else self.astype(dt)
+        out = NDArray.make(self._shape, device=dev, dtype=_out_dtype(name, dt))
+        getattr(dev, "scalar_" + name)(src.compact()._handle, other, out._handle)
+        return out
+
+    def _rbinary(self, other: Any, name: str) -> "NDArray":
+        """``other <name> self`` for a scalar or numpy ``other``."""
+        if isinstance(other, np.ndarray):
+            return NDArray(other, device=self._device)._binary(self, name)
+        dt = _scalar_dtype(self._np_dtype, other, name)
+        scalar = NDArray.make((), device=self._device, dtype=dt)
+        scalar.fill(other)
+        return scalar._binary(self, name)
+
+    def __add__(self, other: Any) -> "NDArray":
+        return self._binary(other, "add")
+
+    __radd__ = __add__
+
+    def __sub__(self, other: Any) -> "NDArray":
+        return self._binary(other, "sub")
+
+    def __rsub__(self, other: Any) -> "NDArray":
+        return self._rbinary(other, "sub")
+
+    def __mul__(self, other: Any) -> "NDArray":
+        return self._binary(other, "mul")
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, other: Any) -> "NDArray":
+        return self._binary(other, "div")
+
+    def __rtruediv__(self, other: Any) -> "NDArray":
+        return self._rbinary(other, "div")
+
+    def __pow__(self, other: Any) -> "NDArray":
+        return self._binary(other, "pow")
+
+    def __rpow__(self, other: Any) -> "NDArray":
+        return self._rbinary(other, "pow")
+
+    def __neg__(self) -> "NDArray":
+        return self._unary("neg")
+
+    def maximum(self, other: Any) -> "NDArray":
+        """Elementwise maximum with an array or scalar."""
+        return self._binary(other, "maximum")
+
+    def __eq__(self, other: Any) -> "NDArray":  # type: ignore[override]
+        return self._binary(other, "eq")
+
+    def __ne__(self, other: Any) -> "NDArray":  # type: ignore[override]
+        return self._binary(other, "ne")
+
+    def __lt__(self, other: Any) -> "NDArray":
+        return self._binary(other, "lt")
+
+    def __le__(self, other: Any) -> "NDArray":
+        return self._binary(other, "le")
+
+    def __gt__(self, other: Any) -> "NDArray":
+        return self._binary(other, "gt")
+
+    def __ge__(self, other: Any) -> "NDArray":
+        return self._binary(other, "ge")
+
+    __hash__ = object.__hash__
+
+    def _unary(self, name: str) -> "NDArray":
+        dt = self._handle.dtype
+        if name not in ("neg", "abs") and not is_floating(dt):
+            dt = _F32
+            src = self.astype(dt)
+        else:
+            src = self
+        out = NDArray.make(self._shape, device=self._device, dtype=dt)
+        getattr(self._device, "ewise_" + name)(src.compact()._handle, out._handle)
+        return out
+
+    def log(self) -> "NDArray":
+        return self._unary("log")
+
+    def exp(self) -> "NDArray":
+        return self._unary("exp")
+
+    def tanh(self) -> "NDArray":
+        return self._unary("tanh")
+
+    def sqrt(self) -> "NDArray":
+        return self._unary("sqrt")
+
+    def abs(self) -> "NDArray":
+        return self._unary("abs")
+
+    def sin(self) -> "NDArray":
+        return self._unary("sin")
+
+    def cos(self) -> "NDArray":
+        return self._unary("cos")
+
+    # ------------------------------------------------------------------ matmul
+    def __matmul__(self, other: "NDArray") -> "NDArray":
+        """Matrix product; leading (batch) dimensions broadcast by NumPy's rules."""
+        if not isinstance(other, NDArray):
+            raise TypeError(f"matmul needs two NDArrays, got {type(other).__name__}")
+        _check_device(self, other, "matmul")
+        if self.ndim < 2 or other.ndim < 2:
+            raise ValueError(f"matmul needs arrays with >= 2 dims, got shapes {self._shape} "
+                             f"and {other._shape}")
+        m, n = self._shape[-2:]
+        n2, p = other._shape[-2:]
+        if n != n2:
+            raise ValueError(f"matmul: inner dimensions differ for shapes {self._shape} @ "
+                             f"{other._shape}")
+        a, b = self, other
+        if a._np_dtype != b._np_dtype:
+            dt = promote(a._np_dtype, b._np_dtype)
+            a, b = a.astype(dt), b.astype(dt)
+        ### BEGIN YOUR SOLUTION
+        if b.ndim == 2 and a.ndim > 2:
+            # (..., m, n) @ (n, p): fold the batch into the rows, one big GEMM
+            lead = a._shape[:-2]
+            flat = a.compact().reshape((prod(lead) * m, n))
+            return (flat @ b).reshape(lead + (m, p))
+        batch_shape = broadcast_shapes(a._shape[:-2], b._shape[:-2], "matmul")
+        a = a.broadcast_to(batch_shape + (m, n)).compact()
+        b = b.broadcast_to(batch_shape + (n, p)).compact()
+        out = NDArray.make(batch_shape + (m, p), device=self._device, dtype=a._np_dtype)
+        self._device.matmul(a._handle, b._handle, out._handle, prod(batch_shape), m, n, p)
+        return out
+        ### END YOUR SOLUTION
+
+    # ------------------------------------------------------------------ reductions
+    def _reduce(self, axis: Union[None, int, Sequence[int]], keepdims: bool, name: str
+                ) -> "NDArray":
+        axes = _normalize_axes(axis, self.ndim, name)
+        keep = tuple(i for i in range(self.ndim) if i not in axes)
+        ### BEGIN YOUR SOLUTION
+        view = self.permute(keep + axes) if axes != tuple(range(self.ndim - len(axes),
+                                                                 self.ndim)) else self
+        out_shape = tuple(self._shape[i] for i in keep)
+        reduce_size = prod(self._shape[i] for i in axes)
+        dt = self._np_dtype
+        if name == "sum" and dt.kind in "bu":
+            dt = np.dtype(np.int64)
+        src = view.compact().astype(dt)
+        out = NDArray.make(out_shape, device=self._device, dtype=dt)
+        getattr(self._device, "reduce_" + name)(src._handle, out._handle, reduce_size)
+        ### END YOUR SOLUTION
+        if keepdims:
+            out = out.reshape(tuple(1 if i in axes else s for i, s in enumerate(self._shape)))
+        return out
+
+    def sum(self, axis: Union[None, int, Sequence[int]] = None, keepdims: bool = False
+            ) -> "NDArray":
+        """Sum over ``axis`` (an int, a tuple of ints, or None for all)."""
+        return self._reduce(axis, keepdims, "sum")
+
+    def max(self, axis: Union[None, int, Sequence[int]] = None, keepdims: bool = False
+            ) -> "NDArray":
+        """Max over ``axis`` (an int, a tuple of ints, or None for all)."""
+        if any(self._shape[a] == 0 for a in _normalize_axes(axis, self.ndim, "max")):
+            raise ValueError(f"max over a zero-size axis of shape {self._shape}")
+        return self._reduce(axis, keepdims, "max")
+
+
+# ---------------------------------------------------------------------- helpers
+def _out_dtype(name: str, dt: np.dtype) -> np.dtype:
+    if name in _COMPARISONS:
+        return _BOOL
+    if name == "div" and not is_floating(dt):
+        return _F32
+    return dt
+
+
+def _scalar_dtype(dt: np.dtype, scalar: Any, name: str) -> np.dtype:
+    """Array dtype kept for python scalars (NEP 50), except a float scalar on an int array."""
+    if (isinstance(scalar, (float, np.floating)) and not is_floating(dt)
+            and name not in _COMPARISONS):
+        return _F32
+    return dt
+
+
+def _check_device(a: NDArray, b: NDArray, what: str) -> None:
+    if a.device != b.device:
+        raise ValueError(f"{what}: arrays are on different devices ({a.device} and {b.device})")
+
+
+def broadcast_shapes(a: Tuple[int, ...], b: Tuple[int, ...], what: str = "op") -> Tuple[int, ...]:
+    """NumPy's broadcast of two shapes, or a ValueError naming both."""
+    try:
+        return tuple(np.broadcast_shapes(a, b))
+    except ValueError:
+        raise ValueError(f"{what}: shapes {a} and {b} cannot be broadcast together") from None
+
+
+def _check_axis(axis: int, ndim: int, what: str) -> int:
+    try:
+        axis = operator.index(axis)
+    except TypeError:
+        raise TypeError(f"{what}: axis must be an int, got {axis!r}") from None
+    if not -ndim <= axis < max(ndim, 1):
+        raise ValueError(f"{what}: axis {axis} is out of range for {ndim} dimensions")
+    return axis % ndim if ndim else 0
+
+
+def _normalize_axes(axis: Union[None, int, Sequence[int]], ndim: int, what: str
+                    ) -> Tuple[int, ...]:
+    if axis is None:
+        return tuple(range(ndim))
+    if not isinstance(axis, (tuple, list)):
+        axis = (axis,)
+    axes = tuple(_check_axis(a, ndim, what) for a in axis)
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"{what}: repeated axis in {tuple(axis)}")
+    return tuple(sorted(axes))
+
+
+def _normalize_shape(new_shape: Union[int, Sequence[int]], size: int,
+                     old: Tuple[int, ...]) -> Tuple[int, ...]:
+    shape = (new_shape,) if isinstance(new_shape, int) else tuple(int(s) for s in new_shape)
+    if shape.count(-1) > 1:
+        raise ValueError(f"reshape: only one -1 allowed in {shape}")
+    if -1 in shape:
+        known = prod(s for s in shape if s != -1)
+        if known == 0 or size % known:
+            raise ValueError(f"cannot reshape array of shape {old} into {shape}")
+        shape = tuple(size // known if s == -1 else s for s in shape)
+    if prod(shape) != size or any(s < 0 for s in shape):
+        raise ValueError(f"cannot reshape array of shape {old} (size {size}) into {shape}")
+    return shape

@@ -1,0 +1,178 @@
+"""The NumPy CPU backend: needle's named array primitives over flat 1-D buffers.
+
+This module *is* the backend contract. ``NDArray`` (ndarray.py) does all shape, stride and
+view arithmetic in Python and calls only the functions below, each of which works on flat
+``Array`` buffers plus, for the strided ones, a (shape, strides, offset) description.
+A new backend (see ``needle/backend_cuda``) implements exactly this list:
+
+    Array(size, dtype), fill, compact, ewise_setitem, scalar_setitem,
+    ewise_<op>(a, b, out) and scalar_<op>(a, val, out) for op in EWISE_BINARY,
+    ewise_<fn>(a, out) for fn in EWISE_UNARY, ewise_astype(a, out), ewise_where(c, a, b, out),
+    matmul(a, b, out, batch, m, n, p), reduce_sum(a, out, reduce_size),
+    reduce_max(a, out, reduce_size), from_numpy(a, out), to_numpy(a, shape, strides, offset).
+
+Strides and offsets are counted in elements, not bytes.
+"""
+from typing import Any, Sequence, Tuple
+
+import numpy as np
+
+__device_name__ = "cpu"
+
+EWISE_BINARY = ("add", "sub", "mul", "div", "pow", "maximum", "eq", "ne", "lt", "le", "gt", "ge")
+EWISE_UNARY = ("neg", "log", "exp", "tanh", "sqrt", "abs", "sin", "cos")
+
+
+class Array:
+    """A flat buffer of ``size`` elements of one dtype (a 1-D numpy array underneath)."""
+
+    __slots__ = ("array", "__weakref__")
+
+    def __init__(self, size: int, dtype: Any = np.float32):
+        self.array = np.empty(size, dtype=dtype)
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        return self.array.size
+
+    @property
+    def dtype(self) -> np.dtype:
+        """NumPy dtype of the elements."""
+        return self.array.dtype
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the buffer."""
+        return self.array.nbytes
+
+    def ptr(self) -> int:
+        """Address of the first element."""
+        return self.array.ctypes.data
+
+
+def _strided(a: Array, shape: Sequence[int], strides: Sequence[int], offset: int) -> np.ndarray:
+    """A numpy view of ``a`` described by element shape/strides/offset (no copy)."""
+    item = a.array.itemsize
+    return np.lib.stride_tricks.as_strided(
+        a.array[offset:], shape=tuple(shape), strides=tuple(s * item for s in strides)
+    )
+
+
+def fill(out: Array, val: Any) -> None:
+    """Set every element of ``out`` to ``val``."""
+    out.array.fill(val)
+
+
+def compact(a: Array, out: Array, shape: Tuple[int, ...], strides: Tuple[int, ...],
+            offset: int) -> None:
+    """Copy the strided view (shape, strides, offset) of ``a`` into compact ``out``."""
+    ### BEGIN YOUR SOLUTION
+    out.array[:] = _strided(a, shape, strides, offset).reshape(-1)
+    ### END YOUR SOLUTION
+
+
+def ewise_setitem(a: Array, out: Array, shape: Tuple[int, ...], strides: Tuple[int, ...],
+                  offset: int) -> None:
+    """Write compact ``a`` into the strided view (shape, strides, offset) of ``out``."""
+    ### BEGIN YOUR SOLUTION
+    _strided(out, shape, strides, offset)[...] = a.array[: int(np.prod(shape))].reshape(shape)
+    ### END YOUR SOLUTION
+
+
+def scalar_setitem(size: int, val: Any, out: Array, shape: Tuple[int, ...],
+                   strides: Tuple[int, ...], offset: int) -> None:
+    """Write the scalar ``val`` into the strided view (shape, strides, offset) of ``out``."""
+    ### BEGIN YOUR SOLUTION
+    _strided(out, shape, strides, offset)[...] = val
+    ### END YOUR SOLUTION
+
+
+_BINARY_UFUNCS = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide, "pow": np.power,
+    "maximum": np.maximum, "eq": np.equal, "ne": np.not_equal, "lt": np.less,
+    "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+}
+_UNARY_UFUNCS = {
+    "neg": np.negative, "log": np.log, "exp": np.exp, "tanh": np.tanh, "sqrt": np.sqrt,
+    "abs": np.abs, "sin": np.sin, "cos": np.cos,
+}
+
+
+def _make_ewise(ufunc):
+    def ewise(a: Array, b: Array, out: Array) -> None:
+        ufunc(a.array, b.array, out=out.array)
+    return ewise
+
+
+def _make_scalar(ufunc):
+    def scalar(a: Array, val: Any, out: Array) -> None:
+        ufunc(a.array, val, out=out.array, casting="unsafe")
+    return scalar
+
+
+def _make_unary(ufunc):
+    def unary(a: Array, out: Array) -> None:
+        ufunc(a.array, out=out.array)
+    return unary
+
+
+for _name, _ufunc in _BINARY_UFUNCS.items():
+    globals()["ewise_" + _name] = _make_ewise(_ufunc)
+    globals()["scalar_" + _name] = _make_scalar(_ufunc)
+for _name, _ufunc in _UNARY_UFUNCS.items():
+    globals()["ewise_" + _name] = _make_unary(_ufunc)
+
+
+def ewise_where(cond: Array, a: Array, b: Array, out: Array) -> None:
+    """out = a where cond else b, elementwise over same-sized compact buffers."""
+    np.copyto(out.array, b.array)
+    np.copyto(out.array, a.array, where=cond.array)
+
+
+def ewise_astype(a: Array, out: Array) -> None:
+    """Convert ``a`` elementwise into ``out``'s dtype."""
+    out.array[:] = a.array.astype(out.array.dtype, copy=False)
+
+
+def matmul(a: Array, b: Array, out: Array, batch: int, m: int, n: int, p: int) -> None:
+    """out[i] = a[i] @ b[i] for ``batch`` compact (m, n) @ (n, p) products."""
+    ### BEGIN YOUR SOLUTION
+    x = a.array[: batch * m * n].reshape(batch, m, n)
+    y = b.array[: batch * n * p].reshape(batch, n, p)
+    if a.array.dtype.kind == "V" or a.array.dtype.name == "bfloat16":
+        # numpy has no bfloat16 BLAS: accumulate in float32 like a tensor core would
+        res = np.matmul(x.astype(np.float32), y.astype(np.float32))
+        out.array[:] = res.reshape(-1).astype(out.array.dtype)
+    elif batch == 1:
+        np.matmul(x[0], y[0], out=out.array.reshape(m, p))
+    else:
+        np.matmul(x, y, out=out.array.reshape(batch, m, p))
+    ### END YOUR SOLUTION
+
+
+def reduce_sum(a: Array, out: Array, reduce_size: int) -> None:
+    """Sum each consecutive block of ``reduce_size`` elements of compact ``a`` into ``out``."""
+    ### BEGIN YOUR SOLUTION
+    x = a.array.reshape(-1, reduce_size) if reduce_size else a.array.reshape(out.size, 0)
+    np.sum(x, axis=1, out=out.array)
+    ### END YOUR SOLUTION
+
+
+def reduce_max(a: Array, out: Array, reduce_size: int) -> None:
+    """Max of each consecutive block of ``reduce_size`` elements of compact ``a`` into ``out``."""
+    ### BEGIN YOUR SOLUTION
+    if reduce_size == 0:
+        raise ValueError("max over an empty axis has no identity")
+    np.max(a.array.reshape(-1, reduce_size), axis=1, out=out.array)
+    ### END YOUR SOLUTION
+
+
+def from_numpy(a: np.ndarray, out: Array) -> None:
+    """Copy a numpy array (any layout) into compact ``out``."""
+    out.array[:] = np.asarray(a).reshape(-1)
+
+
+def to_numpy(a: Array, shape: Tuple[int, ...], strides: Tuple[int, ...], offset: int) -> np.ndarray:
+    """A numpy copy of the strided view (shape, strides, offset) of ``a``."""
+    return _strided(a, shape, strides, offset).copy()

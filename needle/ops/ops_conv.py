@@ -1,0 +1,184 @@
+"""Convolution and its helpers: flip, dilate, undilate, pad, conv (NHWC, via im2col)."""
+from typing import Optional, Tuple, Union
+
+from ..autograd import NDArray, Tensor, TensorOp
+from .. import backend_ndarray as array_api
+from .ops_mathematic import transpose
+
+__all__ = ["Flip", "flip", "Dilate", "dilate", "UnDilate", "undilate", "Pad", "pad", "Conv",
+           "conv"]
+
+
+def _axes_tuple(axes: Union[None, int, Tuple[int, ...]], ndim: int) -> Tuple[int, ...]:
+    if axes is None:
+        return tuple(range(ndim))
+    axes = (axes,) if isinstance(axes, int) else tuple(axes)
+    for ax in axes:
+        if not -ndim <= ax < ndim:
+            raise ValueError(f"axis {ax} is out of range for {ndim} dimensions")
+    return tuple(ax % ndim for ax in axes)
+
+
+class Flip(TensorOp):
+    def __init__(self, axes: Optional[Tuple[int, ...]] = None):
+        self.axes = axes
+
+    def compute(self, a: NDArray) -> NDArray:
+        return a.flip(self.axes)
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
+        return flip(out_grad, self.axes)
+
+
+def flip(a: Tensor, axes: Optional[Tuple[int, ...]] = None) -> Tensor:
+    """``a`` reversed along ``axes``."""
+    return Flip(axes)(a)
+
+
+class Dilate(TensorOp):
+    """Insert ``dilation`` zeros between elements along ``axes``."""
+
+    def __init__(self, axes: Tuple[int, ...], dilation: int):
+        if dilation < 0:
+            raise ValueError(f"dilation must be >= 0, got {dilation}")
+        self.axes = axes
+        self.dilation = dilation
+
+    def compute(self, a: NDArray) -> NDArray:
+        ### BEGIN YOUR SOLUTION
+        axes = _axes_tuple(self.axes, a.ndim)
+        step = self.dilation + 1
+        shape = tuple(s * step if i in axes else s for i, s in enumerate(a.shape))
+        out = array_api.full(shape, 0, dtype=a.dtype, device=a.device)
+        out[tuple(slice(None, None, step) if i in axes else slice(None)
+                  for i in range(a.ndim))] = a
+        return out
+        ### END YOUR SOLUTION
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
+        return undilate(out_grad, self.axes, self.dilation)
+
+
+def dilate(a: Tensor, axes: Tuple[int, ...], dilation: int) -> Tensor:
+    """``a`` with ``dilation`` zeros after each element along ``axes``."""
+    return Dilate(axes, dilation)(a)
+
+
+class UnDilate(TensorOp):
+    """Keep every (dilation+1)-th element along ``axes`` (the inverse of Dilate)."""
+
+    def __init__(self, axes: Tuple[int, ...], dilation: int):
+        self.axes = axes
+        self.dilation = dilation
+
+    def compute(self, a: NDArray) -> NDArray:
+        axes = _axes_tuple(self.axes, a.ndim)
+        step = self.dilation + 1
+        return a[tuple(slice(None, None, step) if i in axes else slice(None)
+                       for i in range(a.ndim))].compact()
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
+        grad = dilate(out_grad, self.axes, self.dilation)
+        # when a size was not a multiple of dilation+1 the dilated gradient is too long: trim it
+        shape = node.inputs[0].shape
+        if grad.shape != shape:
+            from .ops_indexing import get_item
+            grad = get_item(grad, tuple(slice(0, s) for s in shape))
+        return grad
+
+
+def undilate(a: Tensor, axes: Tuple[int, ...], dilation: int) -> Tensor:
+    """Every (dilation+1)-th element of ``a`` along ``axes``."""
+    return UnDilate(axes, dilation)(a)
+
+
+class Pad(TensorOp):
+    """Zero padding: ``axes[i] = (before, after)`` for each axis i."""
+
+    def __init__(self, axes: Tuple[Tuple[int, int], ...]):
+        self.axes = tuple(tuple(p) for p in axes)
+
+    def compute(self, a: NDArray) -> NDArray:
+        return a.pad(self.axes)
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
+        from .ops_indexing import get_item
+        return get_item(out_grad, tuple(slice(l, l + s) for (l, _), s in
+                                        zip(self.axes, node.inputs[0].shape)))
+
+
+def pad(a: Tensor, axes: Tuple[Tuple[int, int], ...]) -> Tensor:
+    """``a`` zero-padded by (before, after) per axis."""
+    return Pad(axes)(a)
+
+
+class Conv(TensorOp):
+    """2-D convolution of NHWC input with (K, K, C_in, C_out) weights, by im2col + one matmul."""
+
+    def __init__(self, stride: int = 1, padding: int = 0):
+        if stride < 1 or padding < 0:
+            raise ValueError(f"conv needs stride >= 1 and padding >= 0, got {stride}, {padding}")
+        self.stride = stride
+        self.padding = padding
+
+    def compute(self, A: NDArray, B: NDArray) -> NDArray:
+        if A.ndim != 4 or B.ndim != 4:
+            raise ValueError(f"conv expects NHWC input and (K, K, C_in, C_out) weights, got "
+                             f"shapes {A.shape} and {B.shape}")
+        if A.shape[3] != B.shape[2]:
+            raise ValueError(f"conv: input has {A.shape[3]} channels but weights {B.shape} "
+                             f"expect {B.shape[2]}")
+        ### BEGIN YOUR SOLUTION
+        p, s = self.padding, self.stride
+        if p:
+            A = A.pad(((0, 0), (p, p), (p, p), (0, 0)))
+        A = A.compact()
+        N, H, W, C_in = A.shape
+        K, K2, _, C_out = B.shape
+        if H < K or W < K2:
+            raise ValueError(f"conv: kernel {K}x{K2} larger than padded input {H}x{W}")
+        out_h, out_w = (H - K) // s + 1, (W - K2) // s + 1
+        Ns, Hs, Ws, Cs = A.strides
+        cols = A.as_strided((N, out_h, out_w, K, K2, C_in),
+                            (Ns, Hs * s, Ws * s, Hs, Ws, Cs)).compact()
+        inner = K * K2 * C_in
+        out = cols.reshape((N * out_h * out_w, inner)) @ B.compact().reshape((inner, C_out))
+        return out.reshape((N, out_h, out_w, C_out))
+        ### END YOUR SOLUTION
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tuple[Tensor, Tensor]:
+        ### BEGIN YOUR SOLUTION
+        X, W = node.inputs
+        K = W.shape[0]
+        p, s = self.padding, self.stride
+        if s > 1:
+            out_grad = dilate(out_grad, (1, 2), s - 1)
+            # trailing rows/cols the strided conv never reached still need a (zero) gradient
+            need_h = X.shape[1] + 2 * p - K + 1
+            need_w = X.shape[2] + 2 * p - W.shape[1] + 1
+            out_grad = _fit(out_grad, need_h, need_w)
+        w_t = transpose(flip(W, (0, 1)), (2, 3))                     # (K, K, C_out, C_in)
+        grad_x = conv(out_grad, w_t, padding=K - 1 - p)              # (N, H, W, C_in)
+        x_t = transpose(X, (0, 3))                                   # (C_in, H, W, N)
+        g_t = transpose(transpose(out_grad, (0, 1)), (1, 2))         # (H', W', N, C_out)
+        grad_w = conv(x_t, g_t, padding=p)                           # (C_in, K, K, C_out)
+        grad_w = transpose(transpose(grad_w, (0, 1)), (1, 2))        # (K, K, C_in, C_out)
+        return grad_x, grad_w
+        ### END YOUR SOLUTION
+
+
+def _fit(g: Tensor, h: int, w: int) -> Tensor:
+    """Crop or zero-pad axes 1 and 2 of ``g`` to (h, w)."""
+    from .ops_indexing import get_item
+    _, gh, gw, _ = g.shape
+    if gh > h or gw > w:
+        g = get_item(g, (slice(None), slice(0, min(gh, h)), slice(0, min(gw, w))))
+        _, gh, gw, _ = g.shape
+    if gh < h or gw < w:
+        g = pad(g, ((0, 0), (0, h - gh), (0, w - gw), (0, 0)))
+    return g
+
+
+def conv(a: Tensor, b: Tensor, stride: int = 1, padding: int = 1) -> Tensor:
+    """2-D convolution, NHWC input and (K, K, C_in, C_out) weights."""
+    return Conv(stride, padding)(a, b)

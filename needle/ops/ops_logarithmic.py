@@ -1,0 +1,101 @@
+"""Numerically stable log-sum-exp, log-softmax and softmax."""
+from typing import Optional, Tuple, Union
+
+from ..autograd import NDArray, Tensor, TensorOp
+from .ops_mathematic import broadcast_to, exp, reshape, summation
+
+Axes = Union[None, int, Tuple[int, ...]]
+
+__all__ = ["LogSumExp", "logsumexp", "LogSoftmax", "logsoftmax", "Softmax", "softmax"]
+
+
+def _norm_axes(axes: Axes, ndim: int) -> Tuple[int, ...]:
+    if axes is None:
+        return tuple(range(ndim))
+    axes = (axes,) if isinstance(axes, int) else tuple(axes)
+    for ax in axes:
+        if not -ndim <= ax < ndim:
+            raise ValueError(f"axis {ax} is out of range for {ndim} dimensions")
+    return tuple(sorted(ax % ndim for ax in axes))
+
+
+def _keep_shape(shape: Tuple[int, ...], axes: Tuple[int, ...]) -> Tuple[int, ...]:
+    return tuple(1 if i in axes else s for i, s in enumerate(shape))
+
+
+class LogSumExp(TensorOp):
+    """log(sum(exp(z), axes)), computed as max + log(sum(exp(z - max)))."""
+
+    def __init__(self, axes: Axes = None):
+        self.axes = axes
+
+    def compute(self, Z: NDArray) -> NDArray:
+        ### BEGIN YOUR SOLUTION
+        axes = _norm_axes(self.axes, Z.ndim)
+        z_max = Z.max(axis=axes, keepdims=True)
+        shifted = (Z - z_max.broadcast_to(Z.shape)).exp().sum(axis=axes, keepdims=True)
+        out = shifted.log() + z_max
+        return out.reshape(tuple(s for i, s in enumerate(Z.shape) if i not in axes))
+        ### END YOUR SOLUTION
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
+        ### BEGIN YOUR SOLUTION
+        Z = node.inputs[0]
+        keep = _keep_shape(Z.shape, _norm_axes(self.axes, Z.ndim))
+        lse = broadcast_to(reshape(node, keep), Z.shape)
+        return broadcast_to(reshape(out_grad, keep), Z.shape) * exp(Z - lse)
+        ### END YOUR SOLUTION
+
+
+def logsumexp(a: Tensor, axes: Axes = None) -> Tensor:
+    """Stable log(sum(exp(a))) over ``axes``."""
+    return LogSumExp(axes=axes)(a)
+
+
+class LogSoftmax(TensorOp):
+    """z - logsumexp(z) along ``axis`` (the last axis by default, as for logits (N, C))."""
+
+    def __init__(self, axis: int = -1):
+        self.axis = axis
+
+    def compute(self, Z: NDArray) -> NDArray:
+        ### BEGIN YOUR SOLUTION
+        lse = LogSumExp((self.axis,)).compute(Z)
+        keep = _keep_shape(Z.shape, _norm_axes(self.axis, Z.ndim))
+        return Z - lse.reshape(keep).broadcast_to(Z.shape)
+        ### END YOUR SOLUTION
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
+        ### BEGIN YOUR SOLUTION
+        Z = node.inputs[0]
+        keep = _keep_shape(Z.shape, _norm_axes(self.axis, Z.ndim))
+        total = broadcast_to(summation(out_grad, self.axis, keepdims=True), Z.shape)
+        return out_grad - exp(node) * total
+        ### END YOUR SOLUTION
+
+
+def logsoftmax(a: Tensor, axis: int = -1) -> Tensor:
+    """Log of the softmax along ``axis``."""
+    return LogSoftmax(axis)(a)
+
+
+class Softmax(TensorOp):
+    """exp(z - max) / sum(exp(z - max)) along ``axis``."""
+
+    def __init__(self, axis: int = -1):
+        self.axis = axis
+
+    def compute(self, Z: NDArray) -> NDArray:
+        axes = _norm_axes(self.axis, Z.ndim)
+        e = (Z - Z.max(axis=axes, keepdims=True).broadcast_to(Z.shape)).exp()
+        return e / e.sum(axis=axes, keepdims=True).broadcast_to(Z.shape)
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
+        # d softmax: s * (g - sum(g * s))
+        dot = summation(out_grad * node, self.axis, keepdims=True)
+        return node * (out_grad - broadcast_to(dot, node.shape))
+
+
+def softmax(a: Tensor, axis: int = -1) -> Tensor:
+    """Softmax along ``axis``."""
+    return Softmax(axis)(a)

@@ -1,0 +1,476 @@
+"""Elementwise, shape and linear-algebra operators, each a TensorOp with a lowercase wrapper.
+
+Binary ops broadcast by NumPy's rules; their gradients are summed back to each input's shape.
+"""
+from numbers import Number
+from typing import Any, Optional, Tuple, Union
+
+from ..autograd import NDArray, Tensor, TensorOp
+from ..backend_ndarray import to_numpy_dtype
+
+Axes = Union[None, int, Tuple[int, ...]]
+
+__all__ = [
+    "EWiseAdd", "add", "AddScalar", "add_scalar", "EWiseMul", "multiply", "MulScalar",
+    "mul_scalar", "EWisePow", "power", "PowerScalar", "power_scalar", "EWiseDiv", "divide",
+    "DivScalar", "divide_scalar", "Negate", "negate", "Log", "log", "Exp", "exp", "ReLU", "relu",
+    "Tanh", "tanh", "Sigmoid", "sigmoid", "Transpose", "transpose", "Reshape", "reshape",
+    "BroadcastTo", "broadcast_to", "Summation", "summation", "MatMul", "matmul", "Maximum",
+    "maximum", "MaximumScalar", "maximum_scalar", "Cast", "cast", "Where", "where", "mean",
+    "unbroadcast",
+]
+
+
+def unbroadcast(grad: Tensor, shape: Tuple[int, ...]) -> Tensor:
+    """Sum ``grad`` over the axes along which an input of ``shape`` was broadcast."""
+    if grad.shape == shape:
+        return grad
+    lead = len(grad.shape) - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        i + lead for i, s in enumerate(shape) if s == 1 and grad.shape[i + lead] != 1)
+    if axes:
+        grad = summation(grad, axes)
+    return reshape(grad, shape)
+
+
+class EWiseAdd(TensorOp):
+    def compute(self, a: NDArray, b: NDArray) -> NDArray:
+        return a + b
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tuple[Tensor, Tensor]:
+        a, b = node.inputs
+        return unbroadcast(out_grad, a.shape), unbroadcast(out_grad, b.shape)
+
+
+def add(a: Tensor, b: Tensor) -> Tensor:
+    """a + b (broadcasting)."""
+    return EWiseAdd()(a, b)
+
+
+class AddScalar(TensorOp):
+    def __init__(self, scalar: Number):
+        self.scalar = scalar
+
+    def compute(self, a: NDArray) -> NDArray:
+        return a + self.scalar
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
+        return out_grad
+
+
+def add_scalar(a: Tensor, scalar: Number) -> Tensor:
+    """a + scalar."""
+    return AddScalar(scalar)(a)
+
+
+class EWiseMul(TensorOp):
+    def compute(self, a: NDArray, b: NDArray) -> NDArray:
+        return a * b
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tuple[Tensor, Tensor]:
+        a, b = node.inputs
+        ### BEGIN YOUR SOLUTION
+        return unbroadcast(out_grad * b, a.shape), unbroadcast(out_grad * a, b.shape)
+        ### END YOUR SOLUTION
+
+
+def multiply(a: Tensor, b: Tensor) -> Tensor:
+    """a * b (broadcasting)."""
+    return EWiseMul()(a, b)
+
+
+class MulScalar(TensorOp):
+    def __init__(self, scalar: Number):
+        self.scalar = scalar
+
+    def compute(self, a: NDArray) -> NDArray:
+        return a * self.scalar
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
+        return out_grad * self.scalar
+
+
+def mul_scalar(a: Tensor, scalar: Number) -> Tensor:
+    """a * scalar."""
+    return MulScalar(scalar)(a)
+
+
+class EWisePow(TensorOp):
+    """a ** b for tensors a, b."""
+
+    def compute(self, a: NDArray, b: NDArray) -> NDArray:
+        return a ** b
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tuple[Tensor, Tensor]:
+        ### BEGIN YOUR SOLUTION
+        a, b = node.inputs
+        grad_a = out_grad * b * a ** (b - 1)
+        grad_b = out_grad * node * log(a)
+        return unbroadcast(grad_a, a.shape), unbroadcast(grad_b, b.shape)
+        ### END YOUR SOLUTION
+
+
+def power(a: Tensor, b: Tensor) -> Tensor:
+    """a ** b elementwise."""
+    return EWisePow()(a, b)
+
+
+class PowerScalar(TensorOp):
+    """a ** scalar."""
+
+    def __init__(self, scalar: Number):
+        self.scalar = scalar
+
+    def compute(self, a: NDArray) -> NDArray:
+        ### BEGIN YOUR SOLUTION
+        return a ** self.scalar
+        ### END YOUR SOLUTION
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
+        ### BEGIN YOUR SOLUTION
+        a = node.inputs[0]
+        return out_grad * (a ** (self.scalar - 1)) * self.scalar
+        ### END YOUR SOLUTION
+
+
+def power_scalar(a: Tensor, scalar: Number) -> Tensor:
+    """a ** scalar."""
+    return PowerScalar(scalar)(a)
+
+
+class EWiseDiv(TensorOp):
+    """a / b elementwise."""
+
+    def compute(self, a: NDArray, b: NDArray) -> NDArray:
+        ### BEGIN YOUR SOLUTION
+        return a / b
+        ### END YOUR SOLUTION
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tuple[Tensor, Tensor]:
+        ### BEGIN YOUR SOLUTION
+        a, b = node.inputs
+        grad_a = out_grad / b
+        grad_b = -out_grad * a / (b * b)
+        return unbroadcast(grad_a, a.shape), unbroadcast(grad_b, b.shape)
+        ### END YOUR SOLUTION
+
+
+def divide(a: Tensor, b: Tensor) -> Tensor:
+    """a / b (broadcasting)."""
+    return EWiseDiv()(a, b)
+
+
+class DivScalar(TensorOp):
+    def __init__(self, scalar: Number):
+        self.scalar = scalar
+
+    def compute(self, a: NDArray) -> NDArray:
+        ### BEGIN YOUR SOLUTION
+        return a / self.scalar
+        ### END YOUR SOLUTION
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
+        ### BEGIN YOUR SOLUTION
+        return out_grad / self.scalar
+        ### END YOUR SOLUTION
+
+
+def divide_scalar(a: Tensor, scalar: Number) -> Tensor:
+    """a / scalar."""
+    return DivScalar(scalar)(a)
+
+
+class Negate(TensorOp):
+    def compute(self, a: NDArray) -> NDArray:
+        return -a
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
+        return -out_grad
+
+
+def negate(a: Tensor) -> Tensor:
+    """-a."""
+    return Negate()(a)
+
+
+class Log(TensorOp):
+    def compute(self, a: NDArray) -> NDArray:
+        return a.log()
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
+        ### BEGIN YOUR SOLUTION
+        return out_grad / node.inputs[0]
+        ### END YOUR SOLUTION
+
+
+def log(a: Tensor) -> Tensor:
+    """Natural logarithm."""
+    return Log()(a)
+
+
+class Exp(TensorOp):
+    def compute(self, a: NDArray) -> NDArray:
+        return a.exp()
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
+        ### BEGIN YOUR SOLUTION
+        return out_grad * node
+        ### END YOUR SOLUTION
+
+
+def exp(a: Tensor) -> Tensor:
+    """e ** a."""
+    return Exp()(a)
+
+
+class ReLU(TensorOp):
+    def compute(self, a: NDArray) -> NDArray:
+        return a.maximum(0)
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
+        ### BEGIN YOUR SOLUTION
+        mask = node.realize_cached_data() > 0
+        return out_grad * Tensor.make_const(mask)
+        ### END YOUR SOLUTION
+
+
+def relu(a: Tensor) -> Tensor:
+    """max(a, 0)."""
+    return ReLU()(a)
+
+
+class Tanh(TensorOp):
+    def compute(self, a: NDArray) -> NDArray:
+        return a.tanh()
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
+        ### BEGIN YOUR SOLUTION
+        return out_grad * (1 - node * node)
+        ### END YOUR SOLUTION
+
+
+def tanh(a: Tensor) -> Tensor:
+    """Hyperbolic tangent."""
+    return Tanh()(a)
+
+
+class Sigmoid(TensorOp):
+    def compute(self, a: NDArray) -> NDArray:
+        # 1 / (1 + e^-a) written as (1 + tanh(a/2)) / 2: no overflow for large |a|
+        return ((a * 0.5).tanh() + 1) * 0.5
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
+        return out_grad * node * (1 - node)
+
+
+def sigmoid(a: Tensor) -> Tensor:
+    """Logistic sigmoid 1 / (1 + e^-a)."""
+    return Sigmoid()(a)
+
+
+class Transpose(TensorOp):
+    """Swap two axes (the last two by default), as in the course."""
+
+    def __init__(self, axes: Optional[Tuple[int, int]] = None):
+        if axes is not None and len(axes) != 2:
+            raise ValueError(f"transpose swaps two axes, got axes={axes}")
+        self.axes = axes
+
+    def compute(self, a: NDArray) -> NDArray:
+        ### BEGIN YOUR SOLUTION
+        if a.ndim < 2:
+            raise ValueError(f"transpose needs >= 2 dims, got shape {a.shape}")
+        i, j = self.axes if self.axes is not None else (-2, -1)
+        order = list(range(a.ndim))
+        order[i], order[j] = order[j], order[i]
+        return a.permute(order)
+        ### END YOUR SOLUTION
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
+        ### BEGIN YOUR SOLUTION
+        return transpose(out_grad, self.axes)
+        ### END YOUR SOLUTION
+
+
+def transpose(a: Tensor, axes: Optional[Tuple[int, int]] = None) -> Tensor:
+    """Swap two axes (the last two when ``axes`` is None)."""
+    return Transpose(axes)(a)
+
+
+class Reshape(TensorOp):
+    def __init__(self, shape: Tuple[int, ...]):
+        self.shape = tuple(shape)
+
+    def compute(self, a: NDArray) -> NDArray:
+        ### BEGIN YOUR SOLUTION
+        return a.reshape(self.shape)
+        ### END YOUR SOLUTION
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
+        ### BEGIN YOUR SOLUTION
+        return reshape(out_grad, node.inputs[0].shape)
+        ### END YOUR SOLUTION
+
+
+def reshape(a: Tensor, shape: Tuple[int, ...]) -> Tensor:
+    """``a`` with a new shape (one entry may be -1)."""
+    return Reshape(shape)(a)
+
+
+class BroadcastTo(TensorOp):
+    def __init__(self, shape: Tuple[int, ...]):
+        self.shape = tuple(shape)
+
+    def compute(self, a: NDArray) -> NDArray:
+        return a.broadcast_to(self.shape)
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
+        ### BEGIN YOUR SOLUTION
+        return unbroadcast(out_grad, node.inputs[0].shape)
+        ### END YOUR SOLUTION
+
+
+def broadcast_to(a: Tensor, shape: Tuple[int, ...]) -> Tensor:
+    """``a`` broadcast to ``shape`` (NumPy's rules)."""
+    return BroadcastTo(shape)(a)
+
+
+class Summation(TensorOp):
+    def __init__(self, axes: Axes = None, keepdims: bool = False):
+        self.axes = (axes,) if isinstance(axes, int) else (None if axes is None else tuple(axes))
+        self.keepdims = keepdims
+
+    def compute(self, a: NDArray) -> NDArray:
+        return a.sum(axis=self.axes, keepdims=self.keepdims)
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
+        ### BEGIN YOUR SOLUTION
+        shape = node.inputs[0].shape
+        axes = range(len(shape)) if self.axes is None else self.axes
+        axes = {ax % len(shape) for ax in axes} if shape else set()
+        kept = tuple(1 if i in axes else s for i, s in enumerate(shape))
+        return broadcast_to(reshape(out_grad, kept), shape)
+        ### END YOUR SOLUTION
+
+
+def summation(a: Tensor, axes: Axes = None, keepdims: bool = False) -> Tensor:
+    """Sum over ``axes`` (all when None)."""
+    return Summation(axes, keepdims)(a)
+
+
+def mean(a: Tensor, axes: Axes = None, keepdims: bool = False) -> Tensor:
+    """Mean over ``axes`` (all when None)."""
+    shape = a.shape
+    axes_t = range(len(shape)) if axes is None else ((axes,) if isinstance(axes, int) else axes)
+    count = 1
+    for ax in axes_t:
+        count *= shape[ax]
+    return summation(a, axes, keepdims) / count
+
+
+class MatMul(TensorOp):
+    def compute(self, a: NDArray, b: NDArray) -> NDArray:
+        return a @ b
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tuple[Tensor, Tensor]:
+        ### BEGIN YOUR SOLUTION
+        a, b = node.inputs
+        grad_a = out_grad @ transpose(b)
+        if b.ndim == 2 and a.ndim > 2:
+            # fold the batch into rows: one (n, B*m) @ (B*m, p) product instead of B of them
+            n, p = b.shape
+            grad_b = transpose(reshape(a, (-1, n))) @ reshape(out_grad, (-1, p))
+        else:
+            grad_b = transpose(a) @ out_grad
+        return unbroadcast(grad_a, a.shape), unbroadcast(grad_b, b.shape)
+        ### END YOUR SOLUTION
+
+
+def matmul(a: Tensor, b: Tensor) -> Tensor:
+    """Matrix product; batch dimensions broadcast."""
+    return MatMul()(a, b)
+
+
+class Maximum(TensorOp):
+    """Elementwise max(a, b); on ties the gradient goes to ``a``."""
+
+    def compute(self, a: NDArray, b: NDArray) -> NDArray:
+        return a.maximum(b)
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tuple[Tensor, Tensor]:
+        a, b = node.inputs
+        mask = a.realize_cached_data() >= b.realize_cached_data()
+        take_a = Tensor.make_const(mask.astype(out_grad.dtype))
+        return (unbroadcast(out_grad * take_a, a.shape),
+                unbroadcast(out_grad * (1 - take_a), b.shape))
+
+
+def maximum(a: Tensor, b: Any) -> Tensor:
+    """Elementwise maximum of a tensor with a tensor or a scalar."""
+    if isinstance(b, Tensor):
+        return Maximum()(a, b)
+    return MaximumScalar(b)(a)
+
+
+class MaximumScalar(TensorOp):
+    def __init__(self, scalar: Number):
+        self.scalar = scalar
+
+    def compute(self, a: NDArray) -> NDArray:
+        return a.maximum(self.scalar)
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
+        mask = node.inputs[0].realize_cached_data() >= self.scalar
+        return out_grad * Tensor.make_const(mask.astype(out_grad.dtype))
+
+
+def maximum_scalar(a: Tensor, scalar: Number) -> Tensor:
+    """max(a, scalar) elementwise."""
+    return MaximumScalar(scalar)(a)
+
+
+class Cast(TensorOp):
+    """Convert to another dtype; the gradient is cast back."""
+
+    def __init__(self, dtype: str):
+        self.dtype = to_numpy_dtype(dtype).name
+
+    def compute(self, a: NDArray) -> NDArray:
+        return a.astype(self.dtype)
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
+        return cast(out_grad, node.inputs[0].dtype)
+
+
+def cast(a: Tensor, dtype: str) -> Tensor:
+    """``a`` converted to ``dtype``."""
+    if a.dtype == to_numpy_dtype(dtype).name:
+        return a
+    return Cast(dtype)(a)
+
+
+class Where(TensorOp):
+    """cond ? a : b elementwise; ``cond`` is a constant boolean mask (broadcasting)."""
+
+    def __init__(self, cond: NDArray):
+        self.cond = cond
+
+    def compute(self, a: NDArray, b: NDArray) -> NDArray:
+        from ..backend_ndarray.functions import where as nd_where
+        return nd_where(self.cond, a, b)
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tuple[Tensor, Tensor]:
+        a, b = node.inputs
+        zero = Tensor.make_const(out_grad.realize_cached_data() * 0)
+        return (unbroadcast(Where(self.cond)(out_grad, zero), a.shape),
+                unbroadcast(Where(self.cond)(zero, out_grad), b.shape))
+
+
+def where(cond: Any, a: Tensor, b: Tensor) -> Tensor:
+    """Elementwise select: ``a`` where ``cond`` is true, else ``b`` (cond gets no gradient)."""
+    if isinstance(cond, Tensor):
+        cond = cond.realize_cached_data()
+    elif not isinstance(cond, NDArray):
+        from ..backend_ndarray import array
+        cond = array(cond, dtype="bool", device=a.device)
+    return Where(cond.astype("bool"))(a, b)

@@ -1,0 +1,38 @@
+"""Max reduction with its (tie-splitting) gradient."""
+from typing import Tuple, Union
+
+from ..autograd import NDArray, Tensor, TensorOp
+from .ops_mathematic import broadcast_to, reshape
+
+Axes = Union[None, int, Tuple[int, ...]]
+
+__all__ = ["Max", "max"]
+
+
+class Max(TensorOp):
+    """Max over ``axes``; the gradient is shared equally among tied maxima."""
+
+    def __init__(self, axes: Axes = None, keepdims: bool = False):
+        self.axes = (axes,) if isinstance(axes, int) else (None if axes is None else tuple(axes))
+        self.keepdims = keepdims
+
+    def compute(self, a: NDArray) -> NDArray:
+        return a.max(axis=self.axes, keepdims=self.keepdims)
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
+        a = node.inputs[0]
+        shape = a.shape
+        axes = range(len(shape)) if self.axes is None else self.axes
+        axes = {ax % len(shape) for ax in axes} if shape else set()
+        kept = tuple(1 if i in axes else s for i, s in enumerate(shape))
+        data = a.realize_cached_data()
+        mask = (data == node.realize_cached_data().reshape(kept).broadcast_to(shape))
+        mask = mask.astype(data.dtype)
+        count = mask.sum(axis=tuple(axes), keepdims=True).broadcast_to(shape)
+        share = Tensor.make_const(mask / count)
+        return broadcast_to(reshape(out_grad, kept), shape) * share
+
+
+def max(a: Tensor, axes: Axes = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    """Max over ``axes`` (all when None)."""
+    return Max(axes, keepdims)(a)
