@@ -152,12 +152,20 @@ class Value:
         value.num_outputs = 1
         value.grad = None
         ### BEGIN YOUR SOLUTION
-        record = _GRAD_ENABLED and any(x.requires_grad for x in inputs)
+        record = False
+        if _GRAD_ENABLED:
+            for x in inputs:
+                if x.requires_grad:
+                    record = True
+                    break
         if LAZY_MODE:
             value.op, value.inputs, value.cached_data = op, tuple(inputs), None
             value.requires_grad = record
             return value
-        value.cached_data = op.compute(*[x.realize_cached_data() for x in inputs])
+        if len(inputs) == 1:
+            value.cached_data = op.compute(inputs[0].realize_cached_data())
+        else:
+            value.cached_data = op.compute(*[x.realize_cached_data() for x in inputs])
         if record:
             value.op, value.inputs, value.requires_grad = op, tuple(inputs), True
         else:  # nothing upstream needs a gradient: keep no graph
@@ -230,9 +238,7 @@ class Tensor(Value):
     def _array_from_numpy(numpy_array: Any, device: BackendDevice, dtype: Any) -> NDArray:
         return array_api.array(numpy_array, device=device, dtype=dtype)
 
-    @staticmethod
-    def make_from_op(op: Op, inputs: Tuple[Value, ...]) -> "Tensor":
-        return Value.make_from_op.__func__(Tensor, op, inputs)
+    make_from_op = classmethod(Value.make_from_op.__func__)
 
     @staticmethod
     def make_const(data: Any, requires_grad: bool = False) -> "Tensor":
@@ -424,6 +430,8 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
         if node_grads is None:
             continue
         grad = sum_node_list(node_grads)
+        if isinstance(node, Tensor) and grad.dtype != node.dtype:
+            grad = ops.cast(grad, node.dtype)  # after type promotion: grads keep their dtype
         if node.op is None or getattr(node, "_retain_grad", False):
             node.grad = grad  # overwritten, not accumulated, as in the course
             if node.op is None:

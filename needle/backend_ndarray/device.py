@@ -14,9 +14,12 @@ class BackendDevice:
         self.name = name
         self.mod = mod
         self.index = index
+        if mod is not None:
+            # copy the primitives onto the instance: a plain attribute lookup on the hot path
+            self.__dict__.update({k: getattr(mod, k) for k in dir(mod) if not k.startswith("__")})
 
     def __eq__(self, other: object) -> bool:
-        return (isinstance(other, BackendDevice) and self.name == other.name
+        return self is other or (isinstance(other, BackendDevice) and self.name == other.name
                 and self.index == other.index)
 
     def __hash__(self) -> int:

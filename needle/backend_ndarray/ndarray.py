@@ -15,7 +15,20 @@ import numpy as np
 from .device import BackendDevice, default_device
 from .dtypes import is_floating, promote, to_numpy_dtype  # noqa: F401
 
+_STRIDES = {}
+_DTYPE_NAMES = {}
 _BOOL = np.dtype(np.bool_)
+_I64 = np.dtype(np.int64)
+
+
+def _TAIL_AXES(ndim: int, n: int, _cache: dict = {}) -> Tuple[int, ...]:  # noqa: B006 (cache)
+    """(ndim - n, ..., ndim - 1), memoised."""
+    key = (ndim, n)
+    if key not in _cache:
+        _cache[key] = tuple(range(ndim - n, ndim))
+    return _cache[key]
+
+
 _F32 = np.dtype(np.float32)
 _COMPARISONS = frozenset(("eq", "ne", "lt", "le", "gt", "ge"))
 Scalar = Union[int, float, bool, np.generic]
@@ -60,12 +73,19 @@ class NDArray:
     @staticmethod
     def compact_strides(shape: Tuple[int, ...]) -> Tuple[int, ...]:
         """Row-major strides of a compact array of ``shape``."""
+        try:
+            return _STRIDES[shape]
+        except KeyError:
+            pass
         stride = 1
         res = []
         for i in range(1, len(shape) + 1):
             res.append(stride)
             stride *= shape[-i]
-        return tuple(res[::-1])
+        res = tuple(res[::-1])
+        if len(_STRIDES) < 4096:  # a cache: shapes repeat every training step
+            _STRIDES[shape] = res
+        return res
 
     @staticmethod
     def make(shape: Tuple[int, ...], strides: Optional[Tuple[int, ...]] = None,
@@ -73,13 +93,17 @@ class NDArray:
              dtype: Any = None) -> "NDArray":
         """Build an NDArray over ``handle`` (a new buffer when None) without copying."""
         array = object.__new__(NDArray)
-        array._shape = tuple(shape)
+        if type(shape) is not tuple:
+            shape = tuple(shape)
+        array._shape = shape
         array._strides = NDArray.compact_strides(shape) if strides is None else tuple(strides)
         array._offset = offset
-        array._device = device if device is not None else default_device()
+        if device is None:
+            device = default_device()
+        array._device = device
         if handle is None:
-            handle = array._device.Array(prod(shape),
-                                         _F32 if dtype is None else to_numpy_dtype(dtype))
+            handle = device.Array(math.prod(shape), _F32 if dtype is None else (
+                dtype if type(dtype) is np.dtype else to_numpy_dtype(dtype)))
         array._handle = handle
         return array
 
@@ -107,7 +131,12 @@ class NDArray:
     @property
     def dtype(self) -> str:
         """The dtype name, e.g. ``"float32"``."""
-        return self._handle.dtype.name
+        dt = self._handle.dtype
+        try:
+            return _DTYPE_NAMES[dt]
+        except KeyError:
+            _DTYPE_NAMES[dt] = dt.name
+            return dt.name
 
     @property
     def ndim(self) -> int:
@@ -159,8 +188,9 @@ class NDArray:
 
     def is_compact(self) -> bool:
         """True when the view is row-major contiguous from the start of its buffer."""
-        return (self._strides == self.compact_strides(self._shape)
-                and prod(self._shape) == self._handle.size)
+        shape = self._shape
+        return (self._strides == (_STRIDES.get(shape) or NDArray.compact_strides(shape))
+                and math.prod(shape) == self._handle.size)
 
     def compact(self) -> "NDArray":
         """A compact copy (or itself when already compact)."""
@@ -315,7 +345,7 @@ class NDArray:
     def _binary(self, other: Any, name: str) -> "NDArray":
         dev = self._device
         if isinstance(other, NDArray):
-            if other._device != dev:
+            if other._device is not dev and other._device != dev:
                 _check_device(self, other, name)
             a, b = self, other
             dt = a._handle.dtype
@@ -325,19 +355,21 @@ class NDArray:
             if a._shape != b._shape:
                 shape = broadcast_shapes(a._shape, b._shape, name)
                 a, b = a.broadcast_to(shape), b.broadcast_to(shape)
-            out_dt = _out_dtype(name, dt)
-            out = NDArray.make(a._shape, device=dev, dtype=out_dt)
-            getattr(dev, "ewise_" + name)(a.compact()._handle, b.compact()._handle, out._handle)
+            out = NDArray.make(a._shape, device=dev, dtype=_out_dtype(name, dt))
+            getattr(dev, _EWISE[name])(a.compact()._handle, b.compact()._handle, out._handle)
             return out
         if isinstance(other, np.ndarray):
             return self._binary(NDArray(other, device=dev), name)
         if not isinstance(other, (int, float, bool, np.generic)):
             raise TypeError(f"unsupported operand type for {name}: NDArray and "
                             f"{type(other).__name__}")
-        dt = _scalar_dtype(self._handle.dtype, other, name)
-        src = self if dt == self._handle.dtype else self.astype(dt)
+        dt = self._handle.dtype
+        src = self
+        if dt.kind in "biu" and isinstance(other, (float, np.floating)):
+            dt = _scalar_dtype(dt, other, name)
+            src = self.astype(dt)
         out = NDArray.make(self._shape, device=dev, dtype=_out_dtype(name, dt))
-        getattr(dev, "scalar_" + name)(src.compact()._handle, other, out._handle)
+        getattr(dev, _SCALAR[name])(src.compact()._handle, other, out._handle)
         return out
 
     def _rbinary(self, other: Any, name: str) -> "NDArray":
@@ -455,38 +487,67 @@ class NDArray:
             dt = promote(a._np_dtype, b._np_dtype)
             a, b = a.astype(dt), b.astype(dt)
         ### BEGIN YOUR SOLUTION
-        if b.ndim == 2 and a.ndim > 2:
+        if a.ndim == 2 and b.ndim == 2:
+            out = NDArray.make((m, p), device=self._device, dtype=a._np_dtype)
+            ha, ta = a._matmul_operand()
+            hb, tb = b._matmul_operand()
+            self._device.matmul(ha, hb, out._handle, 1, m, n, p, ta, tb)
+            return out
+        if b.ndim == 2:
             # (..., m, n) @ (n, p): fold the batch into the rows, one big GEMM
             lead = a._shape[:-2]
             flat = a.compact().reshape((prod(lead) * m, n))
             return (flat @ b).reshape(lead + (m, p))
         batch_shape = broadcast_shapes(a._shape[:-2], b._shape[:-2], "matmul")
-        a = a.broadcast_to(batch_shape + (m, n)).compact()
-        b = b.broadcast_to(batch_shape + (n, p)).compact()
+        ha, ta = a.broadcast_to(batch_shape + (m, n))._matmul_operand()
+        hb, tb = b.broadcast_to(batch_shape + (n, p))._matmul_operand()
         out = NDArray.make(batch_shape + (m, p), device=self._device, dtype=a._np_dtype)
-        self._device.matmul(a._handle, b._handle, out._handle, prod(batch_shape), m, n, p)
+        self._device.matmul(ha, hb, out._handle, prod(batch_shape), m, n, p, ta, tb)
         return out
         ### END YOUR SOLUTION
+
+    def _matmul_operand(self) -> Tuple[Any, bool]:
+        """(buffer, transposed) for matmul: a compact array, or the last-two-axes transpose of
+        one (what gradients produce), passed to BLAS with a flag instead of being copied."""
+        if self.is_compact():
+            return self._handle, False
+        shape = self._shape
+        if len(shape) >= 2 and self._offset == 0 and math.prod(shape) == self._handle.size:
+            swapped = shape[:-2] + (shape[-1], shape[-2])
+            st = NDArray.compact_strides(swapped)
+            if self._strides == st[:-2] + (st[-1], st[-2]):
+                return self._handle, True
+        return self.compact()._handle, False
 
     # ------------------------------------------------------------------ reductions
     def _reduce(self, axis: Union[None, int, Sequence[int]], keepdims: bool, name: str
                 ) -> "NDArray":
-        axes = _normalize_axes(axis, self.ndim, name)
-        keep = tuple(i for i in range(self.ndim) if i not in axes)
+        shape = self._shape
+        ndim = len(shape)
+        if type(axis) is int and -ndim <= axis < ndim:
+            axes = (axis % ndim,)
+        else:
+            axes = _normalize_axes(axis, ndim, name)
+        n_red = len(axes)
         ### BEGIN YOUR SOLUTION
-        view = self.permute(keep + axes) if axes != tuple(range(self.ndim - len(axes),
-                                                                 self.ndim)) else self
-        out_shape = tuple(self._shape[i] for i in keep)
-        reduce_size = prod(self._shape[i] for i in axes)
-        dt = self._np_dtype
+        # move the reduced axes last, so each output element reduces one contiguous block
+        if axes == _TAIL_AXES(ndim, n_red):
+            view = self
+            out_shape = shape[:ndim - n_red]
+        else:
+            keep = tuple(i for i in range(ndim) if i not in axes)
+            view = self.permute(keep + axes)
+            out_shape = tuple(shape[i] for i in keep)
+        reduce_size = math.prod(view._shape[ndim - n_red:])
+        dt = self._handle.dtype
         if name == "sum" and dt.kind in "bu":
-            dt = np.dtype(np.int64)
+            dt = _I64
         src = view.compact().astype(dt)
         out = NDArray.make(out_shape, device=self._device, dtype=dt)
         getattr(self._device, "reduce_" + name)(src._handle, out._handle, reduce_size)
         ### END YOUR SOLUTION
         if keepdims:
-            out = out.reshape(tuple(1 if i in axes else s for i, s in enumerate(self._shape)))
+            out = out.reshape(tuple(1 if i in axes else s for i, s in enumerate(shape)))
         return out
 
     def sum(self, axis: Union[None, int, Sequence[int]] = None, keepdims: bool = False
@@ -503,6 +564,11 @@ class NDArray:
 
 
 # ---------------------------------------------------------------------- helpers
+_EWISE = {n: "ewise_" + n for n in ("add", "sub", "mul", "div", "pow", "maximum", "eq", "ne",
+                                    "lt", "le", "gt", "ge")}
+_SCALAR = {n: k.replace("ewise_", "scalar_") for n, k in _EWISE.items()}
+
+
 def _out_dtype(name: str, dt: np.dtype) -> np.dtype:
     if name in _COMPARISONS:
         return _BOOL

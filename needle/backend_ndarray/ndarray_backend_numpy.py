@@ -22,24 +22,22 @@ __device_name__ = "cpu"
 EWISE_BINARY = ("add", "sub", "mul", "div", "pow", "maximum", "eq", "ne", "lt", "le", "gt", "ge")
 EWISE_UNARY = ("neg", "log", "exp", "tanh", "sqrt", "abs", "sin", "cos")
 
+# Set by ``needle.memory.MemoryTracker`` while one is active (called with each new Array);
+# None otherwise, so the hot path pays one global load and an ``is None`` test.
+_ALLOC_HOOK = None
+
 
 class Array:
     """A flat buffer of ``size`` elements of one dtype (a 1-D numpy array underneath)."""
 
-    __slots__ = ("array", "__weakref__")
+    __slots__ = ("array", "size", "dtype", "__weakref__")
 
     def __init__(self, size: int, dtype: Any = np.float32):
         self.array = np.empty(size, dtype=dtype)
-
-    @property
-    def size(self) -> int:
-        """Number of elements."""
-        return self.array.size
-
-    @property
-    def dtype(self) -> np.dtype:
-        """NumPy dtype of the elements."""
-        return self.array.dtype
+        if _ALLOC_HOOK is not None:
+            _ALLOC_HOOK(self)
+        self.size = size  # plain attributes, not properties: read on every op
+        self.dtype = self.array.dtype
 
     @property
     def nbytes(self) -> int:
@@ -68,7 +66,7 @@ def compact(a: Array, out: Array, shape: Tuple[int, ...], strides: Tuple[int, ..
             offset: int) -> None:
     """Copy the strided view (shape, strides, offset) of ``a`` into compact ``out``."""
     ### BEGIN YOUR SOLUTION
-    out.array[:] = _strided(a, shape, strides, offset).reshape(-1)
+    np.copyto(out.array.reshape(shape), _strided(a, shape, strides, offset))
     ### END YOUR SOLUTION
 
 
@@ -135,13 +133,20 @@ def ewise_astype(a: Array, out: Array) -> None:
     out.array[:] = a.array.astype(out.array.dtype, copy=False)
 
 
-def matmul(a: Array, b: Array, out: Array, batch: int, m: int, n: int, p: int) -> None:
-    """out[i] = a[i] @ b[i] for ``batch`` compact (m, n) @ (n, p) products."""
+def matmul(a: Array, b: Array, out: Array, batch: int, m: int, n: int, p: int,
+           trans_a: bool = False, trans_b: bool = False) -> None:
+    """out[i] = op(a[i]) @ op(b[i]) for ``batch`` products of (m, n) @ (n, p) matrices.
+
+    ``a`` holds compact (m, n) matrices, or (n, m) ones when ``trans_a`` (op = transpose);
+    likewise ``b`` with ``trans_b``. BLAS reads transposed operands without a copy.
+    """
     ### BEGIN YOUR SOLUTION
-    x = a.array[: batch * m * n].reshape(batch, m, n)
-    y = b.array[: batch * n * p].reshape(batch, n, p)
-    if a.array.dtype.kind == "V" or a.array.dtype.name == "bfloat16":
-        # numpy has no bfloat16 BLAS: accumulate in float32 like a tensor core would
+    x = a.array.reshape(batch, n, m).transpose(0, 2, 1) if trans_a else \
+        a.array.reshape(batch, m, n)
+    y = b.array.reshape(batch, p, n).transpose(0, 2, 1) if trans_b else \
+        b.array.reshape(batch, n, p)
+    if a.array.dtype.kind == "V":
+        # bfloat16 (ml_dtypes): numpy has no bf16 BLAS, accumulate in float32 as tensor cores do
         res = np.matmul(x.astype(np.float32), y.astype(np.float32))
         out.array[:] = res.reshape(-1).astype(out.array.dtype)
     elif batch == 1:
@@ -155,7 +160,7 @@ def reduce_sum(a: Array, out: Array, reduce_size: int) -> None:
     """Sum each consecutive block of ``reduce_size`` elements of compact ``a`` into ``out``."""
     ### BEGIN YOUR SOLUTION
     x = a.array.reshape(-1, reduce_size) if reduce_size else a.array.reshape(out.size, 0)
-    np.sum(x, axis=1, out=out.array)
+    np.add.reduce(x, axis=1, out=out.array)
     ### END YOUR SOLUTION
 
 
@@ -164,7 +169,7 @@ def reduce_max(a: Array, out: Array, reduce_size: int) -> None:
     ### BEGIN YOUR SOLUTION
     if reduce_size == 0:
         raise ValueError("max over an empty axis has no identity")
-    np.max(a.array.reshape(-1, reduce_size), axis=1, out=out.array)
+    np.maximum.reduce(a.array.reshape(-1, reduce_size), axis=1, out=out.array)
     ### END YOUR SOLUTION
 
 

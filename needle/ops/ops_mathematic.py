@@ -5,8 +5,9 @@ Binary ops broadcast by NumPy's rules; their gradients are summed back to each i
 from numbers import Number
 from typing import Any, Optional, Tuple, Union
 
-from ..autograd import NDArray, Tensor, TensorOp
+from ..autograd import NDArray, Tensor, TensorOp, no_grad
 from ..backend_ndarray import to_numpy_dtype
+from ..backend_ndarray.dtypes import is_floating
 
 Axes = Union[None, int, Tuple[int, ...]]
 
@@ -281,6 +282,8 @@ class Transpose(TensorOp):
         if a.ndim < 2:
             raise ValueError(f"transpose needs >= 2 dims, got shape {a.shape}")
         i, j = self.axes if self.axes is not None else (-2, -1)
+        if not (-a.ndim <= i < a.ndim and -a.ndim <= j < a.ndim):
+            raise ValueError(f"transpose: axes {self.axes} out of range for shape {a.shape}")
         order = list(range(a.ndim))
         order[i], order[j] = order[j], order[i]
         return a.permute(order)
@@ -375,14 +378,17 @@ class MatMul(TensorOp):
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tuple[Tensor, Tensor]:
         ### BEGIN YOUR SOLUTION
         a, b = node.inputs
-        grad_a = out_grad @ transpose(b)
-        if b.ndim == 2 and a.ndim > 2:
-            # fold the batch into rows: one (n, B*m) @ (B*m, p) product instead of B of them
-            n, p = b.shape
-            grad_b = transpose(reshape(a, (-1, n))) @ reshape(out_grad, (-1, p))
-        else:
-            grad_b = transpose(a) @ out_grad
-        return unbroadcast(grad_a, a.shape), unbroadcast(grad_b, b.shape)
+        grad_a = grad_b = None  # an input that needs no gradient costs no matmul
+        if a.requires_grad:
+            grad_a = unbroadcast(out_grad @ transpose(b), a.shape)
+        if b.requires_grad:
+            if b.ndim == 2 and a.ndim > 2:
+                # fold the batch into rows: one (n, B*m) @ (B*m, p) product instead of B
+                n, p = b.shape
+                grad_b = transpose(reshape(a, (-1, n))) @ reshape(out_grad, (-1, p))
+            else:
+                grad_b = unbroadcast(transpose(a) @ out_grad, b.shape)
+        return grad_a, grad_b
         ### END YOUR SOLUTION
 
 
@@ -446,6 +452,9 @@ def cast(a: Tensor, dtype: str) -> Tensor:
     """``a`` converted to ``dtype``."""
     if a.dtype == to_numpy_dtype(dtype).name:
         return a
+    if not is_floating(to_numpy_dtype(dtype)):
+        with no_grad():  # integer/bool results never require a gradient
+            return Cast(dtype)(a)
     return Cast(dtype)(a)
 
 
