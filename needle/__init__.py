@@ -7,5 +7,8 @@ from .autograd import (Tensor, TensorTuple, Value, enable_grad, is_grad_enabled,
                        no_grad)
 from . import ops  # noqa: F401
 from .ops import *  # noqa: F401,F403
+from . import init  # noqa: F401
+from . import nn  # noqa: F401
+from . import optim  # noqa: F401
 
 __version__ = "0.1.0"

@@ -51,7 +51,9 @@ class NDArray:
             if dtype is not None and to_numpy_dtype(dtype) != src._np_dtype:
                 src = src.astype(dtype)
             elif src is other:
-                src = other + 0  # a copy, like numpy.array(x)
+                src = NDArray.make(other._shape, device=other._device, dtype=other._np_dtype)
+                other._device.compact(other._handle, src._handle, other._shape, other._strides,
+                                      other._offset)  # a copy keeping the dtype (even bool)
             self._init(src)
             return
         device = device if device is not None else default_device()
@@ -365,7 +367,7 @@ class NDArray:
                             f"{type(other).__name__}")
         dt = self._handle.dtype
         src = self
-        if dt.kind in "biu" and isinstance(other, (float, np.floating)):
+        if dt.kind in "biu" and _scalar_dtype(dt, other, name) != dt:
             dt = _scalar_dtype(dt, other, name)
             src = self.astype(dt)
         out = NDArray.make(self._shape, device=dev, dtype=_out_dtype(name, dt))
@@ -498,7 +500,11 @@ class NDArray:
             lead = a._shape[:-2]
             flat = a.compact().reshape((prod(lead) * m, n))
             return (flat @ b).reshape(lead + (m, p))
-        batch_shape = broadcast_shapes(a._shape[:-2], b._shape[:-2], "matmul")
+        try:
+            batch_shape = broadcast_shapes(a._shape[:-2], b._shape[:-2], "matmul")
+        except ValueError:
+            raise ValueError(f"matmul: batch dimensions of {self._shape} @ {other._shape} "
+                             "cannot be broadcast together") from None
         ha, ta = a.broadcast_to(batch_shape + (m, n))._matmul_operand()
         hb, tb = b.broadcast_to(batch_shape + (n, p))._matmul_operand()
         out = NDArray.make(batch_shape + (m, p), device=self._device, dtype=a._np_dtype)
@@ -579,9 +585,11 @@ def _out_dtype(name: str, dt: np.dtype) -> np.dtype:
 
 def _scalar_dtype(dt: np.dtype, scalar: Any, name: str) -> np.dtype:
     """Array dtype kept for python scalars (NEP 50), except a float scalar on an int array."""
-    if (isinstance(scalar, (float, np.floating)) and not is_floating(dt)
-            and name not in _COMPARISONS):
-        return _F32
+    if not is_floating(dt) and name not in _COMPARISONS:
+        if isinstance(scalar, (float, np.floating)):
+            return _F32
+        if dt == _BOOL and not isinstance(scalar, (bool, np.bool_)):
+            return _I64  # NumPy: a bool array with an int scalar computes in int64
     return dt
 
 

@@ -1,0 +1,110 @@
+"""Basic tensor constructors: random, constant and one-hot tensors on any device.
+
+Random draws come from the device's ``rand``/``randn``, which use NumPy's *global* RNG, so
+``np.random.seed(s)`` makes every initializer reproducible exactly as in the course.
+"""
+from typing import Any, Optional
+
+import numpy as np
+
+from ..autograd import Tensor
+from ..backend_ndarray import BackendDevice, NDArray, default_device, to_numpy_dtype
+
+
+def _device(device: Optional[BackendDevice]) -> BackendDevice:
+    device = default_device() if device is None else device
+    if not isinstance(device, BackendDevice):
+        raise TypeError(f"device must be a needle BackendDevice, got {type(device).__name__}")
+    return device
+
+
+def _sample_dtype(dtype: Any) -> str:
+    """Floating dtypes sample at their own precision; others sample in float32, then cast."""
+    np_dtype = to_numpy_dtype(dtype)
+    return np_dtype.name if np_dtype.kind == "f" else "float32"
+
+
+def rand(*shape: int, low: float = 0.0, high: float = 1.0, device: Optional[BackendDevice] = None,
+         dtype: str = "float32", requires_grad: bool = False) -> Tensor:
+    """Uniform samples in [low, high)."""
+    ### BEGIN YOUR SOLUTION
+    device = _device(device)
+    array = device.rand(*shape, dtype=_sample_dtype(dtype)) * (high - low) + low
+    return Tensor(array, device=device, dtype=dtype, requires_grad=requires_grad)
+    ### END YOUR SOLUTION
+
+
+def randn(*shape: int, mean: float = 0.0, std: float = 1.0, device: Optional[BackendDevice] = None,
+          dtype: str = "float32", requires_grad: bool = False) -> Tensor:
+    """Normal samples with the given mean and standard deviation."""
+    ### BEGIN YOUR SOLUTION
+    device = _device(device)
+    array = device.randn(*shape, dtype=_sample_dtype(dtype)) * std + mean
+    return Tensor(array, device=device, dtype=dtype, requires_grad=requires_grad)
+    ### END YOUR SOLUTION
+
+
+def constant(*shape: int, c: float = 1.0, device: Optional[BackendDevice] = None,
+             dtype: str = "float32", requires_grad: bool = False) -> Tensor:
+    """A tensor filled with ``c``."""
+    ### BEGIN YOUR SOLUTION
+    device = _device(device)
+    array = device.full(shape, c, dtype=dtype)
+    return Tensor(array, device=device, dtype=dtype, requires_grad=requires_grad)
+    ### END YOUR SOLUTION
+
+
+def ones(*shape: int, device: Optional[BackendDevice] = None, dtype: str = "float32",
+         requires_grad: bool = False) -> Tensor:
+    """A tensor of ones."""
+    return constant(*shape, c=1.0, device=device, dtype=dtype, requires_grad=requires_grad)
+
+
+def zeros(*shape: int, device: Optional[BackendDevice] = None, dtype: str = "float32",
+          requires_grad: bool = False) -> Tensor:
+    """A tensor of zeros."""
+    return constant(*shape, c=0.0, device=device, dtype=dtype, requires_grad=requires_grad)
+
+
+def randb(*shape: int, p: float = 0.5, device: Optional[BackendDevice] = None,
+          dtype: str = "bool", requires_grad: bool = False) -> Tensor:
+    """Bernoulli samples: True (1) with probability ``p``."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"randb: p must lie in [0, 1], got {p}")
+    ### BEGIN YOUR SOLUTION
+    device = _device(device)
+    array = device.rand(*shape) <= p
+    return Tensor(array, device=device, dtype=dtype, requires_grad=requires_grad)
+    ### END YOUR SOLUTION
+
+
+def one_hot(n: int, i: Any, device: Optional[BackendDevice] = None, dtype: str = "float32",
+            requires_grad: bool = False) -> Tensor:
+    """Rows of the n x n identity picked by the integer indices ``i`` (shape i.shape + (n,))."""
+    ### BEGIN YOUR SOLUTION
+    device = _device(device)
+    if isinstance(i, (Tensor, NDArray)):
+        i = i.numpy()
+    idx = np.asarray(i)
+    if idx.dtype.kind == "f":
+        if not np.all(np.equal(np.mod(idx, 1), 0)):
+            raise ValueError("one_hot: indices must be whole numbers")
+    elif idx.dtype.kind not in "iub":
+        raise TypeError(f"one_hot: indices must be integers, got dtype {idx.dtype}")
+    array = device.one_hot(n, idx.astype(np.int64), dtype=dtype)
+    return Tensor(array, device=device, dtype=dtype, requires_grad=requires_grad)
+    ### END YOUR SOLUTION
+
+
+def zeros_like(array: Tensor, *, device: Optional[BackendDevice] = None,
+               requires_grad: bool = False) -> Tensor:
+    """Zeros with the shape and dtype of ``array`` (on its device unless one is given)."""
+    device = device if device is not None else array.device
+    return zeros(*array.shape, dtype=array.dtype, device=device, requires_grad=requires_grad)
+
+
+def ones_like(array: Tensor, *, device: Optional[BackendDevice] = None,
+              requires_grad: bool = False) -> Tensor:
+    """Ones with the shape and dtype of ``array`` (on its device unless one is given)."""
+    device = device if device is not None else array.device
+    return ones(*array.shape, dtype=array.dtype, device=device, requires_grad=requires_grad)

@@ -1,0 +1,258 @@
+"""The basic layers of the course (hw2): Linear, activations, normalization, dropout, loss.
+
+Layers never create arrays without the device and dtype of their input or parameters, so the
+same model code runs on ``ndl.cpu()`` and ``ndl.cuda()``.
+"""
+import math
+from typing import Any, Optional
+
+from .. import init, ops
+from ..autograd import Tensor
+from ..backend_ndarray import BackendDevice
+from .nn_module import LoadResult, Module, Parameter  # noqa: F401  (course: nn_basic.Parameter)
+
+__all__ = ["Identity", "Linear", "Flatten", "ReLU", "Tanh", "Sigmoid", "GELU", "Sequential",
+           "Residual", "SoftmaxLoss", "BatchNorm1d", "BatchNorm2d", "LayerNorm1d", "Dropout"]
+
+
+class Identity(Module):
+    """y = x."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x
+
+
+class Linear(Module):
+    """y = x @ W + b, with W of shape (in_features, out_features) (note: not transposed)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True,
+                 device: Optional[BackendDevice] = None, dtype: str = "float32") -> None:
+        super().__init__()
+        self.in_features = in_features
+        self.out_features = out_features
+        ### BEGIN YOUR SOLUTION
+        self.weight = Parameter(init.kaiming_uniform(in_features, out_features,
+                                                     device=device, dtype=dtype))
+        self.bias = None
+        if bias:
+            # as the course: drawn as (out, 1) with fan_in = out_features, then made a row
+            b = init.kaiming_uniform(out_features, 1, device=device, dtype=dtype)
+            self.bias = Parameter(b.reshape((1, out_features)))
+        ### END YOUR SOLUTION
+
+    def forward(self, X: Tensor) -> Tensor:
+        if X.shape[-1] != self.in_features:
+            raise ValueError(f"Linear({self.in_features}, {self.out_features}) got input of "
+                             f"shape {X.shape}")
+        ### BEGIN YOUR SOLUTION
+        out = X @ self.weight
+        if self.bias is not None:
+            out = out + self.bias.broadcast_to(out.shape)
+        return out
+        ### END YOUR SOLUTION
+
+    def extra_repr(self) -> str:
+        return f"{self.in_features}, {self.out_features}, bias={self.bias is not None}"
+
+
+class Flatten(Module):
+    """(B, d1, d2, ...) -> (B, d1 * d2 * ...)."""
+
+    def forward(self, X: Tensor) -> Tensor:
+        return X.reshape((X.shape[0], -1))
+
+
+class ReLU(Module):
+    """max(x, 0)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return ops.relu(x)
+
+
+class Tanh(Module):
+    """tanh(x)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return ops.tanh(x)
+
+
+class Sigmoid(Module):
+    """1 / (1 + exp(-x))."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return ops.sigmoid(x)
+
+
+class GELU(Module):
+    """GELU, tanh approximation (Hendrycks & Gimpel, arXiv:1606.08415, eq. after (2)).
+
+    0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) -- torch's ``approximate="tanh"``.
+    """
+
+    def forward(self, x: Tensor) -> Tensor:
+        inner = (x + (x ** 3) * 0.044715) * math.sqrt(2.0 / math.pi)
+        return x * (ops.tanh(inner) + 1.0) * 0.5
+
+
+class Sequential(Module):
+    """Apply modules in order.
+
+    The course stores them in ``self.modules``; here they are ``self.layers`` (and
+    ``seq[i]``, ``len(seq)``, ``iter(seq)``) because ``modules()`` is the Module traversal.
+    """
+
+    def __init__(self, *modules: Module) -> None:
+        super().__init__()
+        self.layers = list(modules)
+
+    def forward(self, x: Any) -> Any:
+        ### BEGIN YOUR SOLUTION
+        for module in self.layers:
+            x = module(x)
+        return x
+        ### END YOUR SOLUTION
+
+    def __getitem__(self, i: int) -> Module:
+        return self.layers[i]
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def __iter__(self):
+        return iter(self.layers)
+
+
+class Residual(Module):
+    """fn(x) + x."""
+
+    def __init__(self, fn: Module) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fn(x) + x
+
+
+class SoftmaxLoss(Module):
+    """Mean cross-entropy of logits (B, C) and integer labels y (B,): logsumexp(z) - z_y."""
+
+    def forward(self, logits: Tensor, y: Tensor) -> Tensor:
+        if logits.ndim != 2 or tuple(y.shape) != (logits.shape[0],):
+            raise ValueError(f"SoftmaxLoss expects logits (B, C) and labels (B,), got "
+                             f"{logits.shape} and {tuple(y.shape)}")
+        ### BEGIN YOUR SOLUTION
+        n, k = logits.shape
+        y_one_hot = init.one_hot(k, y, device=logits.device, dtype=logits.dtype)
+        z_y = (logits * y_one_hot).sum((1,))
+        return (ops.logsumexp(logits, (1,)) - z_y).sum() / n
+        ### END YOUR SOLUTION
+
+
+class BatchNorm1d(Module):
+    """Batch normalization over the batch axis of (B, dim) inputs (Ioffe & Szegedy, 2015).
+
+    As in the course, the *biased* batch variance is used both to normalize and to update
+    ``running_var`` (torch uses the unbiased one for the running estimate):
+    ``running = (1 - momentum) * running + momentum * batch_stat``.
+    """
+
+    def __init__(self, dim: int, eps: float = 1e-5, momentum: float = 0.1,
+                 device: Optional[BackendDevice] = None, dtype: str = "float32") -> None:
+        super().__init__()
+        self.dim = dim
+        self.eps = eps
+        self.momentum = momentum
+        self.weight = Parameter(init.ones(dim, device=device, dtype=dtype))
+        self.bias = Parameter(init.zeros(dim, device=device, dtype=dtype))
+        self.register_buffer("running_mean", init.zeros(dim, device=device, dtype=dtype))
+        self.register_buffer("running_var", init.ones(dim, device=device, dtype=dtype))
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.ndim != 2 or x.shape[1] != self.dim:
+            raise ValueError(f"{type(self).__name__}({self.dim}) got input of shape {x.shape}")
+        ### BEGIN YOUR SOLUTION
+        n = x.shape[0]
+        if self.training:
+            mean = x.sum((0,)) / n                                    # (dim,)
+            centered = x - mean.reshape((1, self.dim)).broadcast_to(x.shape)
+            var = (centered ** 2).sum((0,)) / n
+            m = self.momentum
+            self.running_mean = self.running_mean * (1 - m) + mean.detach() * m
+            self.running_var = self.running_var * (1 - m) + var.detach() * m
+        else:
+            mean, var = self.running_mean, self.running_var
+            centered = x - mean.reshape((1, self.dim)).broadcast_to(x.shape)
+        std = ((var + self.eps) ** 0.5).reshape((1, self.dim)).broadcast_to(x.shape)
+        w = self.weight.reshape((1, self.dim)).broadcast_to(x.shape)
+        b = self.bias.reshape((1, self.dim)).broadcast_to(x.shape)
+        return w * centered / std + b
+        ### END YOUR SOLUTION
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, eps={self.eps}, momentum={self.momentum}"
+
+
+class BatchNorm2d(BatchNorm1d):
+    """Batch normalization of NCHW images per channel (statistics over N, H, W)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.ndim != 4 or x.shape[1] != self.dim:
+            raise ValueError(f"BatchNorm2d({self.dim}) expects NCHW input, got {x.shape}")
+        n, c, h, w = x.shape
+        flat = x.transpose((1, 2)).transpose((2, 3)).reshape((n * h * w, c))  # (NHW, C)
+        y = super().forward(flat).reshape((n, h, w, c))
+        return y.transpose((2, 3)).transpose((1, 2))
+
+
+class LayerNorm1d(Module):
+    """Normalize over the last axis, then scale and shift (Ba et al., arXiv:1607.06450)."""
+
+    def __init__(self, dim: int, eps: float = 1e-5, device: Optional[BackendDevice] = None,
+                 dtype: str = "float32") -> None:
+        super().__init__()
+        self.dim = dim
+        self.eps = eps
+        self.weight = Parameter(init.ones(dim, device=device, dtype=dtype))
+        self.bias = Parameter(init.zeros(dim, device=device, dtype=dtype))
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.shape[-1] != self.dim:
+            raise ValueError(f"LayerNorm1d({self.dim}) got input of shape {x.shape}")
+        ### BEGIN YOUR SOLUTION
+        keep = tuple(x.shape[:-1]) + (1,)
+        mean = (x.sum((x.ndim - 1,)) / self.dim).reshape(keep).broadcast_to(x.shape)
+        centered = x - mean
+        var = ((centered ** 2).sum((x.ndim - 1,)) / self.dim).reshape(keep)
+        std = ((var + self.eps) ** 0.5).broadcast_to(x.shape)
+        ones = (1,) * (x.ndim - 1) + (self.dim,)
+        w = self.weight.reshape(ones).broadcast_to(x.shape)
+        b = self.bias.reshape(ones).broadcast_to(x.shape)
+        return w * centered / std + b
+        ### END YOUR SOLUTION
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, eps={self.eps}"
+
+
+class Dropout(Module):
+    """Inverted dropout: zero each entry with probability p and scale the rest by 1/(1-p).
+
+    Identity in eval mode (Srivastava et al., JMLR 2014).
+    """
+
+    def __init__(self, p: float = 0.5) -> None:
+        super().__init__()
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"Dropout p must lie in [0, 1), got {p}")
+        self.p = p
+
+    def forward(self, x: Tensor) -> Tensor:
+        ### BEGIN YOUR SOLUTION
+        if not self.training or self.p == 0.0:
+            return x
+        mask = init.randb(*x.shape, p=1 - self.p, device=x.device, dtype=x.dtype)
+        return x * mask / (1 - self.p)
+        ### END YOUR SOLUTION
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"

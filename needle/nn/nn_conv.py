@@ -1,0 +1,60 @@
+"""2-D convolution layer (course hw4): NCHW in and out, NHWC inside for ``ops.conv``."""
+from typing import Optional, Tuple, Union
+
+from .. import init, ops
+from ..autograd import Tensor
+from ..backend_ndarray import BackendDevice
+from .nn_module import Module, Parameter
+
+__all__ = ["Conv"]
+
+
+class Conv(Module):
+    """Multi-channel 2-D convolution with square kernels; "same" padding (k // 2) by default.
+
+    Weight (K, K, C_in, C_out) is Kaiming-uniform with fan_in = K*K*C_in; the bias is
+    U(-1/sqrt(C_in*K*K), 1/sqrt(C_in*K*K)), as in the course.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Union[int, Tuple],
+                 stride: int = 1, bias: bool = True, device: Optional[BackendDevice] = None,
+                 dtype: str = "float32", padding: Optional[int] = None) -> None:
+        super().__init__()
+        if isinstance(kernel_size, tuple):
+            if len(set(kernel_size)) != 1:
+                raise ValueError(f"Conv supports square kernels only, got {kernel_size}")
+            kernel_size = kernel_size[0]
+        if isinstance(stride, tuple):
+            stride = stride[0]
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.kernel_size = kernel_size
+        self.stride = stride
+        self.padding = kernel_size // 2 if padding is None else padding
+        k = kernel_size
+        ### BEGIN YOUR SOLUTION
+        self.weight = Parameter(init.kaiming_uniform(
+            in_channels * k * k, out_channels * k * k, shape=(k, k, in_channels, out_channels),
+            device=device, dtype=dtype))
+        self.bias = None
+        if bias:
+            bound = 1.0 / (in_channels * k * k) ** 0.5
+            self.bias = Parameter(init.rand(out_channels, low=-bound, high=bound,
+                                            device=device, dtype=dtype))
+        ### END YOUR SOLUTION
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.ndim != 4 or x.shape[1] != self.in_channels:
+            raise ValueError(f"Conv({self.in_channels}, {self.out_channels}) expects NCHW input "
+                             f"with {self.in_channels} channels, got {x.shape}")
+        ### BEGIN YOUR SOLUTION
+        nhwc = x.transpose((1, 2)).transpose((2, 3))                 # (N, H, W, C_in)
+        out = ops.conv(nhwc, self.weight, stride=self.stride, padding=self.padding)
+        if self.bias is not None:
+            out = out + self.bias.reshape((1, 1, 1, self.out_channels)).broadcast_to(out.shape)
+        return out.transpose((2, 3)).transpose((1, 2))              # (N, C_out, H', W')
+        ### END YOUR SOLUTION
+
+    def extra_repr(self) -> str:
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}, padding={self.padding}, bias={self.bias is not None}")

@@ -1,0 +1,202 @@
+"""Optimizers: SGD with momentum, Adam and AdamW, following the course's update rules.
+
+Updates work on the parameters' NDArrays (``realize_cached_data``) and rebind
+``param.cached_data``: an optimizer step builds no autodiff graph, so repeated steps leave the
+number of live tensors (``autograd.TENSOR_COUNTER``) unchanged. Parameters are deduplicated by
+identity (a tied weight is updated once), and a parameter whose ``.grad`` is None (frozen, or
+unused this step) is skipped and gets no state.
+"""
+from typing import Any, Dict, Iterable, List
+
+import numpy as np
+
+from ..autograd import Tensor
+from ..backend_ndarray import NDArray
+
+
+class Optimizer:
+    """Base class: holds the (deduplicated) parameters and per-parameter state."""
+
+    hyperparameters: tuple = ("lr",)
+
+    def __init__(self, params: Iterable[Tensor]) -> None:
+        unique: List[Tensor] = []
+        seen = set()
+        for p in params:
+            if not isinstance(p, Tensor):
+                raise TypeError(f"optimizer params must be Tensors, got {type(p).__name__}")
+            if id(p) not in seen:
+                seen.add(id(p))
+                unique.append(p)
+        self.params = unique
+        self.state: Dict[int, Dict[str, Any]] = {}
+
+    def step(self) -> None:
+        """Update every parameter that has a gradient."""
+        raise NotImplementedError()
+
+    def reset_grad(self) -> None:
+        """Drop all parameter gradients (``p.grad = None``)."""
+        for p in self.params:
+            p.grad = None
+
+    zero_grad = reset_grad
+
+    def _grads(self):
+        """(index, param, data, grad in the param's dtype) for each param with a grad."""
+        for i, p in enumerate(self.params):
+            if p.grad is None:
+                continue
+            w = p.realize_cached_data()
+            g = p.grad.realize_cached_data()
+            if g.dtype != w.dtype:
+                g = g.astype(w.dtype)
+            if g.shape != w.shape:
+                raise ValueError(f"param {i}: grad shape {g.shape} != param shape {w.shape}")
+            yield i, p, w, g
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Hyperparameters and per-parameter state (NumPy copies), keyed by parameter index."""
+        state = {str(i): {k: (v.numpy() if isinstance(v, NDArray) else v) for k, v in s.items()}
+                 for i, s in self.state.items()}
+        hyper = {k: getattr(self, k) for k in self.hyperparameters}
+        return {"hyper": hyper, "state": state}
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        """Restore hyperparameters and state saved by ``state_dict`` (same parameter order)."""
+        if set(state_dict) != {"hyper", "state"}:
+            raise ValueError(f"optimizer state_dict needs keys 'hyper' and 'state', got "
+                             f"{sorted(state_dict)}")
+        new: Dict[int, Dict[str, Any]] = {}
+        for key, s in state_dict["state"].items():
+            i = int(key)
+            if not 0 <= i < len(self.params):
+                raise ValueError(f"optimizer state for param {i}, but only "
+                                 f"{len(self.params)} params")
+            p = self.params[i]
+            new[i] = {}
+            for name, v in s.items():
+                if isinstance(v, (np.ndarray, NDArray)):
+                    if tuple(v.shape) != tuple(p.shape):
+                        raise ValueError(f"optimizer state {name!r} of param {i} has shape "
+                                         f"{tuple(v.shape)}, param has {tuple(p.shape)}")
+                    v = NDArray(v if isinstance(v, NDArray) else np.asarray(v),
+                                device=p.device, dtype=p.dtype)
+                elif isinstance(v, np.generic):
+                    v = v.item()
+                new[i][name] = v
+        for k, v in state_dict["hyper"].items():
+            if k not in self.hyperparameters:
+                raise ValueError(f"unknown optimizer hyperparameter {k!r} for "
+                                 f"{type(self).__name__}")
+            setattr(self, k, v.item() if isinstance(v, np.generic) else v)
+        self.state = new
+
+
+class SGD(Optimizer):
+    """SGD with (course-style) momentum and L2 weight decay.
+
+    As in the course (hw2): g = grad + weight_decay * w;  u = momentum * u + (1 - momentum) * g
+    with u starting at 0;  w = w - lr * u. This is torch's SGD with ``dampening=momentum``
+    except on the first step (torch starts u at g, the course at (1 - momentum) g).
+    """
+
+    hyperparameters = ("lr", "momentum", "weight_decay")
+
+    def __init__(self, params: Iterable[Tensor], lr: float = 0.01, momentum: float = 0.0,
+                 weight_decay: float = 0.0) -> None:
+        super().__init__(params)
+        self.lr = lr
+        self.momentum = momentum
+        self.weight_decay = weight_decay
+
+    @property
+    def u(self) -> Dict[int, NDArray]:
+        """Momentum buffers by parameter index (course name)."""
+        return {i: s["u"] for i, s in self.state.items() if "u" in s}
+
+    def step(self) -> None:
+        ### BEGIN YOUR SOLUTION
+        for i, p, w, g in self._grads():
+            if self.weight_decay:
+                g = g + w * self.weight_decay
+            if self.momentum:
+                s = self.state.setdefault(i, {})
+                u = s.get("u")
+                s["u"] = g * (1 - self.momentum) if u is None else \
+                    u * self.momentum + g * (1 - self.momentum)
+                g = s["u"]
+            p.cached_data = w - g * self.lr
+        ### END YOUR SOLUTION
+
+
+class Adam(Optimizer):
+    """Adam with bias correction and L2 weight decay (Kingma & Ba, arXiv:1412.6980, Alg. 1).
+
+    g = grad + weight_decay * w; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+    w = w - lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps). The step count t is kept
+    per parameter (as torch); it equals the course's global t when every parameter has a
+    gradient at every step.
+    """
+
+    hyperparameters = ("lr", "beta1", "beta2", "eps", "weight_decay", "t")
+
+    def __init__(self, params: Iterable[Tensor], lr: float = 0.01, beta1: float = 0.9,
+                 beta2: float = 0.999, eps: float = 1e-8, weight_decay: float = 0.0) -> None:
+        super().__init__(params)
+        self.lr = lr
+        self.beta1 = beta1
+        self.beta2 = beta2
+        self.eps = eps
+        self.weight_decay = weight_decay
+        self.t = 0
+
+    @property
+    def m(self) -> Dict[int, NDArray]:
+        """First-moment estimates by parameter index (course name)."""
+        return {i: s["m"] for i, s in self.state.items()}
+
+    @property
+    def v(self) -> Dict[int, NDArray]:
+        """Second-moment estimates by parameter index (course name)."""
+        return {i: s["v"] for i, s in self.state.items()}
+
+    def _decay(self, w: NDArray, g: NDArray) -> "tuple[NDArray, NDArray]":
+        """L2 decay folded into the gradient (Adam); AdamW overrides."""
+        if self.weight_decay:
+            g = g + w * self.weight_decay
+        return w, g
+
+    def step(self) -> None:
+        self.t += 1
+        b1, b2 = self.beta1, self.beta2
+        ### BEGIN YOUR SOLUTION
+        for i, p, w, g in self._grads():
+            w, g = self._decay(w, g)
+            s = self.state.get(i)
+            if s is None:
+                s = self.state[i] = {"step": 0, "m": g * 0, "v": g * 0}
+            s["step"] += 1
+            s["m"] = s["m"] * b1 + g * (1 - b1)
+            s["v"] = s["v"] * b2 + (g * g) * (1 - b2)
+            m_hat = s["m"] / (1 - b1 ** s["step"])
+            v_hat = s["v"] / (1 - b2 ** s["step"])
+            p.cached_data = w - m_hat * self.lr / (v_hat.sqrt() + self.eps)
+        ### END YOUR SOLUTION
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (Loshchilov & Hutter, arXiv:1711.05101, Alg. 2).
+
+    w = w - lr * weight_decay * w, then the Adam step on the raw gradient (as torch.optim.AdamW).
+    """
+
+    def __init__(self, params: Iterable[Tensor], lr: float = 0.001, beta1: float = 0.9,
+                 beta2: float = 0.999, eps: float = 1e-8, weight_decay: float = 0.01) -> None:
+        super().__init__(params, lr=lr, beta1=beta1, beta2=beta2, eps=eps,
+                         weight_decay=weight_decay)
+
+    def _decay(self, w: NDArray, g: NDArray) -> "tuple[NDArray, NDArray]":
+        if self.weight_decay:
+            w = w * (1 - self.lr * self.weight_decay)
+        return w, g

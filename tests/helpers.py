@@ -1,0 +1,81 @@
+"""Shared test utilities: the device list and float64 central-difference gradients.
+
+Import from any test module with ``from helpers import DEVICES, numerical_grad`` (``pytest.ini``
+puts ``tests/`` on the path).
+"""
+from typing import Any, Callable, List, Optional, Sequence
+
+import numpy as np
+import pytest
+
+import needle as ndl
+
+DEVICES = [
+    pytest.param(ndl.cpu(), id="cpu"),
+    pytest.param(ndl.cuda(), id="cuda", marks=[
+        pytest.mark.cuda,
+        pytest.mark.skipif(not ndl.cuda().enabled(), reason="no GPU"),
+    ]),
+]
+
+
+def numerical_grad(f: Callable[..., float], arrays: Sequence[np.ndarray],
+                   eps: float = 1e-6) -> List[np.ndarray]:
+    """Central-difference gradient of the scalar ``f(*arrays)`` w.r.t. each array, in float64."""
+    arrays = [np.array(a, dtype=np.float64) for a in arrays]
+    grads = []
+    for a in arrays:
+        g = np.zeros_like(a)
+        flat, gflat = a.reshape(-1), g.reshape(-1)  # views: writes go into a and g
+        for i in range(flat.size):
+            old = flat[i]
+            flat[i] = old + eps
+            plus = float(f(*arrays))
+            flat[i] = old - eps
+            minus = float(f(*arrays))
+            flat[i] = old
+            gflat[i] = (plus - minus) / (2 * eps)
+        grads.append(g)
+    return grads
+
+
+def as_list(out: Any) -> List[Any]:
+    """An op's output as a list (a TensorTuple, tuple or list is spread, a single value wrapped)."""
+    if isinstance(out, ndl.TensorTuple):
+        return [out[i] for i in range(len(out))]
+    if isinstance(out, (tuple, list)):
+        return list(out)
+    return [out]
+
+
+def weighted_sum(outs: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -> float:
+    """sum_i <outs[i], weights[i]>: a scalar loss whose gradient reaches every output element."""
+    return float(sum(np.sum(np.asarray(o, dtype=np.float64) * w) for o, w in zip(outs, weights)))
+
+
+def check_op_gradient(fn: Callable[..., Any], np_fn: Callable[..., Any],
+                      arrays: Sequence[np.ndarray], device: Any,
+                      rng: Optional[np.random.Generator] = None, eps: float = 1e-6,
+                      rtol: float = 1e-5, atol: float = 1e-6) -> None:
+    """Assert needle's gradient of ``fn`` equals central differences of the NumPy ``np_fn``.
+
+    The loss is a random weighting of every output, so each output element's gradient matters.
+    """
+    rng = rng if rng is not None else np.random.default_rng(0)
+    arrays = [np.asarray(a, dtype=np.float64) for a in arrays]
+    ref_outs = [np.asarray(o) for o in as_list(np_fn(*arrays))]
+    weights = [rng.standard_normal(o.shape) for o in ref_outs]
+    tensors = [ndl.Tensor(a, device=device, dtype="float64") for a in arrays]
+    outs = as_list(fn(*tensors))
+    loss = None
+    for o, w in zip(outs, weights):
+        term = (o * ndl.Tensor(w, device=device, dtype="float64")).sum()
+        loss = term if loss is None else loss + term
+    loss.backward()
+    expected = numerical_grad(lambda *xs: weighted_sum(as_list(np_fn(*xs)), weights), arrays, eps)
+    for i, (t, g) in enumerate(zip(tensors, expected)):
+        assert t.grad is not None, f"input {i} got no gradient"
+        assert t.grad.shape == t.shape, f"input {i}: grad shape {t.grad.shape} != {t.shape}"
+        assert t.grad.dtype == "float64", f"input {i}: grad dtype {t.grad.dtype}"
+        np.testing.assert_allclose(t.grad.numpy(), g, rtol=rtol, atol=atol,
+                                   err_msg=f"gradient of input {i}")
