@@ -97,7 +97,7 @@ def _load_cuda_backend(index: int) -> Optional[Any]:
         from needle.backend_cuda import ndarray_backend_cuda as mod
     except Exception:  # CuPy missing or broken: the device exists but is disabled
         return None
-    return mod if mod.available(index) else None
+    return mod.for_device(index) if mod.available(index) else None  # allocates on GPU index
 
 
 def default_device() -> BackendDevice:

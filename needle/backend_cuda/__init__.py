@@ -1,0 +1,30 @@
+"""needle's CUDA backend on CuPy: kernels in ``kernels/*.cu``, primitives, fused ops, DLPack.
+
+Importing this package does not import CuPy; ``ndarray_backend_cuda`` (loaded by
+``ndl.cuda()``) does. Helpers that need CuPy import it when called.
+"""
+from typing import Any, Dict
+
+
+def memory_stats(device_index: int = 0) -> Dict[str, int]:
+    """Bytes in use, reserved and peak in CuPy's memory pool on GPU ``device_index``."""
+    from .ndarray_backend_cuda import memory_stats as stats
+    return stats(device_index)
+
+
+def reset_peak_memory(device_index: int = 0) -> None:
+    """Restart peak tracking on GPU ``device_index`` from the bytes in use now."""
+    from .ndarray_backend_cuda import reset_peak_memory as reset
+    reset(device_index)
+
+
+def to_dlpack(array: Any) -> Any:
+    """A zero-copy CuPy (cuda) or NumPy (cpu) view of an NDArray/Tensor: a DLPack producer."""
+    from .dlpack import to_dlpack as f
+    return f(array)
+
+
+def from_dlpack(obj: Any, device: Any = None) -> Any:
+    """An NDArray sharing memory with any DLPack producer (CuPy, NumPy, PyTorch)."""
+    from .dlpack import from_dlpack as f
+    return f(obj, device)

@@ -1,0 +1,139 @@
+"""CuPy plumbing shared by the CUDA primitives and fused ops: devices, kernel cache, launches.
+
+Every launch runs under ``cupy.cuda.Device(i)`` for the GPU that owns the output buffer, so
+``ndl.cuda(1)`` arrays run their kernels on GPU 1. Kernel modules are compiled by CuPy's NVRTC
+on first use, one module per (source file, dtype, GPU), and cached on disk by CuPy.
+"""
+import functools
+import os
+from typing import Any, Dict, Sequence, Tuple
+
+import cupy as cp
+import ml_dtypes
+import numpy as np
+
+from . import kernels
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+_META_CACHE: Dict[Tuple[int, Tuple[int, ...]], Any] = {}
+_META_CACHE_MAX = 4096
+_PEAK: Dict[int, int] = {}
+
+
+@functools.lru_cache(maxsize=None)
+def device(index: int) -> "cp.cuda.Device":
+    """The CuPy device object for GPU ``index`` (usable as a context manager)."""
+    return cp.cuda.Device(index)
+
+
+def device_count() -> int:
+    """Number of visible GPUs (0 when the driver or runtime is missing)."""
+    try:
+        return cp.cuda.runtime.getDeviceCount()
+    except Exception:  # no driver, no GPU, or a runtime/driver mismatch
+        return 0
+
+
+@functools.lru_cache(maxsize=None)
+def num_sms(index: int) -> int:
+    """Streaming multiprocessors on GPU ``index``."""
+    return int(device(index).attributes["MultiProcessorCount"])
+
+
+@functools.lru_cache(maxsize=None)
+def compute_capability(index: int) -> int:
+    """Compute capability as an int, e.g. 90 for an H100."""
+    return int(device(index).compute_capability)
+
+
+def check_bfloat16(index: int) -> None:
+    """Raise TypeError unless GPU ``index`` computes in bfloat16 (sm_80 and newer)."""
+    cc = compute_capability(index)
+    if cc < 80:
+        raise TypeError(f"bfloat16 on cuda({index}) needs compute capability >= 8.0 "
+                        f"(Ampere or newer); this GPU is {cc // 10}.{cc % 10}. "
+                        f"Use float16 or float32.")
+
+
+def storage_dtype(dtype: np.dtype) -> np.dtype:
+    """The CuPy dtype holding ``dtype``'s bits (bfloat16 is kept as raw uint16)."""
+    return np.dtype(np.uint16) if dtype == BF16 else dtype
+
+
+@functools.lru_cache(maxsize=None)
+def _module(filename: str, dtype: str, index: int) -> "cp.RawModule":
+    with device(index):
+        return cp.RawModule(code=kernels.source(filename),
+                            options=kernels.NVRTC_OPTIONS + kernels.include_options(),
+                            name_expressions=kernels.name_expressions(filename, dtype))
+
+
+@functools.lru_cache(maxsize=None)
+def kernel(filename: str, name: str, dtype: str, index: int) -> "cp.RawKernel":
+    """The compiled kernel ``name`` (a name expression) from ``filename`` on GPU ``index``.
+
+    ``dtype`` selects which instantiations the module holds ("" for all of the file's).
+    """
+    with device(index):
+        return _module(filename, dtype, index).get_function(name)
+
+
+def launch(k: "cp.RawKernel", grid: Sequence[int], block: Sequence[int], args: Sequence[Any],
+           index: int) -> None:
+    """Launch ``k`` on GPU ``index`` on CuPy's current stream."""
+    with device(index):
+        k(tuple(grid), tuple(block), tuple(args))
+
+
+def view_meta(shape: Sequence[int], strides: Sequence[int], offset: int, index: int) -> Any:
+    """A cached device int64 array [ndim, offset, *shape, *strides] for the strided kernels."""
+    key = (index, tuple(kernels.view_meta(tuple(shape), tuple(strides), offset)))
+    meta = _META_CACHE.get(key)
+    if meta is None:
+        if len(_META_CACHE) >= _META_CACHE_MAX:
+            _META_CACHE.clear()
+        with device(index):
+            meta = cp.asarray(np.array(key[1], dtype=np.int64))
+        _META_CACHE[key] = meta
+    return meta
+
+
+def scalar_arg(val: Any, dtype: str) -> Any:
+    """``val`` as the accumulator-typed NumPy scalar a ``scalar_*`` kernel takes."""
+    return np.float64(val) if kernels.ACC_DTYPE[dtype] == "float64" else np.float32(val)
+
+
+# ---------------------------------------------------------------------- memory accounting
+def note_allocation(index: int) -> None:
+    """Record the pool's bytes in use after an allocation (for the peak)."""
+    used = cp.get_default_memory_pool().used_bytes()
+    if used > _PEAK.get(index, 0):
+        _PEAK[index] = used
+
+
+def memory_stats(index: int = 0) -> Dict[str, int]:
+    """Bytes in use / reserved / free-in-pool / peak-in-use in CuPy's pool on GPU ``index``.
+
+    The peak is sampled whenever needle allocates a buffer on that GPU (CuPy keeps none).
+    """
+    with device(index):
+        pool = cp.get_default_memory_pool()
+        used = pool.used_bytes()
+        stats = {"bytes_in_use": used, "bytes_reserved": pool.total_bytes(),
+                 "bytes_free_in_pool": pool.free_bytes(),
+                 "peak_bytes_in_use": max(_PEAK.get(index, 0), used)}
+    return stats
+
+
+def reset_peak_memory(index: int = 0) -> None:
+    """Restart the peak from the bytes in use now."""
+    with device(index):
+        _PEAK[index] = cp.get_default_memory_pool().used_bytes()
+
+
+def matmul_mode_from_env() -> str:
+    """NEEDLE_CUDA_MATMUL: "cublas" (default), "tiled" or "naive"."""
+    mode = os.environ.get("NEEDLE_CUDA_MATMUL", "cublas").strip().lower()
+    if mode not in ("cublas", "tiled", "naive"):
+        raise ValueError(f"NEEDLE_CUDA_MATMUL={mode!r}; expected cublas, tiled or naive")
+    return mode

@@ -1,0 +1,133 @@
+"""Compile every kernel source through NVRTC, with no GPU and no CuPy (used by CI).
+
+NVRTC (the runtime compiler CuPy itself uses) comes from the pip package
+``nvidia-cuda-nvrtc-cu12``; the ``cuda_fp16.h`` / ``cuda_bf16.h`` headers the kernels include
+come from ``nvidia-cuda-runtime-cu12``. Both are loaded from site-packages with ctypes.
+Templated kernels are instantiated with ``nvrtcAddNameExpression`` for every dtype, so a
+type error in the half or bfloat16 path fails the check too.
+
+    python -m needle.backend_cuda.compile_check            # all kernels, compute_90
+"""
+import argparse
+import ctypes
+import glob
+import os
+import site
+import sys
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple
+
+from . import kernels
+
+_NVRTC = None
+
+
+class NVRTCError(RuntimeError):
+    """A kernel failed to compile; the message holds NVRTC's log."""
+
+
+def _site_dirs() -> List[str]:
+    dirs = list(site.getsitepackages()) + [site.getusersitepackages()]
+    dirs += [p for p in sys.path if p.endswith("site-packages")]
+    return [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]
+
+
+def find_nvrtc() -> Optional[str]:
+    """Path of libnvrtc.so from the pip package (or $NEEDLE_NVRTC), None when absent."""
+    env = os.environ.get("NEEDLE_NVRTC")
+    if env:
+        return env
+    for d in _site_dirs():
+        hits = sorted(glob.glob(os.path.join(d, "nvidia", "cuda_nvrtc", "lib", "libnvrtc.so*")))
+        hits = [h for h in hits if ".alt." not in h and "builtins" not in h]
+        if hits:
+            return hits[0]
+    return None
+
+
+def find_cuda_include() -> Optional[str]:
+    """A directory holding cuda_fp16.h (pip ``nvidia-cuda-runtime-cu12`` or $CUDA_PATH)."""
+    cands = [os.path.join(d, "nvidia", "cuda_runtime", "include") for d in _site_dirs()]
+    for var in ("CUDA_PATH", "CUDA_HOME"):
+        if os.environ.get(var):
+            cands.append(os.path.join(os.environ[var], "include"))
+    cands.append("/usr/local/cuda/include")
+    for c in cands:
+        if os.path.isfile(os.path.join(c, "cuda_fp16.h")):
+            return c
+    return None
+
+
+def _lib() -> ctypes.CDLL:
+    global _NVRTC
+    if _NVRTC is None:
+        path = find_nvrtc()
+        if path is None:
+            raise FileNotFoundError("libnvrtc not found: pip install nvidia-cuda-nvrtc-cu12")
+        lib = ctypes.CDLL(path)
+        lib.nvrtcGetErrorString.restype = ctypes.c_char_p
+        _NVRTC = lib
+    return _NVRTC
+
+
+def _check(lib: ctypes.CDLL, status: int, what: str) -> None:
+    if status != 0:
+        raise NVRTCError(f"{what}: {lib.nvrtcGetErrorString(status).decode()}")
+
+
+def compile_source(src: str, name: str = "kernel.cu", name_expressions: Sequence[str] = (),
+                   arch: str = "compute_90", options: Sequence[str] = ()) -> str:
+    """Compile CUDA C ``src`` to PTX with NVRTC; raise NVRTCError with the log on failure."""
+    lib = _lib()
+    prog = ctypes.c_void_p()
+    _check(lib, lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), name.encode(), 0,
+                                       None, None), "nvrtcCreateProgram")
+    try:
+        for expr in name_expressions:
+            _check(lib, lib.nvrtcAddNameExpression(prog, expr.encode()),
+                   f"nvrtcAddNameExpression({expr})")
+        opts = [f"--gpu-architecture={arch}", *kernels.NVRTC_OPTIONS,
+                *kernels.include_options(), *options]
+        inc = find_cuda_include()
+        if inc is not None:
+            opts.append("-I" + inc)
+        argv = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
+        status = lib.nvrtcCompileProgram(prog, len(opts), argv)
+        size = ctypes.c_size_t()
+        lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+        log = ctypes.create_string_buffer(size.value)
+        lib.nvrtcGetProgramLog(prog, log)
+        if status != 0:
+            raise NVRTCError(f"{name} failed to compile ({' '.join(opts)}):\n"
+                             f"{log.value.decode(errors='replace')}")
+        lib.nvrtcGetPTXSize(prog, ctypes.byref(size))
+        ptx = ctypes.create_string_buffer(size.value)
+        _check(lib, lib.nvrtcGetPTX(prog, ptx), "nvrtcGetPTX")
+        return ptx.value.decode(errors="replace")
+    finally:
+        lib.nvrtcDestroyProgram(ctypes.byref(prog))
+
+
+def compile_kernel_file(filename: str, arch: str = "compute_90") -> str:
+    """Compile ``kernels/<filename>`` with every template instantiation; returns PTX."""
+    return compile_source(kernels.source(filename), filename,
+                          kernels.name_expressions(filename), arch)
+
+
+def check_all(arch: str = "compute_90") -> List[Tuple[str, int]]:
+    """Compile every kernel file; returns (file, PTX bytes) pairs, raises on the first error."""
+    return [(f, len(compile_kernel_file(f, arch))) for f in kernels.KERNEL_FILES]
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Command line entry point: compile all kernels and print one line per file."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arch", default="compute_90")
+    args = parser.parse_args(argv)
+    for f, n in check_all(args.arch):
+        print(f"ok  {f:<14} {n:>9} bytes of PTX  ({Path(kernels.KERNEL_DIR, f)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

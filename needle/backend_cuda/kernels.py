@@ -1,0 +1,172 @@
+"""Kernel sources, template instantiations and launch shapes (pure Python: no CuPy, no GPU).
+
+The CUDA C lives in ``kernels/*.cu``. This module says which template instantiations exist
+(``name_expressions``: the same strings CuPy's ``RawModule.get_function`` and the NVRTC
+compile check use) and how each kernel is launched, so both can be tested without a GPU.
+"""
+import math
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
+KERNEL_FILES = ("strided.cu", "ewise.cu", "reduce.cu", "matmul.cu", "softmax.cu",
+                "layernorm.cu", "adam.cu", "dropout.cu")
+
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+CTYPE = {"float16": "__half", "bfloat16": "__nv_bfloat16", "float32": "float",
+         "float64": "double", "bool": "bool"}
+ACC_DTYPE = {"float16": "float32", "bfloat16": "float32", "float32": "float32",
+             "float64": "float64"}
+# Copies only move bits: one instantiation per element width serves every dtype.
+BITS_CTYPE = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
+
+BINARY_FUNCTOR = {"add": "Add", "sub": "Sub", "mul": "Mul", "div": "Div", "pow": "Pow",
+                  "maximum": "Maximum", "eq": "Eq", "ne": "Ne", "lt": "Lt", "le": "Le",
+                  "gt": "Gt", "ge": "Ge"}
+COMPARISONS = frozenset(("eq", "ne", "lt", "le", "gt", "ge"))
+UNARY_FUNCTOR = {"neg": "Neg", "log": "Log", "exp": "Exp", "tanh": "Tanh", "sqrt": "Sqrt",
+                 "abs": "Abs", "sin": "Sin", "cos": "Cos"}
+MAX_DIMS = 32  # NDL_MAX_DIMS in strided.cu
+BLOCK = 256  # threads per block for elementwise kernels
+MATMUL_TILE = (128, 128)  # BM, BN in matmul.cu; 256 threads per block
+NVRTC_OPTIONS = ("--std=c++17",)
+
+
+def source(filename: str) -> str:
+    """The CUDA C source of ``kernels/<filename>``."""
+    return (KERNEL_DIR / filename).read_text()
+
+
+def include_options() -> Tuple[str, ...]:
+    """Compiler options that let a kernel file ``#include "common.cuh"``."""
+    return ("-I" + str(KERNEL_DIR),)
+
+
+# ---------------------------------------------------------------------- instantiation names
+def strided_name(kernel: str, itemsize: int) -> str:
+    """``compact<unsigned int>`` and friends, by element width in bytes."""
+    return f"{kernel}<{BITS_CTYPE[itemsize]}>"
+
+
+def binary_name(op: str, dtype: str, scalar: bool = False) -> str:
+    """The ewise_binary / scalar_binary instantiation for ``op`` on ``dtype``."""
+    t = CTYPE[dtype]
+    out = "bool" if op in COMPARISONS else t
+    kernel = "scalar_binary" if scalar else "ewise_binary"
+    return f"{kernel}<{t}, {out}, ndl::{BINARY_FUNCTOR[op]}>"
+
+
+def unary_name(op: str, dtype: str) -> str:
+    """The ewise_unary instantiation for ``op`` on ``dtype``."""
+    return f"ewise_unary<{CTYPE[dtype]}, ndl::{UNARY_FUNCTOR[op]}>"
+
+
+def astype_name(src: str, dst: str) -> str:
+    """The float-to-float conversion kernel."""
+    return f"ewise_astype<{CTYPE[src]}, {CTYPE[dst]}>"
+
+
+def reduce_name(kind: str, op: str, src: str, dst: str) -> str:
+    """``reduce_rows_{thread,block}<TIn, TOut, ndl::{Sum,Max}Op>``."""
+    return f"reduce_rows_{kind}<{CTYPE[src]}, {CTYPE[dst]}, ndl::{op.capitalize()}Op>"
+
+
+def typed_name(kernel: str, dtype: str) -> str:
+    """A kernel templated on one element type, e.g. ``softmax_rows<float>``."""
+    return f"{kernel}<{CTYPE[dtype]}>"
+
+
+def name_expressions(filename: str, dtype: str = "") -> List[str]:
+    """Every instantiation in ``filename`` (for one dtype, or all when ``dtype`` is empty)."""
+    dtypes = (dtype,) if dtype else FLOAT_DTYPES
+    if filename == "strided.cu":
+        return [strided_name(k, w) for k in ("compact", "ewise_setitem", "scalar_setitem")
+                for w in BITS_CTYPE]
+    if filename == "ewise.cu":
+        names = []
+        for dt in dtypes:
+            names += [binary_name(op, dt, s) for op in BINARY_FUNCTOR for s in (False, True)]
+            names += [unary_name(op, dt) for op in UNARY_FUNCTOR]
+            names += [typed_name("ewise_where", dt)]
+            names += [astype_name(dt, d2) for d2 in FLOAT_DTYPES if d2 != dt]
+        return names
+    if filename == "reduce.cu":
+        names = []
+        for dt in dtypes:
+            acc = ACC_DTYPE[dt]
+            pairs = {(dt, dt), (dt, acc), (acc, dt), (acc, acc)}
+            names += [reduce_name(kind, op, s, d) for kind in ("thread", "block")
+                      for op in ("sum", "max") for s, d in sorted(pairs)]
+        return names
+    per_dtype = {
+        "matmul.cu": ("matmul_naive", "matmul_tiled"),
+        "softmax.cu": ("softmax_rows", "logsumexp_rows"),
+        "layernorm.cu": ("layernorm_fwd", "layernorm_bwd_dx", "layernorm_bwd_dwdb"),
+        "adam.cu": ("adam_step",),
+        "dropout.cu": ("dropout_fwd", "dropout_bwd"),
+    }
+    names = [typed_name(k, dt) for dt in dtypes for k in per_dtype[filename]]
+    if filename == "dropout.cu":
+        names.append("dropout_uniform")
+    return names
+
+
+# ---------------------------------------------------------------------- launch shapes
+def next_pow2(x: int) -> int:
+    """Smallest power of two >= x (1 for x <= 1)."""
+    return 1 if x <= 1 else 1 << (x - 1).bit_length()
+
+
+def ewise_launch(n: int, block: int = BLOCK, max_blocks: int = 65536) -> Tuple[int, int]:
+    """(grid, block) for a grid-stride loop over n > 0 elements."""
+    if n <= 0:
+        raise ValueError(f"ewise_launch needs n > 0, got {n}")
+    return min(math.ceil(n / block), max_blocks), block
+
+
+def row_block(cols: int, per_thread: int = 4) -> int:
+    """Threads for a block that owns one row of ``cols``: a multiple of 32 in [32, 1024]."""
+    return max(32, min(1024, next_pow2(math.ceil(max(cols, 1) / per_thread))))
+
+
+def reduce_plan(rows: int, size: int, num_sms: int = 132) -> Dict[str, int]:
+    """How to reduce ``rows`` rows of ``size`` elements.
+
+    Returns ``kind`` ("thread" or "block"), ``block`` threads, ``grid_rows`` blocks along rows,
+    ``chunks`` blocks per row (>1 means a second pass over the partials) and ``chunk`` elements.
+    """
+    if rows <= 0 or size <= 0:
+        raise ValueError(f"reduce_plan needs rows > 0 and size > 0, got {rows}, {size}")
+    if size <= 32 and rows >= 32 * num_sms:
+        grid, block = ewise_launch(rows)
+        return {"kind": "thread", "block": block, "grid_rows": grid, "chunks": 1, "chunk": size}
+    block = max(32, min(512, next_pow2(size)))
+    chunks = 1
+    if rows < 2 * num_sms and size >= 8 * block:
+        # few long rows: split each row so that about 4 blocks per SM are busy
+        chunks = min(math.ceil(4 * num_sms / rows), math.ceil(size / (8 * block)), 65535)
+    chunk = math.ceil(size / chunks)
+    chunks = math.ceil(size / chunk)  # drop empty trailing chunks
+    return {"kind": "block", "block": block, "grid_rows": min(rows, 65535 * 16),
+            "chunks": chunks, "chunk": chunk}
+
+
+def matmul_launch(batch: int, m: int, p: int, mode: str) -> Tuple[Tuple[int, int, int],
+                                                                    Tuple[int, int, int]]:
+    """(grid, block) for the naive (16x16 threads) or tiled (256 threads) matmul kernel."""
+    if mode == "naive":
+        return (math.ceil(p / 16), math.ceil(m / 16), batch), (16, 16, 1)
+    if mode == "tiled":
+        bm, bn = MATMUL_TILE
+        return (math.ceil(p / bn), math.ceil(m / bm), batch), (256, 1, 1)
+    raise ValueError(f"unknown matmul kernel {mode!r}; expected 'naive' or 'tiled'")
+
+
+def view_meta(shape: Tuple[int, ...], strides: Tuple[int, ...], offset: int) -> List[int]:
+    """The ``meta`` array the strided kernels read: [ndim, offset, *shape, *strides]."""
+    if len(shape) != len(strides):
+        raise ValueError(f"shape {shape} and strides {strides} differ in length")
+    if len(shape) > MAX_DIMS:
+        raise ValueError(f"the CUDA backend supports at most {MAX_DIMS} dimensions, "
+                         f"got shape {shape}")
+    return [len(shape), int(offset), *map(int, shape), *map(int, strides)]

@@ -1,0 +1,79 @@
+// Fused softmax and logsumexp over the last axis: one block per row.
+//
+// The unfused version (needle.backend_cuda.fused.softmax_naive) launches max, subtract, exp,
+// sum and divide kernels and reads or writes the row ~8 times. Here each row is read twice:
+// pass 1 keeps a running (max m, sum s) pair per thread with the "online softmax" update
+//   m' = max(m, x),  s' = s * exp(m - m') + exp(x - m')
+// (Milakov & Gimelshein, "Online normalizer calculation for softmax", arXiv:1805.02867),
+// merged across the block; pass 2 writes exp(x - m) / s (or m + log s for logsumexp).
+#include "common.cuh"
+
+namespace ndl {
+
+// Merge two (max, sum) pairs; an all -inf side contributes nothing.
+template <typename A> __device__ __forceinline__ void merge(A& m, A& s, A m2, A s2) {
+  const A mn = m > m2 ? m : m2;
+  if (mn == -A(NDL_INF)) return;  // both empty
+  s = s * m_exp(m - mn) + s2 * m_exp(m2 - mn);
+  m = mn;
+}
+
+// Row max and sum of exp(x - max) over the block; valid in every thread.
+template <typename T, typename A>
+__device__ void row_stats(const T* x, long long cols, A* m_out, A* s_out) {
+  __shared__ A sm[32], ss[32];
+  A m = -A(NDL_INF), s = A(0);
+  for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
+    const A v = to_acc(x[j]);
+    if (v > m) {
+      s = s * m_exp(m - v) + A(1);
+      m = v;
+    } else if (!(v == -A(NDL_INF))) {  // -inf adds 0 (and exp(-inf - -inf) would be NaN)
+      s += m_exp(v - m);
+    }
+  }
+  for (int off = 16; off > 0; off >>= 1)
+    merge(m, s, __shfl_down_sync(0xffffffffu, m, off), __shfl_down_sync(0xffffffffu, s, off));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  if (lane == 0) { sm[warp] = m; ss[warp] = s; }
+  __syncthreads();
+  if (warp == 0) {
+    m = lane < nwarps ? sm[lane] : -A(NDL_INF);
+    s = lane < nwarps ? ss[lane] : A(0);
+    for (int off = 16; off > 0; off >>= 1)
+      merge(m, s, __shfl_down_sync(0xffffffffu, m, off), __shfl_down_sync(0xffffffffu, s, off));
+    if (lane == 0) { sm[0] = m; ss[0] = s; }
+  }
+  __syncthreads();
+  *m_out = sm[0];
+  *s_out = ss[0];
+  __syncthreads();
+}
+
+}  // namespace ndl
+
+// y[r, :] = softmax(x[r, :]) for a compact (rows, cols) buffer.
+template <typename T>
+__global__ void softmax_rows(const T* x, T* y, long long rows, long long cols) {
+  typedef typename ndl::Acc<T>::type A;
+  for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* xr = x + r * cols;
+    A m, s;
+    ndl::row_stats<T, A>(xr, cols, &m, &s);
+    const A inv = A(1) / s;
+    for (long long j = threadIdx.x; j < cols; j += blockDim.x)
+      y[r * cols + j] = ndl::from_acc<T>(ndl::m_exp(ndl::to_acc(xr[j]) - m) * inv);
+  }
+}
+
+// y[r] = log(sum(exp(x[r, :]))) computed stably.
+template <typename T>
+__global__ void logsumexp_rows(const T* x, T* y, long long rows, long long cols) {
+  typedef typename ndl::Acc<T>::type A;
+  for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+    A m, s;
+    ndl::row_stats<T, A>(x + r * cols, cols, &m, &s);
+    if (threadIdx.x == 0)
+      y[r] = ndl::from_acc<T>((m == -A(NDL_INF) || m == A(NDL_INF)) ? m : m + ndl::m_log(s));
+  }
+}

@@ -1,0 +1,419 @@
+"""The CUDA backend: needle's array primitives on GPU buffers, with kernels from kernels/*.cu.
+
+Implements exactly the list in ``needle/backend_ndarray/ndarray_backend_numpy.py``. Floating
+dtypes (float16, bfloat16, float32, float64) run needle's own kernels; integer and bool
+buffers (indices, masks) use CuPy's ufuncs. Matmul goes to cuBLAS by default; set
+``NEEDLE_CUDA_MATMUL=tiled`` (or ``set_matmul_kernel("tiled")``) to run the teaching kernel.
+``ndl.cuda(i)`` holds ``for_device(i)``: the same functions, allocating on GPU i.
+"""
+import math
+from typing import Any, Dict, Tuple
+
+import cupy as cp
+import numpy as np
+
+from . import _runtime as rt
+from . import kernels as K
+from ._runtime import memory_stats, reset_peak_memory  # noqa: F401
+
+__device_name__ = "cuda"
+
+EWISE_BINARY = tuple(K.BINARY_FUNCTOR)
+EWISE_UNARY = tuple(K.UNARY_FUNCTOR)
+_FLOATS = frozenset(K.FLOAT_DTYPES)
+_MATMUL_MODE = [rt.matmul_mode_from_env()]
+
+
+def available(index: int = 0) -> bool:
+    """True when GPU ``index`` exists and CuPy can talk to it."""
+    return 0 <= index < rt.device_count()
+
+
+# Set by a memory tracker while one is active (called with each new Array), like the NumPy
+# backend's hook; None otherwise.
+_ALLOC_HOOK = None
+
+
+class Array:
+    """A flat buffer of ``size`` elements on one GPU (a 1-D CuPy array underneath)."""
+
+    __slots__ = ("array", "size", "dtype", "device_index", "__weakref__")
+
+    def __init__(self, size: int, dtype: Any = np.float32, device_index: int = 0):
+        dt = np.dtype(dtype)
+        if dt == rt.BF16:
+            rt.check_bfloat16(device_index)
+        with rt.device(device_index):
+            self.array = cp.empty(int(size), dtype=rt.storage_dtype(dt))
+            rt.note_allocation(device_index)
+        self.size = int(size)  # plain attributes, not properties: read on every op
+        self.dtype = dt  # the NumPy dtype (bfloat16 from ml_dtypes; stored as uint16 bits)
+        self.device_index = device_index
+        if _ALLOC_HOOK is not None:
+            _ALLOC_HOOK(self)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the buffer."""
+        return self.array.nbytes
+
+    def ptr(self) -> int:
+        """Device address of the first element."""
+        return self.array.data.ptr
+
+
+def _on(a: Array):
+    return rt.device(a.device_index)
+
+
+def _launch_ewise(filename: str, name: str, dtype: str, n: int, args: Tuple, index: int) -> None:
+    grid, block = K.ewise_launch(n)
+    rt.launch(rt.kernel(filename, name, dtype, index), (grid,), (block,), args, index)
+
+
+def fill(out: Array, val: Any) -> None:
+    """Set every element of ``out`` to ``val``."""
+    with _on(out):
+        out.array.fill(np.array(val, dtype=out.dtype).view(out.array.dtype)[()])
+
+
+# ---------------------------------------------------------------------- strided copies
+def _strided(kernel: str, src: Any, out: Array, shape, strides, offset) -> None:
+    n = math.prod(shape)
+    if n == 0:
+        return
+    meta = rt.view_meta(shape, strides, offset, out.device_index)
+    name = K.strided_name(kernel, out.array.itemsize)
+    _launch_ewise("strided.cu", name, "", n, (src, out.array, meta, np.int64(n)),
+                  out.device_index)
+
+
+def compact(a: Array, out: Array, shape: Tuple[int, ...], strides: Tuple[int, ...],
+            offset: int) -> None:
+    """Copy the strided view (shape, strides, offset) of ``a`` into compact ``out``."""
+    ### BEGIN YOUR SOLUTION
+    _strided("compact", a.array, out, shape, strides, offset)
+    ### END YOUR SOLUTION
+
+
+def ewise_setitem(a: Array, out: Array, shape: Tuple[int, ...], strides: Tuple[int, ...],
+                  offset: int) -> None:
+    """Write compact ``a`` into the strided view (shape, strides, offset) of ``out``."""
+    ### BEGIN YOUR SOLUTION
+    _strided("ewise_setitem", a.array, out, shape, strides, offset)
+    ### END YOUR SOLUTION
+
+
+def scalar_setitem(size: int, val: Any, out: Array, shape: Tuple[int, ...],
+                   strides: Tuple[int, ...], offset: int) -> None:
+    """Write the scalar ``val`` into the strided view (shape, strides, offset) of ``out``."""
+    ### BEGIN YOUR SOLUTION
+    bits = np.array(val, dtype=out.dtype).view(np.dtype(f"u{out.dtype.itemsize}"))[()]
+    _strided("scalar_setitem", bits, out, shape, strides, offset)
+    ### END YOUR SOLUTION
+
+
+# ---------------------------------------------------------------------- elementwise
+_CUPY_BINARY = {"add": cp.add, "sub": cp.subtract, "mul": cp.multiply, "div": cp.true_divide,
+                "pow": cp.power, "maximum": cp.maximum, "eq": cp.equal, "ne": cp.not_equal,
+                "lt": cp.less, "le": cp.less_equal, "gt": cp.greater, "ge": cp.greater_equal}
+_CUPY_UNARY = {"neg": cp.negative, "log": cp.log, "exp": cp.exp, "tanh": cp.tanh,
+               "sqrt": cp.sqrt, "abs": cp.abs, "sin": cp.sin, "cos": cp.cos}
+
+
+def _cupy_into(ufunc: Any, args: Tuple, out: Array) -> None:
+    """Integer/bool path: a CuPy ufunc written into ``out`` (cast like NumPy's unsafe)."""
+    with _on(out):
+        try:
+            ufunc(*args, out=out.array)
+        except TypeError:  # output dtype the ufunc will not cast to
+            out.array[...] = ufunc(*args)
+
+
+def _make_ewise(op: str):
+    def ewise(a: Array, b: Array, out: Array) -> None:
+        n = out.size
+        if n == 0:
+            return
+        dt = a.dtype.name
+        if dt in _FLOATS and (op in K.COMPARISONS or out.dtype == a.dtype):
+            _launch_ewise("ewise.cu", K.binary_name(op, dt), dt, n,
+                          (a.array, b.array, out.array, np.int64(n)), out.device_index)
+        else:
+            _cupy_into(_CUPY_BINARY[op], (a.array, b.array), out)
+    ewise.__name__ = "ewise_" + op
+    ewise.__doc__ = f"out = a {op} b elementwise over same-sized compact buffers."
+    return ewise
+
+
+def _make_scalar(op: str):
+    def scalar(a: Array, val: Any, out: Array) -> None:
+        n = out.size
+        if n == 0:
+            return
+        dt = a.dtype.name
+        if dt in _FLOATS and (op in K.COMPARISONS or out.dtype == a.dtype):
+            _launch_ewise("ewise.cu", K.binary_name(op, dt, scalar=True), dt, n,
+                          (a.array, rt.scalar_arg(val, dt), out.array, np.int64(n)),
+                          out.device_index)
+        else:
+            _cupy_into(_CUPY_BINARY[op], (a.array, val), out)
+    scalar.__name__ = "scalar_" + op
+    scalar.__doc__ = f"out = a {op} val elementwise for a scalar val."
+    return scalar
+
+
+def _make_unary(op: str):
+    def unary(a: Array, out: Array) -> None:
+        n = out.size
+        if n == 0:
+            return
+        dt = a.dtype.name
+        if dt in _FLOATS and out.dtype == a.dtype:
+            _launch_ewise("ewise.cu", K.unary_name(op, dt), dt, n,
+                          (a.array, out.array, np.int64(n)), out.device_index)
+        else:
+            _cupy_into(_CUPY_UNARY[op], (a.array,), out)
+    unary.__name__ = "ewise_" + op
+    unary.__doc__ = f"out = {op}(a) elementwise."
+    return unary
+
+
+for _op in EWISE_BINARY:
+    globals()["ewise_" + _op] = _make_ewise(_op)
+    globals()["scalar_" + _op] = _make_scalar(_op)
+for _op in EWISE_UNARY:
+    globals()["ewise_" + _op] = _make_unary(_op)
+
+
+def ewise_where(cond: Array, a: Array, b: Array, out: Array) -> None:
+    """out = a where cond else b, elementwise over same-sized compact buffers."""
+    n = out.size
+    if n == 0:
+        return
+    dt = out.dtype.name
+    if dt in _FLOATS:
+        _launch_ewise("ewise.cu", K.typed_name("ewise_where", dt), dt, n,
+                      (cond.array, a.array, b.array, out.array, np.int64(n)), out.device_index)
+    else:
+        with _on(out):
+            cp.copyto(out.array, b.array)
+            cp.copyto(out.array, a.array, where=cond.array)
+
+
+def _float_cast(src: Any, src_dt: str, dst: Any, dst_dt: str, index: int) -> None:
+    n = src.size
+    _launch_ewise("ewise.cu", K.astype_name(src_dt, dst_dt), src_dt, n,
+                  (src, dst, np.int64(n)), index)
+
+
+def ewise_astype(a: Array, out: Array) -> None:
+    """Convert ``a`` elementwise into ``out``'s dtype."""
+    if out.size == 0:
+        return
+    src, dst, idx = a.dtype.name, out.dtype.name, out.device_index
+    with _on(out):
+        if src == dst:
+            cp.copyto(out.array, a.array)
+        elif src in _FLOATS and dst in _FLOATS:
+            _float_cast(a.array, src, out.array, dst, idx)
+        elif src == "bfloat16":  # bf16 -> int/bool through float32
+            tmp = cp.empty(a.size, dtype=np.float32)
+            _float_cast(a.array, src, tmp, "float32", idx)
+            out.array[...] = tmp.astype(out.array.dtype)
+        elif dst == "bfloat16":
+            _float_cast(a.array.astype(np.float32), "float32", out.array, dst, idx)
+        else:
+            out.array[...] = a.array.astype(out.array.dtype)
+
+
+# ---------------------------------------------------------------------- matmul
+def set_matmul_kernel(mode: str) -> None:
+    """Choose the matmul path: "cublas" (default), "tiled" or "naive" (teaching kernels)."""
+    if mode not in ("cublas", "tiled", "naive"):
+        raise ValueError(f"unknown matmul kernel {mode!r}; expected cublas, tiled or naive")
+    _MATMUL_MODE[0] = mode
+
+
+def get_matmul_kernel() -> str:
+    """The current matmul path."""
+    return _MATMUL_MODE[0]
+
+
+def _gemm_bf16(a: Array, b: Array, out: Array, batch: int, m: int, n: int, p: int) -> None:
+    """bfloat16 GEMM through cuBLAS directly (CuPy has no bfloat16 matmul).
+
+    Row-major C = A @ B is column-major C^T = B^T @ A^T, so B is passed first.
+    """
+    from cupy_backends.cuda.libs import cublas
+    r16bf, compute_32f, op_n, gemm_default = 14, 68, 0, -1  # cudaDataType / cublas enums
+    one, zero = np.ones((), np.float32), np.zeros((), np.float32)
+    handle = cp.cuda.device.get_cublas_handle()
+    cublas.setStream(handle, cp.cuda.get_current_stream().ptr)
+    cublas.gemmStridedBatchedEx(handle, op_n, op_n, p, m, n, one.ctypes.data,
+                                b.ptr(), r16bf, p, n * p, a.ptr(), r16bf, n, m * n,
+                                zero.ctypes.data, out.ptr(), r16bf, p, m * p, batch,
+                                compute_32f, gemm_default)
+
+
+def matmul(a: Array, b: Array, out: Array, batch: int, m: int, n: int, p: int) -> None:
+    """out[i] = a[i] @ b[i] for ``batch`` compact (m, n) @ (n, p) products."""
+    if batch * m * p == 0:
+        return
+    if n == 0:
+        fill(out, 0)
+        return
+    dt, mode = out.dtype.name, _MATMUL_MODE[0]
+    with _on(out):
+        if mode != "cublas" and dt in _FLOATS:
+            ### BEGIN YOUR SOLUTION
+            name = K.typed_name("matmul_" + mode, dt)
+            k = rt.kernel("matmul.cu", name, dt, out.device_index)
+            step = 65535  # gridDim.z limit: launch the batch in slices
+            for s in range(0, batch, step):
+                nb = min(step, batch - s)
+                grid, block = K.matmul_launch(nb, m, p, mode)
+                rt.launch(k, grid, block, (a.array[s * m * n:], b.array[s * n * p:],
+                                           out.array[s * m * p:], np.int32(m), np.int32(n),
+                                           np.int32(p)), out.device_index)
+            ### END YOUR SOLUTION
+        elif dt == "bfloat16":
+            _gemm_bf16(a, b, out, batch, m, n, p)
+        else:
+            x = a.array[: batch * m * n].reshape(batch, m, n)
+            y = b.array[: batch * n * p].reshape(batch, n, p)
+            if batch == 1:
+                cp.matmul(x[0], y[0], out=out.array.reshape(m, p))
+            else:
+                cp.matmul(x, y, out=out.array.reshape(batch, m, p))
+
+
+# ---------------------------------------------------------------------- reductions
+def _reduce_rows(src: Any, src_dt: str, dst: Any, dst_dt: str, rows: int, size: int, op: str,
+                 base: str, index: int) -> None:
+    """dst[r] = op over src[r*size:(r+1)*size], two passes when rows are few and long.
+
+    ``base`` is the array dtype; partials of the first pass are kept in its accumulator type.
+    """
+    plan = K.reduce_plan(rows, size, rt.num_sms(index))
+    if plan["kind"] == "thread":
+        k = rt.kernel("reduce.cu", K.reduce_name("thread", op, src_dt, dst_dt), base, index)
+        rt.launch(k, (plan["grid_rows"],), (plan["block"],),
+                  (src, dst, np.int64(rows), np.int64(size)), index)
+        return
+    chunks = plan["chunks"]
+    if chunks == 1:
+        target, target_dt = dst, dst_dt
+    else:
+        target_dt = K.ACC_DTYPE[base]
+        target = cp.empty(rows * chunks, dtype=np.dtype(target_dt))
+    k = rt.kernel("reduce.cu", K.reduce_name("block", op, src_dt, target_dt), base, index)
+    rt.launch(k, (plan["grid_rows"], chunks), (plan["block"],),
+              (src, target, np.int64(rows), np.int64(size), np.int64(plan["chunk"])), index)
+    if chunks > 1:
+        _reduce_rows(target, target_dt, dst, dst_dt, rows, chunks, op, base, index)
+
+
+def _reduce(op: str, a: Array, out: Array, reduce_size: int) -> None:
+    rows = out.size
+    if rows == 0:
+        return
+    dt = a.dtype.name
+    with _on(out):
+        if dt in _FLOATS and out.dtype == a.dtype:
+            ### BEGIN YOUR SOLUTION
+            _reduce_rows(a.array, dt, out.array, dt, rows, reduce_size, op, dt,
+                         out.device_index)
+            ### END YOUR SOLUTION
+        else:
+            f = cp.sum if op == "sum" else cp.max
+            f(a.array[: rows * reduce_size].reshape(rows, reduce_size), axis=1, out=out.array)
+
+
+def reduce_sum(a: Array, out: Array, reduce_size: int) -> None:
+    """Sum each consecutive block of ``reduce_size`` elements of compact ``a`` into ``out``."""
+    if reduce_size == 0:
+        fill(out, 0)
+        return
+    _reduce("sum", a, out, reduce_size)
+
+
+def reduce_max(a: Array, out: Array, reduce_size: int) -> None:
+    """Max of each consecutive block of ``reduce_size`` elements of compact ``a`` into ``out``."""
+    if reduce_size == 0:
+        raise ValueError("max over an empty axis has no identity")
+    _reduce("max", a, out, reduce_size)
+
+
+# ---------------------------------------------------------------------- host transfers
+def from_numpy(a: np.ndarray, out: Array) -> None:
+    """Copy a numpy array (any layout) into compact ``out``."""
+    host = np.ascontiguousarray(np.asarray(a).reshape(-1), dtype=out.dtype)
+    if host.size == 0:
+        return
+    with _on(out):
+        out.array.set(host.view(out.array.dtype))
+
+
+def to_numpy(a: Array, shape: Tuple[int, ...], strides: Tuple[int, ...], offset: int
+             ) -> np.ndarray:
+    """A numpy copy of the strided view (shape, strides, offset) of ``a``."""
+    n = math.prod(shape)
+    if n == 0:
+        return np.empty(shape, dtype=a.dtype)
+    with _on(a):
+        if (offset == 0 and n == a.size
+                and tuple(strides) == _compact_strides(tuple(shape))):
+            src = a.array
+        else:
+            tmp = Array(n, a.dtype, a.device_index)
+            compact(a, tmp, shape, strides, offset)
+            src = tmp.array
+        host = src.get()
+    return host.view(a.dtype).reshape(shape)
+
+
+def _compact_strides(shape: Tuple[int, ...]) -> Tuple[int, ...]:
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= s
+    return tuple(reversed(strides))
+
+
+# ---------------------------------------------------------------------- per-GPU binding
+class DeviceBackend:
+    """This module's primitives bound to GPU ``index``: ``Array`` allocates there."""
+
+    def __init__(self, index: int):
+        self.index = index
+        self.__name__ = __name__
+        self.__dict__.update(_PRIMITIVES)
+
+    def Array(self, size: int, dtype: Any = np.float32) -> Array:  # noqa: N802 (contract name)
+        """A new buffer of ``size`` elements on this GPU."""
+        return Array(size, dtype, self.index)
+
+    def __repr__(self) -> str:
+        return f"<needle CUDA backend on GPU {self.index}>"
+
+
+_PRIMITIVES: Dict[str, Any] = {}
+_BOUND: Dict[int, DeviceBackend] = {}
+
+
+def for_device(index: int) -> DeviceBackend:
+    """The backend object ``ndl.cuda(index)`` uses."""
+    if index not in _BOUND:
+        _BOUND[index] = DeviceBackend(index)
+    return _BOUND[index]
+
+
+_PRIMITIVES.update({name: globals()[name] for name in (
+    "fill", "compact", "ewise_setitem", "scalar_setitem", "ewise_where", "ewise_astype",
+    "matmul", "reduce_sum", "reduce_max", "from_numpy", "to_numpy", "available",
+    "memory_stats", "reset_peak_memory", "set_matmul_kernel", "get_matmul_kernel",
+    *("ewise_" + op for op in EWISE_BINARY + EWISE_UNARY),
+    *("scalar_" + op for op in EWISE_BINARY))})
+_PRIMITIVES.update(__device_name__=__device_name__, EWISE_BINARY=EWISE_BINARY,
+                   EWISE_UNARY=EWISE_UNARY)

@@ -1,0 +1,207 @@
+"""Fused kernels against NumPy and against needle's own unfused (naive) versions.
+
+The naive versions are plain NDArray compositions and are checked on the CPU here; the fused
+kernels are checked on a GPU when one is present.
+"""
+import numpy as np
+import pytest
+
+import needle as ndl
+from needle.backend_cuda import fused as F
+from needle.backend_ndarray import NDArray
+
+DEVICES = [ndl.cpu(), pytest.param(ndl.cuda(), marks=pytest.mark.skipif(
+    not ndl.cuda().enabled(), reason="no CUDA GPU / CuPy"))]
+cuda_only = pytest.mark.skipif(not ndl.cuda().enabled(), reason="no CUDA GPU / CuPy")
+SHAPES = [(1, 1), (3, 7), (5, 1000), (2, 3, 129), (64, 4097)]
+
+
+def _softmax(x, axis):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _layer_norm(x, w, b, eps=1e-5):
+    mu = x.mean(-1, keepdims=True)
+    rstd = 1 / np.sqrt(x.var(-1, keepdims=True) + eps)
+    return (x - mu) * rstd * w + b, mu[..., 0], rstd[..., 0]
+
+
+def _layer_norm_grads(dy, x, w, eps=1e-5):
+    """Analytic layer-norm gradients in float64 (Ba et al. 2016)."""
+    mu = x.mean(-1, keepdims=True)
+    rstd = 1 / np.sqrt(x.var(-1, keepdims=True) + eps)
+    xhat = (x - mu) * rstd
+    g = dy * w
+    dx = rstd * (g - g.mean(-1, keepdims=True) - xhat * (g * xhat).mean(-1, keepdims=True))
+    lead = tuple(range(x.ndim - 1))
+    return dx, (dy * xhat).sum(lead), dy.sum(lead)
+
+
+@pytest.mark.parametrize("device", DEVICES, ids=["cpu", "cuda"])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_softmax_and_logsumexp_naive(device, shape):
+    x = np.random.randn(*shape).astype(np.float32) * 5
+    a = NDArray(x, device=device)
+    np.testing.assert_allclose(F.softmax_naive(a).numpy(), _softmax(x, -1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(F.softmax_naive(a, 0).numpy(), _softmax(x, 0), rtol=1e-5,
+                               atol=1e-6)
+    want = np.log(np.exp(x.astype(np.float64)).sum(-1))
+    np.testing.assert_allclose(F.logsumexp_naive(a).numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES, ids=["cpu", "cuda"])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_layer_norm_naive_forward_and_backward(device, shape):
+    x = np.random.randn(*shape)
+    w, b, dy = np.random.randn(shape[-1]), np.random.randn(shape[-1]), np.random.randn(*shape)
+    arr = [NDArray(v, device=device, dtype="float64") for v in (x, w, b, dy)]
+    y, mu, rstd = F.layer_norm_naive(arr[0], arr[1], arr[2])
+    for got, want in zip((y, mu, rstd), _layer_norm(x, w, b)):
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-10, atol=1e-10)
+    grads = F.layer_norm_backward_naive(arr[3], arr[0], arr[1], mu, rstd)
+    for got, want in zip(grads, _layer_norm_grads(dy, x, w)):
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-9, atol=1e-9)
+
+
+def test_layer_norm_grads_match_finite_differences():
+    """The analytic reference itself, checked by central differences (float64)."""
+    x, dy = np.random.randn(2, 5), np.random.randn(2, 5)
+    w, b = np.random.randn(5), np.random.randn(5)
+    dx, dw, _ = _layer_norm_grads(dy, x, w)
+    h = 1e-6
+    for idx in [(0, 0), (1, 3)]:
+        xp, xm = x.copy(), x.copy()
+        xp[idx] += h
+        xm[idx] -= h
+        num = ((_layer_norm(xp, w, b)[0] - _layer_norm(xm, w, b)[0]) * dy).sum() / (2 * h)
+        assert abs(num - dx[idx]) < 1e-6
+    wp, wm = w.copy(), w.copy()
+    wp[2] += h
+    wm[2] -= h
+    num = ((_layer_norm(x, wp, b)[0] - _layer_norm(x, wm, b)[0]) * dy).sum() / (2 * h)
+    assert abs(num - dw[2]) < 1e-6
+
+
+def _adam_reference(p, g, m, v, t, lr, b1, b2, eps, wd, decoupled):
+    if decoupled:
+        p = p - lr * wd * p
+    else:
+        g = g + wd * p
+    m = b1 * m + (1 - b1) * g
+    v = b2 * v + (1 - b2) * g * g
+    p = p - lr * (m / (1 - b1 ** t)) / (np.sqrt(v / (1 - b2 ** t)) + eps)
+    return p, m, v
+
+
+@pytest.mark.parametrize("device", DEVICES, ids=["cpu", "cuda"])
+@pytest.mark.parametrize("decoupled", [False, True])
+def test_adam_naive_matches_reference(device, decoupled):
+    p, g = np.random.randn(7, 3), np.random.randn(7, 3)
+    m, v = np.random.randn(7, 3) * 0.1, np.random.rand(7, 3)
+    arr = [NDArray(a, device=device, dtype="float64") for a in (p, g, m, v)]
+    F.adam_update_naive(*arr, step=3, lr=0.01, weight_decay=0.1, decoupled=decoupled)
+    want = _adam_reference(p, g, m, v, 3, 0.01, 0.9, 0.999, 1e-8, 0.1, decoupled)
+    for got, w in zip((arr[0], arr[2], arr[3]), want):
+        np.testing.assert_allclose(got.numpy(), w, rtol=1e-12, atol=1e-12)
+
+
+def test_dropout_naive_keeps_expected_fraction_and_scales():
+    np.random.seed(3)
+    x = NDArray(np.ones((200, 50), np.float32))
+    y, keep = F.dropout_naive(x, 0.3)
+    y, keep = y.numpy(), keep.numpy()
+    assert abs(keep.mean() - 0.7) < 0.02
+    np.testing.assert_allclose(y[keep], 1 / 0.7, rtol=1e-6)
+    assert (y[~keep] == 0).all()
+
+
+def test_dropout_uniform_reference_is_uniform_and_replayable():
+    u = F.dropout_uniform_reference(seed=7, offset=0, n=200000)
+    assert 0 <= u.min() and u.max() < 1 and abs(u.mean() - 0.5) < 0.005
+    np.testing.assert_array_equal(F.dropout_uniform_reference(7, 100, 10), u[100:110])
+    assert not np.array_equal(F.dropout_uniform_reference(8, 0, 10), u[:10])
+
+
+def test_fused_ops_refuse_cpu_arrays():
+    with pytest.raises(ValueError, match="cuda"):
+        F.softmax(NDArray(np.ones((2, 3), np.float32)))
+
+
+# ---------------------------------------------------------------------- GPU: fused vs naive
+@cuda_only
+@pytest.mark.parametrize("dtype,tol", [("float32", 1e-5), ("float16", 3e-3), ("float64", 1e-12)])
+@pytest.mark.parametrize("shape", SHAPES + [(3, 0), (2, 3, 1)], ids=str)
+def test_fused_softmax_logsumexp(dtype, tol, shape):
+    x = (np.random.randn(*shape) * 4).astype(dtype)
+    a = NDArray(x, device=ndl.cuda())
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(F.softmax(a).numpy().astype(np.float64), _softmax(x64, -1),
+                               rtol=tol, atol=tol)
+    np.testing.assert_allclose(F.softmax(a, 0).numpy().astype(np.float64), _softmax(x64, 0),
+                               rtol=tol, atol=tol)
+    np.testing.assert_allclose(F.softmax(a).numpy(), F.softmax_naive(a).numpy(), rtol=tol,
+                               atol=tol)
+    if shape[-1]:
+        want = np.log(np.exp(x64 - x64.max(-1, keepdims=True)).sum(-1)) + x64.max(-1)
+        np.testing.assert_allclose(F.logsumexp(a).numpy().astype(np.float64), want,
+                                   rtol=tol * 10, atol=tol * 10)
+
+
+@cuda_only
+def test_fused_softmax_handles_infinities():
+    x = np.array([[-np.inf, 0.0, 1.0], [-np.inf, -np.inf, 2.0], [-np.inf] * 3], np.float32)
+    got = F.softmax(NDArray(x, device=ndl.cuda())).numpy()
+    np.testing.assert_allclose(got[:2], _softmax(x[:2], -1), rtol=1e-6)
+    assert np.isnan(got[2]).all()  # like numpy/torch: 0/0
+    np.testing.assert_array_equal(F.logsumexp(NDArray(x, device=ndl.cuda())).numpy()[2], -np.inf)
+
+
+@cuda_only
+@pytest.mark.parametrize("dtype,tol", [("float32", 1e-4), ("float16", 2e-2), ("float64", 1e-10)])
+@pytest.mark.parametrize("shape", [(1, 1), (3, 7), (5, 1000), (2, 3, 129), (300, 1024)], ids=str)
+def test_fused_layer_norm(dtype, tol, shape):
+    x = np.random.randn(*shape).astype(dtype)
+    w, b = np.random.randn(shape[-1]).astype(dtype), np.random.randn(shape[-1]).astype(dtype)
+    dy = np.random.randn(*shape).astype(dtype)
+    g = [NDArray(a, device=ndl.cuda()) for a in (x, w, b, dy)]
+    x64, w64, b64, dy64 = (a.astype(np.float64) for a in (x, w, b, dy))
+    y, mu, rstd = F.layer_norm(g[0], g[1], g[2])
+    for got, want in zip((y, mu, rstd), _layer_norm(x64, w64, b64)):
+        np.testing.assert_allclose(got.numpy().astype(np.float64), want, rtol=tol, atol=tol)
+    grads = F.layer_norm_backward(g[3], g[0], g[1], mu, rstd)
+    for got, want in zip(grads, _layer_norm_grads(dy64, x64, w64)):
+        scale = max(1.0, np.abs(want).max())
+        np.testing.assert_allclose(got.numpy().astype(np.float64) / scale, want / scale,
+                                   rtol=tol * 10, atol=tol * 10)
+
+
+@cuda_only
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("decoupled", [False, True])
+def test_fused_adam_matches_reference(dtype, decoupled):
+    n = 1000003
+    p, g = np.random.randn(n).astype(dtype), np.random.randn(n).astype(dtype)
+    m, v = np.random.randn(n).astype(np.float32) * 0.1, np.random.rand(n).astype(np.float32)
+    dev = ndl.cuda()
+    P, G, M, V = (NDArray(a, device=dev) for a in (p, g, m, v))
+    F.adam_update(P, G, M, V, step=2, lr=1e-3, weight_decay=0.01, decoupled=decoupled)
+    want = _adam_reference(*(a.astype(np.float64) for a in (p, g, m, v)), 2, 1e-3, 0.9, 0.999,
+                           1e-8, 0.01, decoupled)
+    tol = 1e-5 if dtype == "float32" else 2e-3
+    for got, w in zip((P, M, V), want):
+        np.testing.assert_allclose(got.numpy().astype(np.float64), w, rtol=tol, atol=tol)
+
+
+@cuda_only
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_fused_dropout_matches_its_rng_and_backward(dtype):
+    x = np.random.randn(3, 1001).astype(dtype)
+    dev = ndl.cuda()
+    y, mask = F.dropout(NDArray(x, device=dev), 0.25, seed=11, offset=5)
+    keep = F.dropout_uniform_reference(11, 5, x.size).reshape(x.shape) >= 0.25
+    np.testing.assert_array_equal(mask.numpy(), keep)
+    np.testing.assert_allclose(y.numpy(), np.where(keep, x / np.float32(0.75), 0).astype(dtype),
+                               rtol=1e-3)
+    dx = F.dropout_backward(NDArray(np.ones_like(x), device=dev), mask, 0.25)
+    np.testing.assert_allclose(dx.numpy(), keep / 0.75, rtol=1e-3)
