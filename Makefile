@@ -14,7 +14,7 @@ install:
 	fi
 
 demo: install
-	$(PYTHON) apps/demo.py
+	$(PYTHON) -m apps.demo
 
 test: install
 	$(PYTHON) -m pytest -q $(PYTEST_ARGS) tests

@@ -10,5 +10,7 @@ from .ops import *  # noqa: F401,F403
 from . import init  # noqa: F401
 from . import nn  # noqa: F401
 from . import optim  # noqa: F401
+from . import data  # noqa: F401
+from .serialization import load, random_state, save, set_random_state  # noqa: F401
 
 __version__ = "0.1.0"

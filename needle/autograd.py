@@ -18,6 +18,8 @@ LAZY_MODE = False
 TENSOR_COUNTER = 0
 # Set to False inside no_grad(): ops then record no graph.
 _GRAD_ENABLED = True
+# Set inside needle.amp.autocast(): f(op, args) -> args cast by the mixed-precision policy.
+_AUTOCAST_HOOK = None
 
 NDArrayLike = Any
 
@@ -85,6 +87,8 @@ class TensorOp(Op):
     """An op whose output is a Tensor."""
 
     def __call__(self, *args: "Value") -> "Tensor":
+        if _AUTOCAST_HOOK is not None:  # set by needle.amp.autocast: casts args per op
+            args = _AUTOCAST_HOOK(self, args)
         return Tensor.make_from_op(self, args)
 
 

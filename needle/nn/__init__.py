@@ -4,3 +4,4 @@ from .nn_basic import *  # noqa: F401,F403
 from .nn_conv import *  # noqa: F401,F403
 from .nn_sequence import *  # noqa: F401,F403
 from .nn_transformer import *  # noqa: F401,F403
+from .nn_lora import *  # noqa: F401,F403

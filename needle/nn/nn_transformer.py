@@ -99,7 +99,8 @@ class AttentionLayer(Module):
         qh = self._heads(q, self.prenorm_q, self.q_projection)
         kh = self._heads(k, self.prenorm_k, self.k_projection)
         vh = self._heads(v, self.prenorm_v, self.v_projection)
-        out, self.probs = self.attn(qh, kh, vh)                      # (B, nh, Tq, d)
+        out, probs = self.attn(qh, kh, vh)                           # (B, nh, Tq, d)
+        self.probs = probs.detach()  # for inspection; must not keep this step's graph alive
         out = out.transpose((1, 2)).reshape((b * q_len, self.num_head * self.dim_head))
         return self.out_projection(out).reshape((b, q_len, self.out_features))
         ### END YOUR SOLUTION

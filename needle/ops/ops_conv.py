@@ -158,7 +158,11 @@ class Conv(TensorOp):
             need_w = X.shape[2] + 2 * p - W.shape[1] + 1
             out_grad = _fit(out_grad, need_h, need_w)
         w_t = transpose(flip(W, (0, 1)), (2, 3))                     # (K, K, C_out, C_in)
-        grad_x = conv(out_grad, w_t, padding=K - 1 - p)              # (N, H, W, C_in)
+        q = K - 1 - p
+        grad_x = conv(out_grad, w_t, padding=max(q, 0))              # (N, H, W, C_in)
+        if q < 0:  # padding wider than K - 1: crop the border that only ever saw zeros
+            from .ops_indexing import get_item
+            grad_x = get_item(grad_x, (slice(None), slice(-q, q), slice(-q, q)))
         x_t = transpose(X, (0, 3))                                   # (C_in, H, W, N)
         g_t = transpose(transpose(out_grad, (0, 1)), (1, 2))         # (H', W', N, C_out)
         grad_w = conv(x_t, g_t, padding=p)                           # (C_in, K, K, C_out)

@@ -1,0 +1,72 @@
+"""Gradient accumulation: k micro-batches, one optimizer step, the full batch's gradient.
+
+A batch of B examples split into micro-batches of sizes b_1 + ... + b_k = B has
+grad(mean loss over B) = sum_i (b_i / B) grad(mean loss over micro-batch i), so each
+micro-batch loss is weighted by b_i / B and the gradients are summed. Only one micro-batch's
+activations are alive at a time: activation memory drops by about k, at k smaller steps.
+
+needle's ``backward`` *overwrites* ``.grad`` (course semantics), so the sum is kept in a
+separate buffer per parameter and written to ``.grad`` before the step.
+"""
+from typing import Any, Callable, Iterable, List, Optional, Sequence
+
+from ..autograd import Tensor, no_grad
+
+__all__ = ["accumulate_gradients", "split_batch"]
+
+
+def split_batch(batch: Sequence[Tensor], k: int) -> List[List[Tensor]]:
+    """Split every tensor of ``batch`` along axis 0 into ``k`` near-equal micro-batches."""
+    if not isinstance(k, int) or k < 1:
+        raise ValueError(f"number of micro-batches must be a positive int, got {k!r}")
+    n = batch[0].shape[0]
+    for t in batch:
+        if t.shape[0] != n:
+            raise ValueError(f"batch tensors differ in length along axis 0: "
+                             f"{[tuple(u.shape) for u in batch]}")
+    if k > n:
+        raise ValueError(f"cannot split a batch of {n} into {k} micro-batches")
+    base, extra = divmod(n, k)
+    out, start = [], 0
+    for i in range(k):
+        end = start + base + (1 if i < extra else 0)
+        out.append([Tensor.make_const(t.realize_cached_data()[start:end].compact())
+                    for t in batch])
+        start = end
+    return out
+
+
+def accumulate_gradients(loss_fn: Callable[..., Tensor], micro_batches: Iterable[Sequence[Any]],
+                         params: Sequence[Tensor], optimizer: Optional[Any] = None) -> float:
+    """Sum size-weighted gradients of ``loss_fn(*mb)`` into ``p.grad``; step ``optimizer``.
+
+    ``loss_fn`` returns the *mean* loss of a micro-batch; the result is the mean loss over the
+    whole batch. Gradients equal one backward over the concatenated batch (up to rounding).
+    """
+    batches = [list(mb) for mb in micro_batches]
+    if not batches:
+        raise ValueError("accumulate_gradients needs at least one micro-batch")
+    params = list({id(p): p for p in params}.values())
+    sizes = [mb[0].shape[0] for mb in batches]
+    total = sum(sizes)
+    acc: List[Optional[Any]] = [None] * len(params)
+    loss_sum = 0.0
+    for mb, size in zip(batches, sizes):
+        for p in params:
+            p.grad = None
+        loss = loss_fn(*mb)
+        weight = size / total
+        (loss * weight).backward(create_graph=False)
+        loss_sum += float(loss.numpy()) * weight
+        with no_grad():
+            for i, p in enumerate(params):
+                if p.grad is None:
+                    continue
+                g = p.grad.realize_cached_data()
+                acc[i] = g if acc[i] is None else acc[i] + g
+        del loss
+    for p, g in zip(params, acc):
+        p.grad = Tensor.make_const(g) if g is not None else None
+    if optimizer is not None:
+        optimizer.step()
+    return loss_sum

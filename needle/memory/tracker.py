@@ -1,0 +1,261 @@
+"""MemoryTracker: bytes of live array storage, its peak, and what it was spent on.
+
+On the CPU backend the tracker is exact: while it is active, every new backend buffer
+(``ndarray_backend_numpy.Array``) is reported to it through the module hook ``_ALLOC_HOOK``
+and gets a ``weakref.finalize`` that reports its release. Views share a buffer, so storage is
+counted once per buffer, never per NDArray. Outside a tracker the hook is ``None`` and costs
+one global load per allocation.
+
+Every allocation and free is kept as an event, so the breakdown can be decided *after* the
+fact: ``classify(parameters=..., optimizer=...)`` names the buffers still alive that hold
+parameters, their ``.grad`` and optimizer state, and ``peak_by_category()`` replays the events
+to give each category's bytes at the moment of the overall peak. Allocations made inside
+``with tracker.tag("activations"):`` are labelled when they happen. Buffers allocated before
+the tracker started are not seen (count them with ``bytes_of``).
+
+On CUDA, when the backend has no allocation hook, figures come from CuPy's memory pool
+(``needle.backend_cuda.memory_stats``): current and peak bytes, without a breakdown.
+"""
+import weakref
+from contextlib import contextmanager
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
+
+from ..autograd import Tensor
+from ..backend_ndarray import BackendDevice, NDArray, cpu
+
+__all__ = ["MemoryTracker", "bytes_of", "buffers_of", "CATEGORIES"]
+
+CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "other")
+_ACTIVE: List["MemoryTracker"] = []
+
+
+def _dispatch(buf: Any) -> None:
+    """The allocation hook: tell every active tracker about a new buffer."""
+    for tracker in _ACTIVE:
+        tracker._on_alloc(buf)
+
+
+def buffers_of(items: Iterable[Any]) -> Dict[int, Any]:
+    """The distinct backend buffers (by id) behind Tensors / NDArrays, nested lists and dicts."""
+    out: Dict[int, Any] = {}
+    stack = list(items) if not isinstance(items, (Tensor, NDArray)) else [items]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Tensor):
+            data = item.cached_data
+            if data is not None:
+                stack.append(data)
+        elif isinstance(item, NDArray):
+            out[id(item._handle)] = item._handle
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return out
+
+
+def bytes_of(items: Iterable[Any]) -> int:
+    """Bytes of the distinct buffers behind ``items`` (shared buffers counted once)."""
+    return sum(b.array.nbytes if hasattr(b, "array") else b.nbytes
+               for b in buffers_of(items).values())
+
+
+def optimizer_state_tensors(optimizer: Any) -> List[Any]:
+    """Tensors/NDArrays held in an optimizer's state (any dict/list attribute but ``params``)."""
+    found: List[Any] = []
+    param_ids = {id(p) for p in getattr(optimizer, "params", [])}
+    for name, value in vars(optimizer).items():
+        if name == "params":
+            continue
+        stack = [value]
+        while stack:
+            v = stack.pop()
+            if isinstance(v, (Tensor, NDArray)) and id(v) not in param_ids:
+                found.append(v)
+            elif isinstance(v, dict):
+                stack.extend(v.values())
+            elif isinstance(v, (list, tuple)):
+                stack.extend(v)
+    return found
+
+
+class MemoryTracker:
+    """Context manager reporting current and peak bytes of live array storage on ``device``."""
+
+    def __init__(self, device: Optional[BackendDevice] = None, timeline: bool = False):
+        self.device = device if device is not None else cpu()
+        self.keep_timeline = timeline
+        self._hooked = self._backend_hook_available()
+        self.current_bytes = 0
+        self.peak_bytes = 0
+        self.num_allocs = 0
+        self._events: List[Tuple[int, int]] = []       # (key, +/- nbytes) in order
+        self._size: Dict[int, int] = {}                 # key -> nbytes (live and dead)
+        self._label: Dict[int, str] = {}                # key -> category
+        self._live: Dict[int, Any] = {}                 # key -> weakref to the buffer
+        self._tag: Optional[str] = None
+        self._next_key = 0
+        self._pool_base = 0
+
+    # ------------------------------------------------------------------ hooking
+    def _backend_hook_available(self) -> bool:
+        mod = self.device.__dict__.get("mod")
+        return mod is not None and hasattr(mod, "_ALLOC_HOOK")
+
+    def __enter__(self) -> "MemoryTracker":
+        if self._hooked:
+            _ACTIVE.append(self)
+            self.device.mod._ALLOC_HOOK = _dispatch
+        else:
+            self._pool_base = self._pool_stats()[0]
+            self._pool_reset_peak()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._hooked:
+            _ACTIVE.remove(self)
+            if not any(t.device.__dict__.get("mod") is self.device.mod for t in _ACTIVE):
+                self.device.mod._ALLOC_HOOK = None
+        else:
+            self.sample()
+
+    def _on_alloc(self, buf: Any) -> None:
+        nbytes = buf.array.nbytes
+        key = self._next_key
+        self._next_key += 1
+        self.num_allocs += 1
+        self._size[key] = nbytes
+        if self._tag is not None:
+            self._label[key] = self._tag
+        self._live[key] = weakref.ref(buf)
+        weakref.finalize(buf, self._on_free, key)
+        self._events.append((key, nbytes))
+        self.current_bytes += nbytes
+        if self.current_bytes > self.peak_bytes:
+            self.peak_bytes = self.current_bytes
+
+    def _on_free(self, key: int) -> None:
+        nbytes = self._size[key]
+        self._live.pop(key, None)
+        self._events.append((key, -nbytes))
+        self.current_bytes -= nbytes
+
+    def reset_peak(self) -> None:
+        """Start a new peak from the bytes live now (e.g. before the step to measure)."""
+        self.peak_bytes = self.current_bytes
+        self._events.append((-1, 0))  # a no-op event marking where the new peak starts
+
+    # ------------------------------------------------------------------ CUDA pool
+    def _pool_stats(self) -> Tuple[int, int]:
+        try:
+            from ..backend_cuda import memory_stats
+        except Exception:  # no CUDA backend: nothing to read
+            return 0, 0
+        stats = memory_stats(self.device.index)
+        return int(stats.get("current_bytes", stats.get("used_bytes", 0))), \
+            int(stats.get("peak_bytes", stats.get("used_bytes", 0)))
+
+    def _pool_reset_peak(self) -> None:
+        try:
+            from ..backend_cuda import reset_peak_memory_stats
+            reset_peak_memory_stats(self.device.index)
+        except Exception:  # older backend without peak reset: the sample() max is used
+            pass
+
+    def sample(self) -> int:
+        """On a pool-backed device, read the pool now (updates current/peak); returns current."""
+        if not self._hooked:
+            cur, peak = self._pool_stats()
+            self.current_bytes = cur - self._pool_base
+            self.peak_bytes = max(self.peak_bytes, peak - self._pool_base, self.current_bytes)
+        return self.current_bytes
+
+    # ------------------------------------------------------------------ categories
+    @contextmanager
+    def tag(self, category: str) -> Iterator[None]:
+        """Label the buffers allocated inside the block with ``category``."""
+        if category not in CATEGORIES:
+            raise ValueError(f"unknown memory category {category!r}; use one of {CATEGORIES}")
+        prev, self._tag = self._tag, category
+        try:
+            yield
+        finally:
+            self._tag = prev
+
+    def classify(self, parameters: Iterable[Tensor] = (), optimizer: Any = None,
+                 activations: Iterable[Any] = ()) -> None:
+        """Label live buffers: parameters, their ``.grad``, optimizer state, given activations."""
+        params = list(parameters)
+        if optimizer is not None and not params:
+            params = list(getattr(optimizer, "params", []))
+        groups = [("activations", buffers_of(list(activations))),
+                  ("optimizer_state", buffers_of(optimizer_state_tensors(optimizer))
+                   if optimizer is not None else {}),
+                  ("gradients", buffers_of([p.grad for p in params if p.grad is not None])),
+                  ("parameters", buffers_of(params))]
+        by_buffer = {}
+        for category, bufs in groups:  # later groups win (a parameter is never "activation")
+            for bid in bufs:
+                by_buffer[bid] = category
+        for key, ref in self._live.items():
+            buf = ref()
+            if buf is not None and id(buf) in by_buffer:
+                self._label[key] = by_buffer[id(buf)]
+
+    def category_of(self, key: int) -> str:
+        """The label of allocation ``key`` (``activations`` when unlabelled)."""
+        return self._label.get(key, "activations")
+
+    def _replay(self) -> Tuple[Dict[str, int], Dict[str, int]]:
+        """(bytes per category at the overall peak, peak bytes per category) from the events."""
+        cur = dict.fromkeys(CATEGORIES, 0)
+        best = dict.fromkeys(CATEGORIES, 0)
+        at_peak = dict(cur)
+        total = peak = 0
+        for key, delta in self._events:
+            cat = self.category_of(key)
+            cur[cat] += delta
+            total += delta
+            if cur[cat] > best[cat]:
+                best[cat] = cur[cat]
+            if total > peak:
+                peak, at_peak = total, dict(cur)
+        return at_peak, best
+
+    def peak_by_category(self) -> Dict[str, int]:
+        """Bytes per category at the moment of the overall peak."""
+        return self._replay()[0]
+
+    def category_peaks(self) -> Dict[str, int]:
+        """The peak of each category on its own (they need not coincide)."""
+        return self._replay()[1]
+
+    def current_by_category(self) -> Dict[str, int]:
+        """Bytes per category of the buffers alive now."""
+        out = dict.fromkeys(CATEGORIES, 0)
+        for key in self._live:
+            out[self.category_of(key)] += self._size[key]
+        return out
+
+    def peak_excluding(self, *categories: str) -> int:
+        """Peak of the live bytes not in ``categories`` (e.g. activations alone)."""
+        total = peak = 0
+        for key, delta in self._events:
+            if self.category_of(key) not in categories:
+                total += delta
+                peak = max(peak, total)
+        return peak
+
+    def timeline(self) -> List[Tuple[int, int]]:
+        """(event index, live bytes after it) for plotting; needs ``timeline=True``."""
+        if not self.keep_timeline:
+            raise ValueError("MemoryTracker(timeline=True) is needed to keep a timeline")
+        out, total = [], 0
+        for i, (_, delta) in enumerate(self._events):
+            total += delta
+            out.append((i, total))
+        return out
+
+    def __repr__(self) -> str:
+        return (f"MemoryTracker({self.device!r}, current={self.current_bytes}, "
+                f"peak={self.peak_bytes})")

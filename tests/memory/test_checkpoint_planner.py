@@ -1,0 +1,57 @@
+"""The checkpoint planner: exact against brute force, and its plan runs with equal gradients."""
+import numpy as np
+import pytest
+
+import needle as ndl
+from needle import nn
+from needle.memory import (brute_force_plan, checkpoint_sequential, evaluate_plan,
+                           plan_checkpoints, profile_chain)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_planner_matches_brute_force_on_small_chains(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(3, 8))
+    act = rng.integers(1, 20, n).astype(float)
+    out = np.minimum(act, rng.integers(1, 10, n)).astype(float)
+    cost = rng.uniform(0.5, 2.0, n)
+    lo = brute_force_plan(act, 1e9, out, cost)
+    for frac in (0.35, 0.5, 0.7, 1.0):
+        budget = frac * act.sum()
+        ref = brute_force_plan(act, budget, out, cost)
+        if ref is None:
+            with pytest.raises(ValueError, match="no checkpoint plan fits"):
+                plan_checkpoints(act, budget, out, cost)
+            continue
+        plan = plan_checkpoints(act, budget, out, cost)
+        assert plan.peak <= budget + 1e-9
+        assert plan.recompute == pytest.approx(ref[0])
+        assert plan.peak == pytest.approx(ref[1])
+        assert (plan.peak, plan.recompute) == pytest.approx(
+            evaluate_plan(plan.segments, plan.plain_from, act, out, cost)[:2])
+    assert lo == (0.0, act.sum())
+
+
+def test_uniform_chain_gives_about_sqrt_n_segments():
+    n = 64
+    plan = plan_checkpoints([2.0] * n, budget=2 * 2 * np.sqrt(n) + 8, out=[1.0] * n)
+    sizes = [e - s for s, e in plan.segments]
+    assert 4 <= len(plan.segments) <= 16 and max(sizes) <= 16
+    assert plan.peak <= 2 * 2 * np.sqrt(n) + 8 < 0.35 * 2 * n
+
+
+def test_plan_executes_with_equal_gradients():
+    model = nn.Sequential(*[m for _ in range(6) for m in (nn.Linear(8, 8), nn.ReLU())])
+    x = ndl.Tensor(np.random.randn(16, 8).astype(np.float32), requires_grad=False)
+    act, out, cost = profile_chain(model.layers, x)
+    assert act[0] == 2 * 16 * 8 * 4 and act[1] == 16 * 8 * 4   # Linear: matmul + add; ReLU
+    plan = plan_checkpoints(act, budget=0.5 * sum(act), out=out, cost=cost)
+    grads = []
+    for run in (model, lambda t: checkpoint_sequential(model, x=t, boundaries=plan.boundaries,
+                                                       checkpoint_last=plan.checkpoint_last)):
+        for p in model.parameters():
+            p.grad = None
+        run(x).sum().backward()
+        grads.append([p.grad.numpy() for p in model.parameters()])
+    for a, b in zip(*grads):
+        assert np.array_equal(a, b)

@@ -1,0 +1,553 @@
+"""Every op: forward against NumPy, gradient against float64 central differences and PyTorch.
+
+``OPS`` lists each op once (needle callable, NumPy reference, optional torch reference, input
+generators, cases); the tests parametrize over op x case x device.
+"""
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import pytest
+
+import needle as ndl
+from needle.backend_ndarray import to_numpy_dtype
+from helpers import DEVICES, as_list, check_op_gradient
+
+Shape = Tuple[int, ...]
+
+
+@dataclass
+class Case:
+    """Input shapes and keyword arguments for one parametrization of an op."""
+    shapes: Tuple[Shape, ...]
+    kw: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class OpSpec:
+    """An op, its NumPy (and optional torch) reference, input generators and cases."""
+    fn: Callable[..., Any]
+    ref: Callable[..., Any]
+    cases: List[Case]
+    gens: Tuple[str, ...] = ()  # per input: "normal" (default), "positive", "away", "distinct"
+    torch: Optional[Callable[..., Any]] = None  # (torch_module, *tensors, **kw) -> output(s)
+
+
+def C(*shapes: Shape, **kw: Any) -> Case:
+    """A case with the given input shapes and keyword arguments."""
+    return Case(tuple(shapes), kw)
+
+
+def _mask(shape: Shape) -> np.ndarray:
+    """A fixed boolean mask with both values present (for ``where``)."""
+    return (np.arange(int(np.prod(shape))).reshape(shape) % 3) == 1
+
+
+def np_dilate(a: np.ndarray, axes: Sequence[int], dilation: int) -> np.ndarray:
+    """Reference dilation: ``dilation`` zeros after every element along ``axes``."""
+    shape = tuple(s * (dilation + 1) if i in axes else s for i, s in enumerate(a.shape))
+    out = np.zeros(shape, dtype=a.dtype)
+    out[tuple(slice(None, None, dilation + 1) if i in axes else slice(None)
+              for i in range(a.ndim))] = a
+    return out
+
+
+def np_undilate(a: np.ndarray, axes: Sequence[int], dilation: int) -> np.ndarray:
+    """Reference undilation: every (dilation+1)-th element along ``axes``."""
+    return a[tuple(slice(None, None, dilation + 1) if i in axes else slice(None)
+                   for i in range(a.ndim))]
+
+
+def np_conv(x: np.ndarray, w: np.ndarray, stride: int = 1, padding: int = 0) -> np.ndarray:
+    """Reference NHWC convolution: a direct loop over the kernel offsets."""
+    x = np.pad(x, ((0, 0), (padding, padding), (padding, padding), (0, 0)))
+    n, h, wd, _ = x.shape
+    k, _, _, c_out = w.shape
+    oh, ow = (h - k) // stride + 1, (wd - k) // stride + 1
+    out = np.zeros((n, oh, ow, c_out), dtype=np.result_type(x, w))
+    for i in range(k):
+        for j in range(k):
+            patch = x[:, i:i + stride * (oh - 1) + 1:stride, j:j + stride * (ow - 1) + 1:stride]
+            out += np.einsum("nhwc,co->nhwo", patch, w[i, j])
+    return out
+
+
+def np_logsumexp(a: np.ndarray, axes: Any = None) -> np.ndarray:
+    """Reference stable logsumexp."""
+    m = np.max(a, axis=axes, keepdims=True)
+    return np.squeeze(m, axis=axes) + np.log(np.sum(np.exp(a - m), axis=axes))
+
+
+def np_logsoftmax(a: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Reference stable log-softmax."""
+    m = np.max(a, axis=axis, keepdims=True)
+    return a - m - np.log(np.sum(np.exp(a - m), axis=axis, keepdims=True))
+
+
+def _tdims(a: Any, axes: Any) -> Tuple[int, ...]:
+    """torch dims for a needle/NumPy ``axes`` argument (None: all)."""
+    if axes is None:
+        return tuple(range(a.ndim))
+    return (axes,) if isinstance(axes, int) else tuple(axes)
+
+
+def _tpad(axes: Sequence[Tuple[int, int]]) -> List[int]:
+    """torch's F.pad argument (last axis first) for per-axis (before, after) pairs."""
+    return [p for pair in reversed(axes) for p in pair]
+
+
+def _tconv(T: Any, x: Any, w: Any, stride: int = 1, padding: int = 0) -> Any:
+    """torch conv2d on NHWC input and (K, K, C_in, C_out) weights."""
+    out = T.nn.functional.conv2d(x.permute(0, 3, 1, 2), w.permute(3, 2, 0, 1),
+                                 stride=stride, padding=padding)
+    return out.permute(0, 2, 3, 1)
+
+
+def _nd_stack(*ts: Any, axis: int) -> Any:
+    return ndl.ops.stack(list(ts), axis=axis)
+
+
+def _tuple_items(*ts: Any) -> List[Any]:
+    """Every element of make_tuple(*ts), read through TupleGetItem (not constant-folded)."""
+    tup = ndl.ops.make_tuple(*ts)
+    return [ndl.ops.TupleGetItem(i)(tup, fold_const=False) for i in range(len(ts))]
+
+
+S = slice
+ELL = Ellipsis
+BINARY_SHAPES = [C((3, 4), (3, 4)), C((3, 1), (1, 4)), C((2, 3, 4), (4,)), C((2, 1, 4), (3, 1)),
+                 C((), (2, 3))]
+
+OPS: Dict[str, OpSpec] = {
+    "add": OpSpec(ndl.ops.add, np.add, BINARY_SHAPES, torch=lambda T, a, b: a + b),
+    "add_scalar": OpSpec(lambda a, s: ndl.ops.add_scalar(a, s), lambda a, s: a + s,
+                         [C((3, 4), s=1.5), C((5,), s=-2)], torch=lambda T, a, s: a + s),
+    "multiply": OpSpec(ndl.ops.multiply, np.multiply, BINARY_SHAPES,
+                       torch=lambda T, a, b: a * b),
+    "mul_scalar": OpSpec(lambda a, s: ndl.ops.mul_scalar(a, s), lambda a, s: a * s,
+                         [C((3, 4), s=-1.5), C((2, 3, 2), s=3)], torch=lambda T, a, s: a * s),
+    "power": OpSpec(ndl.ops.power, np.power, [C((3, 4), (3, 4)), C((2, 3), (3,)),
+                                              C((3, 1), (1, 2))],
+                    gens=("positive", "normal"), torch=lambda T, a, b: a ** b),
+    "power_scalar": OpSpec(lambda a, s: ndl.ops.power_scalar(a, s), lambda a, s: a ** s,
+                           [C((3, 4), s=2.5), C((5,), s=-1.5), C((2, 3), s=3)],
+                           gens=("positive",), torch=lambda T, a, s: a ** s),
+    "divide": OpSpec(ndl.ops.divide, np.divide, [C((3, 4), (3, 4)), C((3, 1), (1, 4)),
+                                                 C((4,), (2, 3, 4))],
+                     gens=("normal", "away"), torch=lambda T, a, b: a / b),
+    "divide_scalar": OpSpec(lambda a, s: ndl.ops.divide_scalar(a, s), lambda a, s: a / s,
+                            [C((3, 4), s=2.5), C((2, 2), s=-0.5)], torch=lambda T, a, s: a / s),
+    "negate": OpSpec(ndl.ops.negate, np.negative, [C((3, 4)), C((2, 1, 3))],
+                     torch=lambda T, a: -a),
+    "log": OpSpec(ndl.ops.log, np.log, [C((3, 4)), C((2, 3, 2))], gens=("positive",),
+                  torch=lambda T, a: T.log(a)),
+    "exp": OpSpec(ndl.ops.exp, np.exp, [C((3, 4)), C((5,))], torch=lambda T, a: T.exp(a)),
+    "relu": OpSpec(ndl.ops.relu, lambda a: np.maximum(a, 0), [C((3, 4)), C((2, 3, 2))],
+                   gens=("distinct",), torch=lambda T, a: T.relu(a)),
+    "tanh": OpSpec(ndl.ops.tanh, np.tanh, [C((3, 4)), C((6,))], torch=lambda T, a: T.tanh(a)),
+    "sigmoid": OpSpec(ndl.ops.sigmoid, lambda a: 1 / (1 + np.exp(-a)), [C((3, 4)), C((6,))],
+                      torch=lambda T, a: T.sigmoid(a)),
+    "transpose": OpSpec(lambda a, axes: ndl.ops.transpose(a, axes),
+                        lambda a, axes: np.swapaxes(a, *(axes or (-2, -1))),
+                        [C((3, 4), axes=None), C((2, 3, 4), axes=None),
+                         C((2, 3, 4), axes=(0, 2)), C((2, 3, 4, 1), axes=(1, 3))],
+                        torch=lambda T, a, axes: a.transpose(*(axes or (-2, -1)))),
+    "reshape": OpSpec(lambda a, shape: ndl.ops.reshape(a, shape),
+                      lambda a, shape: np.reshape(a, shape),
+                      [C((3, 4), shape=(2, 6)), C((2, 3, 4), shape=(4, -1)),
+                       C((6,), shape=(1, 6, 1)), C((1,), shape=())],
+                      torch=lambda T, a, shape: a.reshape(shape)),
+    "broadcast_to": OpSpec(lambda a, shape: ndl.ops.broadcast_to(a, shape),
+                           lambda a, shape: np.broadcast_to(a, shape),
+                           [C((3, 1), shape=(3, 4)), C((4,), shape=(2, 3, 4)),
+                            C((1,), shape=(5,)), C((2, 1, 3), shape=(4, 2, 5, 3)),
+                            C((), shape=(2, 2))],
+                           torch=lambda T, a, shape: a.broadcast_to(shape)),
+    "summation": OpSpec(lambda a, axes, keepdims=False: ndl.ops.summation(a, axes, keepdims),
+                        lambda a, axes, keepdims=False: np.sum(a, axis=axes, keepdims=keepdims),
+                        [C((3, 4), axes=None), C((3, 4), axes=0), C((2, 3, 4), axes=(0, 2)),
+                         C((2, 3, 4), axes=-1, keepdims=True), C((2, 3, 4), axes=(1,))],
+                        torch=lambda T, a, axes, keepdims=False: a.sum(dim=_tdims(a, axes),
+                                                                       keepdim=keepdims)),
+    "mean": OpSpec(lambda a, axes: ndl.ops.mean(a, axes), lambda a, axes: np.mean(a, axis=axes),
+                   [C((3, 4), axes=None), C((2, 3, 4), axes=(0, 2))],
+                   torch=lambda T, a, axes: a.mean(dim=_tdims(a, axes))),
+    "matmul": OpSpec(ndl.ops.matmul, np.matmul,
+                     [C((3, 4), (4, 5)), C((2, 3, 4), (2, 4, 5)), C((2, 3, 4), (4, 5)),
+                      C((3, 4), (2, 4, 5)), C((2, 1, 3, 4), (3, 4, 2)), C((1, 3, 4), (2, 4, 5)),
+                      C((1, 1), (1, 3))],
+                     torch=lambda T, a, b: a @ b),
+    "maximum": OpSpec(ndl.ops.maximum, np.maximum, [C((3, 4), (3, 4)), C((3, 1), (1, 4))],
+                      gens=("distinct", "distinct"), torch=lambda T, a, b: T.maximum(a, b)),
+    "maximum_scalar": OpSpec(lambda a, s: ndl.ops.maximum(a, s), lambda a, s: np.maximum(a, s),
+                             [C((3, 4), s=0.25)], gens=("distinct",),
+                             torch=lambda T, a, s: T.clamp(a, min=s)),
+    "max": OpSpec(lambda a, axes, keepdims=False: ndl.ops.max(a, axes, keepdims),
+                  lambda a, axes, keepdims=False: np.max(a, axis=axes, keepdims=keepdims),
+                  [C((3, 4), axes=None), C((3, 4), axes=1), C((2, 3, 4), axes=(0, 2)),
+                   C((2, 3, 4), axes=-2, keepdims=True)],
+                  gens=("distinct",),
+                  torch=lambda T, a, axes, keepdims=False: T.amax(a, dim=_tdims(a, axes),
+                                                                  keepdim=keepdims)),
+    "where": OpSpec(lambda a, b, cond: ndl.ops.where(_mask(cond), a, b),
+                    lambda a, b, cond: np.where(_mask(cond), a, b),
+                    [C((3, 4), (3, 4), cond=(3, 4)), C((3, 1), (4,), cond=(3, 4)),
+                     C((2, 3, 4), (2, 3, 4), cond=(3, 4))],
+                    torch=lambda T, a, b, cond: T.where(T.from_numpy(_mask(cond)), a, b)),
+    "logsumexp": OpSpec(lambda a, axes: ndl.ops.logsumexp(a, axes), np_logsumexp,
+                        [C((3, 4), axes=None), C((3, 4), axes=(1,)), C((2, 3, 4), axes=(0, 2)),
+                         C((2, 3, 4), axes=-2), C((5,), axes=0)],
+                        torch=lambda T, a, axes: T.logsumexp(a, dim=_tdims(a, axes))),
+    "logsoftmax": OpSpec(lambda a, axis: ndl.ops.logsoftmax(a, axis), np_logsoftmax,
+                         [C((3, 4), axis=-1), C((2, 3, 4), axis=1), C((5,), axis=0)],
+                         torch=lambda T, a, axis: T.log_softmax(a, dim=axis)),
+    "softmax": OpSpec(lambda a, axis: ndl.ops.softmax(a, axis),
+                      lambda a, axis: np.exp(np_logsoftmax(a, axis)),
+                      [C((3, 4), axis=-1), C((2, 3, 4), axis=0)],
+                      torch=lambda T, a, axis: T.softmax(a, dim=axis)),
+    "stack": OpSpec(_nd_stack, lambda *xs, axis: np.stack(xs, axis=axis),
+                    [C((2, 3), (2, 3), (2, 3), axis=0), C((2, 3), (2, 3), axis=2),
+                     C((4,), (4,), axis=-1), C((2, 1, 3), axis=1)],
+                    torch=lambda T, *xs, axis: T.stack(xs, dim=axis)),
+    "split": OpSpec(lambda a, axis: ndl.ops.split(a, axis),
+                    lambda a, axis: list(np.moveaxis(a, axis, 0)),
+                    [C((3, 4), axis=0), C((2, 3, 4), axis=1), C((2, 3, 2), axis=-1)],
+                    torch=lambda T, a, axis: list(T.unbind(a, dim=axis))),
+    "tuple_get_item": OpSpec(_tuple_items, lambda *xs: list(xs), [C((2, 3), (4,)), C((3,))],
+                             torch=lambda T, *xs: list(xs)),
+    "fused_add_scalars": OpSpec(lambda a, c0, c1: ndl.ops.fused_add_scalars(a, c0, c1),
+                                lambda a, c0, c1: [a + c0, a + c1],
+                                [C((3, 4), c0=1.5, c1=-2.0)],
+                                torch=lambda T, a, c0, c1: [a + c0, a + c1]),
+    "get_item": OpSpec(lambda a, idx: a[idx], lambda a, idx: a[idx],
+                       [C((4, 5, 3), idx=(S(1, 3),)), C((4, 5, 3), idx=(S(None, None, 2), 1)),
+                        C((4, 5, 3), idx=(-1, S(None, None, -1))),
+                        C((4, 5, 3), idx=(ELL, S(1, None, 2))),
+                        C((4, 5, 3), idx=(S(3, 0, -2), S(-4, -1), -2)),
+                        C((4, 5, 3), idx=2), C((6,), idx=S(-2, 0, -3)),
+                        C((4, 5), idx=(S(None), S(5, 1, -1)))],
+                       torch=None),
+    "flip": OpSpec(lambda a, axes: ndl.ops.flip(a, axes), lambda a, axes: np.flip(a, axes),
+                   [C((3, 4), axes=(0,)), C((2, 3, 4), axes=(0, 2)), C((2, 3, 4), axes=(1, 2)),
+                    C((5,), axes=(0,))],
+                   torch=lambda T, a, axes: T.flip(a, dims=axes)),
+    "dilate": OpSpec(lambda a, axes, dilation: ndl.ops.dilate(a, axes, dilation), np_dilate,
+                     [C((3, 4), axes=(0,), dilation=1), C((2, 3, 2), axes=(1, 2), dilation=2),
+                      C((2, 3), axes=(0, 1), dilation=0)]),
+    "undilate": OpSpec(lambda a, axes, dilation: ndl.ops.undilate(a, axes, dilation), np_undilate,
+                       [C((6, 4), axes=(0,), dilation=1), C((2, 6, 3), axes=(1, 2), dilation=2),
+                        C((5, 3), axes=(0,), dilation=1)]),
+    "pad": OpSpec(lambda a, axes: ndl.ops.pad(a, axes), lambda a, axes: np.pad(a, axes),
+                  [C((3, 4), axes=((1, 2), (0, 1))), C((1, 3, 3, 2), axes=((0, 0), (2, 1),
+                                                                          (1, 1), (0, 0)))],
+                  torch=lambda T, a, axes: T.nn.functional.pad(a, _tpad(axes))),
+    "conv": OpSpec(lambda x, w, stride, padding: ndl.ops.conv(x, w, stride=stride,
+                                                              padding=padding),
+                   np_conv,
+                   [C((2, 5, 5, 3), (3, 3, 3, 4), stride=1, padding=0),
+                    C((2, 5, 5, 3), (3, 3, 3, 4), stride=1, padding=1),
+                    C((2, 5, 5, 3), (3, 3, 3, 4), stride=2, padding=0),
+                    C((1, 6, 6, 2), (3, 3, 2, 3), stride=2, padding=1),
+                    C((1, 7, 7, 2), (3, 3, 2, 2), stride=3, padding=2),
+                    C((1, 6, 6, 2), (1, 1, 2, 3), stride=2, padding=0),
+                    C((1, 4, 4, 2), (1, 1, 2, 3), stride=1, padding=1),
+                    C((1, 5, 5, 1), (2, 2, 1, 2), stride=1, padding=1)],
+                   torch=_tconv),
+}
+
+
+def _rng(*key: Any) -> np.random.Generator:
+    """A generator seeded by a stable hash of ``key`` (distinct per op and case)."""
+    return np.random.default_rng(zlib.crc32(repr(key).encode()))
+
+
+def make_inputs(name: str, case: Case) -> List[np.ndarray]:
+    """Random float64 inputs for ``case`` following the op's generators."""
+    spec = OPS[name]
+    rng = _rng(name, case.shapes, sorted(case.kw.items(), key=str))
+    arrays = []
+    for i, shape in enumerate(case.shapes):
+        gen = spec.gens[i] if i < len(spec.gens) else "normal"
+        size = int(np.prod(shape))
+        if gen == "normal":
+            a = rng.standard_normal(shape)
+        elif gen == "positive":
+            a = rng.uniform(0.5, 2.0, shape)
+        elif gen == "away":  # |a| in [0.5, 2]: safe divisor
+            a = rng.uniform(0.5, 2.0, shape) * rng.choice([-1.0, 1.0], shape)
+        elif gen == "distinct":  # pairwise gaps >= 0.1, away from 0 and from other inputs
+            a = (rng.permutation(size).reshape(shape) - size / 2) * 0.3 + 0.1 * (i + 1) + 0.01
+        else:
+            raise ValueError(gen)
+        arrays.append(np.asarray(a, dtype=np.float64))
+    return arrays
+
+
+def _params(with_torch: bool = False) -> List[Any]:
+    params = []
+    for name, spec in OPS.items():
+        if with_torch and spec.torch is None:
+            continue
+        for case in spec.cases:
+            kw = ",".join(f"{k}={v}" for k, v in case.kw.items())
+            shapes = "_".join("x".join(map(str, s)) or "scalar" for s in case.shapes)
+            params.append(pytest.param(name, case, id=f"{name}-{shapes}-{kw}".rstrip("-")))
+    return params
+
+
+def _run(name: str, case: Case, arrays: Sequence[np.ndarray], device: Any, dtype: str) -> List:
+    tensors = [ndl.Tensor(a, device=device, dtype=dtype) for a in arrays]
+    return as_list(OPS[name].fn(*tensors, **case.kw))
+
+
+@pytest.mark.forward
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name,case", _params())
+def test_forward_matches_numpy(name: str, case: Case, device: Any, dtype: str) -> None:
+    arrays = make_inputs(name, case)
+    outs = _run(name, case, arrays, device, dtype)
+    refs = as_list(OPS[name].ref(*[a.astype(dtype) for a in arrays], **case.kw))
+    assert len(outs) == len(refs)
+    tol = 1e-5 if dtype == "float32" else 1e-12
+    for out, ref in zip(outs, refs):
+        assert out.shape == np.shape(ref)
+        assert out.dtype == dtype
+        assert out.device == device
+        np.testing.assert_allclose(out.numpy(), ref, rtol=tol, atol=tol)
+
+
+LOW_PRECISION_OPS = ["add", "multiply", "divide", "exp", "tanh", "sigmoid", "relu", "matmul",
+                     "summation", "max", "logsumexp", "logsoftmax", "softmax", "conv"]
+
+
+@pytest.mark.forward
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", LOW_PRECISION_OPS)
+def test_forward_low_precision(name: str, device: Any, dtype: str) -> None:
+    """Half-precision dtypes are kept, and values stay within a few ulps of float64."""
+    case = OPS[name].cases[1]
+    arrays = [a.astype(to_numpy_dtype(dtype)).astype(np.float64)  # representable inputs
+              for a in make_inputs(name, case)]
+    outs = _run(name, case, arrays, device, dtype)
+    refs = as_list(OPS[name].ref(*arrays, **case.kw))
+    eps = 2.0 ** -10 if dtype == "float16" else 2.0 ** -7
+    for out, ref in zip(outs, refs):
+        assert out.dtype == dtype and out.shape == np.shape(ref)
+        scale = max(1.0, float(np.max(np.abs(ref))))
+        np.testing.assert_allclose(out.numpy().astype(np.float64), ref, rtol=8 * eps,
+                                   atol=8 * eps * scale)
+
+
+@pytest.mark.backward
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name,case", _params())
+def test_gradient_matches_central_differences(name: str, case: Case, device: Any) -> None:
+    spec = OPS[name]
+    check_op_gradient(lambda *ts: spec.fn(*ts, **case.kw), lambda *xs: spec.ref(*xs, **case.kw),
+                      make_inputs(name, case), device, rng=_rng("weights", name, case.shapes))
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name,case", _params(with_torch=True))
+def test_forward_and_gradient_match_torch(name: str, case: Case, device: Any) -> None:
+    T = pytest.importorskip("torch")
+    spec = OPS[name]
+    arrays = make_inputs(name, case)
+    tensors = [ndl.Tensor(a, device=device, dtype="float64") for a in arrays]
+    t_tensors = [T.tensor(a, dtype=T.float64, requires_grad=True) for a in arrays]
+    outs = as_list(spec.fn(*tensors, **case.kw))
+    t_outs = as_list(spec.torch(T, *t_tensors, **case.kw))
+    rng = _rng("torch-weights", name, case.shapes)
+    weights = [rng.standard_normal(tuple(o.shape)) for o in t_outs]
+    loss = None
+    for out, t_out, w in zip(outs, t_outs, weights):
+        np.testing.assert_allclose(out.numpy(), t_out.detach().numpy(), rtol=1e-10, atol=1e-10)
+        term = (out * ndl.Tensor(w, device=device, dtype="float64")).sum()
+        loss = term if loss is None else loss + term
+    t_loss = sum((o * T.from_numpy(w)).sum() for o, w in zip(t_outs, weights))
+    loss.backward()
+    t_loss.backward()
+    for t, tt in zip(tensors, t_tensors):
+        np.testing.assert_allclose(t.grad.numpy(), tt.grad.numpy(), rtol=1e-9, atol=1e-10)
+
+
+# ---------------------------------------------------------------------- special cases
+@pytest.mark.parametrize("device", DEVICES)
+def test_max_with_ties_shares_the_gradient(device: Any) -> None:
+    x = ndl.Tensor(np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 0.0], [5.0, 5.0, 5.0]]), device=device,
+                   dtype="float64")
+    ndl.ops.max(x, axes=1).sum().backward()
+    # the subgradient torch.amax uses: the adjoint split evenly among the tied maxima
+    expected = np.array([[0, 0.5, 0.5], [0.5, 0.5, 0], [1 / 3, 1 / 3, 1 / 3]])
+    np.testing.assert_allclose(x.grad.numpy(), expected, rtol=1e-12)
+    x2 = ndl.Tensor(np.full((2, 2), 7.0), device=device, dtype="float64")
+    ndl.ops.max(x2).backward()
+    np.testing.assert_allclose(x2.grad.numpy(), np.full((2, 2), 0.25))
+
+
+@pytest.mark.torch
+def test_max_ties_match_torch_amax() -> None:
+    T = pytest.importorskip("torch")
+    a = np.array([[[1.0, 4.0], [4.0, 0.0]], [[2.0, 2.0], [2.0, -1.0]]])
+    x = ndl.Tensor(a, dtype="float64")
+    tx = T.tensor(a, requires_grad=True)
+    w = np.arange(2.0) + 1
+    (ndl.ops.max(x, axes=(1, 2)) * ndl.Tensor(w, dtype="float64")).sum().backward()
+    (T.amax(tx, dim=(1, 2)) * T.from_numpy(w)).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy())
+
+
+@pytest.mark.logsumexp
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_logsumexp_logsoftmax_stable_for_large_inputs(device: Any, dtype: str) -> None:
+    a = np.array([[1e4, 1e4 + 1, 1e4 - 2], [-1e4, 0.0, 1e4], [-1e4, -1e4 - 1, -1e4]])
+    x = ndl.Tensor(a, device=device, dtype=dtype)
+    lse = ndl.ops.logsumexp(x, axes=(1,))
+    m = a.max(axis=1)
+    expected = m + np.log(np.exp(a - m[:, None]).sum(axis=1))  # the stable formula, in float64
+    assert np.all(np.isfinite(lse.numpy()))
+    np.testing.assert_allclose(lse.numpy(), expected, rtol=1e-6)
+    lse.sum().backward()
+    softmax = np.exp(a - expected[:, None])
+    # float32 holds 1e4 only to ~1e-3 absolute, so exp(z - lse) is good to ~1e-3 relative
+    tol = 2e-3 if dtype == "float32" else 1e-9
+    assert np.all(np.isfinite(x.grad.numpy()))
+    np.testing.assert_allclose(x.grad.numpy(), softmax, rtol=tol, atol=1e-6)
+    y = ndl.Tensor(a, device=device, dtype=dtype)
+    ls = ndl.ops.logsoftmax(y)
+    np.testing.assert_allclose(ls.numpy(), a - expected[:, None], rtol=1e-6, atol=1e-3)
+    ls.sum().backward()
+    assert np.all(np.isfinite(y.grad.numpy()))
+    np.testing.assert_allclose(y.grad.numpy(), 1 - 3 * softmax, rtol=tol, atol=3 * tol)
+    sm = ndl.ops.softmax(ndl.Tensor(a, device=device, dtype=dtype))
+    np.testing.assert_allclose(sm.numpy(), softmax, rtol=tol, atol=1e-7)
+    sig = ndl.ops.sigmoid(ndl.Tensor(np.array([-1e4, 0.0, 1e4]), device=device, dtype=dtype))
+    np.testing.assert_allclose(sig.numpy(), [0.0, 0.5, 1.0])
+
+
+@pytest.mark.parametrize("src,dst", [("float32", "float64"), ("float64", "float32"),
+                                     ("float32", "float16"), ("float32", "bfloat16"),
+                                     ("float64", "int32"), ("float32", "int64"),
+                                     ("float32", "bool")])
+def test_cast_forward(src: str, dst: str) -> None:
+    a = np.array([[-2.0, 0.0, 1.5], [3.0, 0.25, -0.75]], dtype=src)
+    y = ndl.ops.cast(ndl.Tensor(a, dtype=src), dst)
+    assert y.dtype == dst
+    np.testing.assert_array_equal(y.numpy(), a.astype(to_numpy_dtype(dst)))
+    assert y.requires_grad == (dst not in ("int32", "int64", "bool"))
+
+
+@pytest.mark.parametrize("src,dst", [("float32", "float64"), ("float64", "float32"),
+                                     ("float32", "bfloat16")])
+def test_cast_gradient_returns_to_input_dtype(src: str, dst: str) -> None:
+    x = ndl.Tensor(np.array([1.0, -2.0, 3.0]), dtype=src)
+    w = np.array([0.5, -1.0, 2.0])
+    (ndl.ops.cast(x, dst) * ndl.Tensor(w, dtype=dst)).sum().backward()
+    assert x.grad.dtype == src
+    np.testing.assert_allclose(x.grad.numpy(), w)
+    assert ndl.ops.cast(x, src) is x  # a no-op cast adds no node
+
+
+@pytest.mark.stack_split
+def test_stack_split_round_trip() -> None:
+    xs = [np.random.randn(2, 3) for _ in range(4)]
+    for axis in (0, 1, 2, -1):
+        st = ndl.ops.stack([ndl.Tensor(x) for x in xs], axis)
+        parts = ndl.ops.split(st, axis)
+        assert len(parts) == 4
+        for p, x in zip(parts, xs):
+            np.testing.assert_allclose(p.numpy(), x.astype(np.float32))
+
+
+@pytest.mark.conv
+def test_dilate_undilate_are_inverse() -> None:
+    x = np.random.randn(2, 3, 4)
+    for axes, d in (((0,), 1), ((1, 2), 2), ((0, 1, 2), 3)):
+        y = ndl.ops.undilate(ndl.ops.dilate(ndl.Tensor(x), axes, d), axes, d)
+        np.testing.assert_allclose(y.numpy(), x.astype(np.float32))
+
+
+@pytest.mark.conv
+def test_np_conv_reference_matches_naive_loop() -> None:
+    """The direct-loop reference itself against the definition, element by element."""
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((1, 5, 4, 2)), rng.standard_normal((3, 3, 2, 2))
+    s, p = 2, 1
+    xp = np.pad(x, ((0, 0), (p, p), (p, p), (0, 0)))
+    ref = np_conv(x, w, stride=s, padding=p)
+    assert ref.shape == (1, 3, 2, 2)
+    for i in range(ref.shape[1]):
+        for j in range(ref.shape[2]):
+            for o in range(2):
+                val = sum(xp[0, i * s + di, j * s + dj, c] * w[di, dj, c, o]
+                          for di in range(3) for dj in range(3) for c in range(2))
+                assert abs(ref[0, i, j, o] - val) < 1e-12
+    out = ndl.ops.conv(ndl.Tensor(x, dtype="float64"), ndl.Tensor(w, dtype="float64"),
+                       stride=s, padding=p)
+    np.testing.assert_allclose(out.numpy(), ref, rtol=1e-12)
+
+
+def test_second_order_gradient_of_ops() -> None:
+    """d/dx of sum(d/dx sum(f(x))) for a few ops, against analytic second derivatives."""
+    a = np.array([0.3, 1.2, 2.0])
+    cases = [(lambda t: ndl.ops.exp(t), np.exp),
+             (lambda t: ndl.ops.log(t), lambda v: -1 / v ** 2),
+             (lambda t: ndl.ops.power_scalar(t, 3), lambda v: 6 * v),
+             (lambda t: ndl.ops.tanh(t), lambda v: -2 * np.tanh(v) * (1 - np.tanh(v) ** 2)),
+             (lambda t: t / ndl.Tensor(np.full(3, 2.0), dtype="float64") * t,
+              lambda v: np.full_like(v, 1.0))]
+    for f, d2 in cases:
+        x = ndl.Tensor(a, dtype="float64")
+        f(x).sum().backward()
+        g = x.grad
+        g.sum().backward()
+        np.testing.assert_allclose(x.grad.numpy(), d2(a), rtol=1e-10)
+
+
+# ---------------------------------------------------------------------- course API
+COURSE_CLASSES = ["EWiseAdd", "AddScalar", "EWiseMul", "MulScalar", "EWisePow", "PowerScalar",
+                  "EWiseDiv", "DivScalar", "Negate", "Log", "Exp", "ReLU", "Tanh", "Transpose",
+                  "Reshape", "BroadcastTo", "Summation", "MatMul", "LogSoftmax", "LogSumExp",
+                  "Stack", "Split", "Flip", "Dilate", "UnDilate", "Conv", "MakeTensorTuple",
+                  "TupleGetItem", "FusedAddScalars"]
+COURSE_FUNCTIONS = ["add", "add_scalar", "multiply", "mul_scalar", "power", "power_scalar",
+                    "divide", "divide_scalar", "negate", "log", "exp", "relu", "tanh", "sigmoid",
+                    "transpose", "reshape", "broadcast_to", "summation", "matmul", "logsoftmax",
+                    "logsumexp", "stack", "split", "flip", "dilate", "undilate", "conv",
+                    "make_tuple", "tuple_get_item", "fused_add_scalars", "softmax", "maximum",
+                    "max", "where", "cast", "pad", "mean", "get_item"]
+
+
+def test_course_op_names_exist() -> None:
+    for name in COURSE_CLASSES:
+        cls = getattr(ndl.ops, name)
+        assert issubclass(cls, (ndl.autograd.TensorOp, ndl.autograd.TensorTupleOp)), name
+    for name in COURSE_FUNCTIONS:
+        assert callable(getattr(ndl.ops, name)), name
+    for name in ("add", "summation", "matmul", "relu", "logsumexp"):
+        assert getattr(ndl, name) is getattr(ndl.ops, name)  # `from .ops import *`
+
+
+def test_course_keyword_signatures() -> None:
+    """The keyword names the course's homework tests pass."""
+    x = ndl.Tensor(np.arange(24.0).reshape(2, 3, 4))
+    assert ndl.ops.summation(x, axes=(0, 2)).shape == (3,)
+    assert ndl.ops.transpose(x, axes=(0, 1)).shape == (3, 2, 4)
+    assert ndl.ops.reshape(x, shape=(6, 4)).shape == (6, 4)
+    assert ndl.ops.broadcast_to(ndl.Tensor(np.ones((3, 1))), shape=(3, 4)).shape == (3, 4)
+    assert ndl.ops.logsumexp(x, axes=(1,)).shape == (2, 4)
+    assert ndl.ops.stack([x, x], axis=1).shape == (2, 2, 3, 4)
+    assert len(ndl.ops.split(x, axis=2)) == 4
+    assert ndl.ops.flip(x, axes=(0,)).shape == (2, 3, 4)
+    assert ndl.ops.dilate(x, axes=(1,), dilation=1).shape == (2, 6, 4)
+    assert ndl.ops.undilate(x, axes=(2,), dilation=1).shape == (2, 3, 2)
+    w = ndl.Tensor(np.ones((3, 3, 4, 5)))
+    assert ndl.ops.conv(x.reshape((1, 2, 3, 4)), w, stride=1, padding=1).shape == (1, 2, 3, 5)
+    assert ndl.ops.power_scalar(x, 2).shape == x.shape
+    assert ndl.ops.EWiseAdd()(x, x).shape == x.shape
+    assert ndl.ops.Summation(axes=(0,))(x).shape == (3, 4)

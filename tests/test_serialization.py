@@ -1,0 +1,266 @@
+"""Tests for ndl.save / ndl.load: exact round trips, atomic writes, refusal of unsafe files,
+and bit-for-bit resumption of training (model, optimizer, RNG and DataLoader order)."""
+import math
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import needle as ndl
+from needle import nn
+
+pytestmark = pytest.mark.hw2
+
+DTYPES = ["float32", "float64", "float16", "bfloat16", "int8", "uint8", "int32", "int64", "bool"]
+
+
+def _np_dtype(name):
+    return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
+
+
+def _sample(name, shape=(3, 4)):
+    a = np.random.randn(*shape) * 50
+    if name == "bool":
+        return a > 0
+    return a.astype(_np_dtype(name))
+
+
+def _same_bits(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.dtype == b.dtype and a.shape == b.shape
+    np.testing.assert_array_equal(a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_round_trip_every_dtype(tmp_path, dtype):
+    arr = _sample(dtype)
+    obj = {"tensor": ndl.Tensor(arr, dtype=dtype, requires_grad=False),
+           "ndarray": ndl.NDArray(arr, dtype=dtype), "numpy": arr,
+           "strided": arr[:, ::2].T}  # non-contiguous input
+    ndl.save(obj, tmp_path / "c.ndl")
+    out = ndl.load(tmp_path / "c.ndl")
+    assert isinstance(out["tensor"], ndl.Tensor) and out["tensor"].dtype == dtype
+    assert isinstance(out["ndarray"], ndl.NDArray) and out["ndarray"].dtype == dtype
+    _same_bits(out["tensor"].numpy(), arr)
+    _same_bits(out["ndarray"].numpy(), arr)
+    _same_bits(out["numpy"], arr)
+    _same_bits(out["strided"], arr[:, ::2].T)
+
+
+def test_round_trip_nested_structure_and_scalars(tmp_path):
+    obj = {
+        "ints": [0, -1, 2 ** 70],  # arbitrary precision survives
+        "floats": (0.1, -0.0, math.inf, 1e-310, 1.0 / 3.0),
+        "flags": [True, False, None],
+        "text": "héllo", "raw": b"\x00\xff",
+        3: {"nested": [np.float32(1.5), np.int64(7), np.zeros((0, 2), np.float32)]},
+        "grad": ndl.Tensor(np.ones((2,)), requires_grad=True),
+        "empty": {}, "empty_list": [],
+    }
+    ndl.save(obj, tmp_path / "c.ndl")
+    out = ndl.load(tmp_path / "c.ndl")
+    assert out["ints"] == [0, -1, 2 ** 70]
+    assert isinstance(out["floats"], tuple)
+    assert [f.hex() for f in out["floats"]] == [f.hex() for f in obj["floats"]]
+    assert out["flags"] == [True, False, None] and out["text"] == "héllo"
+    assert out["raw"] == b"\x00\xff" and out["empty"] == {} and out["empty_list"] == []
+    n = out[3]["nested"]
+    assert type(n[0]) is np.float32 and n[0] == 1.5 and type(n[1]) is np.int64 and n[1] == 7
+    assert n[2].shape == (0, 2)
+    assert out["grad"].requires_grad
+
+
+def test_nan_round_trips(tmp_path):
+    ndl.save({"x": float("nan")}, tmp_path / "n.ndl")
+    assert math.isnan(ndl.load(tmp_path / "n.ndl")["x"])
+
+
+@pytest.mark.parametrize("bad", [object(), {1, 2}, {(1, 2): 3}, np.array([1, "a"], dtype=object)])
+def test_save_rejects_unsupported_values(tmp_path, bad):
+    with pytest.raises(TypeError):
+        ndl.save({"x": bad}, tmp_path / "c.ndl")
+    assert os.listdir(tmp_path) == []  # nothing half-written is left behind
+
+
+def test_module_and_optimizer_state_round_trip(tmp_path):
+    np.random.seed(0)
+    model = nn.Sequential(nn.Linear(4, 5), nn.BatchNorm1d(5), nn.ReLU(), nn.Linear(5, 2))
+    opt = ndl.optim.Adam(model.parameters(), lr=0.01)
+    x = ndl.Tensor(np.random.randn(8, 4))
+    nn.SoftmaxLoss()(model(x), ndl.Tensor(np.arange(8) % 2, dtype="int64")).backward()
+    opt.step()
+    ndl.save({"model": model.state_dict(), "optim": opt.state_dict()}, tmp_path / "m.ndl")
+    ck = ndl.load(tmp_path / "m.ndl")
+    np.random.seed(1)
+    other = nn.Sequential(nn.Linear(4, 5), nn.BatchNorm1d(5), nn.ReLU(), nn.Linear(5, 2))
+    other.load_state_dict(ck["model"])
+    model.eval()
+    other.eval()
+    np.testing.assert_array_equal(model(x).numpy(), other(x).numpy())
+    opt2 = ndl.optim.Adam(other.parameters(), lr=0.5)
+    opt2.load_state_dict(ck["optim"])
+    assert opt2.lr == 0.01
+    for k, v in opt.state_dict()["state"].items():
+        for name, val in v.items():
+            _same_bits(opt2.state_dict()["state"][k][name], val)
+
+
+# ------------------------------------------------------------------------- atomicity
+def test_failed_save_keeps_the_old_checkpoint(tmp_path, monkeypatch):
+    path = tmp_path / "c.ndl"
+    ndl.save({"w": np.arange(5.0)}, path)
+    before = path.read_bytes()
+
+    def boom(fd):
+        raise OSError("disk on fire")
+
+    monkeypatch.setattr(os, "fsync", boom)
+    with pytest.raises(OSError, match="disk on fire"):
+        ndl.save({"w": np.zeros(1000)}, path)
+    monkeypatch.undo()
+    assert path.read_bytes() == before
+    assert os.listdir(tmp_path) == ["c.ndl"]  # the temp file was removed
+    np.testing.assert_array_equal(ndl.load(path)["w"], np.arange(5.0))
+
+
+def test_crash_mid_write_leaves_old_checkpoint_intact(tmp_path):
+    """A process that dies half-way through writing must not damage the existing file."""
+    path = tmp_path / "c.ndl"
+    ndl.save({"w": np.arange(5.0)}, path)
+    before = path.read_bytes()
+    child = textwrap.dedent(f"""
+        import os, numpy as np, needle as ndl
+        from needle import serialization as s
+        real_write = s._write
+        def dying_write(f, tree, arrays):
+            f.write(b"NDLCKPT1" + b"\\x00" * 100)  # a partial record ...
+            f.flush()
+            os._exit(3)                            # ... then the process is killed
+        s._write = dying_write
+        ndl.save({{"w": np.zeros(10 ** 6)}}, {str(path)!r})
+    """)
+    proc = subprocess.run([sys.executable, "-c", child], capture_output=True)
+    assert proc.returncode == 3, proc.stderr.decode()
+    assert path.read_bytes() == before
+    np.testing.assert_array_equal(ndl.load(path)["w"], np.arange(5.0))
+
+
+# ------------------------------------------------------------------------- unsafe files
+class _Payload:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_pickle_checkpoint_is_refused_without_running_it(tmp_path):
+    marker = tmp_path / "pwned"
+    for proto in (2, 4, 5):
+        path = tmp_path / f"evil{proto}.pkl"
+        with open(path, "wb") as f:
+            pickle.dump({"model": _Payload(str(marker))}, f, protocol=proto)
+        with pytest.raises(ValueError, match="pickle"):
+            ndl.load(path)
+    assert not marker.exists()
+
+
+def test_npz_with_object_array_is_refused(tmp_path):
+    marker = tmp_path / "pwned"
+    np.savez(tmp_path / "evil.npz", w=np.array([_Payload(str(marker))], dtype=object))
+    with pytest.raises(ValueError, match="npz|not a valid"):
+        ndl.load(tmp_path / "evil.npz")
+    assert not marker.exists()
+
+
+def _rewrite_header(path, mutate):
+    raw = path.read_bytes()
+    import json
+    import struct
+    (hlen,) = struct.unpack("<Q", raw[8:16])
+    header = json.loads(raw[16:16 + hlen])
+    mutate(header)
+    new = json.dumps(header).encode()
+    path.write_bytes(raw[:8] + struct.pack("<Q", len(new)) + new + raw[16 + hlen:])
+
+
+def test_tampered_or_truncated_checkpoints_are_refused(tmp_path):
+    path = tmp_path / "c.ndl"
+    ndl.save({"w": np.arange(6.0).reshape(2, 3)}, path)
+    good = path.read_bytes()
+    path.write_bytes(good[:-8])
+    with pytest.raises(ValueError, match="past the end|truncated"):
+        ndl.load(path)
+    path.write_bytes(good)
+    _rewrite_header(path, lambda h: h["arrays"][0].update(dtype="object"))
+    with pytest.raises(ValueError, match="disallowed dtype 'object'"):
+        ndl.load(path)
+    path.write_bytes(good)
+    _rewrite_header(path, lambda h: h["tree"].update(t="eval"))
+    with pytest.raises(ValueError, match="unknown node type 'eval'"):
+        ndl.load(path)
+    path.write_bytes(b"garbage!" * 4)
+    with pytest.raises(ValueError, match="bad magic"):
+        ndl.load(path)
+    with pytest.raises(FileNotFoundError, match="missing.ndl"):
+        ndl.load(tmp_path / "missing.ndl")
+
+
+# ------------------------------------------------------------------------- exact resume
+def _make(seed):
+    np.random.seed(seed)
+    model = nn.Sequential(nn.Linear(2, 32), nn.ReLU(), nn.Dropout(0.2), nn.Linear(32, 3))
+    return model, ndl.optim.Adam(model.parameters(), lr=0.01, weight_decay=1e-4)
+
+
+def _train(model, opt, loader, n_steps):
+    losses = []
+    loss_fn = nn.SoftmaxLoss()
+    while len(losses) < n_steps:
+        for x, y in loader:
+            opt.reset_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.numpy().tobytes())
+            if len(losses) == n_steps:
+                break
+    return losses
+
+
+@pytest.mark.parametrize("seeded_loader", [True, False], ids=["generator", "global_rng"])
+def test_resume_is_bit_for_bit(tmp_path, seeded_loader):
+    X, y = ndl.data.spirals(40, 3, seed=0)
+    ds = ndl.data.NDArrayDataset(X, y)
+
+    def loader():
+        return ndl.data.DataLoader(ds, batch_size=16, shuffle=True,
+                                   seed=5 if seeded_loader else None)
+
+    model, opt = _make(0)
+    np.random.seed(123)
+    reference = _train(model, opt, loader(), 20)  # 8 batches per epoch: crosses 2 epochs
+
+    model, opt = _make(0)
+    dl = loader()
+    np.random.seed(123)
+    first = _train(model, opt, dl, 11)  # stop mid-epoch
+    ndl.save({"model": model.state_dict(), "optim": opt.state_dict(), "data": dl.state_dict(),
+              "rng": ndl.random_state()}, tmp_path / "ck.ndl")
+    np.random.rand(1000)  # the interrupted process keeps consuming randomness; irrelevant
+
+    ck = ndl.load(tmp_path / "ck.ndl")
+    model2, opt2 = _make(99)  # a fresh process with a different init
+    dl2 = loader()
+    model2.load_state_dict(ck["model"])
+    opt2.load_state_dict(ck["optim"])
+    dl2.load_state_dict(ck["data"])
+    ndl.set_random_state(ck["rng"])
+    rest = _train(model2, opt2, dl2, 9)
+    assert first + rest == reference
+    assert len(set(reference)) == len(reference)  # the losses really change step to step
