@@ -3,20 +3,11 @@ from typing import Optional, Tuple, Union
 
 from ..autograd import NDArray, Tensor, TensorOp
 from .. import backend_ndarray as array_api
+from ._axes import normalize_axes
 from .ops_mathematic import transpose
 
 __all__ = ["Flip", "flip", "Dilate", "dilate", "UnDilate", "undilate", "Pad", "pad", "Conv",
            "conv"]
-
-
-def _axes_tuple(axes: Union[None, int, Tuple[int, ...]], ndim: int) -> Tuple[int, ...]:
-    if axes is None:
-        return tuple(range(ndim))
-    axes = (axes,) if isinstance(axes, int) else tuple(axes)
-    for ax in axes:
-        if not -ndim <= ax < ndim:
-            raise ValueError(f"axis {ax} is out of range for {ndim} dimensions")
-    return tuple(ax % ndim for ax in axes)
 
 
 class Flip(TensorOp):
@@ -46,7 +37,7 @@ class Dilate(TensorOp):
 
     def compute(self, a: NDArray) -> NDArray:
         ### BEGIN YOUR SOLUTION
-        axes = _axes_tuple(self.axes, a.ndim)
+        axes = normalize_axes(self.axes, a.ndim)
         step = self.dilation + 1
         shape = tuple(s * step if i in axes else s for i, s in enumerate(a.shape))
         out = array_api.full(shape, 0, dtype=a.dtype, device=a.device)
@@ -72,7 +63,7 @@ class UnDilate(TensorOp):
         self.dilation = dilation
 
     def compute(self, a: NDArray) -> NDArray:
-        axes = _axes_tuple(self.axes, a.ndim)
+        axes = normalize_axes(self.axes, a.ndim)
         step = self.dilation + 1
         return a[tuple(slice(None, None, step) if i in axes else slice(None)
                        for i in range(a.ndim))].compact()

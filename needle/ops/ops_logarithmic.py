@@ -2,25 +2,12 @@
 from typing import Optional, Tuple, Union
 
 from ..autograd import NDArray, Tensor, TensorOp
+from ._axes import keepdims_shape, normalize_axes
 from .ops_mathematic import broadcast_to, exp, reshape, summation
 
 Axes = Union[None, int, Tuple[int, ...]]
 
 __all__ = ["LogSumExp", "logsumexp", "LogSoftmax", "logsoftmax", "Softmax", "softmax"]
-
-
-def _norm_axes(axes: Axes, ndim: int) -> Tuple[int, ...]:
-    if axes is None:
-        return tuple(range(ndim))
-    axes = (axes,) if isinstance(axes, int) else tuple(axes)
-    for ax in axes:
-        if not -ndim <= ax < ndim:
-            raise ValueError(f"axis {ax} is out of range for {ndim} dimensions")
-    return tuple(sorted(ax % ndim for ax in axes))
-
-
-def _keep_shape(shape: Tuple[int, ...], axes: Tuple[int, ...]) -> Tuple[int, ...]:
-    return tuple(1 if i in axes else s for i, s in enumerate(shape))
 
 
 class LogSumExp(TensorOp):
@@ -31,7 +18,7 @@ class LogSumExp(TensorOp):
 
     def compute(self, Z: NDArray) -> NDArray:
         ### BEGIN YOUR SOLUTION
-        axes = _norm_axes(self.axes, Z.ndim)
+        axes = normalize_axes(self.axes, Z.ndim)
         z_max = Z.max(axis=axes, keepdims=True)
         shifted = (Z - z_max.broadcast_to(Z.shape)).exp().sum(axis=axes, keepdims=True)
         out = shifted.log() + z_max
@@ -41,7 +28,7 @@ class LogSumExp(TensorOp):
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
         ### BEGIN YOUR SOLUTION
         Z = node.inputs[0]
-        keep = _keep_shape(Z.shape, _norm_axes(self.axes, Z.ndim))
+        keep = keepdims_shape(Z.shape, self.axes)
         lse = broadcast_to(reshape(node, keep), Z.shape)
         return broadcast_to(reshape(out_grad, keep), Z.shape) * exp(Z - lse)
         ### END YOUR SOLUTION
@@ -61,14 +48,14 @@ class LogSoftmax(TensorOp):
     def compute(self, Z: NDArray) -> NDArray:
         ### BEGIN YOUR SOLUTION
         lse = LogSumExp((self.axis,)).compute(Z)
-        keep = _keep_shape(Z.shape, _norm_axes(self.axis, Z.ndim))
+        keep = keepdims_shape(Z.shape, self.axis)
         return Z - lse.reshape(keep).broadcast_to(Z.shape)
         ### END YOUR SOLUTION
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
         ### BEGIN YOUR SOLUTION
         Z = node.inputs[0]
-        keep = _keep_shape(Z.shape, _norm_axes(self.axis, Z.ndim))
+        keep = keepdims_shape(Z.shape, self.axis)
         total = broadcast_to(summation(out_grad, self.axis, keepdims=True), Z.shape)
         return out_grad - exp(node) * total
         ### END YOUR SOLUTION
@@ -86,7 +73,7 @@ class Softmax(TensorOp):
         self.axis = axis
 
     def compute(self, Z: NDArray) -> NDArray:
-        axes = _norm_axes(self.axis, Z.ndim)
+        axes = normalize_axes(self.axis, Z.ndim)
         e = (Z - Z.max(axis=axes, keepdims=True).broadcast_to(Z.shape)).exp()
         return e / e.sum(axis=axes, keepdims=True).broadcast_to(Z.shape)
 

@@ -8,6 +8,7 @@ from typing import Any, Optional, Tuple, Union
 from ..autograd import NDArray, Tensor, TensorOp, no_grad
 from ..backend_ndarray import to_numpy_dtype
 from ..backend_ndarray.dtypes import is_floating
+from ._axes import keepdims_shape, normalize_axes
 
 Axes = Union[None, int, Tuple[int, ...]]
 
@@ -349,9 +350,7 @@ class Summation(TensorOp):
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
         ### BEGIN YOUR SOLUTION
         shape = node.inputs[0].shape
-        axes = range(len(shape)) if self.axes is None else self.axes
-        axes = {ax % len(shape) for ax in axes} if shape else set()
-        kept = tuple(1 if i in axes else s for i, s in enumerate(shape))
+        kept = keepdims_shape(shape, self.axes)
         return broadcast_to(reshape(out_grad, kept), shape)
         ### END YOUR SOLUTION
 
@@ -363,11 +362,9 @@ def summation(a: Tensor, axes: Axes = None, keepdims: bool = False) -> Tensor:
 
 def mean(a: Tensor, axes: Axes = None, keepdims: bool = False) -> Tensor:
     """Mean over ``axes`` (all when None)."""
-    shape = a.shape
-    axes_t = range(len(shape)) if axes is None else ((axes,) if isinstance(axes, int) else axes)
     count = 1
-    for ax in axes_t:
-        count *= shape[ax]
+    for ax in normalize_axes(axes, a.ndim):
+        count *= a.shape[ax]
     return summation(a, axes, keepdims) / count
 
 

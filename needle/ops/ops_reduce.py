@@ -2,6 +2,7 @@
 from typing import Tuple, Union
 
 from ..autograd import NDArray, Tensor, TensorOp
+from ._axes import keepdims_shape, normalize_axes
 from .ops_mathematic import broadcast_to, reshape
 
 Axes = Union[None, int, Tuple[int, ...]]
@@ -22,13 +23,12 @@ class Max(TensorOp):
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
         a = node.inputs[0]
         shape = a.shape
-        axes = range(len(shape)) if self.axes is None else self.axes
-        axes = {ax % len(shape) for ax in axes} if shape else set()
-        kept = tuple(1 if i in axes else s for i, s in enumerate(shape))
+        kept = keepdims_shape(shape, self.axes)
         data = a.realize_cached_data()
         mask = (data == node.realize_cached_data().reshape(kept).broadcast_to(shape))
         mask = mask.astype(data.dtype)
-        count = mask.sum(axis=tuple(axes), keepdims=True).broadcast_to(shape)
+        count = mask.sum(axis=normalize_axes(self.axes, len(shape)), keepdims=True)
+        count = count.broadcast_to(shape)
         share = Tensor.make_const(mask / count)
         return broadcast_to(reshape(out_grad, kept), shape) * share
 
