@@ -21,7 +21,19 @@ from typing import Any, Callable, Dict, Generator, List, Optional
 Stat = Dict[str, int]
 Algorithm = Generator[Any, Optional[bool], Any]
 
-_POLLS_BEFORE_YIELD = 2048
+_POLLS_BEFORE_YIELD = int(os.environ.get("NEEDLE_POLLS_BEFORE_YIELD", 256))
+
+
+def _mpi() -> Any:
+    """mpi4py's MPI module, imported on first use (importing it initialises MPI)."""
+    global _MPI_MODULE
+    if _MPI_MODULE is None:
+        from mpi4py import MPI
+        _MPI_MODULE = MPI
+    return _MPI_MODULE
+
+
+_MPI_MODULE: Any = None
 
 
 class CommTimeoutError(RuntimeError):
@@ -34,24 +46,33 @@ def new_stat() -> Stat:
 
 
 class Channel:
-    """The point-to-point messages of one collective call: one tag, byte counters, peers."""
+    """The point-to-point messages of one collective call: one tag, byte counters, peers.
 
-    def __init__(self, mpi_comm: Any, tag: int, stat: Stat, name: str) -> None:
-        self.comm, self.tag, self.stat, self.name = mpi_comm, tag, stat, name
-        self.rank, self.size = mpi_comm.Get_rank(), mpi_comm.Get_size()
-        self.peers: List[int] = []  # the peers of the last posted messages, for error messages
+    ``header`` bytes of every message (the argument check riding along with the data) are
+    counted in ``ctl_stat`` instead of ``stat``, so ``stat`` shows exactly the payload traffic.
+    """
 
-    def isend(self, buf: Any, dest: int, tag: int = 0) -> Any:
+    def __init__(self, mpi_comm: Any, rank: int, size: int, tag: int, stat: Stat,
+                 header: int = 0, ctl_stat: Optional[Stat] = None) -> None:
+        self.comm, self.rank, self.size, self.tag, self.stat = mpi_comm, rank, size, tag, stat
+        self.header, self.ctl_stat = header, ctl_stat
+        self.peers: List[int] = []  # peers of the posted messages, for timeout messages
+
+    def _count(self, key: str, nbytes: int, peer: int) -> None:
+        self.stat[key] += nbytes - self.header
+        if self.header:
+            self.ctl_stat[key] += self.header
+        self.peers.append(peer)
+
+    def isend(self, buf: Any, dest: int) -> Any:
         """Post a nonblocking send of a contiguous numpy buffer."""
-        self.stat["bytes_sent"] += buf.nbytes
-        self.peers.append(dest)
-        return self.comm.Isend(buf, dest, self.tag + tag)
+        self._count("bytes_sent", buf.nbytes, dest)
+        return self.comm.Isend(buf, dest, self.tag)
 
-    def irecv(self, buf: Any, source: int, tag: int = 0) -> Any:
+    def irecv(self, buf: Any, source: int) -> Any:
         """Post a nonblocking receive into a contiguous numpy buffer."""
-        self.stat["bytes_recv"] += buf.nbytes
-        self.peers.append(source)
-        return self.comm.Irecv(buf, source, self.tag + tag)
+        self._count("bytes_recv", buf.nbytes, source)
+        return self.comm.Irecv(buf, source, self.tag)
 
 
 def poll(item: Any) -> Optional[bool]:
@@ -62,8 +83,7 @@ def poll(item: Any) -> Optional[bool]:
     arguments).  We finish the remaining requests and report it, so the algorithm can run to the
     end and every rank learns of the mismatch, instead of some ranks raising and others hanging.
     """
-    from mpi4py import MPI
-
+    MPI = _mpi()
     reqs, statuses = item if isinstance(item, tuple) else (item, None)
     try:
         return False if MPI.Request.Testall(reqs, statuses) else None
@@ -87,11 +107,10 @@ def wait(item: Any, timeout: float, describe: Callable[[], str]) -> bool:
         if done is not None:
             return done
         polls += 1
-        if polls & 63 == 0:
-            if time.monotonic() > deadline:
-                raise CommTimeoutError(describe())
-            if polls > _POLLS_BEFORE_YIELD:
-                os.sched_yield()
+        if polls > _POLLS_BEFORE_YIELD:
+            os.sched_yield()  # let a peer sharing our core run (oversubscribed jobs)
+        if polls & 63 == 0 and time.monotonic() > deadline:
+            raise CommTimeoutError(describe())
 
 
 def drive(gen: Algorithm, timeout: float, describe: Callable[[], str]) -> Any:

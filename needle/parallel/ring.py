@@ -40,11 +40,20 @@ def finish_avg(x: Array, p: int) -> Array:
     return np.divide(x, x.dtype.type(p), out=x)
 
 
-def ring_reduce_scatter(xs: List[Array], op: str = "sum", shift: int = 0) -> List[Array]:
-    """Ring reduce-scatter: rank r ends with segment ``(r + shift) % p`` of the reduction."""
-    p, ufunc = len(xs), UFUNCS[op]
+def ring_reduce_scatter(xs: List[Array], op: str = "sum") -> List[Array]:
+    """Ring reduce-scatter: rank r ends with chunk r (of p near-equal axis-0 chunks)."""
+    p, shape = len(xs), np.shape(xs[0])
+    row = int(np.prod(shape[1:], dtype=np.int64))
+    rows = chunk_bounds(shape[0], p)
     flat = [np.ascontiguousarray(x).reshape(-1) for x in xs]
-    b = chunk_bounds(flat[0].size, p)
+    own = reduce_scatter_segments(flat, [k * row for k in rows], op, shift=0)
+    return [o.reshape((rows[r + 1] - rows[r],) + shape[1:]) for r, o in enumerate(own)]
+
+
+def reduce_scatter_segments(flat: List[Array], b: List[int], op: str, shift: int) -> List[Array]:
+    """The ring's reduce phase on flat arrays cut at offsets ``b``: rank r ends with the
+    reduction of segment ``(r + shift) % p``."""
+    p, ufunc = len(flat), UFUNCS[op]
 
     def seg(a: Array, i: int) -> Array:
         return a[b[i % p]:b[i % p + 1]]
@@ -86,7 +95,8 @@ def ring_allreduce(xs: List[Array], op: str = "sum") -> List[Array]:
     """Ring allreduce = ring reduce-scatter followed by ring allgather (Patarasuk & Yuan 2009)."""
     p = len(xs)
     shape = np.shape(xs[0])
-    parts = ring_reduce_scatter(xs, op, shift=1)  # rank r owns segment (r + 1) % p
+    flat = [np.ascontiguousarray(x).reshape(-1) for x in xs]
+    parts = reduce_scatter_segments(flat, chunk_bounds(flat[0].size, p), op, shift=1)
     in_order = [parts[(i - 1) % p] for i in range(p)]  # segment i lives on rank i - 1
     full = np.concatenate(in_order) if p > 0 else np.empty(0)
     # Assembling the segments is exactly what the allgather circulates; data moves, never changes.

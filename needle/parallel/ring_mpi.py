@@ -17,7 +17,7 @@ tag is enough for all pieces of all steps: each rank posts its receives in the o
 neighbour posts the sends.  Each function is a generator (see ``progress.py``): it yields the
 requests it waits for, and returns its result.
 """
-from typing import Any, List
+from typing import Any, List, Optional
 
 import numpy as np
 
@@ -35,16 +35,19 @@ def _pieces(b: List[int], i: int, p: int, chunk: int) -> List[slice]:
 
 def ring_reduce_scatter(ch: Channel, x: np.ndarray, acc: np.ndarray, b: List[int], op: str,
                         shift: int, chunk: int, workspace: np.ndarray,
-                        forward_last: bool = False) -> Algorithm:
+                        forward_last: bool = False, final: Optional[np.ndarray] = None
+                        ) -> Algorithm:
     """Reduce ``x`` (flat) around the ring; rank r ends owning segment ``(r + shift) % p`` of
-    ``acc``.  With ``forward_last`` the finished pieces are also sent right (the first gather
-    step of an allreduce).  Returns the pending send requests."""
+    ``acc`` (or of ``final``, the segment alone, when given: saves a copy).  With
+    ``forward_last`` the finished pieces are also sent right (the first gather step of an
+    allreduce).  Returns the pending send requests."""
     p, r, ufunc = ch.size, ch.rank, UFUNCS[op]
     right, left = (r + 1) % p, (r - 1) % p
     tmps = [workspace[k * chunk:(k + 1) * chunk] for k in range(DEPTH)]
     sends: List[Any] = [ch.isend(x[sl], right) for sl in _pieces(b, r - 1 + shift, p, chunk)]
     # Every piece this rank will receive, in arrival order: (step, slice).
     todo = [(s, sl) for s in range(p - 1) for sl in _pieces(b, r - s - 2 + shift, p, chunk)]
+    base = b[(r + shift) % p]  # where our own (final) segment starts
     posted = []
     for j in range(min(DEPTH, len(todo))):
         sl = todo[j][1]
@@ -53,7 +56,8 @@ def ring_reduce_scatter(ch: Channel, x: np.ndarray, acc: np.ndarray, b: List[int
     for j, (s, sl) in enumerate(todo):
         yield [posted[j]]
         tmp = tmps[j % DEPTH][:sl.stop - sl.start]
-        ufunc(x[sl], tmp, out=acc[sl])  # local contribution + what the left neighbour summed
+        dst = acc[sl] if final is None or s < p - 2 else final[sl.start - base:sl.stop - base]
+        ufunc(x[sl], tmp, out=dst)  # local contribution + what the left neighbour summed
         if j + DEPTH < len(todo):  # the buffer is free again: post the receive DEPTH ahead
             nsl = todo[j + DEPTH][1]
             posted.append(ch.irecv(tmps[j % DEPTH][:nsl.stop - nsl.start], left))
@@ -97,14 +101,15 @@ def ring_allreduce(ch: Channel, x: np.ndarray, out: np.ndarray, op: str, chunk: 
 
 
 def ring_reduce_scatter_full(ch: Channel, x: np.ndarray, acc: np.ndarray, b: List[int], op: str,
-                             chunk: int, workspace: np.ndarray) -> Algorithm:
-    """Ring reduce-scatter leaving rank r's finished segment r (bounds ``b``) in ``acc``."""
+                             chunk: int, workspace: np.ndarray, res: np.ndarray) -> Algorithm:
+    """Ring reduce-scatter of flat ``x``: rank r's segment r (bounds ``b``) lands in flat
+    ``res``; ``acc`` is scratch for the partial sums passing through."""
     if ch.size == 1:
-        acc[...] = x
-        return acc
-    sends = yield from ring_reduce_scatter(ch, x, acc, b, op, 0, chunk, workspace)
+        res[...] = x
+        return res
+    sends = yield from ring_reduce_scatter(ch, x, acc, b, op, 0, chunk, workspace, final=res)
     yield sends
-    return acc
+    return res
 
 
 def ring_allgather(ch: Channel, x: np.ndarray, out: np.ndarray, chunk: int) -> Algorithm:

@@ -1,0 +1,70 @@
+"""Checking that all ranks called the same collective with compatible arguments.
+
+A collective whose ranks disagree about the size, dtype or op would otherwise hang (a receive
+that never matches) or, worse, silently compute garbage.  Before moving data each rank therefore
+describes its call as a short string ("allreduce op=sum dtype=float32 shape=(4, 3) ..."), hashes
+it to an integer h and runs a recursive-doubling allreduce of the 16-byte header ``[h, -h]`` with
+``min`` (``tree_mpi.recursive_doubling_allreduce`` with no payload).  Everyone ends up with
+``min h`` and ``-max h``; they agree iff all ranks hashed the same string.  The small-message
+allreduce carries the same header inside its data messages, so its check costs nothing extra.
+
+Only when the hashes differ do the ranks exchange their full description strings (a ring
+allgather of fixed-size byte records) so that every rank can raise the same ``ValueError``
+naming the ranks and their arguments.
+"""
+import hashlib
+from functools import lru_cache
+from typing import Callable, Dict, List
+
+import numpy as np
+
+from .progress import Channel, drive
+from .ring_mpi import ring_allgather
+from .tree_mpi import HEADER, POISON, header_offset
+
+RECORD = 256  # bytes per rank in the detailed exchange
+
+
+def desc_text(desc: tuple) -> str:
+    """``("allreduce", "op", "sum", ...)`` -> ``"allreduce op=sum ..."``."""
+    pairs = " ".join(f"{k}={v}" for k, v in zip(desc[1::2], desc[2::2]))
+    return f"{desc[0]} {pairs}".strip()
+
+
+@lru_cache(maxsize=1024)
+def describe_hash(desc: tuple) -> int:
+    """A stable 62-bit hash of a call description (Python's ``hash`` differs between ranks)."""
+    digest = hashlib.blake2b(desc_text(desc).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 2
+
+
+def fill_header(work: np.ndarray, nbytes: int, desc: tuple) -> None:
+    """Write the header ``[h, -h]`` for ``desc`` after ``nbytes`` of payload in ``work``."""
+    h = describe_hash(desc)
+    hoff = header_offset(nbytes)
+    work[hoff:hoff + HEADER].view(np.int64)[:] = (h, -h)
+
+
+def header_agrees(work: np.ndarray, nbytes: int) -> bool:
+    """After the reduction: did every rank contribute the same hash?"""
+    hoff = header_offset(nbytes)
+    lo, neg_hi = (int(v) for v in work[hoff:hoff + HEADER].view(np.int64))
+    return lo != POISON and lo == -neg_hi
+
+
+def mismatch_error(ch: Channel, desc: tuple, timeout: float,
+                   describe: Callable[[], str]) -> ValueError:
+    """Gather every rank's description and build the error that all ranks raise."""
+    mine = np.zeros(RECORD, dtype=np.uint8)
+    raw = desc_text(desc).encode()[:RECORD]
+    mine[:len(raw)] = np.frombuffer(raw, dtype=np.uint8)
+    everyone = np.empty(RECORD * ch.size, dtype=np.uint8)
+    drive(ring_allgather(ch, mine, everyone, RECORD), timeout, describe)
+    groups: Dict[str, List[int]] = {}
+    for rank in range(ch.size):
+        text = bytes(everyone[rank * RECORD:(rank + 1) * RECORD]).rstrip(b"\0").decode()
+        groups.setdefault(text, []).append(rank)
+    lines = "; ".join(f"ranks {ranks}: {text}" for text, ranks in groups.items())
+    return ValueError(
+        f"needle.parallel: ranks called a collective with different arguments (seen from rank "
+        f"{ch.rank}): {lines}")

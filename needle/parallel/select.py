@@ -1,0 +1,36 @@
+"""Choosing an algorithm per call from the message size and the rank count.
+
+Like MPICH (R. Thakur, R. Rabenseifner and W. Gropp, "Optimization of collective communication
+operations in MPICH", IJHPCA 2005, Section 4) and Open MPI's "tuned" component, the choice is a
+simple table: latency-bound algorithms (few message rounds, more bytes) for small messages,
+bandwidth-optimal ones (more rounds, fewest bytes) for large ones.  For allreduce, recursive
+doubling costs ``log2(p) * (alpha + N beta)`` and the ring ``2 (p - 1) (alpha + N beta / p)``,
+so the crossover grows with the per-message latency ``alpha`` and shrinks with p.  The threshold
+below was measured with ``python -m needle.parallel.bench`` on shared memory.
+"""
+import os
+
+ALGORITHMS = {
+    "allreduce": ("ring", "recursive_doubling"),
+    "allgather": ("ring",),
+    "reduce_scatter": ("ring",),
+    "broadcast": ("binomial",),
+    "reduce": ("binomial",),
+    "alltoall": ("pairwise",),
+}
+
+# Allreduce messages up to this many bytes use recursive doubling (override for experiments).
+ALLREDUCE_SMALL = int(os.environ.get("NEEDLE_ALLREDUCE_SMALL", 64 * 1024))
+
+
+def choose(collective: str, nbytes: int, size: int, algorithm: str = "auto") -> str:
+    """The algorithm to run: ``algorithm`` itself when given, else the size-based choice."""
+    options = ALGORITHMS[collective]
+    if algorithm != "auto":
+        if algorithm not in options:
+            raise ValueError(f"{collective}: unknown algorithm {algorithm!r}; "
+                             f"choose from {options}")
+        return algorithm
+    if collective == "allreduce":
+        return "recursive_doubling" if nbytes <= ALLREDUCE_SMALL or size == 1 else "ring"
+    return options[0]

@@ -1,0 +1,51 @@
+"""Bad arguments give a clear error on every rank; failures end the whole job quickly."""
+import re
+
+import pytest
+
+MISMATCH = ["size_small", "size_large", "dtype", "op", "collective", "allgather_shape",
+            "broadcast_root"]
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+@pytest.mark.parametrize("mode", MISMATCH)
+def test_mismatched_arguments_raise_on_every_rank(run_mpi, mode: str, ranks: int) -> None:
+    res, seconds = run_mpi(ranks, "worker_faults.py", mode, timeout=60)
+    assert res.returncode != 0 and "finished without error" not in res.stdout
+    reported = sorted(int(r) for r in re.findall(r"rank (\d+) ValueError: needle.parallel: ranks "
+                                                 r"called a collective with different", res.stderr))
+    assert reported == list(range(ranks)), res.stderr[-3000:]
+    # The message names the ranks and both versions of the arguments.
+    assert f"ranks [{ranks - 1}]:" in res.stderr and "ranks [0" in res.stderr, res.stderr[-2000:]
+    assert seconds < 30
+
+
+def test_mismatch_message_names_the_values(run_mpi) -> None:
+    res, _ = run_mpi(2, "worker_faults.py", "op", timeout=60)
+    assert "op=sum" in res.stderr and "op=max" in res.stderr, res.stderr[-2000:]
+    res, _ = run_mpi(2, "worker_faults.py", "dtype", timeout=60)
+    assert "dtype=float32" in res.stderr and "dtype=int32" in res.stderr, res.stderr[-2000:]
+
+
+@pytest.mark.parametrize("mode", ["raise", "exit", "kill"])
+def test_a_failing_rank_ends_the_job(run_mpi, mode: str) -> None:
+    res, seconds = run_mpi(3, "worker_faults.py", mode, timeout=60, env={"WORKER_TIMEOUT": "50"})
+    assert res.returncode != 0
+    assert seconds < 30, seconds
+    if mode == "raise":
+        assert "rank 1 failed on purpose" in res.stderr
+
+
+def test_timeout_raises_and_aborts(run_mpi) -> None:
+    res, seconds = run_mpi(3, "worker_faults.py", "timeout", timeout=60,
+                           env={"WORKER_TIMEOUT": "2"})
+    assert res.returncode != 0 and seconds < 30
+    assert "CommTimeoutError" in res.stderr and "did not finish within 2 s" in res.stderr
+
+
+def test_timeout_is_raised_on_every_waiting_rank(run_mpi) -> None:
+    res, seconds = run_mpi(3, "worker_faults.py", "timeout_caught", timeout=60,
+                           env={"WORKER_TIMEOUT": "2"})
+    assert res.returncode != 0 and seconds < 30
+    # Either waiting rank may abort the job first; at least one reports with its peers named.
+    assert re.search(r"rank [01] CommTimeoutError: .*allreduce .*waiting for ranks \[", res.stderr)

@@ -1,0 +1,41 @@
+"""The launcher forwards exit status and prefixes ranks; the benchmark runs and checks targets."""
+import subprocess
+import sys
+
+from conftest import ROOT, worker_env
+
+
+def launch(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "needle.parallel.launch", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                          env=worker_env(), stdin=subprocess.DEVNULL)
+
+
+def test_launch_prefixes_ranks_and_forwards_status(tmp_path) -> None:
+    script = tmp_path / "hello.py"
+    script.write_text("import sys\nfrom mpi4py import MPI\nr = MPI.COMM_WORLD.rank\n"
+                      "print('hello', r)\nsys.exit(5 if r == 1 and 'fail' in sys.argv else 0)\n")
+    res = launch("-n", "3", str(script))
+    assert res.returncode == 0, res.stderr
+    assert sorted(res.stdout.splitlines()) == ["[0] hello 0", "[1] hello 1", "[2] hello 2"]
+    assert launch("-n", "3", str(script), "fail").returncode == 5
+
+
+def test_launch_aborts_the_job_on_an_exception(tmp_path) -> None:
+    script = tmp_path / "boom.py"
+    script.write_text("import time\nfrom mpi4py import MPI\nif MPI.COMM_WORLD.rank == 1:\n"
+                      "    raise ValueError('boom')\ntime.sleep(60)\n")
+    res = launch("-n", "2", str(script))
+    assert res.returncode != 0 and "[1] ValueError: boom" in res.stderr
+
+
+def test_bench_smoke() -> None:
+    from conftest import mpiexec
+    cmd = [mpiexec(), "-n", "2", sys.executable, "-m", "needle.parallel.bench",
+           "--sizes", "4K,1M", "--batches", "1"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT,
+                         env=worker_env(), stdin=subprocess.DEVNULL)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "allreduce       ring" in res.stdout and "busbw" in res.stdout
+    assert "MPI_Allreduce time / auto allreduce time at 4K" in res.stdout
+    assert "rank 0 sent 1048576 bytes; 2(p-1)/p*N = 1048576" in res.stdout

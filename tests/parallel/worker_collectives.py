@@ -1,0 +1,160 @@
+"""Run under mpiexec by test_collectives_mpi.py: every MPI collective against the references.
+
+Every rank builds the inputs of *all* ranks from (seed, rank), so it can compute the pure-function
+reference (needle.parallel.ring) for everyone locally and compare its own result exactly; results
+are also compared with MPI's native collectives.  Prints "OK <checks>" per rank on success.
+"""
+import itertools
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+from needle.parallel import communicator, ring
+
+DTYPES = ["float32", "float64", "float16", "int32", "int64", "bool"]
+NATIVE_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
+
+
+def make(seed: int, rank: int, shape: tuple, dtype: str) -> np.ndarray:
+    """Rank ``rank``'s input: random values, small integers so products stay exact-ish."""
+    rng = np.random.default_rng([seed, rank])
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    if dtype.startswith("int"):
+        return rng.integers(-3, 4, size=shape).astype(dtype)
+    return (rng.random(shape) + 0.5).astype(dtype)
+
+
+def same(a: np.ndarray, b: np.ndarray, what: str) -> None:
+    """Exact equality of value, shape and dtype (NaN-free inputs)."""
+    assert a.dtype == b.dtype and a.shape == b.shape, f"{what}: {a.dtype}{a.shape} vs " \
+                                                      f"{b.dtype}{b.shape}"
+    assert np.array_equal(a, b), f"{what}: values differ\n{a}\n{b}"
+
+
+def close(a: np.ndarray, b: np.ndarray, what: str) -> None:
+    """Equality up to floating point reassociation (native MPI sums in its own order)."""
+    if a.dtype.kind == "f":
+        assert np.allclose(a, b, rtol=1e-2 if a.dtype == np.float16 else 1e-5), what
+    else:
+        assert np.array_equal(a, b), what
+
+
+def main() -> None:
+    world = MPI.COMM_WORLD
+    comm = communicator.create(timeout=30)
+    small_chunks = communicator.Communicator(world, timeout=30, chunk_bytes=64)
+    p, r = comm.size, comm.rank
+    checks = 0
+    lengths = sorted({0, 1, max(p - 1, 0), p + 1, 7 * p + 3, 1000})
+    dtypes = DTYPES
+    if "--quick" in sys.argv:  # many oversubscribed ranks: fewer cases
+        lengths, dtypes = [0, p + 1, 1000], ["float32", "int64"]
+    seed = 0
+    for n, dtype in itertools.product(lengths, dtypes):
+        ops = ["max", "min", "sum"] if dtype == "bool" else ["sum", "max", "min", "prod", "avg"]
+        for op, shape in itertools.product(ops, [(n,), (n, 3)]):
+            seed += 1
+            xs = [make(seed, q, shape, dtype) for q in range(p)]
+            for c, algo in itertools.product([comm, small_chunks], ["ring", "recursive_doubling",
+                                                                     "auto"]):
+                got = c.allreduce(xs[r], op=op, algorithm=algo)
+                ref_algo = algo if algo != "auto" else ("recursive_doubling" if xs[r].nbytes <=
+                                                        comm_small() or p == 1 else "ring")
+                fn = (ring.ring_allreduce if ref_algo == "ring"
+                      else ring.recursive_doubling_allreduce)
+                same(got, fn(xs, op)[r], f"allreduce {algo} {op} {dtype} {shape}")
+                checks += 1
+            if op in NATIVE_OPS and dtype not in ("float16", "bool"):
+                native = np.empty_like(xs[r])
+                world.Allreduce(xs[r], native, op=NATIVE_OPS[op])
+                close(comm.allreduce(xs[r], op=op), native, f"native allreduce {op} {dtype}")
+                checks += 1
+            if op in ("sum", "max", "avg"):
+                for c in (comm, small_chunks):
+                    same(c.reduce_scatter(xs[r], op=op), ring.ring_reduce_scatter(xs, op)[r],
+                         f"reduce_scatter {op} {dtype} {shape}")
+                    root = (seed % p)
+                    got = c.reduce(xs[r], root=root, op=op)
+                    if r == root:
+                        same(got, ring.binomial_reduce(xs, root, op), f"reduce {op} {dtype}")
+                    else:
+                        assert got is None
+                    checks += 2
+        xs = [make(seed, q, (n, 2), dtype) for q in range(p)]
+        for c in (comm, small_chunks):
+            same(c.allgather(xs[r]), ring.ring_allgather(xs)[r].reshape(p * n, 2), "allgather")
+            same(c.alltoall(xs[r]), ring.pairwise_alltoall(xs)[r], f"alltoall {dtype} {n}")
+            for root in {0, p - 1}:
+                same(c.broadcast(xs[r], root=root), xs[root], f"broadcast root {root}")
+            checks += 4
+    checks += check_stats(comm) + check_async(comm) + check_misc(comm)
+    print(f"OK {checks}", flush=True)
+
+
+def comm_small() -> int:
+    from needle.parallel import select
+    return select.ALLREDUCE_SMALL
+
+
+def check_stats(comm: communicator.Communicator) -> int:
+    """Ring allreduce sends 2N - |seg(r+1)| - |seg(r+2)| bytes: 2(p-1)/p N when p divides N."""
+    p, r = comm.size, comm.rank
+    for n in (12 * p * 1024, 12 * p * 1024 + p - 1):
+        comm.reset_stats()
+        x = np.ones(n, dtype=np.float32)
+        comm.allreduce(x, algorithm="ring")
+        st = comm.stats["allreduce"]
+        b = ring.chunk_bounds(n, p)
+        seg = [(b[i + 1] - b[i]) * 4 for i in range(p)]
+        expect = 0 if p == 1 else 2 * x.nbytes - seg[(r + 1) % p] - seg[(r + 2) % p]
+        assert st["bytes_sent"] == expect, (st, expect)
+        assert st["bytes_recv"] == (0 if p == 1 else 2 * x.nbytes - seg[r] - seg[(r + 1) % p])
+        if n % p == 0:
+            assert st["bytes_sent"] * p == 2 * (p - 1) * x.nbytes
+        assert st["calls"] == 1
+    return 2
+
+
+def check_async(comm: communicator.Communicator) -> int:
+    """Several nonblocking collectives in flight at once, finished in reverse order."""
+    p, r = comm.size, comm.rank
+    xs = [make(99, q, (5000,), "float64") for q in range(p)]
+    works = [comm.allreduce_async(xs[r], algorithm="ring"), comm.allgather_async(xs[r]),
+             comm.reduce_scatter_async(xs[r]), comm.allreduce_async(xs[r][:10]),
+             comm.broadcast_async(xs[r], root=p - 1), comm.alltoall_async(xs[r]),
+             comm.reduce_async(xs[r], root=0)]
+    works[1].test()
+    got = [w.wait() for w in reversed(works)][::-1]
+    same(got[0], ring.ring_allreduce(xs)[r], "async allreduce")
+    same(got[1], ring.ring_allgather(xs)[r], "async allgather")
+    same(got[2], ring.ring_reduce_scatter(xs)[r], "async reduce_scatter")
+    same(got[3], ring.recursive_doubling_allreduce([x[:10] for x in xs])[r], "async small")
+    same(got[4], xs[p - 1], "async broadcast")
+    same(got[5], ring.pairwise_alltoall(xs)[r], "async alltoall")
+    assert all(w.is_completed() for w in works)
+    return 6
+
+
+def check_misc(comm: communicator.Communicator) -> int:
+    """split, barrier, scalars, non-contiguous input and ``out=``."""
+    p, r = comm.size, comm.rank
+    sub = comm.split(r % 2, key=-r)  # reversed rank order inside each half
+    members = [q for q in range(p) if q % 2 == r % 2]
+    assert sub.size == len(members) and sub.rank == len(members) - 1 - members.index(r)
+    got = sub.allreduce(np.array([r], dtype=np.int64))
+    assert got[0] == sum(members), (got, members)
+    comm.barrier()
+    scalar = comm.allreduce(np.float64(r + 1))
+    assert scalar.shape == () and scalar == p * (p + 1) / 2
+    assert comm.allgather(np.int32(r)).tolist() == list(range(p))
+    xt = np.arange(12.0).reshape(3, 4).T * (r + 1)  # non-contiguous
+    same(comm.allreduce(xt), np.arange(12.0).reshape(3, 4).T * (p * (p + 1) / 2), "transposed")
+    out = np.empty(7)
+    assert comm.allreduce(np.ones(7), out=out) is out and np.all(out == p)
+    return 5
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""Run under mpiexec by test_faults.py: mismatched arguments, crashing ranks, timeouts.
+
+``python worker_faults.py MODE``; in the mismatch modes every rank prints
+"rank R ValueError: ..." to stderr and the job exits with status 3.
+"""
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+
+from needle.parallel import CommTimeoutError, communicator
+
+
+def mismatch(comm: communicator.Communicator, mode: str) -> None:
+    """Call a collective with arguments that differ on the last rank."""
+    r, last = comm.rank, comm.rank == comm.size - 1
+    x = np.ones(8, dtype=np.float32)
+    if mode == "size_small":
+        comm.allreduce(np.ones(9 if last else 8, dtype=np.float32))
+    elif mode == "size_large":  # ring on the others, recursive doubling on the last rank
+        comm.allreduce(np.ones(16 if last else 1 << 20, dtype=np.float32))
+    elif mode == "dtype":
+        comm.allreduce(x.astype(np.int32) if last else x)
+    elif mode == "op":
+        comm.allreduce(x, op="max" if last else "sum")
+    elif mode == "collective":
+        comm.allgather(x) if last else comm.allreduce(x)
+    elif mode == "allgather_shape":
+        comm.allgather(np.ones((3, 2) if last else (2, 3)))
+    elif mode == "broadcast_root":
+        comm.broadcast(x, root=1 if last else 0)
+    print(f"rank {r} finished without error", flush=True)
+
+
+def main() -> None:
+    mode = sys.argv[1]
+    comm = communicator.create(timeout=float(os.environ.get("WORKER_TIMEOUT", 20)))
+    r = comm.rank
+    comm.allreduce(np.ones(3))  # a healthy collective first
+    if mode == "raise":
+        if r == 1:
+            raise RuntimeError("rank 1 failed on purpose")
+        comm.allreduce(np.ones(3))
+    elif mode == "exit":
+        if r == 1:
+            os._exit(7)
+        comm.allreduce(np.ones(3))
+    elif mode == "kill":
+        if r == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        comm.allreduce(np.ones(1 << 16))
+    elif mode == "timeout":  # the last rank skips a collective, the others time out
+        if r == comm.size - 1:
+            time.sleep(60)
+        comm.allreduce(np.ones(3))
+    elif mode == "timeout_caught":
+        if r != comm.size - 1:
+            try:
+                comm.allreduce(np.ones(3))
+            except CommTimeoutError as err:
+                print(f"rank {r} CommTimeoutError: {err}", file=sys.stderr, flush=True)
+                comm.abort(4)
+        time.sleep(60)
+    else:
+        try:
+            mismatch(comm, mode)
+        except ValueError as err:
+            print(f"rank {r} ValueError: {err}", file=sys.stderr, flush=True)
+            comm.barrier()  # every rank reports before anyone exits
+            sys.exit(3)
+
+
+if __name__ == "__main__":
+    main()
