@@ -330,18 +330,31 @@ def _reduce(op: str, a: Array, out: Array, reduce_size: int) -> None:
             f(a.array[: rows * reduce_size].reshape(rows, reduce_size), axis=1, out=out.array)
 
 
-def reduce_sum(a: Array, out: Array, reduce_size: int) -> None:
-    """Sum each consecutive block of ``reduce_size`` elements of compact ``a`` into ``out``."""
+def _middle_to_last(a: Array, reduce_size: int, inner_size: int) -> Array:
+    """Compact (outer, inner, reduce) copy of compact (outer, reduce, inner) ``a``."""
+    t = Array(a.size, a.dtype, a.device_index)
+    with _on(a):
+        src = a.array.reshape(-1, reduce_size, inner_size)
+        t.array.reshape(-1, inner_size, reduce_size)[...] = src.transpose(0, 2, 1)
+    return t
+
+
+def reduce_sum(a: Array, out: Array, reduce_size: int, inner_size: int = 1) -> None:
+    """Sum compact ``a``, viewed as (outer, reduce_size, inner_size), over its middle axis."""
     if reduce_size == 0:
         fill(out, 0)
         return
+    if inner_size > 1:
+        a = _middle_to_last(a, reduce_size, inner_size)
     _reduce("sum", a, out, reduce_size)
 
 
-def reduce_max(a: Array, out: Array, reduce_size: int) -> None:
-    """Max of each consecutive block of ``reduce_size`` elements of compact ``a`` into ``out``."""
+def reduce_max(a: Array, out: Array, reduce_size: int, inner_size: int = 1) -> None:
+    """Max of compact ``a``, viewed as (outer, reduce_size, inner_size), over its middle axis."""
     if reduce_size == 0:
         raise ValueError("max over an empty axis has no identity")
+    if inner_size > 1:
+        a = _middle_to_last(a, reduce_size, inner_size)
     _reduce("max", a, out, reduce_size)
 
 

@@ -438,6 +438,35 @@ class NDArray:
 
     __hash__ = object.__hash__
 
+    # In-place forms (``a += b``) write into ``a``'s own buffer when ``a`` is compact and the
+    # result has its shape and dtype (elementwise primitives allow ``out`` to alias an input);
+    # otherwise they fall back to the out-of-place result. Optimizers use them for their state.
+    def _inplace(self, other: Any, name: str) -> "NDArray":
+        if not self.is_compact():
+            return self._binary(other, name)
+        dev, dt = self._device, self._handle.dtype
+        if isinstance(other, NDArray):
+            if other._device != dev or other._shape != self._shape or other._handle.dtype != dt:
+                return self._binary(other, name)
+            getattr(dev, _EWISE[name])(self._handle, other.compact()._handle, self._handle)
+        elif _keeps_dtype(dt, other, name):
+            getattr(dev, _SCALAR[name])(self._handle, other, self._handle)
+        else:
+            return self._binary(other, name)
+        return self
+
+    def __iadd__(self, other: Any) -> "NDArray":
+        return self._inplace(other, "add")
+
+    def __isub__(self, other: Any) -> "NDArray":
+        return self._inplace(other, "sub")
+
+    def __imul__(self, other: Any) -> "NDArray":
+        return self._inplace(other, "mul")
+
+    def __itruediv__(self, other: Any) -> "NDArray":
+        return self._inplace(other, "div")
+
     def _unary(self, name: str) -> "NDArray":
         dt = self._handle.dtype
         if name not in ("neg", "abs") and not is_floating(dt):
@@ -536,21 +565,30 @@ class NDArray:
             axes = _normalize_axes(axis, ndim, name)
         n_red = len(axes)
         ### BEGIN YOUR SOLUTION
-        # move the reduced axes last, so each output element reduces one contiguous block
-        if axes == _TAIL_AXES(ndim, n_red):
-            view = self
-            out_shape = shape[:ndim - n_red]
-        else:
-            keep = tuple(i for i in range(ndim) if i not in axes)
-            view = self.permute(keep + axes)
-            out_shape = tuple(shape[i] for i in keep)
-        reduce_size = math.prod(view._shape[ndim - n_red:])
         dt = self._handle.dtype
         if name == "sum" and dt.kind in "bu":
             dt = _I64
-        src = view.compact().astype(dt)
+        out_shape = tuple(s for i, s in enumerate(shape) if i not in axes)
         out = NDArray.make(out_shape, device=self._device, dtype=dt)
-        getattr(self._device, "reduce_" + name)(src._handle, out._handle, reduce_size)
+        reduce_fn = getattr(self._device, "reduce_" + name)
+        if out.size == 0 or self.size == 0:  # nothing to reduce, or an empty sum
+            if out.size:
+                out.fill(0)
+        elif n_red and axes[-1] - axes[0] == n_red - 1:
+            # one block of consecutive axes: view the array as (outer, reduce, inner) and let
+            # the backend reduce the middle axis, with no transposing copy
+            inner = math.prod(shape[axes[-1] + 1:])
+            src = self.compact().astype(dt)
+            reduce_size = math.prod(shape[axes[0]:axes[-1] + 1])
+            if inner == 1:
+                reduce_fn(src._handle, out._handle, reduce_size)
+            else:
+                reduce_fn(src._handle, out._handle, reduce_size, inner)
+        else:
+            # move the reduced axes last, so each output element reduces one contiguous block
+            keep = tuple(i for i in range(ndim) if i not in axes)
+            src = self.permute(keep + axes).compact().astype(dt)
+            reduce_fn(src._handle, out._handle, math.prod(shape[i] for i in axes))
         ### END YOUR SOLUTION
         if keepdims:
             out = out.reshape(tuple(1 if i in axes else s for i, s in enumerate(shape)))
@@ -591,6 +629,15 @@ def _scalar_dtype(dt: np.dtype, scalar: Any, name: str) -> np.dtype:
         if dt == _BOOL and not isinstance(scalar, (bool, np.bool_)):
             return _I64  # NumPy: a bool array with an int scalar computes in int64
     return dt
+
+
+def _keeps_dtype(dt: np.dtype, scalar: Any, name: str) -> bool:
+    """True when ``array(dt) <name> scalar`` has dtype ``dt`` (so it can be done in place)."""
+    if not isinstance(scalar, (int, float, np.generic)) or isinstance(scalar, (bool, np.bool_)):
+        return False
+    if is_floating(dt):
+        return True
+    return name != "div" and isinstance(scalar, (int, np.integer))
 
 
 def _check_device(a: NDArray, b: NDArray, what: str) -> None:

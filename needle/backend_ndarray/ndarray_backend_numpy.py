@@ -8,10 +8,12 @@ A new backend (see ``needle/backend_cuda``) implements exactly this list:
     Array(size, dtype), fill, compact, ewise_setitem, scalar_setitem,
     ewise_<op>(a, b, out) and scalar_<op>(a, val, out) for op in EWISE_BINARY,
     ewise_<fn>(a, out) for fn in EWISE_UNARY, ewise_astype(a, out), ewise_where(c, a, b, out),
-    matmul(a, b, out, batch, m, n, p), reduce_sum(a, out, reduce_size),
-    reduce_max(a, out, reduce_size), from_numpy(a, out), to_numpy(a, shape, strides, offset).
+    matmul(a, b, out, batch, m, n, p, trans_a, trans_b),
+    reduce_sum(a, out, reduce_size, inner_size), reduce_max(a, out, reduce_size, inner_size),
+    from_numpy(a, out), to_numpy(a, shape, strides, offset).
 
-Strides and offsets are counted in elements, not bytes.
+Strides and offsets are counted in elements, not bytes. The ``out`` of an elementwise or
+scalar primitive may be one of its inputs (in-place update, as ``a += b`` uses).
 """
 from typing import Any, Sequence, Tuple
 
@@ -156,20 +158,28 @@ def matmul(a: Array, b: Array, out: Array, batch: int, m: int, n: int, p: int,
     ### END YOUR SOLUTION
 
 
-def reduce_sum(a: Array, out: Array, reduce_size: int) -> None:
-    """Sum each consecutive block of ``reduce_size`` elements of compact ``a`` into ``out``."""
+def reduce_sum(a: Array, out: Array, reduce_size: int, inner_size: int = 1) -> None:
+    """Sum compact ``a``, viewed as (outer, reduce_size, inner_size), over its middle axis.
+
+    With ``inner_size == 1`` (the course's form) each consecutive block of ``reduce_size``
+    elements is summed into one element of ``out``.
+    """
     ### BEGIN YOUR SOLUTION
-    x = a.array.reshape(-1, reduce_size) if reduce_size else a.array.reshape(out.size, 0)
-    np.add.reduce(x, axis=1, out=out.array)
+    if reduce_size == 0:
+        out.array.fill(0)
+        return
+    np.add.reduce(a.array.reshape(-1, reduce_size, inner_size), axis=1,
+                  out=out.array.reshape(-1, inner_size))
     ### END YOUR SOLUTION
 
 
-def reduce_max(a: Array, out: Array, reduce_size: int) -> None:
-    """Max of each consecutive block of ``reduce_size`` elements of compact ``a`` into ``out``."""
+def reduce_max(a: Array, out: Array, reduce_size: int, inner_size: int = 1) -> None:
+    """Max of compact ``a``, viewed as (outer, reduce_size, inner_size), over its middle axis."""
     ### BEGIN YOUR SOLUTION
     if reduce_size == 0:
         raise ValueError("max over an empty axis has no identity")
-    np.maximum.reduce(a.array.reshape(-1, reduce_size), axis=1, out=out.array)
+    np.maximum.reduce(a.array.reshape(-1, reduce_size, inner_size), axis=1,
+                      out=out.array.reshape(-1, inner_size))
     ### END YOUR SOLUTION
 
 

@@ -6,6 +6,7 @@ number of live tensors (``autograd.TENSOR_COUNTER``) unchanged. Parameters are d
 identity (a tied weight is updated once), and a parameter whose ``.grad`` is None (frozen, or
 unused this step) is skipped and gets no state.
 """
+import math
 from typing import Any, Dict, Iterable, List
 
 import numpy as np
@@ -122,9 +123,11 @@ class SGD(Optimizer):
                 g = g + w * self.weight_decay
             if self.momentum:
                 s = self.state.setdefault(i, {})
-                u = s.get("u")
-                s["u"] = g * (1 - self.momentum) if u is None else \
-                    u * self.momentum + g * (1 - self.momentum)
+                if "u" not in s:
+                    s["u"] = g * (1 - self.momentum)
+                else:  # u = momentum * u + (1 - momentum) * g, in place
+                    s["u"] *= self.momentum
+                    s["u"] += g * (1 - self.momentum)
                 g = s["u"]
             p.cached_data = w - g * self.lr
         ### END YOUR SOLUTION
@@ -177,11 +180,20 @@ class Adam(Optimizer):
             if s is None:
                 s = self.state[i] = {"step": 0, "m": g * 0, "v": g * 0}
             s["step"] += 1
-            s["m"] = s["m"] * b1 + g * (1 - b1)
-            s["v"] = s["v"] * b2 + (g * g) * (1 - b2)
-            m_hat = s["m"] / (1 - b1 ** s["step"])
-            v_hat = s["v"] / (1 - b2 ** s["step"])
-            p.cached_data = w - m_hat * self.lr / (v_hat.sqrt() + self.eps)
+            m, v = s["m"], s["v"]  # private state: updated in place, no new buffers
+            m *= b1
+            m += g * (1 - b1)
+            g2 = g * g
+            g2 *= 1 - b2
+            v *= b2
+            v += g2
+            # w - lr * m_hat / (sqrt(v_hat) + eps), bias corrections folded into scalars
+            denom = v.sqrt()
+            denom *= 1 / math.sqrt(1 - b2 ** s["step"])
+            denom += self.eps
+            update = m * (self.lr / (1 - b1 ** s["step"]))
+            update /= denom
+            p.cached_data = w - update
         ### END YOUR SOLUTION
 
 
