@@ -47,17 +47,26 @@ def _run(model: nn.Sequential, x: ndl.Tensor, ckpt: bool) -> None:
     (out * out).sum().backward(create_graph=False)
 
 
-def _step(model: nn.Sequential, x: ndl.Tensor, ckpt: bool, repeats: int) -> Tuple[int, float]:
-    """(peak activation bytes, best seconds) of a forward+backward; timed without a tracker."""
+def _peak(model: nn.Sequential, x: ndl.Tensor, ckpt: bool) -> int:
+    """Peak activation bytes of one forward+backward (MemoryTracker, exact on the CPU)."""
     with MemoryTracker() as tr:
         _run(model, x, ckpt)
         tr.classify(parameters=model.parameters())
-    times = []
+    return tr.peak_excluding("gradients", "parameters")
+
+
+def _times(model: nn.Sequential, x: ndl.Tensor, repeats: int) -> Tuple[float, float]:
+    """Median seconds of (plain, checkpointed) steps, run alternately so that drift in the
+    machine's speed (BLAS threads, other load) affects both the same way."""
+    _run(model, x, False)  # warm-up: first-touch page faults of fresh buffers
+    _run(model, x, True)
+    times: Dict[bool, List[float]] = {False: [], True: []}
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        _run(model, x, ckpt)
-        times.append(time.perf_counter() - t0)
-    return tr.peak_excluding("gradients", "parameters"), min(times)
+        for ckpt in (False, True):
+            t0 = time.perf_counter()
+            _run(model, x, ckpt)
+            times[ckpt].append(time.perf_counter() - t0)
+    return float(np.median(times[False])), float(np.median(times[True]))
 
 
 def bench_checkpointing(depths: List[int], width: int, batch: int, repeats: int,
@@ -67,8 +76,8 @@ def bench_checkpointing(depths: List[int], width: int, batch: int, repeats: int,
     x = ndl.Tensor(np.random.randn(batch, width).astype(np.float32), requires_grad=False)
     for L in depths:
         model = _mlp(L, width)
-        plain_m, plain_t = _step(model, x, False, repeats)
-        ck_m, ck_t = _step(model, x, True, repeats)
+        plain_m, ck_m = _peak(model, x, False), _peak(model, x, True)
+        plain_t, ck_t = _times(model, x, repeats)
         rows[L] = (plain_m, ck_m, plain_t, ck_t)
         print(f"  L={L:4d}  plain {plain_m / 2**20:8.2f} MiB {plain_t * 1e3:8.1f} ms   "
               f"checkpointed ({_segments(L)} segments) {ck_m / 2**20:8.2f} MiB "
@@ -130,6 +139,10 @@ def bench_amp(steps: int) -> None:
     rng = np.random.default_rng(0)
     xs = rng.standard_normal((2048, 32)).astype(np.float32)
     ys = (xs @ rng.standard_normal((32, 10))).argmax(1)
+    # 30% label noise: the loss plateaus well above zero, so "within 1%" compares converged
+    # losses rather than the last digits of a loss that is still racing towards zero
+    noisy = rng.random(len(ys)) < 0.3
+    ys[noisy] = rng.integers(0, 10, noisy.sum())
     x = ndl.Tensor(xs, requires_grad=False)
     y = ndl.Tensor(ys, dtype="int64", requires_grad=False)
     ref_loss, ref_bytes = _amp_run(None, steps, x, y)
@@ -220,7 +233,7 @@ def bench_lora(steps: int) -> None:
               f"{state:,} B")
     start = float((((x @ delta) ** 2).sum()) / x.shape[0])
     check("QLoRA fine-tuning loss close to full fine-tuning",
-          final["qlora"] <= final["full"] + 0.05 * start,
+          final["qlora"] <= final["full"] + 0.01 * start,
           f"{final['qlora']:.4f} vs {final['full']:.4f} (start {start:.3f})")
 
 
@@ -280,7 +293,7 @@ def main() -> None:
         bench_checkpointing([16, 64], 32, 256, 1, args.png)
         bench_amp(6)
     else:
-        bench_checkpointing([16, 64, 256], 64, 1024, 3, args.png)
+        bench_checkpointing([16, 64, 256], 64, 1024, 7, args.png)
         bench_amp(40)
     bench_estimator()
     bench_lora(40 if args.quick else 150)
