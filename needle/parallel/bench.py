@@ -8,9 +8,10 @@ is the bytes of the full vector (allreduce and broadcast: the buffer; allgather:
 reduce-scatter: the input), ``algbw = size / time`` and ``busbw`` scales algbw by the fraction
 of the data that must cross a link, so it is comparable with the link bandwidth:
 allreduce ``2 (p - 1) / p``, allgather and reduce-scatter ``(p - 1) / p``, broadcast 1.
-Outputs are preallocated (``out=``) like nccl-tests' buffers; time is the fastest of several batches
-of the slowest rank's mean per call.  The *best* batch is reported: on a shared
-machine the slower batches measure other people's processes, not the algorithm.  The targets
+Outputs are preallocated (``out=``) like nccl-tests' buffers; time is the fastest of several
+batches of the slowest rank's mean per call, with all cases interleaved within each batch.  The
+*best* batch is reported: on a shared machine the slower batches measure other people's
+processes, not the algorithm.  The targets
 of issue 4 are checked at the end.
 """
 import argparse
@@ -24,20 +25,29 @@ from .communicator import Communicator, create
 SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 
 
-def timeit(comm: Communicator, fn: Callable[[], object], size: int, batches: int) -> float:
-    """Best batch's mean seconds per call, taking the slowest rank of each batch."""
+def timeit(comm: Communicator, cases: Dict[Tuple[str, str], Callable[[], object]], size: int,
+           batches: int) -> Dict[Tuple[str, str], float]:
+    """Best batch's mean seconds per call of every case, taking the slowest rank of each batch.
+
+    The cases are *interleaved*: each batch times every case once, in turn, so that a change in
+    the machine's speed during the run (other processes, memory contention) lands on all of
+    them alike instead of on whichever case happened to run at that moment.
+    """
     from mpi4py import MPI
 
     iters = max(3, min(2000, int(4e8 // max(size, 1 << 14))))
-    fn()
-    times = []
+    for fn in cases.values():
+        fn()
+    times: Dict[Tuple[str, str], List[float]] = {key: [] for key in cases}
     for _ in range(batches):
-        comm._comm.Barrier()
-        start = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        times.append(comm._comm.allreduce((time.perf_counter() - start) / iters, op=MPI.MAX))
-    return float(np.min(times))
+        for key, fn in cases.items():
+            comm._comm.Barrier()
+            start = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            elapsed = (time.perf_counter() - start) / iters
+            times[key].append(comm._comm.allreduce(elapsed, op=MPI.MAX))
+    return {key: float(np.min(t)) for key, t in times.items()}
 
 
 def bench_size(comm: Communicator, size: int, batches: int) -> Dict[Tuple[str, str], float]:
@@ -68,7 +78,7 @@ def bench_size(comm: Communicator, size: int, batches: int) -> Dict[Tuple[str, s
     if p == 1:
         cases = {k: v for k, v in cases.items() if k[0] != "sendrecv"}
     del MPI
-    return {key: timeit(comm, fn, size, batches) for key, fn in cases.items()}
+    return timeit(comm, cases, size, batches)
 
 
 def busbw_factor(collective: str, p: int) -> float:

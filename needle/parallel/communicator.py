@@ -28,8 +28,8 @@ from .progress import Algorithm, Channel, Stat, Work, drive, new_stat
 from .ring import UFUNCS, chunk_bounds, finish_avg
 from .ring_mpi import DEPTH, ring_allgather, ring_allreduce, ring_reduce_scatter_full
 from .select import choose
-from .tree_mpi import (HEADER, binomial_broadcast, binomial_reduce, header_offset,
-                       pairwise_alltoall, recursive_doubling_allreduce)
+from .tree_mpi import (RDBuffers, binomial_broadcast, binomial_reduce, pairwise_alltoall,
+                       recursive_doubling_allreduce)
 
 
 class Communicator:
@@ -47,6 +47,7 @@ class Communicator:
         self._seq = 0
         self._tags = max(1, min(self._comm.Get_attr(_mpi().TAG_UB) or 32767, 1 << 29) // 4)
         self._pool: List[np.ndarray] = []
+        self._rd_cache: Dict[tuple, RDBuffers] = {}
 
     # -- the collectives ---------------------------------------------------------------------
     def allreduce(self, a: Any, op: str = "sum", algorithm: str = "auto",
@@ -63,9 +64,7 @@ class Communicator:
         desc = ("allreduce", "op", op, "dtype", x.dtype, "shape", x.shape, "algorithm", algo)
         res = _output(out, x.shape, x.dtype)
 
-        def finish(r: np.ndarray) -> Any:
-            if not np.may_share_memory(r, res):  # recursive doubling left it in its own buffer
-                res.reshape(-1)[...] = r
+        def finish(_: Any) -> Any:  # both algorithms leave the sum in ``res``
             return restore(finish_avg(res, self.size) if op == "avg" else res)
         if algo == "ring":
             ws = self._take(DEPTH * self.chunk_bytes)
@@ -73,7 +72,7 @@ class Communicator:
             body = lambda ch: ring_allreduce(ch, x.reshape(-1), res.reshape(-1), op, items,
                                              ws[:DEPTH * items * x.itemsize].view(x.dtype))
             return self._run("allreduce", desc, body, finish, _block, [ws])
-        return self._run_fused(x, op, desc, finish, _block)
+        return self._run_fused(x, res, op, desc, finish, _block)
 
     def allgather(self, a: Any, algorithm: str = "auto", out: Optional[np.ndarray] = None) -> Any:
         """Rank-order concatenation along axis 0 of every rank's (same-shaped) array."""
@@ -228,38 +227,55 @@ class Communicator:
     def _checked(self, ctl: Channel, tag: int, desc: tuple, body: Algorithm,
                  describe: Callable[[], str], bufs: list) -> Algorithm:
         try:
-            work = np.empty(HEADER, dtype=np.uint8)
-            metadata.fill_header(work, 0, desc)
+            check = self._rd_buffers(0, np.uint8, "min", cached=False)
+            metadata.fill_header(check, desc)
             if self.size > 1:
-                yield from recursive_doubling_allreduce(ctl, work, 0, np.uint8, "min")
-                self._raise_if_mismatch(work, 0, tag, desc, describe)
+                yield from recursive_doubling_allreduce(ctl, check)
+                self._raise_if_mismatch(check, tag, desc, describe)
             return (yield from body)
         finally:
             self._pool.extend(bufs)
 
-    def _run_fused(self, x: np.ndarray, op: str, desc: tuple, finish: Callable[[Any], Any],
-                   block: bool) -> Any:
-        """Recursive doubling allreduce with the argument check inside its messages."""
+    def _run_fused(self, x: np.ndarray, res: np.ndarray, op: str, desc: tuple,
+                   finish: Callable[[Any], Any], block: bool) -> Any:
+        """Recursive doubling allreduce with the argument check inside its messages.
+
+        A blocking call reuses the buffers of the previous call of the same size, dtype and op
+        (small allreduces are latency-bound: allocating and viewing costs as much as sending).
+        """
         stat = self._stat("allreduce")
         stat["calls"] += 1
         tag, nbytes = self._tag(), x.nbytes
-        work = np.empty(header_offset(nbytes) + HEADER, dtype=np.uint8)
-        work[:nbytes] = x.reshape(-1).view(np.uint8)
-        metadata.fill_header(work, nbytes, desc)
-        ch = self._channel(tag, stat, work.nbytes - nbytes, self._stat("check"))
+        bufs = self._rd_buffers(nbytes, x.dtype, op, cached=block)
+        bufs.data[...] = x.reshape(-1)
+        metadata.fill_header(bufs, desc)
+        ch = self._channel(tag, stat, bufs.work.nbytes - nbytes, self._stat("check"))
         describe = self._describer("allreduce", [ch])
 
         def fused() -> Algorithm:
-            yield from recursive_doubling_allreduce(ch, work, nbytes, x.dtype, op)
-            self._raise_if_mismatch(work, nbytes, tag, desc, describe)
-            return work[:nbytes].view(x.dtype)
+            yield from recursive_doubling_allreduce(ch, bufs)
+            self._raise_if_mismatch(bufs, tag, desc, describe)
+            res.reshape(-1)[...] = bufs.data
+            return res
         if block:
             return finish(drive(fused(), self.timeout, describe))
         return Work(fused(), self.timeout, describe, finish)
 
-    def _raise_if_mismatch(self, work: np.ndarray, nbytes: int, tag: int, desc: tuple,
+    def _rd_buffers(self, nbytes: int, dtype: Any, op: str, cached: bool) -> RDBuffers:
+        """Recursive-doubling buffers: the cached set for blocking calls, else a fresh one."""
+        if not cached:
+            return RDBuffers(nbytes, dtype, op)
+        key = (nbytes, dtype, op)
+        bufs = self._rd_cache.get(key)
+        if bufs is None:
+            if len(self._rd_cache) >= 64:  # bounded: a long run may see many sizes
+                self._rd_cache.clear()
+            bufs = self._rd_cache[key] = RDBuffers(nbytes, dtype, op)
+        return bufs
+
+    def _raise_if_mismatch(self, bufs: RDBuffers, tag: int, desc: tuple,
                            describe: Callable[[], str]) -> None:
-        if self.size > 1 and not metadata.header_agrees(work, nbytes):
+        if self.size > 1 and not metadata.header_agrees(bufs):
             err_ch = self._channel(tag + 2, self._stat("check"))
             raise metadata.mismatch_error(err_ch, desc, self.timeout, describe)
 
@@ -268,7 +284,10 @@ class Communicator:
         return Channel(self._comm, self.rank, self.size, tag, stat, header, ctl_stat)
 
     def _stat(self, name: str) -> Stat:
-        return self.stats.setdefault(name, new_stat())
+        stat = self.stats.get(name)
+        if stat is None:
+            stat = self.stats[name] = new_stat()
+        return stat
 
     def _take(self, nbytes: int) -> np.ndarray:
         """A reusable scratch buffer of at least ``nbytes`` (returned to the pool after use)."""

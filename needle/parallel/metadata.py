@@ -20,7 +20,7 @@ import numpy as np
 
 from .progress import Channel, drive
 from .ring_mpi import ring_allgather
-from .tree_mpi import HEADER, POISON, header_offset
+from .tree_mpi import POISON, RDBuffers
 
 RECORD = 256  # bytes per rank in the detailed exchange
 
@@ -38,18 +38,17 @@ def describe_hash(desc: tuple) -> int:
     return int.from_bytes(digest, "little") >> 2
 
 
-def fill_header(work: np.ndarray, nbytes: int, desc: tuple) -> None:
-    """Write the header ``[h, -h]`` for ``desc`` after ``nbytes`` of payload in ``work``."""
+def fill_header(bufs: RDBuffers, desc: tuple) -> None:
+    """Write the header ``[h, -h]`` for ``desc`` after the payload of ``bufs.work``."""
     h = describe_hash(desc)
-    hoff = header_offset(nbytes)
-    work[hoff:hoff + HEADER].view(np.int64)[:] = (h, -h)
+    bufs.hdr[0] = h
+    bufs.hdr[1] = -h
 
 
-def header_agrees(work: np.ndarray, nbytes: int) -> bool:
+def header_agrees(bufs: RDBuffers) -> bool:
     """After the reduction: did every rank contribute the same hash?"""
-    hoff = header_offset(nbytes)
-    lo, neg_hi = (int(v) for v in work[hoff:hoff + HEADER].view(np.int64))
-    return lo != POISON and lo == -neg_hi
+    lo = bufs.hdr[0]
+    return lo != POISON and lo == -bufs.hdr[1]
 
 
 def mismatch_error(ch: Channel, desc: tuple, timeout: float,

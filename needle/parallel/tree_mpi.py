@@ -36,33 +36,50 @@ def header_offset(nbytes: int) -> int:
     return (nbytes + 7) & ~7
 
 
-def recursive_doubling_allreduce(ch: Channel, work: np.ndarray, nbytes: int, dtype: Any,
-                                 op: str) -> Algorithm:
-    """Allreduce ``work`` = payload (``nbytes`` of ``dtype``) + header in place; returns work."""
-    from mpi4py import MPI
+class RDBuffers:
+    """The buffers of one recursive-doubling allreduce of ``nbytes`` of ``dtype`` with ``op``:
+    ``work`` (payload + header, reduced in place) and ``tmp`` (what the partner sent), with
+    their views. Made once per (size, dtype, op) and reused by blocking calls, so a small
+    allreduce allocates nothing."""
 
-    p, r = ch.size, ch.rank
-    hoff = header_offset(nbytes)
-    data, hdr = work[:nbytes].view(dtype), work[hoff:hoff + HEADER].view(np.int64)
-    tmp = np.empty_like(work)
-    tdata, thdr = tmp[:nbytes].view(dtype), tmp[hoff:hoff + HEADER].view(np.int64)
-    ufunc, size = UFUNCS[op], work.nbytes
-    statuses = [MPI.Status(), MPI.Status()]
+    def __init__(self, nbytes: int, dtype: Any, op: str) -> None:
+        from mpi4py import MPI
 
-    def combine(truncated: bool) -> None:
-        if truncated or statuses[0].Get_count(MPI.BYTE) != size or hdr[0] == POISON:
-            hdr[:] = POISON  # wrong-size message: poison, but keep going so nobody hangs
+        hoff = header_offset(nbytes)
+        self.nbytes, self.ufunc = nbytes, UFUNCS[op]
+        self.work = np.empty(hoff + HEADER, dtype=np.uint8)
+        self.tmp = np.empty_like(self.work)
+        self.data = self.work[:nbytes].view(dtype)
+        self.hdr = self.work[hoff:hoff + HEADER].view(np.int64)
+        self.tdata = self.tmp[:nbytes].view(dtype)
+        self.thdr = self.tmp[hoff:hoff + HEADER].view(np.int64)
+        self.statuses = [MPI.Status(), MPI.Status()]
+        self.byte = MPI.BYTE
+
+    def received_ok(self, truncated: bool) -> bool:
+        """Did the last receive bring a message of exactly our size?"""
+        return not truncated and self.statuses[0].Get_count(self.byte) == self.work.nbytes
+
+    def combine(self, truncated: bool) -> None:
+        """Reduce the partner's vector into ours (or poison the header on a size mismatch)."""
+        if not self.received_ok(truncated) or self.hdr[0] == POISON:
+            self.hdr[:] = POISON  # wrong-size message: poison, but keep going so nobody hangs
             return
-        ufunc(data, tdata, out=data)
-        np.minimum(hdr, thdr, out=hdr)
+        self.ufunc(self.data, self.tdata, out=self.data)
+        np.minimum(self.hdr, self.thdr, out=self.hdr)
 
+
+def recursive_doubling_allreduce(ch: Channel, bufs: RDBuffers) -> Algorithm:
+    """Allreduce ``bufs.work`` = payload + header in place; returns ``bufs.work``."""
+    p, r = ch.size, ch.rank
+    work, tmp, statuses, combine = bufs.work, bufs.tmp, bufs.statuses, bufs.combine
     p2 = 1 << (p.bit_length() - 1)
     rem = p - p2
     if r < 2 * rem and r % 2 == 0:  # fold: hand our vector to r + 1, get the result back
         yield [ch.isend(work, r + 1)]
         truncated = yield ([ch.irecv(work, r + 1)], statuses[:1])
-        if truncated or statuses[0].Get_count(MPI.BYTE) != size:
-            hdr[:] = POISON
+        if not bufs.received_ok(truncated):
+            bufs.hdr[:] = POISON
         return work
     if r < 2 * rem:
         truncated = yield ([ch.irecv(tmp, r - 1)], statuses[:1])
