@@ -19,6 +19,14 @@ demo: install
 test: install
 	$(PYTHON) -m pytest -q $(PYTEST_ARGS) tests
 
+# Every CPU benchmark, one after the other (run on a quiet machine); figures go in
+# benchmarks/README.md. GPU: see benchmarks/README.md (needs a CUDA machine).
+bench: install
+	$(PYTHON) benchmarks/bench_op_overhead.py
+	$(PYTHON) benchmarks/bench_train.py
+	$(PYTHON) benchmarks/bench_memory.py
+	$(PYTHON) -m needle.parallel.launch -n 2 --no-prefix -m needle.parallel.bench
+
 clean:
 	rm -rf build *.egg-info .pytest_cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
