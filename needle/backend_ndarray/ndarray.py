@@ -559,27 +559,33 @@ class NDArray:
                 ) -> "NDArray":
         shape = self._shape
         ndim = len(shape)
+        if type(axis) is tuple and len(axis) == 1:
+            axis = axis[0]
         if type(axis) is int and -ndim <= axis < ndim:
-            axes = (axis % ndim,)
+            first = last = axis % ndim
+            axes = (first,)
         else:
             axes = _normalize_axes(axis, ndim, name)
-        n_red = len(axes)
+            first, last = (axes[0], axes[-1]) if axes else (0, -1)
         ### BEGIN YOUR SOLUTION
         dt = self._handle.dtype
         if name == "sum" and dt.kind in "bu":
             dt = _I64
-        out_shape = tuple(s for i, s in enumerate(shape) if i not in axes)
+        out_shape = shape[:first] + shape[last + 1:] if last - first == len(axes) - 1 else \
+            tuple(s for i, s in enumerate(shape) if i not in axes)
         out = NDArray.make(out_shape, device=self._device, dtype=dt)
-        reduce_fn = getattr(self._device, "reduce_" + name)
+        reduce_fn = getattr(self._device, _REDUCE[name])
         if out.size == 0 or self.size == 0:  # nothing to reduce, or an empty sum
             if out.size:
                 out.fill(0)
-        elif n_red and axes[-1] - axes[0] == n_red - 1:
+        elif axes and last - first == len(axes) - 1:
             # one block of consecutive axes: view the array as (outer, reduce, inner) and let
             # the backend reduce the middle axis, with no transposing copy
-            inner = math.prod(shape[axes[-1] + 1:])
-            src = self.compact().astype(dt)
-            reduce_size = math.prod(shape[axes[0]:axes[-1] + 1])
+            inner = math.prod(shape[last + 1:])
+            src = self.compact()
+            if src._handle.dtype != dt:
+                src = src.astype(dt)
+            reduce_size = math.prod(shape[first:last + 1])
             if inner == 1:
                 reduce_fn(src._handle, out._handle, reduce_size)
             else:
@@ -611,6 +617,7 @@ class NDArray:
 _EWISE = {n: "ewise_" + n for n in ("add", "sub", "mul", "div", "pow", "maximum", "eq", "ne",
                                     "lt", "le", "gt", "ge")}
 _SCALAR = {n: k.replace("ewise_", "scalar_") for n, k in _EWISE.items()}
+_REDUCE = {"sum": "reduce_sum", "max": "reduce_max"}
 
 
 def _out_dtype(name: str, dt: np.dtype) -> np.dtype:

@@ -168,8 +168,11 @@ def reduce_sum(a: Array, out: Array, reduce_size: int, inner_size: int = 1) -> N
     if reduce_size == 0:
         out.array.fill(0)
         return
-    np.add.reduce(a.array.reshape(-1, reduce_size, inner_size), axis=1,
-                  out=out.array.reshape(-1, inner_size))
+    if inner_size == 1:
+        np.add.reduce(a.array.reshape(-1, reduce_size), axis=1, out=out.array)
+    else:
+        np.add.reduce(a.array.reshape(-1, reduce_size, inner_size), axis=1,
+                      out=out.array.reshape(-1, inner_size))
     ### END YOUR SOLUTION
 
 
