@@ -156,8 +156,8 @@ def _read_header(raw: bytes, path: str) -> Tuple[Dict[str, Any], int]:
         raise _fail(path, f"header length {hlen} exceeds the file size {len(raw)}")
     try:
         header = json.loads(raw[16:16 + hlen].decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise _fail(path, f"corrupt JSON header ({e})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise _fail(path, f"corrupt JSON header ({type(e).__name__})") from None
     if not isinstance(header, dict) or "tree" not in header or "arrays" not in header:
         raise _fail(path, "header lacks 'tree'/'arrays'")
     return header, 16 + hlen
@@ -232,7 +232,7 @@ def load(path: str, device: Optional[BackendDevice] = None) -> Any:
     arrays = _read_arrays(raw, header["arrays"], start, path)
     try:
         return _decode(header["tree"], arrays, device, path)
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, RecursionError) as e:
         if isinstance(e, CheckpointError):
             raise
         raise _fail(path, f"{type(e).__name__}: {e}") from None

@@ -211,6 +211,17 @@ def test_tampered_or_truncated_checkpoints_are_refused(tmp_path):
         ndl.load(tmp_path / "missing.ndl")
 
 
+def test_deeply_nested_header_is_refused_cleanly(tmp_path):
+    """A hostile header nested past Python's recursion limit is a CheckpointError, no crash."""
+    import struct
+    path = tmp_path / "deep.ndl"
+    depth = 100_000
+    header = ('{"tree":' + '{"t":"list","v":[' * depth + ']}' * depth + ',"arrays":[]}').encode()
+    path.write_bytes(b"NDLCKPT1" + struct.pack("<Q", len(header)) + header)
+    with pytest.raises(ValueError, match="not a valid needle checkpoint"):
+        ndl.load(path)
+
+
 # ------------------------------------------------------------------------- exact resume
 def _make(seed):
     np.random.seed(seed)
