@@ -1,4 +1,6 @@
-"""needle's CUDA backend on CuPy: kernels in ``kernels/*.cu``, primitives, fused ops, DLPack.
+"""needle's CUDA backend on CuPy: kernels in ``kernels/*.cu``, primitives, fused ops.
+
+DLPack exchange (zero-copy with CuPy, NumPy and PyTorch) is ``needle.backend_ndarray.dlpack``.
 
 Importing this package does not import CuPy; ``ndarray_backend_cuda`` (loaded by
 ``ndl.cuda()``) does. Helpers that need CuPy import it when called.
@@ -16,15 +18,3 @@ def reset_peak_memory(device_index: int = 0) -> None:
     """Restart peak tracking on GPU ``device_index`` from the bytes in use now."""
     from .ndarray_backend_cuda import reset_peak_memory as reset
     reset(device_index)
-
-
-def to_dlpack(array: Any) -> Any:
-    """A zero-copy CuPy (cuda) or NumPy (cpu) view of an NDArray/Tensor: a DLPack producer."""
-    from .dlpack import to_dlpack as f
-    return f(array)
-
-
-def from_dlpack(obj: Any, device: Any = None) -> Any:
-    """An NDArray sharing memory with any DLPack producer (CuPy, NumPy, PyTorch)."""
-    from .dlpack import from_dlpack as f
-    return f(obj, device)

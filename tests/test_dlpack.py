@@ -3,8 +3,7 @@ import numpy as np
 import pytest
 
 import needle as ndl
-from needle.backend_cuda import from_dlpack, to_dlpack
-from needle.backend_cuda.dlpack import to_torch
+from needle.backend_ndarray.dlpack import from_dlpack, to_dlpack, to_torch
 from needle.backend_ndarray import NDArray
 
 cuda_only = pytest.mark.skipif(not ndl.cuda().enabled(), reason="no CUDA GPU / CuPy")

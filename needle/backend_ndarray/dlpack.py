@@ -46,7 +46,8 @@ def to_torch(a: Any) -> Any:
 
 def from_dlpack(obj: Any, device: Optional[Any] = None) -> Any:
     """An NDArray over a DLPack producer's memory (no copy); ``device`` defaults to the source."""
-    from needle.backend_ndarray import NDArray, cpu, cuda  # lazy: the array layer sits above
+    from .device import cpu, cuda
+    from .ndarray import NDArray
     dev_type, dev_id = obj.__dlpack_device__()
     is_bf16 = str(getattr(obj, "dtype", "")).endswith("bfloat16")
     if is_bf16 and hasattr(obj, "view"):  # a torch bfloat16 tensor: move its bits as int16
@@ -93,7 +94,7 @@ def _elem_strides(x: Any) -> tuple:
 
 def _wrap_cuda(view: Any, dtype: np.dtype, dev_id: int) -> tuple:
     import cupy as cp
-    from .ndarray_backend_cuda import Array
+    from needle.backend_cuda.ndarray_backend_cuda import Array
     strides = _elem_strides(view)
     offset, size = _span(view.shape, strides)
     arr = object.__new__(Array)
@@ -105,7 +106,7 @@ def _wrap_cuda(view: Any, dtype: np.dtype, dev_id: int) -> tuple:
 
 
 def _wrap_cpu(view: np.ndarray) -> tuple:
-    from needle.backend_ndarray.ndarray_backend_numpy import Array
+    from .ndarray_backend_numpy import Array
     strides = _elem_strides(view)
     offset, size = _span(view.shape, strides)
     arr = object.__new__(Array)
