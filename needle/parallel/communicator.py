@@ -48,6 +48,7 @@ class Communicator:
         self._tags = max(1, min(self._comm.Get_attr(_mpi().TAG_UB) or 32767, 1 << 29) // 4)
         self._pool: List[np.ndarray] = []
         self._rd_cache: Dict[tuple, RDBuffers] = {}
+        self.spin_polls = _spin_polls(self._comm)
 
     # -- the collectives ---------------------------------------------------------------------
     def allreduce(self, a: Any, op: str = "sum", algorithm: str = "auto",
@@ -221,8 +222,8 @@ class Communicator:
         describe = self._describer(name, [ctl, ch])
         gen = self._checked(ctl, tag, desc, body(ch), describe, bufs or [])
         if block:
-            return finish(drive(gen, self.timeout, describe))
-        return Work(gen, self.timeout, describe, finish)
+            return finish(drive(gen, self.timeout, describe, self.spin_polls))
+        return Work(gen, self.timeout, describe, finish, self.spin_polls)
 
     def _checked(self, ctl: Channel, tag: int, desc: tuple, body: Algorithm,
                  describe: Callable[[], str], bufs: list) -> Algorithm:
@@ -258,8 +259,8 @@ class Communicator:
             res.reshape(-1)[...] = bufs.data
             return res
         if block:
-            return finish(drive(fused(), self.timeout, describe))
-        return Work(fused(), self.timeout, describe, finish)
+            return finish(drive(fused(), self.timeout, describe, self.spin_polls))
+        return Work(fused(), self.timeout, describe, finish, self.spin_polls)
 
     def _rd_buffers(self, nbytes: int, dtype: Any, op: str, cached: bool) -> RDBuffers:
         """Recursive-doubling buffers: the cached set for blocking calls, else a fresh one."""
@@ -313,6 +314,20 @@ def create(mpi_comm: Any = None, timeout: Optional[float] = None,
 def _mpi() -> Any:
     from mpi4py import MPI
     return MPI
+
+
+def _spin_polls(mpi_comm: Any) -> int:
+    """Empty polls before a waiting rank yields its core: 256, or 0 when this node runs more
+    ranks than this process may use cores (oversubscribed); ``NEEDLE_POLLS_BEFORE_YIELD``
+    overrides."""
+    env = os.environ.get("NEEDLE_POLLS_BEFORE_YIELD")
+    if env is not None:
+        return int(env)
+    local = mpi_comm.Split_type(_mpi().COMM_TYPE_SHARED)
+    ranks_here = local.Get_size()
+    local.Free()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return 0 if ranks_here > (cores or 1) else 256
 
 
 def _check_op(op: str) -> None:

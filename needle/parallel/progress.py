@@ -11,8 +11,9 @@ complete before it can go on.  Whoever drives the generator decides how to wait:
 Waiting is a polling loop over ``MPI.Request.Testall`` rather than ``Waitall``, so that a
 collective that cannot finish (a peer that never arrives) raises ``CommTimeoutError`` after
 ``timeout`` seconds instead of hanging forever.  MPICH's own ``Waitall`` also spins, so polling
-costs no more CPU; after a few thousand empty polls we ``sched_yield`` so that oversubscribed
-ranks (more ranks than cores) let their peers run.
+costs no more CPU; after a few hundred empty polls we ``sched_yield`` so that other processes
+can run. When a node runs more ranks than it has cores (oversubscribed), the communicator
+yields after every empty poll: a spinning rank would otherwise hold the core its peer needs.
 """
 import os
 import time
@@ -21,7 +22,7 @@ from typing import Any, Callable, Dict, Generator, List, Optional
 Stat = Dict[str, int]
 Algorithm = Generator[Any, Optional[bool], Any]
 
-_POLLS_BEFORE_YIELD = int(os.environ.get("NEEDLE_POLLS_BEFORE_YIELD", 256))
+_POLLS_BEFORE_YIELD = 256
 
 
 def _mpi() -> Any:
@@ -96,8 +97,10 @@ def poll(item: Any) -> Optional[bool]:
     return True
 
 
-def wait(item: Any, timeout: float, describe: Callable[[], str]) -> bool:
-    """Wait for ``item`` to complete, raising ``CommTimeoutError`` after ``timeout`` seconds."""
+def wait(item: Any, timeout: float, describe: Callable[[], str],
+         spin: int = _POLLS_BEFORE_YIELD) -> bool:
+    """Wait for ``item`` to complete, raising ``CommTimeoutError`` after ``timeout`` seconds;
+    after ``spin`` empty polls, give the core away between polls."""
     done = poll(item)
     if done is not None:
         return done
@@ -107,18 +110,19 @@ def wait(item: Any, timeout: float, describe: Callable[[], str]) -> bool:
         if done is not None:
             return done
         polls += 1
-        if polls > _POLLS_BEFORE_YIELD:
+        if polls > spin:
             os.sched_yield()  # let a peer sharing our core run (oversubscribed jobs)
         if polls & 63 == 0 and time.monotonic() > deadline:
             raise CommTimeoutError(describe())
 
 
-def drive(gen: Algorithm, timeout: float, describe: Callable[[], str]) -> Any:
+def drive(gen: Algorithm, timeout: float, describe: Callable[[], str],
+          spin: int = _POLLS_BEFORE_YIELD) -> Any:
     """Run an algorithm generator to completion and return its result."""
     try:
         item = next(gen)
         while True:
-            item = gen.send(wait(item, timeout, describe))
+            item = gen.send(wait(item, timeout, describe, spin))
     except StopIteration as stop:
         return stop.value
 
@@ -131,8 +135,9 @@ class Work:
     """
 
     def __init__(self, gen: Algorithm, timeout: float, describe: Callable[[], str],
-                 finish: Callable[[Any], Any]) -> None:
+                 finish: Callable[[Any], Any], spin: int = _POLLS_BEFORE_YIELD) -> None:
         self._gen, self._timeout, self._describe, self._finish = gen, timeout, describe, finish
+        self._spin = spin
         self._done, self._result = False, None
         self._advance(None)
 
@@ -158,5 +163,5 @@ class Work:
     def wait(self) -> Any:
         """Block until the collective finishes (or times out) and return its result."""
         while not self._done:
-            self._advance(wait(self._item, self._timeout, self._describe))
+            self._advance(wait(self._item, self._timeout, self._describe, self._spin))
         return self._result
