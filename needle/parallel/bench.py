@@ -73,7 +73,7 @@ def bench_size(comm: Communicator, size: int, batches: int) -> Dict[Tuple[str, s
         ("reduce_scatter", "MPI"): lambda: raw.Reduce_scatter_block(rs_in, scattered),
         ("reduce_scatter", "ring"): lambda: comm.reduce_scatter(rs_in, out=scattered),
         ("broadcast", "MPI"): lambda: raw.Bcast(x, root=0),
-        ("broadcast", "binomial"): lambda: comm.broadcast(x, root=0),
+        ("broadcast", "binomial"): lambda: comm.broadcast(x, root=0, out=x),
     }
     if p == 1:
         cases = {k: v for k, v in cases.items() if k[0] != "sendrecv"}

@@ -123,18 +123,24 @@ class Communicator:
             return restore(finish_avg(res, self.size) if op == "avg" else res)
         return self._run("reduce_scatter", desc, body, finish, _block, [acc_buf, ws])
 
-    def broadcast(self, a: Any, root: int = 0, algorithm: str = "auto") -> Any:
-        """Every rank gets root's array (others pass an array of the same shape and dtype)."""
-        return self.broadcast_async(a, root, algorithm, _block=True)
+    def broadcast(self, a: Any, root: int = 0, algorithm: str = "auto",
+                  out: Optional[np.ndarray] = None) -> Any:
+        """Every rank gets root's array (others pass an array of the same shape and dtype).
+
+        ``out=a`` (a numpy array) broadcasts in place, like ``MPI_Bcast``: no copy on the root.
+        """
+        return self.broadcast_async(a, root, algorithm, out, _block=True)
 
     def broadcast_async(self, a: Any, root: int = 0, algorithm: str = "auto",
-                        _block: bool = False) -> Any:
+                        out: Optional[np.ndarray] = None, _block: bool = False) -> Any:
         """Nonblocking ``broadcast``."""
         x, restore = to_numpy(a)
         algo = choose("broadcast", x.nbytes, self.size, algorithm)
         desc = ("broadcast", "root", root, "dtype", x.dtype, "shape", x.shape,
                 "algorithm", algo)
-        res = np.array(x, copy=True) if self.rank == root else np.empty_like(x)
+        res = _output(out, x.shape, x.dtype)
+        if self.rank == root and res is not x:
+            res[...] = x
         items = max(1, self.chunk_bytes // x.itemsize)
         body = lambda ch: binomial_broadcast(ch, res.reshape(-1), root, items)
         return self._run("broadcast", desc, body, lambda r: restore(res), _block)

@@ -88,6 +88,10 @@ def main() -> None:
             same(c.alltoall(xs[r]), ring.pairwise_alltoall(xs)[r], f"alltoall {dtype} {n}")
             for root in {0, p - 1}:
                 same(c.broadcast(xs[r], root=root), xs[root], f"broadcast root {root}")
+                buf = xs[r].copy()  # in place (out=buf), as MPI_Bcast
+                got = c.broadcast(buf, root=root, out=buf)
+                assert got is buf, "broadcast(out=buf) must return buf"
+                same(buf, xs[root], f"in-place broadcast root {root}")
             checks += 4
     checks += check_stats(comm) + check_async(comm) + check_misc(comm)
     print(f"OK {checks}", flush=True)
