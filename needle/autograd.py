@@ -102,6 +102,11 @@ class TensorTupleOp(Op):
 class Value:
     """A node in the computational graph."""
 
+    # Slots, with a lazily created __dict__ for anything else: a training step makes thousands
+    # of nodes, and a per-node dict doubles the objects Python's cycle collector must scan.
+    __slots__ = ("op", "inputs", "num_outputs", "cached_data", "requires_grad", "grad",
+                 "__dict__", "__weakref__")
+
     op: Optional[Op]
     inputs: Tuple["Value", ...]
     cached_data: NDArrayLike
@@ -124,7 +129,8 @@ class Value:
 
     def __del__(self) -> None:
         global TENSOR_COUNTER
-        TENSOR_COUNTER -= 1
+        if TENSOR_COUNTER is not None:  # None once the interpreter is tearing modules down
+            TENSOR_COUNTER -= 1
 
     def _init(self, op: Optional[Op], inputs: Iterable["Value"], *, num_outputs: int = 1,
               cached_data: NDArrayLike = None, requires_grad: Optional[bool] = None) -> None:
@@ -181,6 +187,8 @@ class Value:
 class TensorTuple(Value):
     """A tuple of tensors produced by one op (e.g. ``split``)."""
 
+    __slots__ = ()
+
     def __len__(self) -> int:
         return len(self.realize_cached_data())
 
@@ -212,6 +220,8 @@ class TensorTuple(Value):
 
 class Tensor(Value):
     """An n-dimensional array that records the ops applied to it."""
+
+    __slots__ = ()
 
     grad: "Tensor"
 

@@ -359,3 +359,18 @@ def test_course_autograd_api() -> None:
     np.testing.assert_allclose(x.grad.numpy(), [2.0, 4.0])
     if importlib.util.find_spec("cupy") is None:
         assert ndl.cuda().enabled() is False  # importing needle needs no GPU
+
+
+def test_tensor_freed_during_interpreter_teardown_is_silent(monkeypatch):
+    """At shutdown module globals become None before the last tensors die; __del__ must cope."""
+    import sys
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    x = ndl.Tensor(np.ones(3))
+    saved = ndl.autograd.TENSOR_COUNTER
+    ndl.autograd.TENSOR_COUNTER = None  # what teardown does to the module's globals
+    try:
+        del x
+    finally:
+        ndl.autograd.TENSOR_COUNTER = saved - 1  # x is gone, uncounted while it was None
+    assert unraisable == [], [u.exc_value for u in unraisable]
