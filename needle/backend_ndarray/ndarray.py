@@ -358,7 +358,14 @@ class NDArray:
                 shape = broadcast_shapes(a._shape, b._shape, name)
                 a, b = a.broadcast_to(shape), b.broadcast_to(shape)
             out = NDArray.make(a._shape, device=dev, dtype=_out_dtype(name, dt))
-            getattr(dev, _EWISE[name])(a.compact()._handle, b.compact()._handle, out._handle)
+            strided = getattr(dev, "ewise_strided", None)
+            if strided is not None and not (a.is_compact() and b.is_compact()):
+                # read broadcast/transposed operands in place: no full-size compact copy
+                strided(name, a._handle, (a._shape, a._strides, a._offset), b._handle,
+                        (b._shape, b._strides, b._offset), out._handle)
+            else:
+                getattr(dev, _EWISE[name])(a.compact()._handle, b.compact()._handle,
+                                           out._handle)
             return out
         if isinstance(other, np.ndarray):
             return self._binary(NDArray(other, device=dev), name)

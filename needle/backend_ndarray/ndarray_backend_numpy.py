@@ -10,7 +10,8 @@ A new backend (see ``needle/backend_cuda``) implements exactly this list:
     ewise_<fn>(a, out) for fn in EWISE_UNARY, ewise_astype(a, out), ewise_where(c, a, b, out),
     matmul(a, b, out, batch, m, n, p, trans_a, trans_b),
     reduce_sum(a, out, reduce_size, inner_size), reduce_max(a, out, reduce_size, inner_size),
-    from_numpy(a, out), to_numpy(a, shape, strides, offset).
+    from_numpy(a, out), to_numpy(a, shape, strides, offset);
+    optionally ewise_strided(name, a, a_view, b, b_view, out) (see its docstring).
 
 Strides and offsets are counted in elements, not bytes. The ``out`` of an elementwise or
 scalar primitive may be one of its inputs (in-place update, as ``a += b`` uses).
@@ -122,6 +123,19 @@ for _name, _ufunc in _BINARY_UFUNCS.items():
     globals()["scalar_" + _name] = _make_scalar(_ufunc)
 for _name, _ufunc in _UNARY_UFUNCS.items():
     globals()["ewise_" + _name] = _make_unary(_ufunc)
+
+
+def ewise_strided(name: str, a: Array, a_view: Tuple[Tuple[int, ...], Tuple[int, ...], int],
+                  b: Array, b_view: Tuple[Tuple[int, ...], Tuple[int, ...], int],
+                  out: Array) -> None:
+    """out = a <name> b on strided views (shape, strides, offset) of equal shape.
+
+    Optional fast path: with it, broadcast (stride-0) and transposed operands are read in place
+    instead of being compacted into a full-size copy first. A backend without it (the CUDA one)
+    gets compacted operands and ``ewise_<name>``.
+    """
+    _BINARY_UFUNCS[name](_strided(a, *a_view), _strided(b, *b_view),
+                         out=out.array.reshape(a_view[0]))
 
 
 def ewise_where(cond: Array, a: Array, b: Array, out: Array) -> None:

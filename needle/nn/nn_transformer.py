@@ -69,9 +69,9 @@ class AttentionLayer(Module):
         self.num_head = num_head
         self.dim_head = dim_head
         kw = dict(device=device, dtype=dtype)
-        self.prenorm_q = LayerNorm1d(q_features, **kw)
-        self.prenorm_k = LayerNorm1d(k_features, **kw)
-        self.prenorm_v = LayerNorm1d(v_features, **kw)
+        self.prenorm_q = LayerNorm1d(q_features, fused=True, **kw)
+        self.prenorm_k = LayerNorm1d(k_features, fused=True, **kw)
+        self.prenorm_v = LayerNorm1d(v_features, fused=True, **kw)
         inner = num_head * dim_head
         self.q_projection = Linear(q_features, inner, bias=False, **kw)
         self.k_projection = Linear(k_features, inner, bias=False, **kw)
@@ -116,7 +116,7 @@ class TransformerLayer(Module):
         kw = dict(device=device, dtype=dtype)
         self.attn = AttentionLayer(q_features, num_head, dim_head, out_features=q_features,
                                    dropout=dropout, causal=causal, **kw)
-        self.layernorm1 = LayerNorm1d(q_features, **kw)
+        self.layernorm1 = LayerNorm1d(q_features, fused=True, **kw)
         self.linear1 = Linear(q_features, hidden_size, **kw)
         self.linear2 = Linear(hidden_size, q_features, **kw)
         self.relu = ReLU()

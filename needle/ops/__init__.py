@@ -5,3 +5,4 @@ from .ops_tuple import *  # noqa: F401,F403
 from .ops_conv import *  # noqa: F401,F403
 from .ops_indexing import *  # noqa: F401,F403
 from .ops_reduce import *  # noqa: F401,F403
+from .ops_norm import *  # noqa: F401,F403

@@ -1,0 +1,77 @@
+"""Layer normalization as one op (Ba, Kiros & Hinton 2016, arXiv:1607.06450).
+
+``nn.LayerNorm1d`` composed from ~20 elementwise ops is the course's exercise; autograd then
+records every one of them and backpropagates through each. Here the whole normalization is a
+single TensorOp whose backward is one more op, with the textbook gradient (y = xhat * w + b,
+xhat = (x - mean) * rstd, g = dy * w):
+
+    dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  dw = sum(dy * xhat),  db = sum(dy)
+
+On ``ndl.cuda()`` both directions run as single fused kernels (``backend_cuda/fused.py``,
+``kernels/layernorm.cu``); elsewhere they are composed from NDArray ops (the same functions'
+``_naive`` versions), which still saves recording and replaying the graph. Limit: the backward
+op is not itself differentiable (no double backward; use ``LayerNorm1d(fused=False)``).
+"""
+from typing import Any, Tuple
+
+from ..autograd import NDArray, Tensor, TensorOp, TensorTupleOp
+from ..backend_cuda import fused as _fused
+from .ops_tuple import tuple_get_item
+
+__all__ = ["LayerNorm", "LayerNormBackward", "layer_norm"]
+
+
+def _forward(x: NDArray, w: NDArray, b: NDArray, eps: float) -> Tuple[NDArray, NDArray, NDArray]:
+    if x.device.name == "cuda":
+        return _fused.layer_norm(x, w, b, eps)
+    return _fused.layer_norm_naive(x, w, b, eps)
+
+
+def _backward(dy: NDArray, x: NDArray, w: NDArray, mean: NDArray, rstd: NDArray
+              ) -> Tuple[NDArray, NDArray, NDArray]:
+    if x.device.name == "cuda":
+        return _fused.layer_norm_backward(dy, x, w, mean, rstd)
+    return _fused.layer_norm_backward_naive(dy, x, w, mean, rstd)
+
+
+class LayerNorm(TensorOp):
+    """y = (x - mean) / sqrt(var + eps) * w + b over the last axis; w, b of shape (D,)."""
+
+    def __init__(self, eps: float = 1e-5):
+        self.eps = eps
+        self.saved: Any = None  # (mean, rstd) of the forward, reused by the backward
+
+    def compute(self, x: NDArray, w: NDArray, b: NDArray) -> NDArray:
+        d = x.shape[-1] if x.ndim else None
+        if x.ndim == 0 or w.shape != (d,) or b.shape != (d,):
+            raise ValueError(f"layer_norm: weight {w.shape} and bias {b.shape} must be ({d},) "
+                             f"for input {x.shape}")
+        y, mean, rstd = _forward(x, w, b, self.eps)
+        self.saved = (mean, rstd)
+        return y
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        x, w, _ = node.inputs
+        grads = LayerNormBackward(*self.saved)(out_grad, x, w)
+        return tuple(tuple_get_item(grads, i) for i in range(3))
+
+
+class LayerNormBackward(TensorTupleOp):
+    """(dx, dw, db) of LayerNorm given dy, x, w and the forward's saved mean and rstd."""
+
+    def __init__(self, mean: NDArray, rstd: NDArray):
+        self.mean = mean
+        self.rstd = rstd
+
+    def compute(self, dy: NDArray, x: NDArray, w: NDArray) -> Tuple[NDArray, NDArray, NDArray]:
+        dx, dw, db = _backward(dy, x, w, self.mean, self.rstd)
+        return dx, dw.astype(w.dtype), db.astype(w.dtype)
+
+    def gradient(self, out_grad: Any, node: Any) -> Any:
+        raise NotImplementedError("layer_norm has no double backward; build the layer from "
+                                  "elementwise ops (nn.LayerNorm1d(fused=False)) for that")
+
+
+def layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) -> Tensor:
+    """Layer normalization over the last axis of ``x`` with (D,) ``weight`` and ``bias``."""
+    return LayerNorm(eps)(x, weight, bias)
