@@ -256,14 +256,33 @@ def _gemm_bf16(a: Array, b: Array, out: Array, batch: int, m: int, n: int, p: in
                                 compute_32f, gemm_default)
 
 
-def matmul(a: Array, b: Array, out: Array, batch: int, m: int, n: int, p: int) -> None:
-    """out[i] = a[i] @ b[i] for ``batch`` compact (m, n) @ (n, p) products."""
+def _transposed(a: Array, batch: int, rows: int, cols: int) -> Array:
+    """A compact copy of the (batch, rows, cols) matrices of ``a``, each transposed."""
+    t = Array(batch * rows * cols, a.dtype, a.device_index)
+    with _on(a):
+        src = a.array[: batch * rows * cols].reshape(batch, rows, cols)
+        t.array.reshape(batch, cols, rows)[...] = src.transpose(0, 2, 1)
+    return t
+
+
+def matmul(a: Array, b: Array, out: Array, batch: int, m: int, n: int, p: int,
+           trans_a: bool = False, trans_b: bool = False) -> None:
+    """out[i] = op(a[i]) @ op(b[i]) for ``batch`` (m, n) @ (n, p) products.
+
+    ``a`` holds compact (m, n) matrices, or (n, m) ones when ``trans_a`` (op = transpose);
+    likewise ``b``. cuBLAS reads transposed operands as they are; the teaching kernels and the
+    bfloat16 GEMM take row-major operands, so those get a transposed copy first.
+    """
     if batch * m * p == 0:
         return
     if n == 0:
         fill(out, 0)
         return
     dt, mode = out.dtype.name, _MATMUL_MODE[0]
+    if (trans_a or trans_b) and (mode != "cublas" or dt == "bfloat16"):
+        a = _transposed(a, batch, n, m) if trans_a else a
+        b = _transposed(b, batch, p, n) if trans_b else b
+        trans_a = trans_b = False
     with _on(out):
         if mode != "cublas" and dt in _FLOATS:
             ### BEGIN YOUR SOLUTION
@@ -280,8 +299,10 @@ def matmul(a: Array, b: Array, out: Array, batch: int, m: int, n: int, p: int) -
         elif dt == "bfloat16":
             _gemm_bf16(a, b, out, batch, m, n, p)
         else:
-            x = a.array[: batch * m * n].reshape(batch, m, n)
-            y = b.array[: batch * n * p].reshape(batch, n, p)
+            x = a.array[: batch * m * n]
+            x = x.reshape(batch, n, m).transpose(0, 2, 1) if trans_a else x.reshape(batch, m, n)
+            y = b.array[: batch * n * p]
+            y = y.reshape(batch, p, n).transpose(0, 2, 1) if trans_b else y.reshape(batch, n, p)
             if batch == 1:
                 cp.matmul(x[0], y[0], out=out.array.reshape(m, p))
             else:
