@@ -56,7 +56,7 @@ class LanguageModel(nn.Module):
         super().__init__()
         kw = dict(device=device, dtype=dtype)
         ### BEGIN YOUR SOLUTION
-        self.embedding = nn.Embedding(output_size, embedding_size, **kw)
+        self.embedding = nn.Embedding(output_size, embedding_size, gather=True, **kw)
         if seq_model == "rnn":
             self.seq_model = nn.RNN(embedding_size, hidden_size, num_layers, **kw)
         elif seq_model == "lstm":

@@ -69,7 +69,7 @@ def needle_transformer_step() -> Callable[[], None]:
     np.random.seed(0)
     # apps.models.LanguageModel(D, VOCAB, FFN, LAYERS, "transformer", SEQ), spelled out here
     # so the script runs from any directory
-    emb = nn.Embedding(VOCAB, D)
+    emb = nn.Embedding(VOCAB, D, gather=True)
     body = nn.Transformer(D, FFN, LAYERS, num_head=HEADS, dim_head=DH, sequence_len=SEQ)
     head = nn.Linear(D, VOCAB)
 

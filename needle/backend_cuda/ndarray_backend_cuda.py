@@ -379,6 +379,29 @@ def reduce_max(a: Array, out: Array, reduce_size: int, inner_size: int = 1) -> N
     _reduce("max", a, out, reduce_size)
 
 
+# ---------------------------------------------------------------------- embedding rows
+def take_rows(a: Array, idx: Array, out: Array, row_size: int) -> None:
+    """Row i of ``out`` = row ``idx[i]`` of ``a``, both viewed as rows of ``row_size``."""
+    if out.size == 0:
+        return
+    with _on(out):  # a gather moves bits: bfloat16's uint16 storage needs no conversion
+        cp.take(a.array.reshape(-1, row_size), idx.array, axis=0,
+                out=out.array.reshape(-1, row_size))
+
+
+def scatter_add_rows(src: Array, idx: Array, out: Array, row_size: int) -> None:
+    """Row ``idx[i]`` of ``out`` += row i of ``src`` (repeats accumulate): take_rows' adjoint."""
+    if src.size == 0:
+        return
+    if out.dtype == rt.BF16:
+        raise TypeError("scatter_add_rows: bfloat16 tables are not supported on cuda (CuPy has "
+                        "no bfloat16 atomics); keep embedding tables in float32")
+    import cupyx
+    with _on(out):
+        cupyx.scatter_add(out.array.reshape(-1, row_size), idx.array,
+                          src.array.reshape(-1, row_size))
+
+
 # ---------------------------------------------------------------------- host transfers
 def from_numpy(a: np.ndarray, out: Array) -> None:
     """Copy a numpy array (any layout) into compact ``out``."""

@@ -142,3 +142,45 @@ def where(cond: NDArray, a: NDArray, b: NDArray) -> NDArray:
     out = NDArray.make(shape, device=a.device, dtype=dt)
     a.device.ewise_where(args[0]._handle, args[1]._handle, args[2]._handle, out._handle)
     return out
+
+
+def _row_indices(table: NDArray, indices: NDArray, num_rows: int, what: str) -> NDArray:
+    """``indices`` checked (integer dtype, same device, within [0, num_rows)) and flattened."""
+    if indices.device != table.device:
+        raise ValueError(f"{what}: indices are on {indices.device} but the table is on "
+                         f"{table.device}")
+    if indices.dtype not in ("int32", "int64", "int8", "uint8"):
+        raise TypeError(f"{what}: indices must be integers, got dtype {indices.dtype}")
+    flat = indices.compact().reshape((indices.size,)).astype("int64")
+    if flat.size:
+        host = flat.numpy()  # indices are small next to the table: check them on the host
+        lo, hi = int(host.min()), int(host.max())
+        if lo < 0 or hi >= num_rows:
+            raise ValueError(f"{what}: indices must lie in [0, {num_rows}), got values in "
+                             f"[{lo}, {hi}]")
+    return flat
+
+
+def take_rows(table: NDArray, indices: NDArray) -> NDArray:
+    """Rows of the 2-D ``table`` at integer ``indices`` (any shape): indices.shape + (cols,)."""
+    if table.ndim != 2:
+        raise ValueError(f"take_rows: table must be 2-D (rows, cols), got shape {table.shape}")
+    rows, cols = table.shape
+    flat = _row_indices(table, indices, rows, "take_rows")
+    out = NDArray.make((flat.size, cols), device=table.device, dtype=table.dtype)
+    if out.size:
+        table.device.take_rows(table.compact()._handle, flat._handle, out._handle, cols)
+    return out.reshape(indices.shape + (cols,))
+
+
+def scatter_add_rows(src: NDArray, indices: NDArray, num_rows: int) -> NDArray:
+    """A (num_rows, cols) array of zeros with row i of ``src`` added at row ``indices[i]``."""
+    if src.ndim < 1 or src.shape[:-1] != indices.shape:
+        raise ValueError(f"scatter_add_rows: src of shape {src.shape} does not match indices "
+                         f"of shape {indices.shape} (expected indices.shape + (cols,))")
+    cols = src.shape[-1]
+    flat = _row_indices(src, indices, num_rows, "scatter_add_rows")
+    out = zeros((num_rows, cols), dtype=src.dtype, device=src.device)
+    if flat.size and cols:
+        src.device.scatter_add_rows(src.compact()._handle, flat._handle, out._handle, cols)
+    return out

@@ -10,6 +10,7 @@ A new backend (see ``needle/backend_cuda``) implements exactly this list:
     ewise_<fn>(a, out) for fn in EWISE_UNARY, ewise_astype(a, out), ewise_where(c, a, b, out),
     matmul(a, b, out, batch, m, n, p, trans_a, trans_b),
     reduce_sum(a, out, reduce_size, inner_size), reduce_max(a, out, reduce_size, inner_size),
+    take_rows(a, idx, out, row_size), scatter_add_rows(src, idx, out, row_size) (embeddings),
     from_numpy(a, out), to_numpy(a, shape, strides, offset);
     optionally ewise_strided(name, a, a_view, b, b_view, out) (see its docstring).
 
@@ -197,6 +198,21 @@ def reduce_max(a: Array, out: Array, reduce_size: int, inner_size: int = 1) -> N
         raise ValueError("max over an empty axis has no identity")
     np.maximum.reduce(a.array.reshape(-1, reduce_size, inner_size), axis=1,
                       out=out.array.reshape(-1, inner_size))
+    ### END YOUR SOLUTION
+
+
+def take_rows(a: Array, idx: Array, out: Array, row_size: int) -> None:
+    """Row i of ``out`` = row ``idx[i]`` of ``a``, both viewed as rows of ``row_size``."""
+    ### BEGIN YOUR SOLUTION
+    np.take(a.array.reshape(-1, row_size), idx.array, axis=0,
+            out=out.array.reshape(-1, row_size))
+    ### END YOUR SOLUTION
+
+
+def scatter_add_rows(src: Array, idx: Array, out: Array, row_size: int) -> None:
+    """Row ``idx[i]`` of ``out`` += row i of ``src`` (repeats accumulate): take_rows' adjoint."""
+    ### BEGIN YOUR SOLUTION
+    np.add.at(out.array.reshape(-1, row_size), idx.array, src.array.reshape(-1, row_size))
     ### END YOUR SOLUTION
 
 

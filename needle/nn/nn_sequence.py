@@ -188,18 +188,25 @@ class LSTM(Module):
 class Embedding(Module):
     """Lookup table: indices (seq_len, bs) -> vectors (seq_len, bs, embedding_dim).
 
-    As in the course the lookup is one_hot(x) @ weight, so its gradient is a plain matmul.
+    As in the course the lookup is one_hot(x) @ weight, so its gradient is a plain matmul
+    (the hw4 exercise). ``gather=True`` uses ``ops.embedding`` instead: rows are gathered and
+    their gradient scatter-added, with no (n, num_embeddings) one-hot matrix or matmul; the
+    language models use it.
     """
 
     def __init__(self, num_embeddings: int, embedding_dim: int,
-                 device: Optional[BackendDevice] = None, dtype: str = "float32") -> None:
+                 device: Optional[BackendDevice] = None, dtype: str = "float32",
+                 gather: bool = False) -> None:
         super().__init__()
         self.num_embeddings = num_embeddings
         self.embedding_dim = embedding_dim
+        self.gather = gather
         self.weight = Parameter(init.randn(num_embeddings, embedding_dim, device=device,
                                            dtype=dtype))
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.gather:
+            return ops.embedding(self.weight, x)
         ### BEGIN YOUR SOLUTION
         shape = tuple(x.shape)
         n = 1

@@ -153,7 +153,7 @@ class Transformer(Module):
         self.layers = Sequential(*[
             TransformerLayer(embedding_size, num_head, dim_head, hidden_size, dropout=dropout,
                              causal=causal, **kw) for _ in range(num_layers)])
-        self.pos_embedding = Embedding(sequence_len, embedding_size, **kw)
+        self.pos_embedding = Embedding(sequence_len, embedding_size, gather=True, **kw)
 
     def forward(self, x: Tensor, h: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         if x.ndim != 3 or x.shape[2] != self.embedding_size:
