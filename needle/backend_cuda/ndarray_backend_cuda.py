@@ -468,7 +468,8 @@ def for_device(index: int) -> DeviceBackend:
 
 _PRIMITIVES.update({name: globals()[name] for name in (
     "fill", "compact", "ewise_setitem", "scalar_setitem", "ewise_where", "ewise_astype",
-    "matmul", "reduce_sum", "reduce_max", "from_numpy", "to_numpy", "available",
+    "matmul", "reduce_sum", "reduce_max", "take_rows", "scatter_add_rows", "from_numpy",
+    "to_numpy", "available",
     "memory_stats", "reset_peak_memory", "set_matmul_kernel", "get_matmul_kernel",
     *("ewise_" + op for op in EWISE_BINARY + EWISE_UNARY),
     *("scalar_" + op for op in EWISE_BINARY))})

@@ -23,6 +23,11 @@ import numpy as np
 
 __device_name__ = "cpu"
 
+# The named primitives every backend provides (besides Array and the ewise_/scalar_ families
+# below); tests/test_backend_contract.py checks the CUDA backend against this list.
+PRIMITIVES = ("fill", "compact", "ewise_setitem", "scalar_setitem", "ewise_astype",
+              "ewise_where", "matmul", "reduce_sum", "reduce_max", "take_rows",
+              "scatter_add_rows", "from_numpy", "to_numpy")
 EWISE_BINARY = ("add", "sub", "mul", "div", "pow", "maximum", "eq", "ne", "lt", "le", "gt", "ge")
 EWISE_UNARY = ("neg", "log", "exp", "tanh", "sqrt", "abs", "sin", "cos")
 
