@@ -7,7 +7,13 @@ Two mechanisms prevent that: every wait has a deadline (``progress.wait`` raises
 (``python -m mpi4py script.py`` installs the same behaviour; ``needle.parallel.launch`` uses it.)
 """
 import sys
+import time
+import traceback
 from typing import Any
+
+# Seconds between printing the traceback and MPI_Abort: mpiexec forwards each rank's output
+# asynchronously and drops what it has not forwarded when the abort tears the job down.
+ABORT_GRACE = 0.3
 
 
 def install_abort_hook() -> None:
@@ -17,9 +23,13 @@ def install_abort_hook() -> None:
     previous = sys.excepthook
 
     def hook(kind: Any, value: Any, tb: Any) -> None:
-        previous(kind, value, tb)
+        if previous is sys.__excepthook__:  # one write: no half-forwarded traceback
+            sys.stderr.write("".join(traceback.format_exception(kind, value, tb)))
+        else:
+            previous(kind, value, tb)
         sys.stderr.flush()
         sys.stdout.flush()
+        time.sleep(ABORT_GRACE)
         from mpi4py import MPI
 
         world = MPI.COMM_WORLD
