@@ -6,7 +6,8 @@
 Targets (issue 6): cuBLAS matmul >= 0.9x torch; elementwise / reduction bandwidth >= 0.8x
 torch; fused softmax / layer norm >= 0.8x torch and >= 2x needle's unfused version; a
 transformer LM training step (d=1024, 8 layers, seq 512) <= 1.3x PyTorch eager's time.
-Ratios are speed ratios (higher is better) except the training step, a time ratio.
+Issue 5's GPU figure rides along: that step under ``autocast("float16")`` >= 1.5x faster than
+in float32. Ratios are speed ratios (higher is better) except the training step, a time ratio.
 """
 import argparse
 import time
@@ -179,11 +180,45 @@ def bench_transformer(batch: int, seq: int, d: int, layers: int, heads: int, voc
            t_t * 1e3, "ms", 1.3, higher_is_better=False)
 
 
+def bench_amp(batch: int, seq: int, d: int, layers: int, heads: int, vocab: int) -> None:
+    """Issue 5 on the GPU: the same needle transformer step under autocast(float16) with a
+    GradScaler against float32; the figure is the speedup (float32 time / mixed time)."""
+    from needle import nn, optim
+    from needle.amp import GradScaler, autocast
+    dev = ndl.cuda()
+    np.random.seed(0)
+    model = nn.Transformer(d, 4 * d, layers, num_head=heads, dim_head=d // heads, dropout=0.0,
+                           causal=True, device=dev, dtype="float32", batch_first=True,
+                           sequence_len=seq)
+    head = nn.Linear(d, vocab, device=dev, dtype="float32")
+    loss_fn = nn.SoftmaxLoss()
+    opt = optim.Adam(model.parameters() + head.parameters(), lr=1e-4)
+    x = ndl.Tensor(np.random.randn(batch, seq, d).astype(np.float32), device=dev)
+    y = ndl.Tensor(np.random.randint(0, vocab, batch * seq), device=dev, dtype="int64")
+
+    def step(dtype):
+        scaler = GradScaler(enabled=dtype is not None)
+
+        def run():
+            opt.reset_grad()
+            with autocast(dtype or "float16", enabled=dtype is not None):
+                out, _ = model(x)
+                loss = loss_fn(head(out.reshape((batch * seq, d))), y)
+            scaler.scale(loss).backward(create_graph=False)
+            scaler.step(opt)
+            scaler.update()
+        return run
+
+    t32 = timeit(step(None), warmup=2, iters=5)
+    t16 = timeit(step("float16"), warmup=2, iters=5)
+    report(f"amp fp16 speedup over fp32, d={d} L={layers}", t32 / t16, 1.0, "x", 1.5)
+
+
 def main() -> int:
     """Run every benchmark; exit status 1 when any figure misses its target."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
-    parser.add_argument("--only", choices=["matmul", "bandwidth", "fused", "transformer"])
+    parser.add_argument("--only", choices=["matmul", "bandwidth", "fused", "transformer", "amp"])
     args = parser.parse_args()
     import torch
     if not ndl.cuda().enabled() or not torch.cuda.is_available():
@@ -200,6 +235,8 @@ def main() -> int:
         "transformer": lambda: bench_transformer(2 if q else 8, 128 if q else 512,
                                                  256 if q else 1024, 2 if q else 8,
                                                  4 if q else 16, 1000 if q else 8192, torch),
+        "amp": lambda: bench_amp(2 if q else 8, 128 if q else 512, 256 if q else 1024,
+                                 2 if q else 8, 4 if q else 16, 1000 if q else 8192),
     }
     for name, run in runs.items():
         if args.only in (None, name):
