@@ -413,3 +413,23 @@ def test_comparisons_return_bool_and_promotion() -> None:
     assert (a * 1.5).dtype == "float32"  # a float scalar makes an int array float
     assert (nd.array(np.ones(2), dtype="bfloat16") + nd.array(np.ones(2), dtype="float64")
             ).dtype == "float64"
+
+
+@pytest.mark.parametrize("dtype,scalar,op", [
+    ("float32", 2, "add"), ("float32", 0.5, "mul"), ("int32", 3, "mul"), ("int32", 2, "div"),
+    ("int32", 1.5, "add"), ("bool", 2, "add"), ("float64", 4.0, "sub")])
+def test_inplace_scalar_ops_match_out_of_place(dtype, scalar, op):
+    """``a op= s`` gives what ``a op s`` gives (values and dtype); in place only when the dtype
+    is unchanged."""
+    import operator
+    fns = {"add": (operator.add, operator.iadd), "mul": (operator.mul, operator.imul),
+           "div": (operator.truediv, operator.itruediv), "sub": (operator.sub, operator.isub)}
+    plain, inplace = fns[op]
+    src = np.array([0, 1, 2, 3]).astype(dtype)
+    expected = plain(nd.array(src, dtype=dtype), scalar)
+    a = nd.array(src, dtype=dtype)
+    handle = a._handle
+    a = inplace(a, scalar)
+    assert a.dtype == expected.dtype
+    np.testing.assert_array_equal(a.numpy(), expected.numpy())
+    assert (a._handle is handle) == (expected.dtype == dtype)

@@ -21,14 +21,6 @@ _BOOL = np.dtype(np.bool_)
 _I64 = np.dtype(np.int64)
 
 
-def _TAIL_AXES(ndim: int, n: int, _cache: dict = {}) -> Tuple[int, ...]:  # noqa: B006 (cache)
-    """(ndim - n, ..., ndim - 1), memoised."""
-    key = (ndim, n)
-    if key not in _cache:
-        _cache[key] = tuple(range(ndim - n, ndim))
-    return _cache[key]
-
-
 _F32 = np.dtype(np.float32)
 _COMPARISONS = frozenset(("eq", "ne", "lt", "le", "gt", "ge"))
 Scalar = Union[int, float, bool, np.generic]
@@ -374,9 +366,9 @@ class NDArray:
                             f"{type(other).__name__}")
         dt = self._handle.dtype
         src = self
-        if dt.kind in "biu" and _scalar_dtype(dt, other, name) != dt:
+        if dt.kind in "biu":  # an int/bool array may compute in another dtype (NEP 50)
             dt = _scalar_dtype(dt, other, name)
-            src = self.astype(dt)
+            src = self.astype(dt)  # itself when the dtype is unchanged
         out = NDArray.make(self._shape, device=dev, dtype=_out_dtype(name, dt))
         getattr(dev, _SCALAR[name])(src.compact()._handle, other, out._handle)
         return out
@@ -649,9 +641,7 @@ def _keeps_dtype(dt: np.dtype, scalar: Any, name: str) -> bool:
     """True when ``array(dt) <name> scalar`` has dtype ``dt`` (so it can be done in place)."""
     if not isinstance(scalar, (int, float, np.generic)) or isinstance(scalar, (bool, np.bool_)):
         return False
-    if is_floating(dt):
-        return True
-    return name != "div" and isinstance(scalar, (int, np.integer))
+    return _out_dtype(name, _scalar_dtype(dt, scalar, name)) == dt
 
 
 def _check_device(a: NDArray, b: NDArray, what: str) -> None:
