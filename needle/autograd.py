@@ -252,7 +252,6 @@ class Tensor(Value):
     def _array_from_numpy(numpy_array: Any, device: BackendDevice, dtype: Any) -> NDArray:
         return array_api.array(numpy_array, device=device, dtype=dtype)
 
-    make_from_op = classmethod(Value.make_from_op.__func__)
 
     @staticmethod
     def make_const(data: Any, requires_grad: bool = False) -> "Tensor":

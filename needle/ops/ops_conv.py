@@ -4,6 +4,7 @@ from typing import Optional, Tuple, Union
 from ..autograd import NDArray, Tensor, TensorOp
 from .. import backend_ndarray as array_api
 from ._axes import normalize_axes
+from .ops_indexing import get_item
 from .ops_mathematic import transpose
 
 __all__ = ["Flip", "flip", "Dilate", "dilate", "UnDilate", "undilate", "Pad", "pad", "Conv",
@@ -73,7 +74,6 @@ class UnDilate(TensorOp):
         # when a size was not a multiple of dilation+1 the dilated gradient is too long: trim it
         shape = node.inputs[0].shape
         if grad.shape != shape:
-            from .ops_indexing import get_item
             grad = get_item(grad, tuple(slice(0, s) for s in shape))
         return grad
 
@@ -93,7 +93,6 @@ class Pad(TensorOp):
         return a.pad(self.axes)
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
-        from .ops_indexing import get_item
         return get_item(out_grad, tuple(slice(l, l + s) for (l, _), s in
                                         zip(self.axes, node.inputs[0].shape)))
 
@@ -152,7 +151,6 @@ class Conv(TensorOp):
         q = K - 1 - p
         grad_x = conv(out_grad, w_t, padding=max(q, 0))              # (N, H, W, C_in)
         if q < 0:  # padding wider than K - 1: crop the border that only ever saw zeros
-            from .ops_indexing import get_item
             grad_x = get_item(grad_x, (slice(None), slice(-q, q), slice(-q, q)))
         x_t = transpose(X, (0, 3))                                   # (C_in, H, W, N)
         g_t = transpose(transpose(out_grad, (0, 1)), (1, 2))         # (H', W', N, C_out)
@@ -164,7 +162,6 @@ class Conv(TensorOp):
 
 def _fit(g: Tensor, h: int, w: int) -> Tensor:
     """Crop or zero-pad axes 1 and 2 of ``g`` to (h, w)."""
-    from .ops_indexing import get_item
     _, gh, gw, _ = g.shape
     if gh > h or gw > w:
         g = get_item(g, (slice(None), slice(0, min(gh, h)), slice(0, min(gw, w))))

@@ -55,7 +55,6 @@ class LogSoftmax(TensorOp):
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
         ### BEGIN YOUR SOLUTION
         Z = node.inputs[0]
-        keep = keepdims_shape(Z.shape, self.axis)
         total = broadcast_to(summation(out_grad, self.axis, keepdims=True), Z.shape)
         return out_grad - exp(node) * total
         ### END YOUR SOLUTION

@@ -6,6 +6,7 @@ from numbers import Number
 from typing import Any, Optional, Tuple, Union
 
 from ..autograd import NDArray, Tensor, TensorOp, no_grad
+from .. import backend_ndarray as array_api
 from ..backend_ndarray import to_numpy_dtype
 from ..backend_ndarray.dtypes import is_floating
 from ._axes import keepdims_shape, normalize_axes
@@ -462,8 +463,7 @@ class Where(TensorOp):
         self.cond = cond
 
     def compute(self, a: NDArray, b: NDArray) -> NDArray:
-        from ..backend_ndarray.functions import where as nd_where
-        return nd_where(self.cond, a, b)
+        return array_api.where(self.cond, a, b)
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tuple[Tensor, Tensor]:
         a, b = node.inputs
@@ -477,6 +477,5 @@ def where(cond: Any, a: Tensor, b: Tensor) -> Tensor:
     if isinstance(cond, Tensor):
         cond = cond.realize_cached_data()
     elif not isinstance(cond, NDArray):
-        from ..backend_ndarray import array
-        cond = array(cond, dtype="bool", device=a.device)
+        cond = array_api.array(cond, dtype="bool", device=a.device)
     return Where(cond.astype("bool"))(a, b)

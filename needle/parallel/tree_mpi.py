@@ -46,7 +46,7 @@ class RDBuffers:
         from mpi4py import MPI
 
         hoff = header_offset(nbytes)
-        self.nbytes, self.ufunc = nbytes, UFUNCS[op]
+        self.ufunc = UFUNCS[op]
         self.work = np.empty(hoff + HEADER, dtype=np.uint8)
         self.tmp = np.empty_like(self.work)
         self.data = self.work[:nbytes].view(dtype)
