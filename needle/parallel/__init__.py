@@ -1,14 +1,19 @@
-"""Distributed needle: collectives written from scratch on MPI point-to-point messages.
+"""Distributed needle: a communicator written from scratch, and the strategies built on it.
 
-Start with ``communicator.create()`` (see ``communicator.py``).  Reading order for students:
-``ring.py`` (the algorithms as pure functions over a list of per-rank arrays), ``ring_mpi.py``
-and ``tree_mpi.py`` (the same schedules over MPI), ``progress.py`` (waiting, timeouts, async
-handles), ``metadata.py`` (argument checks), ``select.py`` (choosing an algorithm),
-``launch.py`` and ``bench.py`` (running and measuring).
+    from needle.parallel import communicator
+    comm = communicator.create()          # under mpiexec; every strategy takes ``comm``
+
+Layout (one concept per folder; each strategy is handed its communicator explicitly):
+
+* ``comm/``: the communicator, its collectives and their pure reference algorithms;
+* ``launch.py``: ``python -m needle.parallel.launch -n 4 script.py``;
+* ``data_parallel/``, ``zero/``, ``param_server/``: data-parallel training;
+* ``tensor_parallel/``, ``pipeline/``, ``moe/``, ``mesh.py``: model-parallel training.
 
 Importing this package does not start MPI; ``communicator.create()`` does.
 """
-from .communicator import Communicator, create
-from .progress import CommTimeoutError, Work
+from .comm import communicator
+from .comm.communicator import Communicator, create
+from .comm.progress import CommTimeoutError, Work
 
-__all__ = ["Communicator", "CommTimeoutError", "Work", "create"]
+__all__ = ["Communicator", "CommTimeoutError", "Work", "communicator", "create"]

@@ -4,7 +4,7 @@ A collective whose ranks disagree about the size, dtype or op would otherwise ha
 that never matches) or, worse, silently compute garbage.  Before moving data each rank therefore
 describes its call as a short string ("allreduce op=sum dtype=float32 shape=(4, 3) ..."), hashes
 it to an integer h and runs a recursive-doubling allreduce of the 16-byte header ``[h, -h]`` with
-``min`` (``tree_mpi.recursive_doubling_allreduce`` with no payload).  Everyone ends up with
+``min`` (``latency_bound.recursive_doubling_allreduce`` with no payload).  Everyone ends up with
 ``min h`` and ``-max h``; they agree iff all ranks hashed the same string.  The small-message
 allreduce carries the same header inside its data messages, so its check costs nothing extra.
 
@@ -18,9 +18,9 @@ from typing import Callable, Dict, List
 
 import numpy as np
 
+from .latency_bound import POISON, RecursiveDoublingBuffers
 from .progress import Channel, drive
-from .ring_mpi import ring_allgather
-from .tree_mpi import POISON, RDBuffers
+from .ring import ring_allgather
 
 RECORD = 256  # bytes per rank in the detailed exchange
 
@@ -38,14 +38,14 @@ def describe_hash(desc: tuple) -> int:
     return int.from_bytes(digest, "little") >> 2
 
 
-def fill_header(bufs: RDBuffers, desc: tuple) -> None:
+def fill_header(bufs: RecursiveDoublingBuffers, desc: tuple) -> None:
     """Write the header ``[h, -h]`` for ``desc`` after the payload of ``bufs.work``."""
     h = describe_hash(desc)
     bufs.hdr[0] = h
     bufs.hdr[1] = -h
 
 
-def header_agrees(bufs: RDBuffers) -> bool:
+def header_agrees(bufs: RecursiveDoublingBuffers) -> bool:
     """After the reduction: did every rank contribute the same hash?"""
     lo = bufs.hdr[0]
     return lo != POISON and lo == -bufs.hdr[1]

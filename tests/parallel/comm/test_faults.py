@@ -3,6 +3,8 @@ import re
 
 import pytest
 
+pytestmark = pytest.mark.mpi
+
 MISMATCH = ["size_small", "size_large", "dtype", "op", "collective", "allgather_shape",
             "broadcast_root"]
 
@@ -10,7 +12,7 @@ MISMATCH = ["size_small", "size_large", "dtype", "op", "collective", "allgather_
 @pytest.mark.parametrize("ranks", [2, 3])
 @pytest.mark.parametrize("mode", MISMATCH)
 def test_mismatched_arguments_raise_on_every_rank(run_mpi, mode: str, ranks: int) -> None:
-    res, seconds = run_mpi(ranks, "worker_faults.py", mode, timeout=60)
+    res, seconds = run_mpi(ranks, "comm/worker_faults.py", mode, timeout=60)
     assert res.returncode != 0 and "finished without error" not in res.stdout
     reported = sorted(int(r) for r in re.findall(r"rank (\d+) ValueError: needle.parallel: ranks "
                                                  r"called a collective with different", res.stderr))
@@ -21,15 +23,16 @@ def test_mismatched_arguments_raise_on_every_rank(run_mpi, mode: str, ranks: int
 
 
 def test_mismatch_message_names_the_values(run_mpi) -> None:
-    res, _ = run_mpi(2, "worker_faults.py", "op", timeout=60)
+    res, _ = run_mpi(2, "comm/worker_faults.py", "op", timeout=60)
     assert "op=sum" in res.stderr and "op=max" in res.stderr, res.stderr[-2000:]
-    res, _ = run_mpi(2, "worker_faults.py", "dtype", timeout=60)
+    res, _ = run_mpi(2, "comm/worker_faults.py", "dtype", timeout=60)
     assert "dtype=float32" in res.stderr and "dtype=int32" in res.stderr, res.stderr[-2000:]
 
 
 @pytest.mark.parametrize("mode", ["raise", "exit", "kill"])
 def test_a_failing_rank_ends_the_job(run_mpi, mode: str) -> None:
-    res, seconds = run_mpi(3, "worker_faults.py", mode, timeout=60, env={"WORKER_TIMEOUT": "50"})
+    res, seconds = run_mpi(3, "comm/worker_faults.py", mode, timeout=60,
+                           env={"WORKER_TIMEOUT": "50"})
     assert res.returncode != 0
     assert seconds < 30, seconds
     if mode == "raise":
@@ -37,14 +40,14 @@ def test_a_failing_rank_ends_the_job(run_mpi, mode: str) -> None:
 
 
 def test_timeout_raises_and_aborts(run_mpi) -> None:
-    res, seconds = run_mpi(3, "worker_faults.py", "timeout", timeout=60,
+    res, seconds = run_mpi(3, "comm/worker_faults.py", "timeout", timeout=60,
                            env={"WORKER_TIMEOUT": "2"})
     assert res.returncode != 0 and seconds < 30
     assert "CommTimeoutError" in res.stderr and "did not finish within 2 s" in res.stderr
 
 
 def test_timeout_is_raised_on_every_waiting_rank(run_mpi) -> None:
-    res, seconds = run_mpi(3, "worker_faults.py", "timeout_caught", timeout=60,
+    res, seconds = run_mpi(3, "comm/worker_faults.py", "timeout_caught", timeout=60,
                            env={"WORKER_TIMEOUT": "2"})
     assert res.returncode != 0 and seconds < 30
     # Either waiting rank may abort the job first; at least one reports with its peers named.

@@ -3,7 +3,7 @@
 MPI sends raw host memory, so every input becomes a C-contiguous numpy array first.  A CUDA
 NDArray or Tensor is staged through the host (``.numpy()``), since the MPI wheel is not
 CUDA-aware, and the result goes back to the input's device.  needle's array and tensor modules
-are imported lazily, so this package works on plain numpy arrays even where they are absent.
+are imported lazily, on the first call.
 """
 from typing import Any, Callable, Tuple
 
@@ -13,15 +13,9 @@ Restore = Callable[[np.ndarray], Any]
 
 
 def _needle_types() -> Tuple[Any, Any]:
-    """(NDArray class, Tensor class), either None when needle's core cannot be imported."""
-    try:
-        from needle.backend_ndarray import NDArray
-    except Exception:  # pragma: no cover - core not written yet / broken during development
-        NDArray = None
-    try:
-        from needle.autograd import Tensor
-    except Exception:  # pragma: no cover
-        Tensor = None
+    """(NDArray class, Tensor class), imported on first use so that plain numpy needs neither."""
+    from needle.autograd import Tensor
+    from needle.backend_ndarray import NDArray
     return NDArray, Tensor
 
 
@@ -31,13 +25,13 @@ def to_numpy(a: Any) -> Tuple[np.ndarray, Restore]:
     if isinstance(a, (np.ndarray, np.generic, int, float, bool)):
         return _contiguous(np.asarray(a)), _identity
     ndarray_cls, tensor_cls = _needle_types()
-    if tensor_cls is not None and isinstance(a, tensor_cls):
+    if isinstance(a, tensor_cls):
         device = a.device
 
         def to_tensor(x: np.ndarray) -> Any:
             return tensor_cls(x, device=device, dtype=x.dtype.name, requires_grad=False)
         return _contiguous(a.numpy()), to_tensor
-    if ndarray_cls is not None and isinstance(a, ndarray_cls):
+    if isinstance(a, ndarray_cls):
         from needle.backend_ndarray import array
 
         device = a.device

@@ -1,6 +1,6 @@
 """Ring reduce-scatter, allgather and allreduce over MPI point-to-point messages.
 
-The schedule is the one of ``ring.py`` (P. Patarasuk and X. Yuan, "Bandwidth optimal all-reduce
+The schedule is the one of ``reference.py`` (P. Patarasuk and X. Yuan, "Bandwidth optimal all-reduce
 algorithms for clusters of workstations", JPDC 2009): ``p - 1`` reduce steps then ``p - 1``
 gather steps, each rank sending to ``right = r + 1`` and receiving from ``left = r - 1``.
 
@@ -22,7 +22,7 @@ from typing import Any, List, Optional
 import numpy as np
 
 from .progress import Algorithm, Channel
-from .ring import UFUNCS, chunk_bounds
+from .reference import UFUNCS, chunk_bounds
 
 DEPTH = 4  # receive buffers in flight per rank during the reduce phase
 

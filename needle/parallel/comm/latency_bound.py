@@ -25,7 +25,7 @@ from typing import Any, List
 import numpy as np
 
 from .progress import Algorithm, Channel
-from .ring import UFUNCS, chunk_bounds
+from .reference import UFUNCS, chunk_bounds
 
 HEADER = 16
 POISON = np.iinfo(np.int64).min  # header value meaning "a message had the wrong size"
@@ -36,7 +36,7 @@ def header_offset(nbytes: int) -> int:
     return (nbytes + 7) & ~7
 
 
-class RDBuffers:
+class RecursiveDoublingBuffers:
     """The buffers of one recursive-doubling allreduce of ``nbytes`` of ``dtype`` with ``op``:
     ``work`` (payload + header, reduced in place) and ``tmp`` (what the partner sent), with
     their views. Made once per (size, dtype, op) and reused by blocking calls, so a small
@@ -69,7 +69,7 @@ class RDBuffers:
         np.minimum(self.hdr, self.thdr, out=self.hdr)
 
 
-def recursive_doubling_allreduce(ch: Channel, bufs: RDBuffers) -> Algorithm:
+def recursive_doubling_allreduce(ch: Channel, bufs: RecursiveDoublingBuffers) -> Algorithm:
     """Allreduce ``bufs.work`` = payload + header in place; returns ``bufs.work``."""
     p, r = ch.size, ch.rank
     work, tmp, statuses, combine = bufs.work, bufs.tmp, bufs.statuses, bufs.combine

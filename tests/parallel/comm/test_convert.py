@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from needle.parallel._convert import to_numpy
+from needle.parallel.comm.convert import to_numpy
 
 
 def test_numpy_and_scalars_pass_through() -> None:

@@ -25,7 +25,7 @@ Algorithm = Generator[Any, Optional[bool], Any]
 _POLLS_BEFORE_YIELD = 256
 
 
-def _mpi() -> Any:
+def mpi() -> Any:
     """mpi4py's MPI module, imported on first use (importing it initialises MPI)."""
     global _MPI_MODULE
     if _MPI_MODULE is None:
@@ -84,7 +84,7 @@ def poll(item: Any) -> Optional[bool]:
     arguments).  We finish the remaining requests and report it, so the algorithm can run to the
     end and every rank learns of the mismatch, instead of some ranks raising and others hanging.
     """
-    MPI = _mpi()
+    MPI = mpi()
     reqs, statuses = item if isinstance(item, tuple) else (item, None)
     try:
         return False if MPI.Request.Testall(reqs, statuses) else None

@@ -6,7 +6,7 @@
     work = comm.allreduce_async(grad); ...; total = work.wait()
 
 Each call (1) describes its arguments and checks that all ranks agree (``metadata.py``),
-(2) runs one algorithm generator (``ring_mpi.py``, ``tree_mpi.py``) over point-to-point
+(2) runs one algorithm generator (``ring.py``, ``latency_bound.py``) over point-to-point
 messages, chosen by size (``select.py``) unless ``algorithm=`` names one, and (3) waits with a
 deadline (``progress.py``; ``NEEDLE_COMM_TIMEOUT`` seconds, default 60).  MPI's own collectives
 are never used here; they are only the reference in tests and benchmarks.
@@ -22,14 +22,19 @@ from typing import Any, Callable, Dict, List, Optional
 import numpy as np
 
 from . import metadata
-from ._convert import to_numpy
+from .convert import to_numpy
 from .faults import install_abort_hook
-from .progress import Algorithm, Channel, Stat, Work, drive, new_stat
-from .ring import UFUNCS, chunk_bounds, finish_avg
-from .ring_mpi import DEPTH, ring_allgather, ring_allreduce, ring_reduce_scatter_full
+from .latency_bound import (
+    RecursiveDoublingBuffers,
+    binomial_broadcast,
+    binomial_reduce,
+    pairwise_alltoall,
+    recursive_doubling_allreduce,
+)
+from .progress import Algorithm, Channel, Stat, Work, drive, mpi, new_stat
+from .reference import UFUNCS, chunk_bounds, finish_avg
+from .ring import DEPTH, ring_allgather, ring_allreduce, ring_reduce_scatter_full
 from .select import choose
-from .tree_mpi import (RDBuffers, binomial_broadcast, binomial_reduce, pairwise_alltoall,
-                       recursive_doubling_allreduce)
 
 
 class Communicator:
@@ -45,9 +50,9 @@ class Communicator:
         self.chunk_bytes = int(chunk_bytes or os.environ.get("NEEDLE_RING_CHUNK", 1 << 20))
         self.stats: Dict[str, Stat] = {}
         self._seq = 0
-        self._tags = max(1, min(self._comm.Get_attr(_mpi().TAG_UB) or 32767, 1 << 29) // 4)
+        self._tags = max(1, min(self._comm.Get_attr(mpi().TAG_UB) or 32767, 1 << 29) // 4)
         self._pool: List[np.ndarray] = []
-        self._rd_cache: Dict[tuple, RDBuffers] = {}
+        self._rd_cache: Dict[tuple, RecursiveDoublingBuffers] = {}
         self.spin_polls = _spin_polls(self._comm)
 
     # -- the collectives ---------------------------------------------------------------------
@@ -268,19 +273,20 @@ class Communicator:
             return finish(drive(fused(), self.timeout, describe, self.spin_polls))
         return Work(fused(), self.timeout, describe, finish, self.spin_polls)
 
-    def _rd_buffers(self, nbytes: int, dtype: Any, op: str, cached: bool) -> RDBuffers:
+    def _rd_buffers(self, nbytes: int, dtype: Any, op: str,
+                    cached: bool) -> RecursiveDoublingBuffers:
         """Recursive-doubling buffers: the cached set for blocking calls, else a fresh one."""
         if not cached:
-            return RDBuffers(nbytes, dtype, op)
+            return RecursiveDoublingBuffers(nbytes, dtype, op)
         key = (nbytes, dtype, op)
         bufs = self._rd_cache.get(key)
         if bufs is None:
             if len(self._rd_cache) >= 64:  # bounded: a long run may see many sizes
                 self._rd_cache.clear()
-            bufs = self._rd_cache[key] = RDBuffers(nbytes, dtype, op)
+            bufs = self._rd_cache[key] = RecursiveDoublingBuffers(nbytes, dtype, op)
         return bufs
 
-    def _raise_if_mismatch(self, bufs: RDBuffers, tag: int, desc: tuple,
+    def _raise_if_mismatch(self, bufs: RecursiveDoublingBuffers, tag: int, desc: tuple,
                            describe: Callable[[], str]) -> None:
         if self.size > 1 and not metadata.header_agrees(bufs):
             err_ch = self._channel(tag + 2, self._stat("check"))
@@ -311,15 +317,10 @@ def create(mpi_comm: Any = None, timeout: Optional[float] = None,
     With ``abort_on_error`` an uncaught exception on any rank aborts the whole MPI job (exit code
     1) instead of leaving the other ranks waiting for it.
     """
-    MPI = _mpi()
+    MPI = mpi()
     if abort_on_error:
         install_abort_hook()
     return Communicator(MPI.COMM_WORLD if mpi_comm is None else mpi_comm, timeout)
-
-
-def _mpi() -> Any:
-    from mpi4py import MPI
-    return MPI
 
 
 def _spin_polls(mpi_comm: Any) -> int:
@@ -329,7 +330,7 @@ def _spin_polls(mpi_comm: Any) -> int:
     env = os.environ.get("NEEDLE_POLLS_BEFORE_YIELD")
     if env is not None:
         return int(env)
-    local = mpi_comm.Split_type(_mpi().COMM_TYPE_SHARED)
+    local = mpi_comm.Split_type(mpi().COMM_TYPE_SHARED)
     ranks_here = local.Get_size()
     local.Free()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

@@ -1,8 +1,9 @@
 """Run under mpiexec by test_collectives_mpi.py: every MPI collective against the references.
 
 Every rank builds the inputs of *all* ranks from (seed, rank), so it can compute the pure-function
-reference (needle.parallel.ring) for everyone locally and compare its own result exactly; results
-are also compared with MPI's native collectives.  Prints "OK <checks>" per rank on success.
+reference (needle.parallel.comm.reference) for everyone locally and compare its own result
+exactly; results are also compared with MPI's native collectives.  Prints "OK <checks>" per rank
+on success.
 """
 import itertools
 import sys
@@ -10,7 +11,8 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
-from needle.parallel import communicator, ring
+from needle.parallel import communicator
+from needle.parallel.comm import reference as ring
 
 DTYPES = ["float32", "float64", "float16", "int32", "int64", "bool"]
 NATIVE_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
@@ -98,7 +100,7 @@ def main() -> None:
 
 
 def comm_small() -> int:
-    from needle.parallel import select
+    from needle.parallel.comm import select
     return select.ALLREDUCE_SMALL
 
 

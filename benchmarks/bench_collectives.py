@@ -1,6 +1,6 @@
 """Collective benchmark in the style of nccl-tests.
 
-Run ``mpiexec -n 2 python -m needle.parallel.bench [--sizes 4K,1M,64M] [--batches 5]``.
+Run ``mpiexec -n 2 python benchmarks/bench_collectives.py [--sizes 4K,1M,64M] [--batches 5]``.
 
 For each size it times, in the same run: MPI's point-to-point bandwidth (``Sendrecv`` around the
 ring), our collectives (each algorithm) and MPI's native collectives.  As in nccl-tests, *size*
@@ -11,8 +11,7 @@ allreduce ``2 (p - 1) / p``, allgather and reduce-scatter ``(p - 1) / p``, broad
 Outputs are preallocated (``out=``) like nccl-tests' buffers; time is the fastest of several
 batches of the slowest rank's mean per call, with all cases interleaved within each batch.  The
 *best* batch is reported: on a shared machine the slower batches measure other people's
-processes, not the algorithm.  The targets
-of issue 4 are checked at the end.
+processes, not the algorithm.  The targets are checked at the end.
 """
 import argparse
 import time
@@ -20,7 +19,7 @@ from typing import Callable, Dict, List, Tuple
 
 import numpy as np
 
-from .communicator import Communicator, create
+from needle.parallel.comm.communicator import Communicator, create
 
 SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 
@@ -166,7 +165,7 @@ def main() -> None:
     results = {size: bench_size(comm, size, args.batches) for size in sizes}
     stats = stats_line(comm, max(sizes))
     if comm.rank == 0:
-        print(f"# needle.parallel.bench: {comm.size} ranks, float32, sizes in bytes, time in us, "
+        print(f"# bench_collectives: {comm.size} ranks, float32, sizes in bytes, time in us, "
               f"bandwidth in GB/s")
         print("\n".join(report(results, comm.size)))
         print(stats)

@@ -3,7 +3,7 @@
 Each function takes ``xs``, a Python list whose entry ``r`` is the array held by rank ``r``, and
 returns the list of what every rank holds afterwards.  Nothing here talks to MPI: the message
 schedule is simulated step by step, in the same order and with the same arithmetic as the MPI
-versions in ``ring_mpi.py`` / ``tree_mpi.py``, so those are tested against these *exactly*
+versions in ``ring.py`` / ``latency_bound.py``, so those are tested against these *exactly*
 (bit for bit, floating point included), and these are tested against plain numpy.
 
 Ring algorithms follow P. Patarasuk and X. Yuan, "Bandwidth optimal all-reduce algorithms for
