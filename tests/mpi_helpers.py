@@ -1,11 +1,13 @@
 """Launching multi-rank workers under mpiexec from ordinary pytest tests (``run_mpi``)."""
 import os
+import pickle
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import pytest
 
@@ -42,3 +44,37 @@ def make_run_mpi() -> Callable[..., Tuple[subprocess.CompletedProcess, float]]:
                              env=worker_env(**(env or {})), stdin=subprocess.DEVNULL)
         return res, time.monotonic() - start
     return run
+
+
+def run_ranks(backend: str, k: int, fn: Callable, *args: Any, timeout: float = 120,
+              env: Optional[dict] = None) -> List[Any]:
+    """Run ``fn(comm, *args)`` on ``k`` ranks and return the list of per-rank results.
+
+    ``backend="mpi"``: ``mpiexec -n k`` runs ``tests/rank_main.py``, which imports ``fn`` from
+    its module's file, calls it with a real communicator and pickles its result; a rank that
+    fails makes this raise with the job's output.  ``backend="virtual"``: the same function on
+    the in-process virtual cluster (``needle.parallel.virtual.run``).  ``fn`` must be a
+    module-level function and ``args`` picklable.  Tests parametrize over ``BACKENDS``.
+    """
+    if backend == "virtual":
+        from needle.parallel import virtual
+        return virtual.run(k, fn, *args)
+    if backend != "mpi":
+        raise ValueError(f"backend must be 'mpi' or 'virtual', not {backend!r}")
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = Path(tmp) / "call.pkl"
+        source = Path(sys.modules[fn.__module__].__file__).resolve()
+        spec.write_bytes(pickle.dumps((str(source), fn.__name__, args)))
+        cmd = [mpiexec(), "-n", str(k), sys.executable, str(ROOT / "tests" / "rank_main.py"),
+               str(spec)]
+        env = worker_env(PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]),
+                         **(env or {}))
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                             env=env, stdin=subprocess.DEVNULL)
+        if res.returncode != 0:
+            raise RuntimeError(f"mpiexec -n {k} {fn.__name__} exited {res.returncode}:\n"
+                               f"{res.stdout[-3000:]}\n{res.stderr[-5000:]}")
+        return [pickle.loads((Path(tmp) / f"rank{r}.pkl").read_bytes()) for r in range(k)]
+
+
+BACKENDS = ["virtual", pytest.param("mpi", marks=pytest.mark.mpi)]
