@@ -5,7 +5,7 @@ PIP := $(PYTHON) -m pip
 WITH_TORCH ?= 1
 PYTEST_ARGS ?=
 
-.PHONY: install demo test bench clean
+.PHONY: install demo lint test bench clean
 
 install:
 	$(PIP) install -q -e ".[dev]"
@@ -16,7 +16,11 @@ install:
 demo: install
 	$(PYTHON) -m apps.demo
 
-test: install
+# pyflakes, pycodestyle and import order (ruff.toml); `make test` runs it first.
+lint:
+	$(PYTHON) -m ruff check .
+
+test: install lint
 	$(PYTHON) -m pytest -q $(PYTEST_ARGS) tests
 
 # Every CPU benchmark, one after the other (run on a quiet machine); figures go in

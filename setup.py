@@ -12,7 +12,7 @@ setup(
     extras_require={
         "cuda": ["cupy-cuda12x"],
         # NVRTC + CUDA headers let CI compile every kernel source without a GPU
-        "dev": ["pytest>=7", "hypothesis>=6", "nvidia-cuda-nvrtc-cu12",
+        "dev": ["pytest>=7", "hypothesis>=6", "ruff>=0.6", "nvidia-cuda-nvrtc-cu12",
                 "nvidia-cuda-runtime-cu12"],
     },
 )

@@ -133,12 +133,7 @@ def bench_fused(rows: int, cols: int, torch) -> None:
 
 def bench_transformer(batch: int, seq: int, d: int, layers: int, heads: int, vocab: int,
                       torch) -> None:
-    try:
-        from needle import nn, optim
-        nn.Transformer  # noqa: B018 - written concurrently; skip cleanly when absent
-    except (ImportError, AttributeError) as e:
-        print(f"transformer LM step: SKIP (needle.nn.Transformer unavailable: {e})")
-        return
+    from needle import nn, optim
     dev = ndl.cuda()
     model = nn.Transformer(d, 4 * d, layers, num_head=heads, dim_head=d // heads, dropout=0.0,
                            causal=True, device=dev, dtype="float32", batch_first=True,

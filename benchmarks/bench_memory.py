@@ -102,10 +102,10 @@ def bench_checkpointing(depths: List[int], width: int, batch: int, repeats: int,
         return
     ls = sorted(rows)
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    ax.loglog(ls, [rows[l][0] / 2**20 for l in ls], "o-", label="plain")
-    ax.loglog(ls, [rows[l][1] / 2**20 for l in ls], "s-", label="checkpointed (sqrt(2L) segments)")
+    ax.loglog(ls, [rows[n][0] / 2**20 for n in ls], "o-", label="plain")
+    ax.loglog(ls, [rows[n][1] / 2**20 for n in ls], "s-", label="checkpointed (sqrt(2L) segments)")
     ax.set_xticks(ls)
-    ax.set_xticklabels([str(l) for l in ls])
+    ax.set_xticklabels([str(n) for n in ls])
     ax.minorticks_off()
     ax.set_xlabel("layers L")
     ax.set_ylabel("peak activation memory (MiB)")

@@ -9,7 +9,8 @@ One step = forward + loss + backward + Adam update, float32, in the same process
 
 PyTorch gets ``torch.set_num_threads`` equal to the number of threads NumPy's BLAS uses (or
 ``--threads N`` for both). Times are wall-clock medians over ``--steps``, needle and PyTorch
-timed in alternating blocks; run on a quiet machine (the load average is printed). ``--profile`` prints a cProfile of needle steps.
+timed in alternating blocks; run on a quiet machine (the load average is printed).
+``--profile`` prints a cProfile of needle steps.
 
     python benchmarks/bench_train.py [--steps 10] [--threads N] [--only mlp|transformer]
 """

@@ -433,8 +433,9 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
 
     Adjoints are accumulated in reverse topological order (Griewank & Walther, "Evaluating
     Derivatives", ch. 3). As in the course, each backward *overwrites* ``.grad`` (use
-    ``needle.optim`` helpers to accumulate micro-batches). Only leaves (and tensors marked with ``retain_grad``) keep ``.grad``;
-    an intermediate adjoint is dropped as soon as its node has been processed.
+    ``needle.optim`` helpers to accumulate micro-batches). Only leaves (and tensors marked with
+    ``retain_grad``) keep ``.grad``; an intermediate adjoint is dropped as soon as its node has
+    been processed.
     """
     ### BEGIN YOUR SOLUTION
     grads: Dict[int, List[Tensor]] = {id(output_tensor): [out_grad]}
@@ -494,5 +495,6 @@ def sum_node_list(node_list: List[Value]) -> Value:
 
 
 # The Tensor operators above dispatch to ops, which themselves build on this module: import them
-# last, once Tensor exists, so `needle.ops` can `from ..autograd import Tensor` (as the course does).
+# last, once Tensor exists, so `needle.ops` can `from ..autograd import Tensor` (as the course
+# does).
 from . import ops  # noqa: E402

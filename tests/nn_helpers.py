@@ -6,9 +6,9 @@ Import with ``from nn_helpers import module_gradcheck, to_torch`` (``pytest.ini`
 from typing import Any, Callable, List, Optional, Sequence
 
 import numpy as np
+from helpers import as_list, numerical_grad, weighted_sum
 
 import needle as ndl
-from helpers import as_list, numerical_grad, weighted_sum
 
 
 def _set(tensor: ndl.Tensor, value: np.ndarray) -> None:

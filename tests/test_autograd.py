@@ -5,7 +5,8 @@ from typing import Any, List
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 import needle as ndl
 from needle import Tensor

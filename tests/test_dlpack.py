@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 import needle as ndl
-from needle.backend_ndarray.dlpack import from_dlpack, to_dlpack, to_torch
 from needle.backend_ndarray import NDArray
+from needle.backend_ndarray.dlpack import from_dlpack, to_dlpack, to_torch
 
 cuda_only = pytest.mark.skipif(not ndl.cuda().enabled(), reason="no CUDA GPU / CuPy")
 

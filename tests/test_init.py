@@ -3,9 +3,9 @@ import math
 
 import numpy as np
 import pytest
+from helpers import DEVICES
 
 import needle as ndl
-from helpers import DEVICES
 from needle import init
 
 pytestmark = pytest.mark.hw2

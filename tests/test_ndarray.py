@@ -8,7 +8,8 @@ from typing import Any, List, Tuple
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, strategies as st
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 import needle as ndl
 import needle.backend_ndarray as nd

@@ -14,7 +14,7 @@ def test_notebook_runs(path: Path) -> None:
     assert code, f"{path.name} has no code cells"
     namespace = {"__name__": "__notebook__"}
     for src, i in code:
-        exec(compile(src, f"{path.name}[cell {i}]", "exec"), namespace)  # noqa: S102
+        exec(compile(src, f"{path.name}[cell {i}]", "exec"), namespace)
 
 
 def test_notebooks_exist() -> None:

@@ -9,10 +9,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pytest
+from helpers import DEVICES, as_list, check_op_gradient
 
 import needle as ndl
 from needle.backend_ndarray import to_numpy_dtype
-from helpers import DEVICES, as_list, check_op_gradient
 
 Shape = Tuple[int, ...]
 

@@ -4,8 +4,8 @@ import pytest
 from helpers import DEVICES, numerical_grad
 
 import needle as ndl
-from needle import nn, ops
 import needle.backend_ndarray as nd
+from needle import nn, ops
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -447,7 +447,7 @@ class DeviceBackend:
         self.__name__ = __name__
         self.__dict__.update(_PRIMITIVES)
 
-    def Array(self, size: int, dtype: Any = np.float32) -> Array:  # noqa: N802 (contract name)
+    def Array(self, size: int, dtype: Any = np.float32) -> Array:
         """A new buffer of ``size`` elements on this GPU."""
         return Array(size, dtype, self.index)
 

@@ -1,4 +1,4 @@
-"""Devices: a ``BackendDevice`` pairs a name with the backend module that implements the primitives."""
+"""Devices: a ``BackendDevice`` pairs a name with the backend module implementing the primitives."""
 from typing import Any, List, Optional
 
 import numpy as np

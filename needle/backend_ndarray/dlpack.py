@@ -94,6 +94,7 @@ def _elem_strides(x: Any) -> tuple:
 
 def _wrap_cuda(view: Any, dtype: np.dtype, dev_id: int) -> tuple:
     import cupy as cp
+
     from needle.backend_cuda.ndarray_backend_cuda import Array
     strides = _elem_strides(view)
     offset, size = _span(view.shape, strides)

@@ -4,7 +4,6 @@ from typing import Any, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from .device import BackendDevice, default_device
-from .dtypes import to_numpy_dtype
 from .ndarray import NDArray
 
 Axes = Union[None, int, Sequence[int]]
@@ -138,7 +137,8 @@ def where(cond: NDArray, a: NDArray, b: NDArray) -> NDArray:
             raise ValueError(f"where: {name} is on {x.device} but cond is on {cond.device}")
     shape = broadcast_shapes(broadcast_shapes(cond.shape, a.shape, "where"), b.shape, "where")
     dt = promote(a._np_dtype, b._np_dtype)
-    args = [x.astype(t).broadcast_to(shape).compact() for x, t in ((cond, "bool"), (a, dt), (b, dt))]
+    args = [x.astype(t).broadcast_to(shape).compact()
+            for x, t in ((cond, "bool"), (a, dt), (b, dt))]
     out = NDArray.make(shape, device=a.device, dtype=dt)
     a.device.ewise_where(args[0]._handle, args[1]._handle, args[2]._handle, out._handle)
     return out

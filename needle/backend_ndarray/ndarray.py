@@ -13,7 +13,7 @@ from typing import Any, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from .device import BackendDevice, default_device
-from .dtypes import is_floating, promote, to_numpy_dtype  # noqa: F401
+from .dtypes import is_floating, promote, to_numpy_dtype
 
 _STRIDES = {}
 _DTYPE_NAMES = {}
@@ -266,12 +266,12 @@ class NDArray:
         """Pad with ``value``: ``axes[i] = (before, after)`` for axis i."""
         if len(axes) != self.ndim:
             raise ValueError(f"pad: got {len(axes)} (before, after) pairs for shape {self._shape}")
-        if any(l < 0 or r < 0 for l, r in axes):
+        if any(lo < 0 or hi < 0 for lo, hi in axes):
             raise ValueError(f"pad: negative padding {tuple(axes)}")
-        new_shape = tuple(s + l + r for s, (l, r) in zip(self._shape, axes))
+        new_shape = tuple(s + lo + hi for s, (lo, hi) in zip(self._shape, axes))
         out = NDArray.make(new_shape, device=self._device, dtype=self._np_dtype)
         out.fill(value)
-        out[tuple(slice(l, l + s) for s, (l, _) in zip(self._shape, axes))] = self
+        out[tuple(slice(lo, lo + s) for s, (lo, _) in zip(self._shape, axes))] = self
         return out
 
     # ------------------------------------------------------------------ indexing

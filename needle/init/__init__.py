@@ -1,5 +1,9 @@
 """Tensor constructors and weight initializers (``needle.init``), as in the course."""
-from .init_basic import (constant, one_hot, ones, ones_like, rand, randb, randn,  # noqa: F401
-                         zeros, zeros_like)
-from .init_initializers import (calculate_gain, kaiming_normal,  # noqa: F401
-                                kaiming_uniform, xavier_normal, xavier_uniform)
+from .init_basic import constant, one_hot, ones, ones_like, rand, randb, randn, zeros, zeros_like
+from .init_initializers import (
+    calculate_gain,
+    kaiming_normal,
+    kaiming_uniform,
+    xavier_normal,
+    xavier_uniform,
+)

@@ -1,8 +1,8 @@
 """Convolution and its helpers: flip, dilate, undilate, pad, conv (NHWC, via im2col)."""
-from typing import Optional, Tuple, Union
+from typing import Optional, Tuple
 
-from ..autograd import NDArray, Tensor, TensorOp
 from .. import backend_ndarray as array_api
+from ..autograd import NDArray, Tensor, TensorOp
 from ._axes import normalize_axes
 from .ops_indexing import get_item
 from .ops_mathematic import transpose
@@ -93,7 +93,7 @@ class Pad(TensorOp):
         return a.pad(self.axes)
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
-        return get_item(out_grad, tuple(slice(l, l + s) for (l, _), s in
+        return get_item(out_grad, tuple(slice(lo, lo + s) for (lo, _), s in
                                         zip(self.axes, node.inputs[0].shape)))
 
 

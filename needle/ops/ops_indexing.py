@@ -4,8 +4,8 @@ from typing import Any, Tuple
 
 import numpy as np
 
-from ..autograd import NDArray, Tensor, TensorOp
 from .. import backend_ndarray as array_api
+from ..autograd import NDArray, Tensor, TensorOp
 
 __all__ = ["GetItem", "get_item", "ScatterItem", "TakeRows", "ScatterAddRows", "embedding"]
 

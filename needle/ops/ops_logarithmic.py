@@ -1,5 +1,5 @@
 """Numerically stable log-sum-exp, log-softmax and softmax."""
-from typing import Optional, Tuple, Union
+from typing import Tuple, Union
 
 from ..autograd import NDArray, Tensor, TensorOp
 from ._axes import keepdims_shape, normalize_axes

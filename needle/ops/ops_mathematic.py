@@ -5,8 +5,8 @@ Binary ops broadcast by NumPy's rules; their gradients are summed back to each i
 from numbers import Number
 from typing import Any, Optional, Tuple, Union
 
-from ..autograd import NDArray, Tensor, TensorOp, no_grad
 from .. import backend_ndarray as array_api
+from ..autograd import NDArray, Tensor, TensorOp, no_grad
 from ..backend_ndarray import to_numpy_dtype
 from ..backend_ndarray.dtypes import is_floating
 from ._axes import keepdims_shape, normalize_axes

@@ -33,6 +33,6 @@ class Max(TensorOp):
         return broadcast_to(reshape(out_grad, kept), shape) * share
 
 
-def max(a: Tensor, axes: Axes = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+def max(a: Tensor, axes: Axes = None, keepdims: bool = False) -> Tensor:
     """Max over ``axes`` (all when None)."""
     return Max(axes, keepdims)(a)

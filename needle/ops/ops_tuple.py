@@ -1,8 +1,8 @@
 """Operators on tuples of tensors: make_tuple, tuple_get_item, fused_add_scalars, stack, split."""
 from typing import Tuple
 
-from ..autograd import NDArray, Tensor, TensorOp, TensorTuple, TensorTupleOp, Value
 from .. import backend_ndarray as array_api
+from ..autograd import NDArray, Tensor, TensorOp, TensorTuple, TensorTupleOp, Value
 
 __all__ = ["MakeTensorTuple", "make_tuple", "TupleGetItem", "tuple_get_item", "FusedAddScalars",
            "fused_add_scalars", "Stack", "stack", "Split", "split"]

@@ -4,8 +4,13 @@ import pytest
 
 import needle as ndl
 from needle import nn
-from needle.memory import (brute_force_plan, checkpoint_sequential, evaluate_plan,
-                           plan_checkpoints, profile_chain)
+from needle.memory import (
+    brute_force_plan,
+    checkpoint_sequential,
+    evaluate_plan,
+    plan_checkpoints,
+    profile_chain,
+)
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -4,8 +4,13 @@ import pytest
 
 import needle as ndl
 from needle import nn
-from needle.memory import (MemoryTracker, NondeterministicCheckpoint, checkpoint,
-                           checkpoint_sequential, segment_bounds)
+from needle.memory import (
+    MemoryTracker,
+    NondeterministicCheckpoint,
+    checkpoint,
+    checkpoint_sequential,
+    segment_bounds,
+)
 
 
 def _mlp(depth, width, dropout=0.0):

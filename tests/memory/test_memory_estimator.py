@@ -8,8 +8,12 @@ import pytest
 import needle as ndl
 from needle import nn
 from needle.memory import MemoryTracker
-from needle.memory.estimator import (TransformerConfig, estimate_module, estimate_transformer,
-                                     transformer_num_params)
+from needle.memory.estimator import (
+    TransformerConfig,
+    estimate_module,
+    estimate_transformer,
+    transformer_num_params,
+)
 
 CFG = TransformerConfig(layers=4, hidden=256, heads=8, seq=128, vocab=1000, batch=2)
 

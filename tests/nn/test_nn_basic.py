@@ -1,11 +1,11 @@
 """Basic layers: forward/backward against torch, gradients against float64 central differences."""
 import numpy as np
 import pytest
+from helpers import DEVICES
+from nn_helpers import assert_close, module_gradcheck
 
 import needle as ndl
-from helpers import DEVICES
 from needle import nn
-from nn_helpers import assert_close, module_gradcheck
 
 pytestmark = pytest.mark.hw2
 

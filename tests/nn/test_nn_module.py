@@ -1,9 +1,9 @@
 """nn.Module: traversal, deduplication of tied weights, modes, state_dict, to(device)."""
 import numpy as np
 import pytest
+from helpers import DEVICES
 
 import needle as ndl
-from helpers import DEVICES
 from needle import nn
 
 pytestmark = pytest.mark.hw2

@@ -1,11 +1,11 @@
 """Attention and Transformer: against a torch re-implementation and float64 central differences."""
 import numpy as np
 import pytest
+from helpers import DEVICES
+from nn_helpers import assert_close, module_gradcheck
 
 import needle as ndl
-from helpers import DEVICES
 from needle import nn
-from nn_helpers import assert_close, module_gradcheck
 
 pytestmark = pytest.mark.hw4
 
@@ -50,7 +50,10 @@ def test_causal_mask_blocks_the_future(device):
 def _torch_layer(torch, layer, x):
     """A torch re-implementation of one needle TransformerLayer (pre-norm, as the course)."""
     F = torch.nn.functional
-    T = lambda p: torch.tensor(p.numpy(), requires_grad=True)  # noqa: E731
+
+    def T(p):
+        return torch.tensor(p.numpy(), requires_grad=True)
+
     att = layer.attn
     b, t, f = x.shape
     leaves = {}
