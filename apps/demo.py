@@ -17,9 +17,14 @@ import numpy as np
 import needle as ndl
 from needle import nn
 
-from .mlp_resnet import MLPResNet, epoch
-from .models import LanguageModel
-from .progress import Progress
+if __package__:  # imported as apps.<module>
+    from .mlp_resnet import MLPResNet, epoch
+    from .models import LanguageModel
+    from .progress import Progress
+else:  # the course's way: sys.path.append("./apps"); from <module> import *
+    from mlp_resnet import MLPResNet, epoch
+    from models import LanguageModel
+    from progress import Progress
 
 
 def digits_demo(epochs: int = 20, progress: Optional[bool] = None) -> float:

@@ -7,7 +7,10 @@ import numpy as np
 import needle as ndl
 from needle import nn
 
-from .progress import Progress
+if __package__:  # imported as apps.<module>
+    from .progress import Progress
+else:  # the course's way: sys.path.append("./apps"); from <module> import *
+    from progress import Progress
 
 
 def ResidualBlock(dim: int, hidden_dim: int, norm: Any = nn.BatchNorm1d,

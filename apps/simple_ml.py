@@ -8,7 +8,10 @@ import needle as ndl
 from needle import nn
 from needle.data import parse_mnist  # noqa: F401  (course: simple_ml.parse_mnist)
 
-from .progress import Progress
+if __package__:  # imported as apps.<module>
+    from .progress import Progress
+else:  # the course's way: sys.path.append("./apps"); from <module> import *
+    from progress import Progress
 
 
 # ------------------------------------------------------------------------- hw0: plain NumPy

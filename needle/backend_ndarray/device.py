@@ -31,7 +31,10 @@ class BackendDevice:
     def __getattr__(self, name: str) -> Any:
         mod = self.__dict__.get("mod")
         if mod is None:
-            raise RuntimeError(f"device {self!r} is not enabled (no backend available)")
+            # AttributeError (not RuntimeError), so hasattr/getattr(d, name, default) and
+            # pytest's parameter ids work on a disabled device, as they do in the course
+            raise AttributeError(f"device {self!r} is not enabled (no backend available), "
+                                 f"so it has no attribute {name!r}")
         return getattr(mod, name)
 
     def enabled(self) -> bool:

@@ -35,6 +35,10 @@ class NDArray:
     """A strided n-dimensional array on a device (course-compatible needle NDArray)."""
 
     __slots__ = ("_shape", "_strides", "_offset", "_device", "_handle", "__weakref__")
+    # Above NumPy's (0.0): ``np_array + nd_array`` and ``np_array == nd_array`` defer to our
+    # reflected operators and return NDArrays, as ``nd_array + np_array`` does. No
+    # ``__array_ufunc__``: NumPy functions (np.abs, np.linalg.norm) read us through __array__.
+    __array_priority__ = 1000.0
 
     def __init__(self, other: Any, device: Optional[BackendDevice] = None, dtype: Any = None):
         """Create by copying ``other`` (NDArray, numpy array, list or scalar)."""
@@ -170,6 +174,23 @@ class NDArray:
     def numpy(self) -> np.ndarray:
         """A NumPy copy."""
         return self._device.to_numpy(self._handle, self._shape, self._strides, self._offset)
+
+    def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> np.ndarray:
+        """NumPy's array protocol (CPU only): ``np.array(a)``, ``np.linalg.norm(a)`` copy."""
+        if self._device.name != "cpu":
+            # as CuPy: no silent device-to-host copies; ask for them with .numpy()
+            raise TypeError(f"implicit conversion of a {self._device!r} NDArray to NumPy is "
+                            "not allowed: call .numpy()")
+        if copy is False:
+            raise ValueError("NDArray.__array__ always copies (copy=False was requested)")
+        arr = self.numpy()
+        return arr if dtype is None else arr.astype(dtype, copy=False)
+
+    @property
+    def flat(self) -> "NDArray":
+        """The elements as a 1-D array (the course's ``reshape((size,))``): a view that writes
+        through when compact, so ``x.flat[j] += eps`` changes ``x``; a copy otherwise."""
+        return self.reshape((self.size,))
 
     def astype(self, dtype: Any) -> "NDArray":
         """A copy converted to ``dtype`` (itself when the dtype already matches)."""
@@ -413,6 +434,9 @@ class NDArray:
     def __neg__(self) -> "NDArray":
         return self._unary("neg")
 
+    def __abs__(self) -> "NDArray":
+        return self._unary("abs")
+
     def maximum(self, other: Any) -> "NDArray":
         """Elementwise maximum with an array or scalar."""
         return self._binary(other, "maximum")
@@ -518,6 +542,10 @@ class NDArray:
             a, b = a.astype(dt), b.astype(dt)
         ### BEGIN YOUR SOLUTION
         if a.ndim == 2 and b.ndim == 2:
+            if getattr(self._device, "TILED_MATMUL", False):
+                t = self._device.__tile_size__
+                if m % t == 0 and n % t == 0 and p % t == 0:
+                    return a._matmul_tiled(b, t)
             out = NDArray.make((m, p), device=self._device, dtype=a._np_dtype)
             ha, ta = a._matmul_operand()
             hb, tb = b._matmul_operand()
@@ -538,6 +566,23 @@ class NDArray:
         out = NDArray.make(batch_shape + (m, p), device=self._device, dtype=a._np_dtype)
         self._device.matmul(ha, hb, out._handle, prod(batch_shape), m, n, p, ta, tb)
         return out
+        ### END YOUR SOLUTION
+
+    def _tiled(self, t: int) -> "NDArray":
+        """(rows, cols) -> compact (rows/t, cols/t, t, t): block (I, J) holds rows
+        I*t..I*t+t-1 and cols J*t..J*t+t-1 (the layout of the backend's ``matmul_tiled``)."""
+        rows, cols = self._shape
+        rs, cs = self._strides
+        return self.as_strided((rows // t, cols // t, t, t), (rs * t, cs * t, rs, cs)).compact()
+
+    def _matmul_tiled(self, other: "NDArray", t: int) -> "NDArray":
+        """2-D matmul through the device's ``matmul_tiled`` (the course's route)."""
+        (m, n), p = self._shape, other._shape[1]
+        ### BEGIN YOUR SOLUTION
+        out = NDArray.make((m // t, p // t, t, t), device=self._device, dtype=self._np_dtype)
+        self._device.matmul_tiled(self._tiled(t)._handle, other._tiled(t)._handle, out._handle,
+                                  m, n, p)
+        return out.permute((0, 2, 1, 3)).compact().reshape((m, p))
         ### END YOUR SOLUTION
 
     def _matmul_operand(self) -> Tuple[Any, bool]:

@@ -12,7 +12,8 @@ A new backend (see ``needle/backend_cuda``) implements exactly this list:
     reduce_sum(a, out, reduce_size, inner_size), reduce_max(a, out, reduce_size, inner_size),
     take_rows(a, idx, out, row_size), scatter_add_rows(src, idx, out, row_size) (embeddings),
     from_numpy(a, out), to_numpy(a, shape, strides, offset);
-    optionally ewise_strided(name, a, a_view, b, b_view, out) (see its docstring).
+    optionally ewise_strided(name, a, a_view, b, b_view, out) (see its docstring) and the
+    course's matmul_tiled(a, b, out, m, n, p) with ``__tile_size__``.
 
 Strides and offsets are counted in elements, not bytes. The ``out`` of an elementwise or
 scalar primitive may be one of its inputs (in-place update, as ``a += b`` uses).
@@ -22,12 +23,20 @@ from typing import Any, Sequence, Tuple
 import numpy as np
 
 __device_name__ = "cpu"
+# The course's tiled-layout exercise: matmul_tiled multiplies operands stored as
+# (rows/T, cols/T, T, T) blocks of T x T. NDArray routes 2-D products whose dims are all
+# multiples of T through it only when TILED_MATMUL is set (the course's route): here BLAS on
+# the untiled layout is faster, and re-tiling costs two copies per operand.
+__tile_size__ = 8
+TILED_MATMUL = False
 
 # The named primitives every backend provides (besides Array and the ewise_/scalar_ families
 # below); tests/test_backend_contract.py checks the CUDA backend against this list.
 PRIMITIVES = ("fill", "compact", "ewise_setitem", "scalar_setitem", "ewise_astype",
               "ewise_where", "matmul", "reduce_sum", "reduce_max", "take_rows",
               "scatter_add_rows", "from_numpy", "to_numpy")
+# Primitives a backend may offer (NDArray falls back to the ones above without them).
+OPTIONAL_PRIMITIVES = ("ewise_strided", "matmul_tiled")
 EWISE_BINARY = ("add", "sub", "mul", "div", "pow", "maximum", "eq", "ne", "lt", "le", "gt", "ge")
 EWISE_UNARY = ("neg", "log", "exp", "tanh", "sqrt", "abs", "sin", "cos")
 
@@ -167,6 +176,12 @@ def matmul(a: Array, b: Array, out: Array, batch: int, m: int, n: int, p: int,
         a.array.reshape(batch, m, n)
     y = b.array.reshape(batch, p, n).transpose(0, 2, 1) if trans_b else \
         b.array.reshape(batch, n, p)
+    # a vector-matrix product (m or p == 1) goes to BLAS gemv, which sums in another order
+    # for a transposed matrix: copy it, so results equal np.matmul's bit for bit
+    if trans_b and m == 1:
+        y = np.ascontiguousarray(y)
+    if trans_a and p == 1:
+        x = np.ascontiguousarray(x)
     if a.array.dtype.kind == "V":
         # bfloat16 (ml_dtypes): numpy has no bf16 BLAS, accumulate in float32 as tensor cores do
         res = np.matmul(x.astype(np.float32), y.astype(np.float32))
@@ -175,6 +190,24 @@ def matmul(a: Array, b: Array, out: Array, batch: int, m: int, n: int, p: int,
         np.matmul(x[0], y[0], out=out.array.reshape(m, p))
     else:
         np.matmul(x, y, out=out.array.reshape(batch, m, p))
+    ### END YOUR SOLUTION
+
+
+def matmul_tiled(a: Array, b: Array, out: Array, m: int, n: int, p: int) -> None:
+    """out = a @ b for (m, n) @ (n, p) matrices stored in the tiled layout.
+
+    Each operand is compact with shape (rows/T, cols/T, T, T), T = ``__tile_size__``: element
+    (i, j) of the matrix is ``x[i // T, j // T, i % T, j % T]``. Block (I, J) of the product is
+    ``out[I, J] = sum_K a[I, K] @ b[K, J]`` (T x T blocks; in the course's C++ each block product
+    is a cache-resident triple loop). NumPy reassembles the blocks and makes one BLAS call, so
+    the result equals ``np.matmul`` on the untiled matrices bit for bit.
+    """
+    t = __tile_size__
+    ### BEGIN YOUR SOLUTION
+    x = a.array.reshape(m // t, n // t, t, t).transpose(0, 2, 1, 3).reshape(m, n)
+    y = b.array.reshape(n // t, p // t, t, t).transpose(0, 2, 1, 3).reshape(n, p)
+    res = np.matmul(x, y).reshape(m // t, t, p // t, t)
+    out.array.reshape(m // t, p // t, t, t)[...] = res.transpose(0, 2, 1, 3)
     ### END YOUR SOLUTION
 
 
