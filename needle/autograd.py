@@ -5,7 +5,10 @@ Every Tensor produced by an op remembers the op and its inputs, so the computati
 its inputs *as Tensor expressions*: gradients are graphs themselves, so gradients of gradients
 work. ``backward(create_graph=False)`` (or ``no_grad()``) skips building that second graph.
 """
-from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
+import contextlib
+import itertools
+import weakref
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 import numpy
 
@@ -105,7 +108,7 @@ class Value:
     # Slots, with a lazily created __dict__ for anything else: a training step makes thousands
     # of nodes, and a per-node dict doubles the objects Python's cycle collector must scan.
     __slots__ = ("op", "inputs", "num_outputs", "cached_data", "requires_grad", "grad",
-                 "__dict__", "__weakref__")
+                 "_hooks", "__dict__", "__weakref__")
 
     op: Optional[Op]
     inputs: Tuple["Value", ...]
@@ -145,6 +148,7 @@ class Value:
         self.cached_data = cached_data
         self.requires_grad = requires_grad
         self.grad = None
+        self._hooks = None  # gradient hooks (``register_hook``); None costs backward nothing
 
     @classmethod
     def make_const(cls, data: NDArrayLike, requires_grad: bool = False) -> "Value":
@@ -161,6 +165,7 @@ class Value:
         TENSOR_COUNTER += 1
         value.num_outputs = 1
         value.grad = None
+        value._hooks = None
         ### BEGIN YOUR SOLUTION
         record = False
         if _GRAD_ENABLED:
@@ -277,6 +282,27 @@ class Tensor(Value):
         """A new leaf Tensor sharing this tensor's data, outside the graph."""
         return Tensor.make_const(self.realize_cached_data())
 
+    def register_hook(self, hook: Callable[["Tensor"], Optional["Tensor"]]) -> "RemovableHandle":
+        """Call ``hook(grad)`` with the gradient flowing into this tensor during backward.
+
+        A Tensor returned by the hook replaces the gradient (for a leaf, what ``.grad`` gets;
+        otherwise what flows on to the inputs); None keeps it. Hooks run in registration order.
+        """
+        if not self.requires_grad:
+            raise RuntimeError("register_hook: this tensor does not require a gradient")
+        return _add_hook(self, "grad", hook)
+
+    def register_post_accumulate_grad_hook(self, hook: Callable[["Tensor"], None]
+                                           ) -> "RemovableHandle":
+        """Call ``hook(self)`` on this leaf once its ``.grad`` is final for the backward pass."""
+        if not self.is_leaf():
+            raise RuntimeError("register_post_accumulate_grad_hook: only leaf tensors "
+                               "(parameters) accumulate a .grad; use register_hook")
+        if not self.requires_grad:
+            raise RuntimeError("register_post_accumulate_grad_hook: this tensor does not "
+                               "require a gradient")
+        return _add_hook(self, "post_accumulate", hook)
+
     def retain_grad(self) -> "Tensor":
         """Keep ``.grad`` on this non-leaf tensor after backward."""
         self._retain_grad = True
@@ -322,11 +348,12 @@ class Tensor(Value):
         elif out_grad.shape != self.shape:
             raise ValueError(f"backward: out_grad shape {out_grad.shape} does not match "
                              f"tensor shape {self.shape}")
-        if create_graph:
-            compute_gradient_of_variables(self, out_grad)
-        else:
-            with no_grad():
+        with _backward_callbacks():
+            if create_graph:
                 compute_gradient_of_variables(self, out_grad)
+            else:
+                with no_grad():
+                    compute_gradient_of_variables(self, out_grad)
 
     def __repr__(self) -> str:
         return "needle.Tensor(" + str(self.realize_cached_data()) + ")"
@@ -424,6 +451,101 @@ class Tensor(Value):
     __rmul__ = __mul__
 
 
+# -------------------------------------------------------------------- gradient hooks
+class _Hooks:
+    """The hooks of one tensor, by handle id, in registration order."""
+
+    __slots__ = ("grad", "post_accumulate")
+
+    def __init__(self) -> None:
+        self.grad: Dict[int, Callable] = {}
+        self.post_accumulate: Dict[int, Callable] = {}
+
+
+class RemovableHandle:
+    """Returned by ``register_hook``: ``handle.remove()`` unregisters the hook."""
+
+    _next_id = itertools.count()
+
+    def __init__(self, tensor: Value, kind: str) -> None:
+        self._tensor = weakref.ref(tensor)  # a handle does not keep its tensor alive
+        self._kind = kind
+        self.id = next(RemovableHandle._next_id)
+
+    def remove(self) -> None:
+        """Unregister the hook (a second call does nothing)."""
+        tensor = self._tensor()
+        if tensor is None or tensor._hooks is None:
+            return
+        getattr(tensor._hooks, self._kind).pop(self.id, None)
+        if not tensor._hooks.grad and not tensor._hooks.post_accumulate:
+            tensor._hooks = None  # back to the no-hook fast path
+
+    def __enter__(self) -> "RemovableHandle":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.remove()
+
+
+def _add_hook(tensor: Value, kind: str, hook: Callable) -> RemovableHandle:
+    if not callable(hook):
+        raise TypeError(f"a hook must be callable, got {type(hook).__name__}")
+    if tensor._hooks is None:
+        tensor._hooks = _Hooks()
+    handle = RemovableHandle(tensor, kind)
+    getattr(tensor._hooks, kind)[handle.id] = hook
+    return handle
+
+
+def _run_grad_hooks(node: Value, grad: Value) -> Value:
+    """Pass ``grad`` through ``node``'s ``register_hook`` hooks; each may replace it."""
+    for hook in list(node._hooks.grad.values()):
+        new = hook(grad)
+        if new is not None:
+            if not isinstance(new, Tensor) or new.shape != grad.shape:
+                got = tuple(new.shape) if isinstance(new, Tensor) else type(new).__name__
+                raise ValueError(f"gradient hook {getattr(hook, '__name__', hook)!r} returned "
+                                 f"{got}; expected a Tensor of shape {tuple(grad.shape)}")
+            grad = new
+    return grad
+
+
+def _run_post_accumulate_hooks(node: Value) -> None:
+    if node._hooks is not None:  # a grad hook may have removed the last hook
+        for hook in list(node._hooks.post_accumulate.values()):
+            hook(node)
+
+
+# Callbacks queued (``queue_callback``) during the backward pass now running; None outside one.
+_BACKWARD_CALLBACKS: Optional[List[Callable[[], None]]] = None
+
+
+def queue_callback(fn: Callable[[], None]) -> None:
+    """Run ``fn()`` when the backward pass now running has computed every gradient.
+
+    Called from a gradient hook, e.g. by data-parallel training to wait for the allreduces its
+    hooks launched. Callbacks run in the order queued (one queued by a callback runs too).
+    """
+    if _BACKWARD_CALLBACKS is None:
+        raise RuntimeError("queue_callback: no backward pass is running (call it from a hook)")
+    _BACKWARD_CALLBACKS.append(fn)
+
+
+@contextlib.contextmanager
+def _backward_callbacks() -> Iterator[None]:
+    """A fresh callback queue for one backward pass, run when the pass finishes."""
+    global _BACKWARD_CALLBACKS
+    outer, queue = _BACKWARD_CALLBACKS, []
+    _BACKWARD_CALLBACKS = queue
+    try:
+        yield
+        while queue:
+            queue.pop(0)()
+    finally:
+        _BACKWARD_CALLBACKS = outer
+
+
 def _is_float(data: Any) -> bool:
     return array_api.dtypes.is_floating(data._np_dtype) if isinstance(data, NDArray) else True
 
@@ -446,9 +568,13 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
         grad = sum_node_list(node_grads)
         if isinstance(node, Tensor) and grad.dtype != node.dtype:
             grad = ops.cast(grad, node.dtype)  # after type promotion: grads keep their dtype
+        if node._hooks is not None:
+            grad = _run_grad_hooks(node, grad)  # register_hook: may replace the gradient
         if node.op is None or getattr(node, "_retain_grad", False):
             node.grad = grad  # overwritten, not accumulated, as in the course
             if node.op is None:
+                if node._hooks is not None:
+                    _run_post_accumulate_hooks(node)  # this leaf's .grad is now final
                 continue
         partials = node.op.gradient_as_tuple(grad, node)
         for inp, partial in zip(node.inputs, partials):
