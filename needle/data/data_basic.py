@@ -5,6 +5,7 @@ import numpy as np
 
 from ..autograd import Tensor
 from ..backend_ndarray.device import BackendDevice
+from .samplers import is_sampler
 
 _INT_DTYPES = ("bool", "int8", "uint8", "int32", "int64")
 
@@ -55,6 +56,7 @@ class DataLoader:
 
     Shuffling draws one permutation per epoch from ``generator`` (an ``np.random.Generator``,
     or one built from ``seed``); with neither, NumPy's global RNG is used, as in the course.
+    A ``sampler`` (e.g. ``DistributedSampler``) replaces shuffling: it lists the indices.
     ``state_dict()`` / ``load_state_dict()`` capture the position inside an epoch so training
     resumed from a checkpoint sees exactly the batches it would have seen.
     """
@@ -62,7 +64,13 @@ class DataLoader:
     def __init__(self, dataset: Dataset, batch_size: Optional[int] = 1, shuffle: bool = False,
                  drop_last: bool = False, device: Optional[BackendDevice] = None,
                  dtype: Optional[str] = None, generator: Optional[np.random.Generator] = None,
-                 seed: Optional[int] = None):
+                 seed: Optional[int] = None, sampler: Optional[Any] = None):
+        if sampler is not None and (shuffle or generator is not None or seed is not None):
+            raise ValueError("DataLoader: sampler decides the order; do not also pass shuffle, "
+                             "generator or seed")
+        if sampler is not None and not is_sampler(sampler):
+            raise TypeError(f"DataLoader: sampler must be iterable with a length, got "
+                            f"{type(sampler).__name__}")
         if batch_size is None or int(batch_size) < 1:
             raise ValueError(f"DataLoader: batch_size must be a positive int, got {batch_size!r}")
         if generator is not None and seed is not None:
@@ -77,17 +85,21 @@ class DataLoader:
         self.device = device
         self.dtype = dtype
         self.generator = generator if seed is None else np.random.default_rng(seed)
+        self.sampler = sampler
         self.ordering: List[np.ndarray] = []
         self._position = 0  # batches of the current ordering already yielded
         self._resume = False
 
     def __len__(self) -> int:
-        n = len(self.dataset)
+        n = len(self.dataset) if self.sampler is None else len(self.sampler)
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def _new_ordering(self) -> List[np.ndarray]:
         n = len(self.dataset)
-        if self.shuffle:
+        if self.sampler is not None:  # e.g. a DistributedSampler: this rank's indices
+            order = np.fromiter(iter(self.sampler), dtype=np.int64)
+            n = len(order)
+        elif self.shuffle:
             rng = self.generator if self.generator is not None else np.random
             order = rng.permutation(n)
         else:
