@@ -1,0 +1,31 @@
+"""Tensor parallelism (Megatron-LM, arXiv:1909.08053) and sequence parallelism (arXiv:2205.05198).
+
+``comms.py`` holds the communication as autograd ops; ``layers.py`` the parallel Linear and
+Embedding; ``cross_entropy.py`` the vocab-parallel loss; ``attention.py`` and ``transformer.py``
+the parallel transformer layer. Every layer is handed its tensor-parallel communicator.
+"""
+from .attention import ParallelSelfAttention
+from .comms import (
+    copy_to_region,
+    gather_from_region,
+    gather_from_sequence_region,
+    reduce_from_region,
+    reduce_scatter_to_sequence_region,
+    scatter_to_region,
+    scatter_to_sequence_region,
+)
+from .cross_entropy import vocab_parallel_cross_entropy
+from .layers import (
+    ColumnParallelLinear,
+    RowParallelLinear,
+    VocabParallelEmbedding,
+    allreduce_sequence_parallel_grads,
+)
+from .transformer import ParallelMLP, ParallelTransformerBlock
+
+__all__ = ["ColumnParallelLinear", "RowParallelLinear", "VocabParallelEmbedding",
+           "ParallelMLP", "ParallelSelfAttention", "ParallelTransformerBlock",
+           "vocab_parallel_cross_entropy", "allreduce_sequence_parallel_grads",
+           "copy_to_region", "reduce_from_region", "gather_from_region", "scatter_to_region",
+           "gather_from_sequence_region", "reduce_scatter_to_sequence_region",
+           "scatter_to_sequence_region"]

@@ -1,0 +1,74 @@
+"""Self-attention with its heads split across the tensor-parallel ranks.
+
+Megatron-LM (Shoeybi et al., arXiv:1909.08053, sec. 3, Fig. 3b): the Q, K, V projections are
+column-parallel, so rank r owns heads [r*nh/p, (r+1)*nh/p) and attends with them alone; the output
+projection is row-parallel and one ``g`` sums the partial outputs. This mirrors needle's serial
+``nn.AttentionLayer`` (three pre-norms, bias-free projections, causal mask) parameter for parameter:
+its three LayerNorm outputs are stacked and pass ONE ``f`` (or, under sequence parallelism, one
+all-gather along the sequence: Korthikanti et al., arXiv:2205.05198, sec. 4.2.2), so the layer
+communicates once in each direction, as in the paper.
+"""
+from typing import Any, Optional
+
+from ... import ops
+from ...autograd import Tensor
+from ...nn.nn_basic import LayerNorm1d
+from ...nn.nn_module import Module
+from ...nn.nn_transformer import MultiHeadAttention
+from .comms import copy_to_region, gather_from_sequence_region
+from .layers import ColumnParallelLinear, RowParallelLinear, divide
+
+__all__ = ["ParallelSelfAttention"]
+
+
+class ParallelSelfAttention(Module):
+    """needle's pre-norm ``AttentionLayer`` (self-attention) with heads split over ``comm``."""
+
+    def __init__(self, q_features: int, num_head: int, dim_head: int, comm: Any, *,
+                 causal: bool = True, sequence_parallel: bool = False,
+                 device: Optional[Any] = None, dtype: str = "float32") -> None:
+        super().__init__()
+        self.comm, self.q_features, self.dim_head = comm, q_features, dim_head
+        self.heads_per_rank = divide(num_head, comm.size, "ParallelSelfAttention num_head")
+        self.sequence_parallel = sequence_parallel
+        kw = dict(device=device, dtype=dtype)
+        self.prenorm_q = LayerNorm1d(q_features, fused=True, **kw)
+        self.prenorm_k = LayerNorm1d(q_features, fused=True, **kw)
+        self.prenorm_v = LayerNorm1d(q_features, fused=True, **kw)
+        for norm in (self.prenorm_q, self.prenorm_k, self.prenorm_v):
+            norm.weight.sequence_parallel = norm.bias.sequence_parallel = sequence_parallel
+        inner = num_head * dim_head
+        # same draws, same order as the serial layer: q, k, v projections, then the output
+        self.q_projection = ColumnParallelLinear(q_features, inner, comm, bias=False, **kw)
+        self.k_projection = ColumnParallelLinear(q_features, inner, comm, bias=False, **kw)
+        self.v_projection = ColumnParallelLinear(q_features, inner, comm, bias=False, **kw)
+        self.attn = MultiHeadAttention(causal=causal, **kw)
+        self.out_projection = RowParallelLinear(inner, q_features, comm, bias=False,
+                                                sequence_parallel=sequence_parallel, **kw)
+
+    def _heads(self, x: Tensor, proj: ColumnParallelLinear) -> Tensor:
+        b, t, f = x.shape
+        y = x.reshape((b * t, f)) @ proj.weight                      # (B*T, nh/p * hs)
+        y = y.reshape((b, t, self.heads_per_rank, self.dim_head))
+        return y.transpose((1, 2))                                   # (B, nh/p, T, hs)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x (B, T, D) replicated, or (B, T/p, D) under SP -> the same layout."""
+        if x.ndim != 3 or x.shape[2] != self.q_features:
+            raise ValueError(f"ParallelSelfAttention({self.q_features}) expects (B, T, "
+                             f"{self.q_features}), got {x.shape}")
+        b, t, f = x.shape
+        flat = x.reshape((b * t, f))
+        normed = [n(flat).reshape((b, t, f))
+                  for n in (self.prenorm_q, self.prenorm_k, self.prenorm_v)]
+        qkv = ops.stack(normed, 0)                                   # (3, B, T, D)
+        if self.sequence_parallel:
+            qkv = gather_from_sequence_region(qkv, self.comm, axis=2)  # (3, B, T*p, D)
+        else:
+            qkv = copy_to_region(qkv, self.comm)
+        q, k, v = ops.split(qkv, 0)
+        t_full = q.shape[1]
+        out, _ = self.attn(self._heads(q, self.q_projection), self._heads(k, self.k_projection),
+                           self._heads(v, self.v_projection))        # (B, nh/p, T, hs)
+        out = out.transpose((1, 2)).reshape((b, t_full, self.heads_per_rank * self.dim_head))
+        return self.out_projection(out)                              # (B, T or T/p, D)

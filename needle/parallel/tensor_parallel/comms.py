@@ -1,0 +1,182 @@
+"""The communication of tensor and sequence parallelism, as autograd ops.
+
+Megatron-LM (Shoeybi et al., arXiv:1909.08053, sec. 3, Fig. 3) makes a transformer layer
+tensor-parallel with two conjugate operators: ``f`` (identity forward, allreduce backward) before
+a column-parallel matmul and ``g`` (allreduce forward, identity backward) after a row-parallel
+one. Sequence parallelism (Korthikanti et al., "Reducing Activation Recomputation in Large
+Transformer Models", arXiv:2205.05198, sec. 4.2.2, Fig. 5) replaces each allreduce by its two
+halves so that LayerNorm and dropout see only a 1/t slice of the sequence: ``g`` becomes an
+all-gather along the sequence axis (reduce-scatter backward) and ``g-bar`` a reduce-scatter
+(all-gather backward).
+
+Every op's ``compute`` moves NDArrays through the communicator it is given (explicitly, never a
+global group); its ``gradient`` is written with the conjugate op, so gradients are Tensors.
+Activations are (B, T, ...) with the sequence on axis 1; the "last axis" ops split features.
+"""
+from typing import Any
+
+import numpy as np
+
+from ...autograd import NDArray, Tensor, TensorOp
+
+__all__ = ["copy_to_region", "reduce_from_region", "gather_from_region", "scatter_to_region",
+           "gather_from_sequence_region", "reduce_scatter_to_sequence_region",
+           "scatter_to_sequence_region"]
+
+
+def _nd(x: np.ndarray, like: NDArray) -> NDArray:
+    return NDArray(np.ascontiguousarray(x), device=like.device, dtype=like.dtype)
+
+
+def _chunk(x: np.ndarray, axis: int, rank: int, size: int) -> np.ndarray:
+    n = x.shape[axis]
+    if n % size:
+        raise ValueError(f"cannot split axis {axis} of length {n} into {size} equal parts")
+    w = n // size
+    return np.take(x, np.arange(rank * w, (rank + 1) * w), axis=axis)
+
+
+def _allgather_axis(comm: Any, x: np.ndarray, axis: int) -> np.ndarray:
+    """All-gather along ``axis`` (the communicator concatenates along axis 0)."""
+    moved = np.ascontiguousarray(np.moveaxis(x, axis, 0))
+    return np.moveaxis(comm.allgather(moved), 0, axis)
+
+
+def _reduce_scatter_axis(comm: Any, x: np.ndarray, axis: int) -> np.ndarray:
+    """Sum over ranks, keep this rank's equal chunk of ``axis``."""
+    if x.shape[axis] % comm.size:
+        raise ValueError(f"reduce-scatter: axis {axis} of length {x.shape[axis]} does not "
+                         f"split into {comm.size} equal parts")
+    moved = np.ascontiguousarray(np.moveaxis(x, axis, 0))
+    return np.moveaxis(comm.reduce_scatter(moved), 0, axis)
+
+
+class CopyToRegion(TensorOp):
+    """Megatron's f (arXiv:1909.08053, Fig. 3a): identity forward, allreduce backward."""
+
+    def __init__(self, comm: Any) -> None:
+        self.comm = comm
+
+    def compute(self, a: NDArray) -> NDArray:
+        return a
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
+        return reduce_from_region(out_grad, self.comm)
+
+
+class ReduceFromRegion(TensorOp):
+    """Megatron's g (arXiv:1909.08053, Fig. 3b): allreduce forward, identity backward."""
+
+    def __init__(self, comm: Any) -> None:
+        self.comm = comm
+
+    def compute(self, a: NDArray) -> NDArray:
+        return _nd(self.comm.allreduce(a.numpy()), a)
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
+        return copy_to_region(out_grad, self.comm)
+
+
+class GatherFromRegion(TensorOp):
+    """All-gather along the last axis forward, keep this rank's slice backward (Megatron's
+    ``gather_output`` of a column-parallel layer, arXiv:1909.08053 sec. 3)."""
+
+    def __init__(self, comm: Any) -> None:
+        self.comm = comm
+
+    def compute(self, a: NDArray) -> NDArray:
+        return _nd(_allgather_axis(self.comm, a.numpy(), a.ndim - 1), a)
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
+        return scatter_to_region(out_grad, self.comm)
+
+
+class ScatterToRegion(TensorOp):
+    """Keep this rank's slice of the last axis forward, all-gather it backward (the input of
+    a row-parallel layer whose input is not yet split, arXiv:1909.08053 sec. 3)."""
+
+    def __init__(self, comm: Any) -> None:
+        self.comm = comm
+
+    def compute(self, a: NDArray) -> NDArray:
+        return _nd(_chunk(a.numpy(), a.ndim - 1, self.comm.rank, self.comm.size), a)
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
+        return gather_from_region(out_grad, self.comm)
+
+
+class GatherFromSequenceRegion(TensorOp):
+    """Korthikanti's g (arXiv:2205.05198, sec. 4.2.2): all-gather along the sequence axis
+    forward, reduce-scatter along it backward."""
+
+    def __init__(self, comm: Any, axis: int = 1) -> None:
+        self.comm, self.axis = comm, axis
+
+    def compute(self, a: NDArray) -> NDArray:
+        return _nd(_allgather_axis(self.comm, a.numpy(), self.axis), a)
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
+        return reduce_scatter_to_sequence_region(out_grad, self.comm, self.axis)
+
+
+class ReduceScatterToSequenceRegion(TensorOp):
+    """Korthikanti's g-bar (arXiv:2205.05198, sec. 4.2.2): reduce-scatter along the sequence
+    axis forward, all-gather along it backward."""
+
+    def __init__(self, comm: Any, axis: int = 1) -> None:
+        self.comm, self.axis = comm, axis
+
+    def compute(self, a: NDArray) -> NDArray:
+        return _nd(_reduce_scatter_axis(self.comm, a.numpy(), self.axis), a)
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
+        return gather_from_sequence_region(out_grad, self.comm, self.axis)
+
+
+class ScatterToSequenceRegion(TensorOp):
+    """Keep this rank's slice of the sequence forward, all-gather backward: how a replicated
+    activation (an embedding's output) enters the sequence-parallel region."""
+
+    def __init__(self, comm: Any, axis: int = 1) -> None:
+        self.comm, self.axis = comm, axis
+
+    def compute(self, a: NDArray) -> NDArray:
+        return _nd(_chunk(a.numpy(), self.axis, self.comm.rank, self.comm.size), a)
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
+        return gather_from_sequence_region(out_grad, self.comm, self.axis)
+
+
+def copy_to_region(x: Tensor, comm: Any) -> Tensor:
+    """f: identity forward, allreduce of the gradient backward."""
+    return CopyToRegion(comm)(x)
+
+
+def reduce_from_region(x: Tensor, comm: Any) -> Tensor:
+    """g: allreduce forward, identity backward."""
+    return ReduceFromRegion(comm)(x)
+
+
+def gather_from_region(x: Tensor, comm: Any) -> Tensor:
+    """All-gather the last axis (backward: keep this rank's slice)."""
+    return GatherFromRegion(comm)(x)
+
+
+def scatter_to_region(x: Tensor, comm: Any) -> Tensor:
+    """This rank's slice of the last axis (backward: all-gather)."""
+    return ScatterToRegion(comm)(x)
+
+
+def gather_from_sequence_region(x: Tensor, comm: Any, axis: int = 1) -> Tensor:
+    """SP's g: all-gather the sequence axis (backward: reduce-scatter)."""
+    return GatherFromSequenceRegion(comm, axis)(x)
+
+
+def reduce_scatter_to_sequence_region(x: Tensor, comm: Any, axis: int = 1) -> Tensor:
+    """SP's g-bar: reduce-scatter the sequence axis (backward: all-gather)."""
+    return ReduceScatterToSequenceRegion(comm, axis)(x)
+
+
+def scatter_to_sequence_region(x: Tensor, comm: Any, axis: int = 1) -> Tensor:
+    """This rank's slice of the sequence axis (backward: all-gather)."""
+    return ScatterToSequenceRegion(comm, axis)(x)

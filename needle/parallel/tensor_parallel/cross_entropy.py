@@ -1,0 +1,61 @@
+"""Cross-entropy over vocabulary-parallel logits, without ever gathering the full vocabulary.
+
+Megatron-LM (Shoeybi et al., arXiv:1909.08053, sec. 3, "we fuse the output embedding GEMM with
+the cross entropy loss"): rank r holds logits z[:, V_r] for its slice V_r of the vocabulary.
+    loss_i = log sum_v exp(z_iv - m_i) + m_i - z_{i, y_i}
+needs only three reductions of B numbers each, never the (B, V) logits:
+    1. m_i = max over ranks of max_{v in V_r} z_iv               (allreduce, op="max")
+    2. z_{i, y_i}: the rank owning y_i contributes it, others 0    (allreduce, sum)
+    3. sum over ranks of sum_{v in V_r} exp(z_iv - m_i)            (allreduce, sum)
+The gradient on rank r is (softmax(z)[:, V_r] - onehot(y)[:, V_r]) / B: local, no communication.
+"""
+from typing import Any
+
+import numpy as np
+
+from ...autograd import NDArray, Tensor, TensorOp
+
+__all__ = ["vocab_parallel_cross_entropy", "VocabParallelCrossEntropy"]
+
+
+class VocabParallelCrossEntropy(TensorOp):
+    """Mean cross-entropy of (B, V/p) logit shards against targets (B,) in [0, V)."""
+
+    def __init__(self, targets: np.ndarray, comm: Any) -> None:
+        self.targets, self.comm = targets, comm
+        self.probs = self.onehot = None
+
+    def compute(self, logits: NDArray) -> NDArray:
+        z = logits.numpy()                                           # (B, V/p)
+        n, vp = z.shape
+        start = self.comm.rank * vp
+        m = self.comm.allreduce(z.max(axis=1), op="max")            # 1. (B,)
+        local = self.targets - start
+        mine = (local >= 0) & (local < vp)
+        rows = np.arange(n)
+        z_y = np.where(mine, z[rows, np.clip(local, 0, vp - 1)], 0.0).astype(z.dtype)
+        z_y = self.comm.allreduce(z_y)                               # 2. (B,)
+        e = np.exp(z - m[:, None])                                   # (B, V/p)
+        s = self.comm.allreduce(e.sum(axis=1))                       # 3. (B,)
+        self.probs = e / s[:, None]
+        self.onehot = np.zeros_like(z)
+        self.onehot[rows[mine], local[mine]] = 1.0
+        loss = np.mean(np.log(s) + m - z_y)
+        return NDArray(np.asarray(loss, dtype=z.dtype), device=logits.device, dtype=logits.dtype)
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
+        logits = node.inputs[0]
+        g = (self.probs - self.onehot) / self.probs.shape[0]
+        g = Tensor(g, device=logits.device, dtype=logits.dtype, requires_grad=False)
+        return g * out_grad.reshape((1, 1)).broadcast_to(g.shape)
+
+
+def vocab_parallel_cross_entropy(logits_shard: Tensor, targets: Any, comm: Any) -> Tensor:
+    """Mean cross-entropy (a scalar on every rank) of vocab-sharded logits (B, V/p)."""
+    if logits_shard.ndim != 2:
+        raise ValueError(f"vocab_parallel_cross_entropy expects logits (B, V/p), got "
+                         f"{logits_shard.shape}")
+    t = np.asarray(targets.numpy() if hasattr(targets, "numpy") else targets).astype(np.int64)
+    if t.shape != (logits_shard.shape[0],):
+        raise ValueError(f"targets of shape {t.shape} do not match logits {logits_shard.shape}")
+    return VocabParallelCrossEntropy(t.reshape(-1), comm)(logits_shard)

@@ -1,0 +1,172 @@
+"""Megatron's parallel layers: column- and row-parallel Linear, vocab-parallel Embedding.
+
+Shoeybi et al., "Megatron-LM", arXiv:1909.08053, sec. 3: a Linear Y = X A is split by columns
+of A (each rank computes Y_r = X A_r, no communication in forward; the input's gradient is
+summed by ``f``) or by rows of A (X is already split by columns, each rank computes a partial
+X_r A_r, and ``g`` sums them). An embedding is split by vocabulary rows; each rank looks up the
+tokens it owns and ``g`` sums the (otherwise zero) results.
+
+Each layer draws the FULL weight exactly as the serial ``nn.Linear`` / ``nn.Embedding`` would
+(same init call, same shape, same order, so the same numpy RNG draws) and keeps its shard: built
+with the same seed, a tensor-parallel model is the serial model, sliced. Rank r of p holds
+columns [r*out/p, (r+1)*out/p) of needle's (in, out) weight for ``ColumnParallelLinear`` and
+rows [r*in/p, (r+1)*in/p) for ``RowParallelLinear``.
+
+Under sequence parallelism (Korthikanti et al., arXiv:2205.05198) the column layer's input is
+sequence-sharded and all-gathered (instead of ``f``), the row layer's output reduce-scattered
+along the sequence (instead of ``g``). Parameters applied to sequence shards (the row layer's
+bias, LayerNorms) then hold partial gradients: they are marked ``sequence_parallel = True`` and
+``allreduce_sequence_parallel_grads`` sums them, as Megatron does.
+"""
+from typing import Any, Optional
+
+import numpy as np
+
+from ... import init, ops
+from ...autograd import Tensor
+from ...nn.nn_module import Module, Parameter
+from .comms import (
+    copy_to_region,
+    gather_from_region,
+    gather_from_sequence_region,
+    reduce_from_region,
+    reduce_scatter_to_sequence_region,
+    scatter_to_region,
+)
+
+__all__ = ["ColumnParallelLinear", "RowParallelLinear", "VocabParallelEmbedding",
+           "divide", "allreduce_sequence_parallel_grads"]
+
+
+def divide(n: int, p: int, what: str) -> int:
+    """n // p, or a ValueError naming both numbers when p does not divide n."""
+    if n % p:
+        raise ValueError(f"{what} = {n} is not divisible by the tensor-parallel size {p}")
+    return n // p
+
+
+def _shard(full: Tensor, axis: int, rank: int, parts: int, **kw: Any) -> Parameter:
+    """This rank's equal slice of ``full`` along ``axis``, as a fresh Parameter."""
+    arr = full.numpy()
+    n = arr.shape[axis] // parts
+    piece = np.take(arr, np.arange(rank * n, (rank + 1) * n), axis=axis)
+    return Parameter(np.ascontiguousarray(piece), **kw)
+
+
+def _matmul(x: Tensor, w: Tensor) -> Tensor:
+    """(..., in) @ (in, out) -> (..., out)."""
+    lead = tuple(x.shape[:-1])
+    y = x.reshape((int(np.prod(lead)), x.shape[-1])) @ w
+    return y.reshape(lead + (w.shape[1],))
+
+
+class ColumnParallelLinear(Module):
+    """Y_r = X A_r + b_r: this rank's columns of a Linear (arXiv:1909.08053, eq. 3)."""
+
+    def __init__(self, in_features: int, out_features: int, comm: Any, bias: bool = True,
+                 gather_output: bool = False, sequence_parallel: bool = False,
+                 device: Optional[Any] = None, dtype: str = "float32") -> None:
+        super().__init__()
+        p, r = comm.size, comm.rank
+        self.comm, self.in_features, self.out_features = comm, in_features, out_features
+        self.out_per_rank = divide(out_features, p, "ColumnParallelLinear out_features")
+        self.gather_output, self.sequence_parallel = gather_output, sequence_parallel
+        kw = dict(device=device, dtype=dtype)
+        # the serial nn.Linear's draws, in its order: weight (in, out), then bias as (out, 1)
+        self.weight = _shard(init.kaiming_uniform(in_features, out_features, **kw), 1, r, p, **kw)
+        self.bias = None
+        if bias:
+            b = init.kaiming_uniform(out_features, 1, **kw).reshape((1, out_features))
+            self.bias = _shard(b, 1, r, p, **kw)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x (..., in) replicated (or (B, T/p, in) under SP) -> (..., out/p) (or out)."""
+        if x.shape[-1] != self.in_features:
+            raise ValueError(f"ColumnParallelLinear({self.in_features}, {self.out_features}) got "
+                             f"input of shape {x.shape}")
+        if self.sequence_parallel:
+            x = gather_from_sequence_region(x, self.comm)            # (B, T, in)
+        else:
+            x = copy_to_region(x, self.comm)
+        y = _matmul(x, self.weight)                                  # (..., out/p)
+        if self.bias is not None:
+            y = y + self.bias.reshape((1,) * (y.ndim - 1) + (self.out_per_rank,)).broadcast_to(
+                y.shape)
+        return gather_from_region(y, self.comm) if self.gather_output else y
+
+
+class RowParallelLinear(Module):
+    """Y = sum_r X_r A_r + b: this rank's rows of a Linear (arXiv:1909.08053, eq. 3)."""
+
+    def __init__(self, in_features: int, out_features: int, comm: Any, bias: bool = True,
+                 input_is_parallel: bool = True, sequence_parallel: bool = False,
+                 device: Optional[Any] = None, dtype: str = "float32") -> None:
+        super().__init__()
+        p, r = comm.size, comm.rank
+        self.comm, self.in_features, self.out_features = comm, in_features, out_features
+        self.in_per_rank = divide(in_features, p, "RowParallelLinear in_features")
+        self.input_is_parallel, self.sequence_parallel = input_is_parallel, sequence_parallel
+        kw = dict(device=device, dtype=dtype)
+        self.weight = _shard(init.kaiming_uniform(in_features, out_features, **kw), 0, r, p, **kw)
+        self.bias = None
+        if bias:  # replicated, added once after the reduction
+            b = init.kaiming_uniform(out_features, 1, **kw).reshape((1, out_features))
+            self.bias = Parameter(b.numpy(), **kw)
+            self.bias.sequence_parallel = sequence_parallel
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x (..., in/p) (or (..., in) with input_is_parallel=False) -> (..., out)."""
+        if not self.input_is_parallel:
+            x = scatter_to_region(x, self.comm)
+        if x.shape[-1] != self.in_per_rank:
+            raise ValueError(f"RowParallelLinear({self.in_features}, {self.out_features}) on "
+                             f"{self.comm.size} ranks expects (..., {self.in_per_rank}), got "
+                             f"{x.shape}")
+        partial = _matmul(x, self.weight)                            # (..., out), partial sum
+        if self.sequence_parallel:
+            y = reduce_scatter_to_sequence_region(partial, self.comm)  # (B, T/p, out)
+        else:
+            y = reduce_from_region(partial, self.comm)
+        if self.bias is not None:
+            y = y + self.bias.reshape((1,) * (y.ndim - 1) + (self.out_features,)).broadcast_to(
+                y.shape)
+        return y
+
+
+class VocabParallelEmbedding(Module):
+    """An embedding whose vocabulary rows are split across ranks (arXiv:1909.08053, sec. 3)."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, comm: Any,
+                 sequence_parallel: bool = False, device: Optional[Any] = None,
+                 dtype: str = "float32") -> None:
+        super().__init__()
+        p, r = comm.size, comm.rank
+        self.comm, self.num_embeddings, self.embedding_dim = comm, num_embeddings, embedding_dim
+        rows = divide(num_embeddings, p, "VocabParallelEmbedding num_embeddings")
+        self.start, self.end = r * rows, (r + 1) * rows
+        self.sequence_parallel = sequence_parallel
+        kw = dict(device=device, dtype=dtype)
+        self.weight = _shard(init.randn(num_embeddings, embedding_dim, **kw), 0, r, p, **kw)
+
+    def forward(self, idx: Any) -> Tensor:
+        """Integer indices of any shape (B, T, ...) -> (..., embedding_dim), replicated (or
+        sequence-sharded along axis 1 under SP)."""
+        ids = np.asarray(idx.numpy() if hasattr(idx, "numpy") else idx).astype(np.int64)
+        outside = (ids < self.start) | (ids >= self.end)
+        local = np.where(outside, 0, ids - self.start)
+        emb = ops.embedding(self.weight, local)                      # (..., D)
+        keep = Tensor((~outside).astype(np.float64)[..., None], device=emb.device,
+                      dtype=emb.dtype, requires_grad=False)
+        emb = emb * keep.broadcast_to(emb.shape)                     # rows owned elsewhere: 0
+        if self.sequence_parallel:
+            return reduce_scatter_to_sequence_region(emb, self.comm)
+        return reduce_from_region(emb, self.comm)
+
+
+def allreduce_sequence_parallel_grads(module: Module, comm: Any) -> None:
+    """Sum, over the tensor-parallel group, the gradients of parameters marked
+    ``sequence_parallel`` (they saw only this rank's slice of the sequence)."""
+    for p in module.parameters():
+        if getattr(p, "sequence_parallel", False) and p.grad is not None:
+            total = comm.allreduce(p.grad.numpy())
+            p.grad = Tensor(total, device=p.device, dtype=p.dtype, requires_grad=False)

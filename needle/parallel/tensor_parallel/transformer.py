@@ -1,0 +1,67 @@
+"""Megatron's MLP and transformer layer, tensor-parallel with optional sequence parallelism.
+
+Shoeybi et al., arXiv:1909.08053, sec. 3, Fig. 3: the MLP's first Linear is column-parallel
+(so GeLU/ReLU applies to each rank's columns independently), its second row-parallel; with the
+attention block this costs two allreduces in forward (the two ``g``) and two in backward (the two
+``f``) per layer. Korthikanti et al., arXiv:2205.05198, sec. 4.2.2, Fig. 5: with
+``sequence_parallel=True`` the residual stream, LayerNorms and dropouts hold only T/p positions;
+each allreduce becomes an all-gather before the column-parallel layer and a reduce-scatter after
+the row-parallel one (same bytes in a ring), and activations outside the attention/MLP cores
+shrink by p.
+
+``ParallelTransformerBlock`` mirrors ``nn.TransformerLayer`` (dropout 0) parameter for parameter,
+in the same order, so the same seed builds the serial layer's weights, sliced.
+"""
+from typing import Any, Optional
+
+from ...autograd import Tensor
+from ...nn.nn_basic import LayerNorm1d, ReLU
+from ...nn.nn_module import Module
+from .attention import ParallelSelfAttention
+from .layers import ColumnParallelLinear, RowParallelLinear
+
+__all__ = ["ParallelMLP", "ParallelTransformerBlock"]
+
+
+class ParallelMLP(Module):
+    """relu(x A_r + a_r) B_r summed over ranks, + b (arXiv:1909.08053, Fig. 3a)."""
+
+    def __init__(self, d_model: int, hidden_size: int, comm: Any, *,
+                 sequence_parallel: bool = False, device: Optional[Any] = None,
+                 dtype: str = "float32") -> None:
+        super().__init__()
+        kw = dict(device=device, dtype=dtype)
+        self.linear1 = ColumnParallelLinear(d_model, hidden_size, comm,
+                                            sequence_parallel=sequence_parallel, **kw)
+        self.relu = ReLU()
+        self.linear2 = RowParallelLinear(hidden_size, d_model, comm,
+                                         sequence_parallel=sequence_parallel, **kw)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(B, T, D) (or (B, T/p, D) under SP) -> the same shape."""
+        return self.linear2(self.relu(self.linear1(x)))              # (B, T, hidden/p) inside
+
+
+class ParallelTransformerBlock(Module):
+    """needle's pre-norm ``TransformerLayer``: x + attn(x), then x + MLP(LayerNorm(x))."""
+
+    def __init__(self, q_features: int, num_head: int, dim_head: int, hidden_size: int,
+                 comm: Any, *, causal: bool = True, sequence_parallel: bool = False,
+                 device: Optional[Any] = None, dtype: str = "float32") -> None:
+        super().__init__()
+        kw = dict(device=device, dtype=dtype)
+        self.comm, self.sequence_parallel = comm, sequence_parallel
+        self.attn = ParallelSelfAttention(q_features, num_head, dim_head, comm, causal=causal,
+                                          sequence_parallel=sequence_parallel, **kw)
+        self.layernorm1 = LayerNorm1d(q_features, fused=True, **kw)
+        self.layernorm1.weight.sequence_parallel = sequence_parallel
+        self.layernorm1.bias.sequence_parallel = sequence_parallel
+        self.mlp = ParallelMLP(q_features, hidden_size, comm, sequence_parallel=sequence_parallel,
+                               **kw)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x (B, T, D) replicated, or (B, T/p, D) under SP -> the same layout."""
+        b, t, f = x.shape
+        x = x + self.attn(x)
+        h = self.layernorm1(x.reshape((b * t, f))).reshape((b, t, f))
+        return x + self.mlp(h)
