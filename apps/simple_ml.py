@@ -15,6 +15,13 @@ else:  # the course's way: sys.path.append("./apps"); from <module> import *
 
 
 # ------------------------------------------------------------------------- hw0: plain NumPy
+def add(x: Any, y: Any) -> Any:
+    """x + y (hw0's first exercise: the submission workflow end to end)."""
+    ### BEGIN YOUR SOLUTION
+    return x + y
+    ### END YOUR SOLUTION
+
+
 def softmax_loss_numpy(Z: np.ndarray, y: np.ndarray) -> float:
     """Mean cross-entropy of logits Z (B, k) and integer labels y (B,)."""
     ### BEGIN YOUR SOLUTION

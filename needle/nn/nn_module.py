@@ -66,6 +66,10 @@ class Module:
         """The direct sub-modules."""
         return [m for _, m in self.named_children()]
 
+    def _children(self) -> List["Module"]:
+        """Every descendant module, not this one (the course's name for it)."""
+        return [m for m in self.modules() if m is not self]
+
     def named_modules(self, prefix: str = "") -> Iterator[Tuple[str, "Module"]]:
         """(dotted name, module) for this module and every descendant, each once."""
         seen: Set[int] = set()
