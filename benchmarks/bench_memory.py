@@ -281,7 +281,6 @@ def bench_offload() -> None:
                 opt.step()
             float(model(x).sum().numpy())
             sec = (time.perf_counter() - t0) / 3
-            tr.sample()
         print(f"  offload={offload}: GPU bytes after steps {tr.current_bytes:,}, "
               f"peak {tr.peak_bytes:,}, {sec * 1e3:.1f} ms/step")
 

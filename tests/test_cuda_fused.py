@@ -1,14 +1,16 @@
 """Fused kernels against NumPy and against needle's own unfused (naive) versions.
 
 The naive versions are plain NDArray compositions and are checked on the CPU here; the fused
-kernels are checked on a GPU when one is present.
+kernels (the CUDA device's optional primitives, reached through
+``needle.backend_ndarray.fused``) are checked on a GPU when one is present.
 """
 import numpy as np
 import pytest
 
 import needle as ndl
-from needle.backend_cuda import fused as F
+from needle.backend_cuda.fused import dropout_uniform_reference
 from needle.backend_ndarray import NDArray
+from needle.backend_ndarray import fused as F
 
 DEVICES = [ndl.cpu(), pytest.param(ndl.cuda(), marks=pytest.mark.skipif(
     not ndl.cuda().enabled(), reason="no CUDA GPU / CuPy"))]
@@ -117,18 +119,27 @@ def test_dropout_naive_keeps_expected_fraction_and_scales():
 
 
 def test_dropout_uniform_reference_is_uniform_and_replayable():
-    u = F.dropout_uniform_reference(seed=7, offset=0, n=200000)
+    u = dropout_uniform_reference(seed=7, offset=0, n=200000)
     assert 0 <= u.min() and u.max() < 1 and abs(u.mean() - 0.5) < 0.005
-    np.testing.assert_array_equal(F.dropout_uniform_reference(7, 100, 10), u[100:110])
-    assert not np.array_equal(F.dropout_uniform_reference(8, 0, 10), u[:10])
+    np.testing.assert_array_equal(dropout_uniform_reference(7, 100, 10), u[100:110])
+    assert not np.array_equal(dropout_uniform_reference(8, 0, 10), u[:10])
 
 
-def test_fused_ops_refuse_cpu_arrays():
-    with pytest.raises(ValueError, match="cuda"):
-        F.softmax(NDArray(np.ones((2, 3), np.float32)))
+def test_cpu_arrays_take_the_composed_path():
+    """The CPU backend offers no fused primitive, so each fused op is its naive version there."""
+    for name in F.FUSED_PRIMITIVES:
+        assert not F.has_primitive(ndl.cpu(), name)
+    a = NDArray(np.random.randn(2, 3).astype(np.float32))
+    np.testing.assert_array_equal(F.softmax(a).numpy(), F.softmax_naive(a).numpy())
 
 
 # ---------------------------------------------------------------------- GPU: fused vs naive
+@cuda_only
+def test_cuda_device_offers_every_fused_primitive():
+    for name in F.FUSED_PRIMITIVES:
+        assert F.has_primitive(ndl.cuda(), name), name
+
+
 @cuda_only
 @pytest.mark.parametrize("dtype,tol", [("float32", 1e-5), ("float16", 3e-3), ("float64", 1e-12)])
 @pytest.mark.parametrize("shape", SHAPES + [(3, 0), (2, 3, 1)], ids=str)
@@ -199,7 +210,7 @@ def test_fused_dropout_matches_its_rng_and_backward(dtype):
     x = np.random.randn(3, 1001).astype(dtype)
     dev = ndl.cuda()
     y, mask = F.dropout(NDArray(x, device=dev), 0.25, seed=11, offset=5)
-    keep = F.dropout_uniform_reference(11, 5, x.size).reshape(x.shape) >= 0.25
+    keep = dropout_uniform_reference(11, 5, x.size).reshape(x.shape) >= 0.25
     np.testing.assert_array_equal(mask.numpy(), keep)
     np.testing.assert_allclose(y.numpy(), np.where(keep, x / np.float32(0.75), 0).astype(dtype),
                                rtol=1e-3)

@@ -64,10 +64,12 @@ def test_sgd_course_momentum_rule(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_adam_rule_step_by_step(device):
+@pytest.mark.parametrize("tuned", [True, False], ids=["tuned", "plain"])
+def test_adam_rule_step_by_step(device, tuned):
     lr, b1, b2, eps, wd = 0.01, 0.8, 0.9, 1e-8, 0.1
     model = _model(device)
     opt = optim.Adam(model.parameters(), lr=lr, beta1=b1, beta2=b2, eps=eps, weight_decay=wd)
+    opt.tuned = tuned
     m = [np.zeros(p.shape) for p in model.parameters()]
     v = [np.zeros(p.shape) for p in model.parameters()]
     for t in range(1, 5):
@@ -84,7 +86,7 @@ def test_adam_rule_step_by_step(device):
 
 @pytest.mark.torch
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("kind", ["sgd", "adam", "adamw"])
+@pytest.mark.parametrize("kind", ["sgd", "adam", "adamw", "adamw-plain"])
 def test_optimizers_match_torch(kind, device):
     torch = pytest.importorskip("torch")
     model = _model(device)
@@ -101,6 +103,7 @@ def test_optimizers_match_torch(kind, device):
         opt_t = torch.optim.Adam(ref.parameters(), lr=0.05, weight_decay=0.02)
     else:
         opt = optim.AdamW(model.parameters(), lr=0.05, weight_decay=0.1)
+        opt.tuned = kind == "adamw"
         opt_t = torch.optim.AdamW(ref.parameters(), lr=0.05, weight_decay=0.1)
     losses = _train(model, opt, device, 6)
     x, y = _data(device)

@@ -13,6 +13,7 @@ import cupy as cp
 import numpy as np
 
 from . import _runtime as rt
+from . import fused
 from . import kernels as K
 from ._runtime import memory_stats, reset_peak_memory  # noqa: F401
 
@@ -473,5 +474,9 @@ _PRIMITIVES.update({name: globals()[name] for name in (
     "memory_stats", "reset_peak_memory", "set_matmul_kernel", "get_matmul_kernel",
     *("ewise_" + op for op in EWISE_BINARY + EWISE_UNARY),
     *("scalar_" + op for op in EWISE_BINARY))})
+# Optional fused primitives (needle.backend_ndarray.fused uses them when a device has them).
+_PRIMITIVES.update({name: getattr(fused, name) for name in (
+    "softmax_rows", "logsumexp_rows", "layer_norm_fwd", "layer_norm_bwd", "adam_update",
+    "dropout", "dropout_backward")})
 _PRIMITIVES.update(__device_name__=__device_name__, EWISE_BINARY=EWISE_BINARY,
                    EWISE_UNARY=EWISE_UNARY)

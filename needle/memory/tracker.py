@@ -1,10 +1,10 @@
 """MemoryTracker: bytes of live array storage, its peak, and what it was spent on.
 
-On the CPU backend the tracker is exact: while it is active, every new backend buffer
-(``ndarray_backend_numpy.Array``) is reported to it through the module hook ``_ALLOC_HOOK``
-and gets a ``weakref.finalize`` that reports its release. Views share a buffer, so storage is
-counted once per buffer, never per NDArray. Outside a tracker the hook is ``None`` and costs
-one global load per allocation.
+The tracker is exact: while it is active, every new backend buffer (the ``Array`` of
+``ndarray_backend_numpy`` or of the CUDA backend) is reported to it through its backend
+module's hook ``_ALLOC_HOOK`` and gets a ``weakref.finalize`` that reports its release. Views
+share a buffer, so storage is counted once per buffer, never per NDArray. Outside a tracker
+the hook is ``None`` and costs one global load per allocation.
 
 Every allocation and free is kept as an event, so the breakdown can be decided *after* the
 fact: ``classify(parameters=..., optimizer=...)`` names the buffers still alive that hold
@@ -12,10 +12,8 @@ parameters, their ``.grad`` and optimizer state, and ``peak_by_category()`` repl
 to give each category's bytes at the moment of the overall peak. Allocations made inside
 ``with tracker.tag("activations"):`` are labelled when they happen. Buffers allocated before
 the tracker started are not seen (count them with ``bytes_of``).
-
-On CUDA, when the backend has no allocation hook, figures come from CuPy's memory pool
-(``needle.backend_cuda.memory_stats``): current and peak bytes, without a breakdown.
 """
+import sys
 import weakref
 from contextlib import contextmanager
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
@@ -84,8 +82,11 @@ class MemoryTracker:
 
     def __init__(self, device: Optional[BackendDevice] = None, timeline: bool = False):
         self.device = device if device is not None else cpu()
+        if not self.device.enabled():
+            raise ValueError(f"MemoryTracker: device {self.device!r} is not enabled")
         self.keep_timeline = timeline
-        self._hooked = self._backend_hook_available()
+        # the module that defines the device's Array holds the allocation hook
+        self._backend = sys.modules[self.device.Array.__module__]
         self.current_bytes = 0
         self.peak_bytes = 0
         self.num_allocs = 0
@@ -95,29 +96,17 @@ class MemoryTracker:
         self._live: Dict[int, Any] = {}                 # key -> weakref to the buffer
         self._tag: Optional[str] = None
         self._next_key = 0
-        self._pool_base = 0
 
     # ------------------------------------------------------------------ hooking
-    def _backend_hook_available(self) -> bool:
-        mod = self.device.__dict__.get("mod")
-        return mod is not None and hasattr(mod, "_ALLOC_HOOK")
-
     def __enter__(self) -> "MemoryTracker":
-        if self._hooked:
-            _ACTIVE.append(self)
-            self.device.mod._ALLOC_HOOK = _dispatch
-        else:
-            self._pool_base = self._pool_stats()[0]
-            self._pool_reset_peak()
+        _ACTIVE.append(self)
+        self._backend._ALLOC_HOOK = _dispatch
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self._hooked:
-            _ACTIVE.remove(self)
-            if not any(t.device.__dict__.get("mod") is self.device.mod for t in _ACTIVE):
-                self.device.mod._ALLOC_HOOK = None
-        else:
-            self.sample()
+        _ACTIVE.remove(self)
+        if not any(t._backend is self._backend for t in _ACTIVE):
+            self._backend._ALLOC_HOOK = None
 
     def _on_alloc(self, buf: Any) -> None:
         nbytes = buf.array.nbytes
@@ -144,31 +133,6 @@ class MemoryTracker:
         """Start a new peak from the bytes live now (e.g. before the step to measure)."""
         self.peak_bytes = self.current_bytes
         self._events.append((-1, 0))  # a no-op event marking where the new peak starts
-
-    # ------------------------------------------------------------------ CUDA pool
-    def _pool_stats(self) -> Tuple[int, int]:
-        try:
-            from ..backend_cuda import memory_stats
-        except Exception:  # no CUDA backend: nothing to read
-            return 0, 0
-        stats = memory_stats(self.device.index)
-        return int(stats.get("current_bytes", stats.get("used_bytes", 0))), \
-            int(stats.get("peak_bytes", stats.get("used_bytes", 0)))
-
-    def _pool_reset_peak(self) -> None:
-        try:
-            from ..backend_cuda import reset_peak_memory_stats
-            reset_peak_memory_stats(self.device.index)
-        except Exception:  # older backend without peak reset: the sample() max is used
-            pass
-
-    def sample(self) -> int:
-        """On a pool-backed device, read the pool now (updates current/peak); returns current."""
-        if not self._hooked:
-            cur, peak = self._pool_stats()
-            self.current_bytes = cur - self._pool_base
-            self.peak_bytes = max(self.peak_bytes, peak - self._pool_base, self.current_bytes)
-        return self.current_bytes
 
     # ------------------------------------------------------------------ categories
     @contextmanager

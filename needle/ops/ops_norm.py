@@ -7,31 +7,18 @@ xhat = (x - mean) * rstd, g = dy * w):
 
     dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  dw = sum(dy * xhat),  db = sum(dy)
 
-On ``ndl.cuda()`` both directions run as single fused kernels (``backend_cuda/fused.py``,
-``kernels/layernorm.cu``); elsewhere they are composed from NDArray ops (the same functions'
-``_naive`` versions), which still saves recording and replaying the graph. Limit: the backward
-op is not itself differentiable (no double backward; use ``LayerNorm1d(fused=False)``).
+On a device offering the ``layer_norm_fwd``/``layer_norm_bwd`` primitives (``ndl.cuda()``),
+both directions run as single fused kernels; elsewhere they are composed from NDArray ops
+(``backend_ndarray/fused.py``), which still saves recording and replaying the graph. Limit: the
+backward op is not itself differentiable (no double backward; use ``LayerNorm1d(fused=False)``).
 """
 from typing import Any, Tuple
 
 from ..autograd import NDArray, Tensor, TensorOp, TensorTupleOp
-from ..backend_cuda import fused as _fused
+from ..backend_ndarray import fused
 from .ops_tuple import tuple_get_item
 
 __all__ = ["LayerNorm", "LayerNormBackward", "layer_norm"]
-
-
-def _forward(x: NDArray, w: NDArray, b: NDArray, eps: float) -> Tuple[NDArray, NDArray, NDArray]:
-    if x.device.name == "cuda":
-        return _fused.layer_norm(x, w, b, eps)
-    return _fused.layer_norm_naive(x, w, b, eps)
-
-
-def _backward(dy: NDArray, x: NDArray, w: NDArray, mean: NDArray, rstd: NDArray
-              ) -> Tuple[NDArray, NDArray, NDArray]:
-    if x.device.name == "cuda":
-        return _fused.layer_norm_backward(dy, x, w, mean, rstd)
-    return _fused.layer_norm_backward_naive(dy, x, w, mean, rstd)
 
 
 class LayerNorm(TensorOp):
@@ -46,7 +33,7 @@ class LayerNorm(TensorOp):
         if x.ndim == 0 or w.shape != (d,) or b.shape != (d,):
             raise ValueError(f"layer_norm: weight {w.shape} and bias {b.shape} must be ({d},) "
                              f"for input {x.shape}")
-        y, mean, rstd = _forward(x, w, b, self.eps)
+        y, mean, rstd = fused.layer_norm(x, w, b, self.eps)
         self.saved = (mean, rstd)
         return y
 
@@ -64,7 +51,7 @@ class LayerNormBackward(TensorTupleOp):
         self.rstd = rstd
 
     def compute(self, dy: NDArray, x: NDArray, w: NDArray) -> Tuple[NDArray, NDArray, NDArray]:
-        dx, dw, db = _backward(dy, x, w, self.mean, self.rstd)
+        dx, dw, db = fused.layer_norm_backward(dy, x, w, self.mean, self.rstd)
         return dx, dw.astype(w.dtype), db.astype(w.dtype)
 
     def gradient(self, out_grad: Any, node: Any) -> Any:

@@ -1,0 +1,255 @@
+"""Fused array operations: one device primitive where the device offers it, else composed ops.
+
+Softmax, logsumexp, layer normalization, the Adam step and dropout are each written first as
+the naive composition of NDArray operations (``*_naive``: every device runs them, and they
+are what the fused kernels are tested and benchmarked against). A device whose backend offers
+the optional primitive (``softmax_rows``, ``logsumexp_rows``, ``layer_norm_fwd``,
+``layer_norm_bwd``, ``adam_update``, ``dropout``, ``dropout_backward``; the CUDA backend's
+``backend_cuda/fused.py``) runs the whole operation as one kernel instead. The public
+functions here choose between the two, so ops, layers and optimizers never name a backend.
+"""
+import math
+from typing import Any, Optional, Tuple
+
+import numpy as np
+
+from .ndarray import NDArray
+
+__all__ = ["softmax", "softmax_naive", "logsumexp", "logsumexp_naive", "layer_norm",
+           "layer_norm_naive", "layer_norm_backward", "layer_norm_backward_naive",
+           "adam_update", "adam_update_naive", "dropout", "dropout_naive", "dropout_backward",
+           "has_primitive", "FUSED_PRIMITIVES"]
+
+_FLOATS = ("float16", "bfloat16", "float32", "float64")
+
+# The optional primitives used below and the parameters a backend's versions take (flat
+# ``Array`` buffers, compact; tests/backend_ndarray/test_fused.py checks the CUDA backend).
+FUSED_PRIMITIVES = {
+    "softmax_rows": ("a", "out", "rows", "cols"),
+    "logsumexp_rows": ("a", "out", "rows", "cols"),
+    "layer_norm_fwd": ("x", "w", "b", "y", "mean", "rstd", "rows", "cols", "eps"),
+    "layer_norm_bwd": ("dy", "x", "w", "mean", "rstd", "dx", "dw", "db", "rows", "cols"),
+    "adam_update": ("p", "g", "m", "v", "lr", "beta1", "beta2", "eps", "weight_decay", "step",
+                    "decoupled"),
+    "dropout": ("x", "y", "mask", "prob", "seed", "offset"),
+    "dropout_backward": ("dy", "mask", "dx", "prob"),
+}
+
+
+def has_primitive(device: Any, name: str) -> bool:
+    """True when ``device``'s backend offers the optional primitive ``name``."""
+    return getattr(device, name, None) is not None
+
+
+def _acc(dtype: str) -> str:
+    """The accumulation dtype of a fused kernel for ``dtype`` inputs."""
+    return "float64" if dtype == "float64" else "float32"
+
+
+def _rows(x: NDArray) -> Tuple[NDArray, int, int]:
+    """``x`` compact, as (array, rows, cols) over its last axis."""
+    xc = x.compact()
+    cols = x.shape[-1] if x.ndim else 1
+    return xc, (math.prod(x.shape) // cols if cols else 0), cols
+
+
+def _last_axis(x: NDArray, axis: int) -> Tuple[NDArray, Tuple[int, ...]]:
+    """``x`` with ``axis`` moved last, and the permutation that undoes it."""
+    axis = axis % x.ndim
+    if axis == x.ndim - 1:
+        return x, tuple(range(x.ndim))
+    order = tuple(i for i in range(x.ndim) if i != axis) + (axis,)
+    inverse = tuple(int(i) for i in np.argsort(order))
+    return x.permute(order), inverse
+
+
+def _fusable(x: NDArray, name: str) -> Optional[Any]:
+    """The device primitive ``name`` for ``x``, or None (absent, or ``x`` not floating)."""
+    prim = getattr(x.device, name, None)
+    return prim if prim is not None and x.dtype in _FLOATS and x.ndim else None
+
+
+# ---------------------------------------------------------------------- softmax / logsumexp
+def softmax_naive(x: NDArray, axis: int = -1) -> NDArray:
+    """softmax along ``axis`` from max, subtract, exp, sum and divide."""
+    z = (x - x.max(axis=axis, keepdims=True).broadcast_to(x.shape)).exp()
+    return z / z.sum(axis=axis, keepdims=True).broadcast_to(x.shape)
+
+
+def softmax(x: NDArray, axis: int = -1) -> NDArray:
+    """softmax along ``axis``; one kernel (online normalizer, arXiv:1805.02867) if offered."""
+    prim = _fusable(x, "softmax_rows")
+    if prim is None or not isinstance(axis, int):
+        return softmax_naive(x, axis)
+    xl, inverse = _last_axis(x, axis)
+    xc, rows, cols = _rows(xl)
+    out = NDArray.make(xc.shape, device=x.device, dtype=x.dtype)
+    prim(xc._handle, out._handle, rows, cols)
+    return out.permute(inverse) if inverse != tuple(range(x.ndim)) else out
+
+
+def logsumexp_naive(x: NDArray, axis: int = -1) -> NDArray:
+    """log(sum(exp(x - max))) + max along ``axis`` (the axis is removed)."""
+    m = x.max(axis=axis, keepdims=True)
+    s = (x - m.broadcast_to(x.shape)).exp().sum(axis=axis, keepdims=True)
+    return (s.log() + m).reshape(tuple(d for i, d in enumerate(x.shape) if i != axis % x.ndim))
+
+
+def logsumexp(x: NDArray, axis: int = -1) -> NDArray:
+    """logsumexp along ``axis`` (the axis is removed); one kernel if the device offers it."""
+    prim = _fusable(x, "logsumexp_rows")
+    if prim is None or not isinstance(axis, int) or x.shape[axis] == 0:
+        return logsumexp_naive(x, axis)
+    xl, _ = _last_axis(x, axis)
+    xc, rows, cols = _rows(xl)
+    out = NDArray.make(xc.shape[:-1], device=x.device, dtype=x.dtype)
+    prim(xc._handle, out._handle, rows, cols)
+    return out
+
+
+# ---------------------------------------------------------------------- layer norm
+def layer_norm_naive(x: NDArray, weight: NDArray, bias: NDArray, eps: float = 1e-5
+                     ) -> Tuple[NDArray, NDArray, NDArray]:
+    """(y, mean, rstd) over the last axis from composed ops, as the course's LayerNorm1d."""
+    keep = x.shape[:-1] + (1,)
+    cols = x.shape[-1]
+    mean = x.sum(axis=-1, keepdims=True) / cols  # (..., 1)
+    d = x - mean.broadcast_to(x.shape)
+    rstd = ((d * d).sum(axis=-1, keepdims=True) / cols + eps) ** -0.5
+    xhat = d * rstd.broadcast_to(x.shape)
+    row = (1,) * (x.ndim - 1) + (cols,)
+    w, b = weight.reshape(row), bias.reshape(row)
+    y = xhat * w.broadcast_to(x.shape) + b.broadcast_to(x.shape)
+    return y, mean.reshape(keep[:-1]), rstd.reshape(keep[:-1])
+
+
+def layer_norm(x: NDArray, weight: NDArray, bias: NDArray, eps: float = 1e-5
+               ) -> Tuple[NDArray, NDArray, NDArray]:
+    """(y, mean, rstd) over the last axis; mean and rstd float32 (float64) when fused."""
+    prim = _fusable(x, "layer_norm_fwd")
+    if prim is None:
+        return layer_norm_naive(x, weight, bias, eps)
+    xc, rows, cols = _rows(x)
+    if weight.shape != (cols,) or bias.shape != (cols,):
+        raise ValueError(f"layer_norm: weight {weight.shape} and bias {bias.shape} must be "
+                         f"({cols},) for input {x.shape}")
+    w, b = weight.astype(x.dtype).compact(), bias.astype(x.dtype).compact()
+    y = NDArray.make(xc.shape, device=x.device, dtype=x.dtype)
+    mean, rstd = (NDArray.make(x.shape[:-1], device=x.device, dtype=_acc(x.dtype))
+                  for _ in range(2))
+    prim(xc._handle, w._handle, b._handle, y._handle, mean._handle, rstd._handle, rows, cols,
+         eps)
+    return y, mean, rstd
+
+
+def layer_norm_backward_naive(dy: NDArray, x: NDArray, weight: NDArray, mean: NDArray,
+                              rstd: NDArray) -> Tuple[NDArray, NDArray, NDArray]:
+    """(dx, dweight, dbias) of layer_norm from composed ops."""
+    cols = x.shape[-1]
+    lead = tuple(range(x.ndim - 1))
+    col = x.shape[:-1] + (1,)
+    r = rstd.reshape(col).broadcast_to(x.shape)
+    xhat = (x - mean.reshape(col).broadcast_to(x.shape)) * r
+    g = dy * weight.reshape((1,) * (x.ndim - 1) + (cols,)).broadcast_to(x.shape)
+    mg = (g.sum(axis=-1, keepdims=True) / cols).broadcast_to(x.shape)
+    mgx = ((g * xhat).sum(axis=-1, keepdims=True) / cols).broadcast_to(x.shape)
+    dx = r * (g - mg - xhat * mgx)
+    return dx, (dy * xhat).sum(axis=lead), dy.sum(axis=lead)
+
+
+def layer_norm_backward(dy: NDArray, x: NDArray, weight: NDArray, mean: NDArray,
+                        rstd: NDArray) -> Tuple[NDArray, NDArray, NDArray]:
+    """(dx, dweight, dbias) of layer_norm; dweight and dbias in ``x``'s dtype when fused."""
+    prim = _fusable(x, "layer_norm_bwd")
+    if prim is None:
+        return layer_norm_backward_naive(dy, x, weight, mean, rstd)
+    xc, rows, cols = _rows(x)
+    dyc = dy.astype(x.dtype).compact()
+    w = weight.astype(x.dtype).compact()
+    acc = _acc(x.dtype)
+    mc, rc = mean.astype(acc).compact(), rstd.astype(acc).compact()
+    dx = NDArray.make(xc.shape, device=x.device, dtype=x.dtype)
+    dw, db = (NDArray.make((cols,), device=x.device, dtype=acc) for _ in range(2))
+    prim(dyc._handle, xc._handle, w._handle, mc._handle, rc._handle, dx._handle, dw._handle,
+         db._handle, rows, cols)
+    return dx, dw.astype(x.dtype), db.astype(x.dtype)
+
+
+# ---------------------------------------------------------------------- Adam / AdamW
+def adam_update_naive(p: NDArray, grad: NDArray, m: NDArray, v: NDArray, step: int,
+                      lr: float, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
+                      weight_decay: float = 0.0, decoupled: bool = False) -> None:
+    """One Adam (or AdamW when ``decoupled``) step from composed ops; updates p, m, v in place."""
+    w = p.astype(m.dtype)
+    g = grad.astype(m.dtype)
+    if decoupled:
+        w = w - w * (lr * weight_decay)
+    else:
+        g = g + w * weight_decay
+    m_new = m * beta1 + g * (1 - beta1)
+    v_new = v * beta2 + g * g * (1 - beta2)
+    mhat = m_new / (1 - beta1 ** step)
+    vhat = v_new / (1 - beta2 ** step)
+    w = w - mhat * lr / (vhat.sqrt() + eps)
+    m[...] = m_new
+    v[...] = v_new
+    p[...] = w.astype(p.dtype)
+
+
+def adam_update(p: NDArray, grad: NDArray, m: NDArray, v: NDArray, step: int, lr: float,
+                beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
+                weight_decay: float = 0.0, decoupled: bool = False) -> None:
+    """One Adam/AdamW step on p, m, v in place; one kernel if the device offers it.
+
+    The fused kernel needs p, m, v compact and m, v in float32 (float64 for float64 p).
+    """
+    if step < 1:
+        raise ValueError(f"adam_update: step counts from 1, got {step}")
+    prim = _fusable(p, "adam_update")
+    if (prim is None or not (p.is_compact() and m.is_compact() and v.is_compact())
+            or m.dtype != _acc(p.dtype) or v.dtype != _acc(p.dtype)):
+        adam_update_naive(p, grad, m, v, step, lr, beta1, beta2, eps, weight_decay, decoupled)
+        return
+    g = grad.astype(p.dtype).compact()
+    prim(p._handle, g._handle, m._handle, v._handle, lr, beta1, beta2, eps, weight_decay,
+         step, decoupled)
+
+
+# ---------------------------------------------------------------------- dropout
+def dropout_naive(x: NDArray, prob: float) -> Tuple[NDArray, NDArray]:
+    """(y, mask) with a random array drawn on the host, compared, multiplied and scaled."""
+    keep = x.device.rand(*x.shape) >= prob  # NumPy's global RNG, like the course's init.randb
+    mask = keep.astype(x.dtype)
+    return x * mask / (1 - prob), keep
+
+
+def dropout(x: NDArray, prob: float, seed: Optional[int] = None, offset: int = 0
+            ) -> Tuple[NDArray, NDArray]:
+    """(y, bool mask): zero each entry with probability ``prob``, scale the rest by 1/(1-prob).
+
+    With the device's ``dropout`` primitive the mask is drawn on the device and is replayable
+    from (``seed``, ``offset``); ``seed`` defaults to a draw from NumPy's global RNG.
+    """
+    if not 0 <= prob < 1:
+        raise ValueError(f"dropout probability must be in [0, 1), got {prob}")
+    prim = _fusable(x, "dropout")
+    if prim is None:
+        return dropout_naive(x, prob)
+    if seed is None:
+        seed = int(np.random.randint(0, 2 ** 62))
+    xc = x.compact()
+    y = NDArray.make(x.shape, device=x.device, dtype=x.dtype)
+    mask = NDArray.make(x.shape, device=x.device, dtype="bool")
+    prim(xc._handle, y._handle, mask._handle, prob, seed, offset)
+    return y, mask
+
+
+def dropout_backward(dy: NDArray, mask: NDArray, prob: float) -> NDArray:
+    """dx = dy * mask / (1 - prob); one kernel if the device offers it."""
+    prim = _fusable(dy, "dropout_backward")
+    if prim is None:
+        return dy * mask.astype(dy.dtype) / (1 - prob)
+    dyc = dy.compact()
+    dx = NDArray.make(dy.shape, device=dy.device, dtype=dy.dtype)
+    prim(dyc._handle, mask.compact()._handle, dx._handle, prob)
+    return dx
