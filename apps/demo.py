@@ -83,7 +83,7 @@ def char_lm_demo(budget_s: float = 35.0, progress: Optional[bool] = None) -> flo
                           seq_len=seq_len, num_head=4, dim_head=16)
     opt = ndl.optim.Adam(model.parameters(), lr=3e-3)
     loss_fn = nn.SoftmaxLoss()
-    entropy = ndl.data.unigram_entropy(corpus.train)
+    entropy = ndl.metrics.unigram_entropy(corpus.train)
     rng = np.random.default_rng(0)
     starts = np.arange(0, train.shape[0] - seq_len - 1)
     bar = Progress(itertools.count(), desc="char-transformer",

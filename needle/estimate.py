@@ -1,46 +1,5 @@
-"""``python -m needle.estimate``: print a transformer's training memory, term by term.
-
-Example: ``python -m needle.estimate --layers 24 --hidden 2048 --heads 16 --seq 2048
---vocab 50257 --batch 4 --precision mixed --optimizer adam --zero 1 --dp 8``.
-"""
-import argparse
-import sys
-from typing import List, Optional
-
-from .memory.estimator import OPTIMIZERS, PRECISIONS, TransformerConfig, estimate_transformer
-
-
-def main(argv: Optional[List[str]] = None) -> int:
-    """Parse the model description, print the estimate; exit status 2 on impossible configs."""
-    ap = argparse.ArgumentParser(prog="python -m needle.estimate", description=__doc__)
-    for name, default in (("layers", 12), ("hidden", 768), ("heads", 12), ("seq", 1024),
-                          ("vocab", 50257), ("batch", 8)):
-        ap.add_argument("--" + name, type=int, default=default)
-    ap.add_argument("--ffn-mult", type=int, default=4)
-    ap.add_argument("--precision", choices=PRECISIONS, default="fp32")
-    ap.add_argument("--optimizer", choices=OPTIMIZERS, default="adam")
-    ap.add_argument("--checkpointing", action="store_true")
-    ap.add_argument("--no-dropout", action="store_true")
-    ap.add_argument("--zero", type=int, default=0, help="ZeRO stage 0-3")
-    ap.add_argument("--dp", type=int, default=1, help="data-parallel degree Nd")
-    ap.add_argument("--tp", type=int, default=1, help="tensor-parallel degree t")
-    ap.add_argument("--pp", type=int, default=1, help="pipeline-parallel degree p")
-    ap.add_argument("--sequence-parallel", action="store_true")
-    args = ap.parse_args(argv)
-    cfg = TransformerConfig(args.layers, args.hidden, args.heads, args.seq, args.vocab,
-                            args.batch, args.ffn_mult)
-    try:
-        est = estimate_transformer(cfg, precision=args.precision, optimizer=args.optimizer,
-                                   checkpointing=args.checkpointing, zero_stage=args.zero,
-                                   dp=args.dp, tp=args.tp, pp=args.pp,
-                                   sequence_parallel=args.sequence_parallel,
-                                   dropout=not args.no_dropout)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(est.report())
-    return 0
-
+"""``python -m needle.estimate``: the memory estimator's command line (``needle.memory``)."""
+from needle.memory.__main__ import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

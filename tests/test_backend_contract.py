@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import needle.backend_ndarray.ndarray_backend_numpy as numpy_backend
-from needle.backend_cuda import kernels
+from needle.backend_cuda import kernel_specs
 
 CUDA_SRC = Path(numpy_backend.__file__).resolve().parents[1] / "backend_cuda" / \
     "ndarray_backend_cuda.py"
@@ -62,8 +62,8 @@ def test_primitive_parameters_agree(name):
 
 
 def test_cuda_covers_every_elementwise_op():
-    assert set(numpy_backend.EWISE_BINARY) <= set(kernels.BINARY_FUNCTOR)
-    assert set(numpy_backend.EWISE_UNARY) <= set(kernels.UNARY_FUNCTOR)
+    assert set(numpy_backend.EWISE_BINARY) <= set(kernel_specs.BINARY_FUNCTOR)
+    assert set(numpy_backend.EWISE_UNARY) <= set(kernel_specs.UNARY_FUNCTOR)
 
 
 def test_every_numpy_primitive_is_listed_in_the_contract():

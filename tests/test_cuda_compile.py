@@ -1,14 +1,14 @@
 """Every CUDA kernel compiles through NVRTC on a machine with no GPU (CI's check on kernels)."""
 import pytest
 
-from needle.backend_cuda import compile_check, kernels
+from needle.backend_cuda import compile_check, kernel_specs
 
 if compile_check.find_nvrtc() is None:  # a missing compiler must not pass silently
     raise ImportError("libnvrtc not found: pip install nvidia-cuda-nvrtc-cu12 "
                       "nvidia-cuda-runtime-cu12 (in the [dev] extras)")
 
 
-@pytest.mark.parametrize("filename", kernels.KERNEL_FILES)
+@pytest.mark.parametrize("filename", kernel_specs.KERNEL_FILES)
 def test_kernel_file_compiles(filename):
     ptx = compile_check.compile_kernel_file(filename)
     assert ".entry" in ptx  # at least one kernel was emitted
@@ -37,4 +37,4 @@ def test_type_error_in_half_instantiation_fails():
 def test_main_prints_every_file(capsys):
     assert compile_check.main([]) == 0
     out = capsys.readouterr().out
-    assert all(f in out for f in kernels.KERNEL_FILES)
+    assert all(f in out for f in kernel_specs.KERNEL_FILES)

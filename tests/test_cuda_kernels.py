@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from needle.backend_cuda import kernels as K
+from needle.backend_cuda import kernel_specs as K
 
 
 @pytest.mark.parametrize("n", [1, 255, 256, 257, 10**6, 2**40])

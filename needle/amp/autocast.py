@@ -26,7 +26,7 @@ from ..ops import ops_conv, ops_logarithmic, ops_mathematic, ops_reduce
 __all__ = ["autocast", "autocast_dtype", "policy", "LOW_PRECISION", "FLOAT32", "NARROWING"]
 
 LOW_PRECISION = (ops_mathematic.MatMul, ops_conv.Conv)
-FLOAT32 = (ops_mathematic.Summation, ops_logarithmic.LogSumExp, ops_logarithmic.LogSoftmax,
+FLOAT32 = (ops_reduce.Summation, ops_logarithmic.LogSumExp, ops_logarithmic.LogSoftmax,
            ops_logarithmic.Softmax, ops_mathematic.Exp, ops_mathematic.Log,
            ops_mathematic.EWisePow, ops_mathematic.PowerScalar, ops_reduce.Max)
 NARROWING = (ops_mathematic.EWiseAdd, ops_mathematic.EWiseMul, ops_mathematic.EWiseDiv,

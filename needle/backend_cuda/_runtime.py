@@ -12,7 +12,7 @@ import cupy as cp
 import ml_dtypes
 import numpy as np
 
-from . import kernels
+from . import kernel_specs
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 _META_CACHE: Dict[Tuple[int, Tuple[int, ...]], Any] = {}
@@ -63,9 +63,9 @@ def storage_dtype(dtype: np.dtype) -> np.dtype:
 @functools.lru_cache(maxsize=None)
 def _module(filename: str, dtype: str, index: int) -> "cp.RawModule":
     with device(index):
-        return cp.RawModule(code=kernels.source(filename),
-                            options=kernels.NVRTC_OPTIONS + kernels.include_options(),
-                            name_expressions=kernels.name_expressions(filename, dtype))
+        return cp.RawModule(code=kernel_specs.source(filename),
+                            options=kernel_specs.NVRTC_OPTIONS + kernel_specs.include_options(),
+                            name_expressions=kernel_specs.name_expressions(filename, dtype))
 
 
 @functools.lru_cache(maxsize=None)
@@ -87,7 +87,7 @@ def launch(k: "cp.RawKernel", grid: Sequence[int], block: Sequence[int], args: S
 
 def view_meta(shape: Sequence[int], strides: Sequence[int], offset: int, index: int) -> Any:
     """A cached device int64 array [ndim, offset, *shape, *strides] for the strided kernels."""
-    key = (index, tuple(kernels.view_meta(tuple(shape), tuple(strides), offset)))
+    key = (index, tuple(kernel_specs.view_meta(tuple(shape), tuple(strides), offset)))
     meta = _META_CACHE.get(key)
     if meta is None:
         if len(_META_CACHE) >= _META_CACHE_MAX:
@@ -100,7 +100,7 @@ def view_meta(shape: Sequence[int], strides: Sequence[int], offset: int, index: 
 
 def scalar_arg(val: Any, dtype: str) -> Any:
     """``val`` as the accumulator-typed NumPy scalar a ``scalar_*`` kernel takes."""
-    return np.float64(val) if kernels.ACC_DTYPE[dtype] == "float64" else np.float32(val)
+    return np.float64(val) if kernel_specs.ACC_DTYPE[dtype] == "float64" else np.float32(val)
 
 
 # ---------------------------------------------------------------------- memory accounting

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from . import kernels
+from . import kernel_specs
 
 _NVRTC = None
 
@@ -86,8 +86,8 @@ def compile_source(src: str, name: str = "kernel.cu", name_expressions: Sequence
         for expr in name_expressions:
             _check(lib, lib.nvrtcAddNameExpression(prog, expr.encode()),
                    f"nvrtcAddNameExpression({expr})")
-        opts = [f"--gpu-architecture={arch}", *kernels.NVRTC_OPTIONS,
-                *kernels.include_options(), *options]
+        opts = [f"--gpu-architecture={arch}", *kernel_specs.NVRTC_OPTIONS,
+                *kernel_specs.include_options(), *options]
         inc = find_cuda_include()
         if inc is not None:
             opts.append("-I" + inc)
@@ -110,13 +110,13 @@ def compile_source(src: str, name: str = "kernel.cu", name_expressions: Sequence
 
 def compile_kernel_file(filename: str, arch: str = "compute_90") -> str:
     """Compile ``kernels/<filename>`` with every template instantiation; returns PTX."""
-    return compile_source(kernels.source(filename), filename,
-                          kernels.name_expressions(filename), arch)
+    return compile_source(kernel_specs.source(filename), filename,
+                          kernel_specs.name_expressions(filename), arch)
 
 
 def check_all(arch: str = "compute_90") -> List[Tuple[str, int]]:
     """Compile every kernel file; returns (file, PTX bytes) pairs, raises on the first error."""
-    return [(f, len(compile_kernel_file(f, arch))) for f in kernels.KERNEL_FILES]
+    return [(f, len(compile_kernel_file(f, arch))) for f in kernel_specs.KERNEL_FILES]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -125,7 +125,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--arch", default="compute_90")
     args = parser.parse_args(argv)
     for f, n in check_all(args.arch):
-        print(f"ok  {f:<14} {n:>9} bytes of PTX  ({Path(kernels.KERNEL_DIR, f)})")
+        print(f"ok  {f:<14} {n:>9} bytes of PTX  ({Path(kernel_specs.KERNEL_DIR, f)})")
     return 0
 
 

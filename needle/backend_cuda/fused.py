@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from . import kernels as K
+from . import kernel_specs as K
 
 __all__ = ["softmax_rows", "logsumexp_rows", "layer_norm_fwd", "layer_norm_bwd", "adam_update",
            "dropout", "dropout_backward", "dropout_uniform_reference"]

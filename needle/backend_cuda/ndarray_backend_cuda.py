@@ -14,7 +14,7 @@ import numpy as np
 
 from . import _runtime as rt
 from . import fused
-from . import kernels as K
+from . import kernel_specs as K
 from ._runtime import memory_stats, reset_peak_memory  # noqa: F401
 
 __device_name__ = "cuda"

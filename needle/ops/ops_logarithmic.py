@@ -8,7 +8,8 @@ from typing import Optional, Tuple, Union
 from ..autograd import NDArray, Tensor, TensorOp
 from ..backend_ndarray import fused
 from ._axes import keepdims_shape, normalize_axes
-from .ops_mathematic import broadcast_to, exp, reshape, summation
+from .ops_mathematic import broadcast_to, exp, reshape
+from .ops_reduce import summation
 
 Axes = Union[None, int, Tuple[int, ...]]
 

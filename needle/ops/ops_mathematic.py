@@ -9,7 +9,7 @@ from .. import backend_ndarray as array_api
 from ..autograd import NDArray, Tensor, TensorOp, no_grad
 from ..backend_ndarray import to_numpy_dtype
 from ..backend_ndarray.dtypes import is_floating
-from ._axes import keepdims_shape, normalize_axes
+from .ops_reduce import summation
 
 Axes = Union[None, int, Tuple[int, ...]]
 
@@ -18,9 +18,8 @@ __all__ = [
     "mul_scalar", "EWisePow", "power", "PowerScalar", "power_scalar", "EWiseDiv", "divide",
     "DivScalar", "divide_scalar", "Negate", "negate", "Log", "log", "Exp", "exp", "ReLU", "relu",
     "Tanh", "tanh", "Sigmoid", "sigmoid", "Transpose", "transpose", "Reshape", "reshape",
-    "BroadcastTo", "broadcast_to", "Summation", "summation", "MatMul", "matmul", "Maximum",
-    "maximum", "MaximumScalar", "maximum_scalar", "Cast", "cast", "Where", "where", "mean",
-    "unbroadcast",
+    "BroadcastTo", "broadcast_to", "MatMul", "matmul", "Maximum", "maximum", "MaximumScalar",
+    "maximum_scalar", "Cast", "cast", "Where", "where", "unbroadcast",
 ]
 
 
@@ -338,35 +337,6 @@ class BroadcastTo(TensorOp):
 def broadcast_to(a: Tensor, shape: Tuple[int, ...]) -> Tensor:
     """``a`` broadcast to ``shape`` (NumPy's rules)."""
     return BroadcastTo(shape)(a)
-
-
-class Summation(TensorOp):
-    def __init__(self, axes: Axes = None, keepdims: bool = False):
-        self.axes = (axes,) if isinstance(axes, int) else (None if axes is None else tuple(axes))
-        self.keepdims = keepdims
-
-    def compute(self, a: NDArray) -> NDArray:
-        return a.sum(axis=self.axes, keepdims=self.keepdims)
-
-    def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
-        ### BEGIN YOUR SOLUTION
-        shape = node.inputs[0].shape
-        kept = keepdims_shape(shape, self.axes)
-        return broadcast_to(reshape(out_grad, kept), shape)
-        ### END YOUR SOLUTION
-
-
-def summation(a: Tensor, axes: Axes = None, keepdims: bool = False) -> Tensor:
-    """Sum over ``axes`` (all when None)."""
-    return Summation(axes, keepdims)(a)
-
-
-def mean(a: Tensor, axes: Axes = None, keepdims: bool = False) -> Tensor:
-    """Mean over ``axes`` (all when None)."""
-    count = 1
-    for ax in normalize_axes(axes, a.ndim):
-        count *= a.shape[ax]
-    return summation(a, axes, keepdims) / count
 
 
 class MatMul(TensorOp):

@@ -1,13 +1,43 @@
-"""Max reduction with its (tie-splitting) gradient."""
+"""Reductions: sum, mean and max (whose gradient splits ties equally)."""
 from typing import Tuple, Union
 
 from ..autograd import NDArray, Tensor, TensorOp
 from ._axes import keepdims_shape, normalize_axes
-from .ops_mathematic import broadcast_to, reshape
 
 Axes = Union[None, int, Tuple[int, ...]]
 
-__all__ = ["Max", "max"]
+__all__ = ["Summation", "summation", "mean", "Max", "max"]
+
+
+class Summation(TensorOp):
+    """Sum over ``axes``; the gradient broadcasts ``out_grad`` back to the input's shape."""
+
+    def __init__(self, axes: Axes = None, keepdims: bool = False):
+        self.axes = (axes,) if isinstance(axes, int) else (None if axes is None else tuple(axes))
+        self.keepdims = keepdims
+
+    def compute(self, a: NDArray) -> NDArray:
+        return a.sum(axis=self.axes, keepdims=self.keepdims)
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
+        ### BEGIN YOUR SOLUTION
+        shape = node.inputs[0].shape
+        kept = keepdims_shape(shape, self.axes)
+        return out_grad.reshape(kept).broadcast_to(shape)
+        ### END YOUR SOLUTION
+
+
+def summation(a: Tensor, axes: Axes = None, keepdims: bool = False) -> Tensor:
+    """Sum over ``axes`` (all when None)."""
+    return Summation(axes, keepdims)(a)
+
+
+def mean(a: Tensor, axes: Axes = None, keepdims: bool = False) -> Tensor:
+    """Mean over ``axes`` (all when None)."""
+    count = 1
+    for ax in normalize_axes(axes, a.ndim):
+        count *= a.shape[ax]
+    return summation(a, axes, keepdims) / count
 
 
 class Max(TensorOp):
@@ -30,7 +60,7 @@ class Max(TensorOp):
         count = mask.sum(axis=normalize_axes(self.axes, len(shape)), keepdims=True)
         count = count.broadcast_to(shape)
         share = Tensor.make_const(mask / count)
-        return broadcast_to(reshape(out_grad, kept), shape) * share
+        return out_grad.reshape(kept).broadcast_to(shape) * share
 
 
 def max(a: Tensor, axes: Axes = None, keepdims: bool = False) -> Tensor:

@@ -1,5 +1,5 @@
 """Optimizers, gradient clipping and learning-rate schedules (``needle.optim``)."""
-from ..optim_adafactor import Adafactor
+from .adafactor import Adafactor
 from .clip_grad import clip_grad_norm, clip_grad_norm_, grad_norm
 from .lr_scheduler import CosineAnnealing, LinearWarmup, LRScheduler, StepLR
 from .optimizer import SGD, Adam, AdamW, Optimizer

@@ -7,7 +7,6 @@ from .builtin import (
     sequence_task,
     spirals,
     stdlib_text,
-    unigram_entropy,
 )
 from .cifar10_dataset import CIFAR10Dataset, RestrictedUnpickler, safe_unpickle
 from .mnist_dataset import MNISTDataset, parse_mnist, read_idx

@@ -1,6 +1,5 @@
 """Data that needs no download: scikit-learn's 8x8 digits, Python's own stdlib sources as a
 character corpus, and seeded synthetic sets (spirals, blobs, copy/reverse sequences)."""
-import math
 import os
 import sysconfig
 from typing import List, Sequence, Tuple
@@ -92,13 +91,6 @@ class CharCorpus:
         return [self.dictionary.word2idx[ch] for ch in text]
 
 
-def unigram_entropy(ids: Sequence[int]) -> float:
-    """Entropy (nats) of the empirical symbol distribution: the best context-free loss."""
-    counts = np.bincount(np.asarray(ids, dtype=np.int64))
-    p = counts[counts > 0] / counts.sum()
-    return float(-(p * np.log(p)).sum())
-
-
 def spirals(n_per_class: int = 100, n_classes: int = 3, noise: float = 0.2,
             seed: int = 0) -> Tuple[np.ndarray, np.ndarray]:
     """Interleaved 2-D spirals (cs231n's toy set): X float32 (N, 2), y int64 (N,)."""
@@ -132,10 +124,5 @@ def sequence_task(n: int = 256, seq_len: int = 8, vocab: int = 10, reverse: bool
     return x, (x[:, ::-1] if reverse else x).copy()
 
 
-def perplexity(loss_nats: float) -> float:
-    """exp(loss): the effective branching factor of a language model with this loss."""
-    return math.exp(loss_nats)
-
-
 __all__ = ["load_digits", "digits_datasets", "stdlib_source_files", "stdlib_text", "CharCorpus",
-           "unigram_entropy", "spirals", "blobs", "sequence_task", "perplexity"]
+           "spirals", "blobs", "sequence_task"]

@@ -17,9 +17,9 @@ numbers instead of Adam's 2 n m.
 import math
 from typing import Iterable, Optional
 
-from .autograd import Tensor
-from .backend_ndarray import NDArray
-from .optim.optimizer import Optimizer
+from ..autograd import Tensor
+from ..backend_ndarray import NDArray
+from .optimizer import Optimizer
 
 __all__ = ["Adafactor"]
 
