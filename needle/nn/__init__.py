@@ -3,5 +3,6 @@ from .nn_basic import *
 from .nn_conv import *
 from .nn_lora import *
 from .nn_module import LoadResult, Module, Parameter
+from .nn_moe import *
 from .nn_sequence import *
 from .nn_transformer import *
