@@ -1,0 +1,49 @@
+"""All-to-all with uneven splits, as an autograd op (the dispatch and combine of expert
+parallelism: Lepikhin et al., "GShard", arXiv:2006.16668, sec. 2.2; Fedus et al., "Switch
+Transformers", arXiv:2101.03961, sec. 2.2, Fig. 3).
+
+The communicator's ``alltoall`` moves equal axis-0 chunks, so each rank pads its chunk for rank
+j to ``max_rows`` (the largest chunk any rank sends anyone, known to all ranks from the sizes
+exchanged before) and the receiver drops the padding. The gradient of an all-to-all is the
+all-to-all with send and receive counts swapped.
+"""
+from typing import Any, Sequence
+
+import numpy as np
+
+from ...autograd import NDArray, Tensor, TensorOp
+
+__all__ = ["all_to_all"]
+
+
+class AllToAll(TensorOp):
+    """Rows [sum(send[:j]), sum(send[:j+1])) go to rank j; received rows concatenated by rank."""
+
+    def __init__(self, comm: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
+                 max_rows: int) -> None:
+        self.comm, self.max_rows = comm, max_rows
+        self.send = np.asarray(send_counts, dtype=np.int64)
+        self.recv = np.asarray(recv_counts, dtype=np.int64)
+
+    def compute(self, a: NDArray) -> NDArray:
+        x = a.numpy()                                                # (S, d)
+        p, m = self.comm.size, max(self.max_rows, 1)
+        if x.shape[0] != self.send.sum():
+            raise ValueError(f"all_to_all: {x.shape[0]} rows but send counts sum to "
+                             f"{self.send.sum()}")
+        buf = np.zeros((p, m) + x.shape[1:], dtype=x.dtype)          # (p, M, d) padded
+        starts = np.concatenate([[0], np.cumsum(self.send)])
+        for j in range(p):
+            buf[j, :self.send[j]] = x[starts[j]:starts[j + 1]]
+        got = self.comm.alltoall(buf.reshape((p * m,) + x.shape[1:])).reshape(buf.shape)
+        out = np.concatenate([got[j, :self.recv[j]] for j in range(p)], axis=0)
+        return NDArray(np.ascontiguousarray(out), device=a.device, dtype=a.dtype)
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
+        return AllToAll(self.comm, self.recv, self.send, self.max_rows)(out_grad)
+
+
+def all_to_all(x: Tensor, comm: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
+               max_rows: int) -> Tensor:
+    """Exchange row blocks of x (S, d) between all ranks (uneven sizes, padded to max_rows)."""
+    return AllToAll(comm, send_counts, recv_counts, max_rows)(x)
