@@ -32,7 +32,7 @@ def _graph_bytes(out: Tensor, params: set) -> int:
     """Bytes of the activations ``out``'s graph keeps alive (parameters excluded)."""
     total = 0
     for node in find_topo_sort([out]):
-        if id(node) not in params and node.cached_data is not None:
+        if isinstance(node, Tensor) and id(node) not in params and node.cached_data is not None:
             total += int(np.prod(node.shape)) * np.dtype(node.dtype).itemsize
     return total
 

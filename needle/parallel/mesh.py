@@ -1,0 +1,46 @@
+"""A process mesh: the world's ranks viewed as a (dp, pp, tp) grid, tp fastest.
+
+Every group of 3D parallelism (Narayanan et al., "Efficient Large-Scale Language Model Training
+on GPU Clusters Using Megatron-LM", SC 2021, sec. 3) is built from this one grid with
+``comm.split``: ranks that differ only in their tp coordinate form a tensor-parallel group
+(neighbours, so the chattiest traffic stays close), only in pp a pipeline, only in dp a
+data-parallel group.
+"""
+from typing import Any, Tuple
+
+__all__ = ["ProcessMesh"]
+
+
+class ProcessMesh:
+    """Sub-communicators ``.dp``, ``.pp``, ``.tp`` of ``comm`` arranged as a (dp, pp, tp) grid."""
+
+    def __init__(self, comm: Any, dp: int = 1, pp: int = 1, tp: int = 1) -> None:
+        for name, n in (("dp", dp), ("pp", pp), ("tp", tp)):
+            if not isinstance(n, int) or n < 1:
+                raise ValueError(f"ProcessMesh: {name} must be a positive int, got {n!r}")
+        if dp * pp * tp != comm.size:
+            raise ValueError(f"ProcessMesh: dp * pp * tp = {dp} * {pp} * {tp} = {dp * pp * tp} "
+                             f"does not equal the world size {comm.size}")
+        self.world = comm
+        self.shape: Tuple[int, int, int] = (dp, pp, tp)
+        self.dp_rank, self.pp_rank, self.tp_rank = self.coords(comm.rank)
+        d, p, t = self.dp_rank, self.pp_rank, self.tp_rank
+        # Three collective splits, in the same order on every rank.
+        self.tp = comm.split(color=d * pp + p, key=t)   # same (dp, pp): varies tp
+        self.pp = comm.split(color=d * tp + t, key=p)   # same (dp, tp): varies pp
+        self.dp = comm.split(color=p * tp + t, key=d)   # same (pp, tp): varies dp
+
+    def coords(self, rank: int) -> Tuple[int, int, int]:
+        """(dp, pp, tp) coordinates of a world rank."""
+        dp, pp, tp = self.shape
+        return rank // (pp * tp), (rank // tp) % pp, rank % tp
+
+    def rank_of(self, dp: int, pp: int, tp: int) -> int:
+        """The world rank at grid coordinates (dp, pp, tp)."""
+        _, npp, ntp = self.shape
+        return (dp * npp + pp) * ntp + tp
+
+    def __repr__(self) -> str:
+        dp, pp, tp = self.shape
+        return (f"ProcessMesh(dp={dp}, pp={pp}, tp={tp}; rank {self.world.rank} at "
+                f"{self.coords(self.world.rank)})")
