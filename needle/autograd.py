@@ -6,6 +6,8 @@ its inputs *as Tensor expressions*: gradients are graphs themselves, so gradient
 work. ``backward(create_graph=False)`` (or ``no_grad()``) skips building that second graph.
 """
 import contextlib
+import copy
+import functools
 import itertools
 import weakref
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
@@ -27,7 +29,22 @@ _AUTOCAST_HOOK = None
 NDArrayLike = Any
 
 
-class no_grad:
+class ModeContext:
+    """Base of the global-mode context managers (``no_grad``, ``enable_grad``, ``autocast``).
+
+    Each also decorates: ``@no_grad()`` runs the function inside a fresh copy of the manager,
+    so recursive calls each restore the mode they found.
+    """
+
+    def __call__(self, fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            with copy.copy(self):
+                return fn(*args, **kwargs)
+        return wrapped
+
+
+class no_grad(ModeContext):
     """Context manager (and decorator) under which ops record no graph."""
 
     def __enter__(self) -> None:
@@ -38,14 +55,6 @@ class no_grad:
     def __exit__(self, *exc: Any) -> None:
         global _GRAD_ENABLED
         _GRAD_ENABLED = self._prev
-
-    def __call__(self, fn: Any) -> Any:
-        def wrapped(*args: Any, **kwargs: Any) -> Any:
-            with no_grad():
-                return fn(*args, **kwargs)
-        wrapped.__name__ = getattr(fn, "__name__", "wrapped")
-        wrapped.__doc__ = getattr(fn, "__doc__", None)
-        return wrapped
 
 
 class enable_grad(no_grad):

@@ -212,6 +212,27 @@ def test_constants_and_no_grad_record_no_graph(gc_off: None) -> None:
     assert f(x).op is None
 
 
+def test_mode_decorators_keep_metadata_and_restore_the_mode_they_found() -> None:
+    x = Tensor(np.ones(3))
+
+    @ndl.no_grad()
+    def depth(n: int) -> int:
+        """Recurse ``n`` times under no_grad."""
+        assert not ndl.is_grad_enabled()
+        return 0 if n == 0 else 1 + depth(n - 1)
+
+    assert depth.__name__ == "depth" and depth.__doc__.startswith("Recurse")
+    assert depth(3) == 3 and ndl.is_grad_enabled()
+
+    @ndl.enable_grad()
+    def square(t: Tensor) -> Tensor:
+        return t * t
+
+    with ndl.no_grad():
+        assert square(x).op is not None  # the decorator enables, it does not disable
+        assert not ndl.is_grad_enabled()
+
+
 def test_requires_grad_propagation() -> None:
     x = Tensor([1.0, 2.0])
     c = Tensor([3.0, 4.0], requires_grad=False)

@@ -69,7 +69,7 @@ def policy(op: Any, args: Tuple[Any, ...]) -> Tuple[Any, ...]:
     return args
 
 
-class autocast:
+class autocast(autograd.ModeContext):
     """Context manager (and decorator): mixed-precision forward in ``dtype``."""
 
     def __init__(self, dtype: str = "float16", enabled: bool = True):
@@ -93,11 +93,3 @@ class autocast:
     def __exit__(self, *exc: Any) -> None:
         global _DTYPE
         _DTYPE, autograd._AUTOCAST_HOOK = self._prev
-
-    def __call__(self, fn: Any) -> Any:
-        def wrapped(*args: Any, **kwargs: Any) -> Any:
-            with autocast(self.dtype, self.enabled):
-                return fn(*args, **kwargs)
-        wrapped.__name__ = getattr(fn, "__name__", "wrapped")
-        wrapped.__doc__ = getattr(fn, "__doc__", None)
-        return wrapped

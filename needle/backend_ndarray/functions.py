@@ -1,12 +1,11 @@
 """NumPy-style module functions over NDArray (``needle.backend_ndarray.exp(a)`` and friends)."""
-from typing import Any, Optional, Sequence, Tuple, Union
+from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .axes import Axes
 from .device import BackendDevice, default_device
 from .ndarray import NDArray
-
-Axes = Union[None, int, Sequence[int]]
 
 
 def array(a: Any, dtype: Any = None, device: Optional[BackendDevice] = None) -> NDArray:

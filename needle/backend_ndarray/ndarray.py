@@ -12,6 +12,7 @@ from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from .axes import check_axis, normalize_axes
 from .device import BackendDevice, default_device
 from .dtypes import is_floating, promote, to_numpy_dtype
 
@@ -236,7 +237,7 @@ class NDArray:
 
     def permute(self, new_axes: Sequence[int]) -> "NDArray":
         """A view with axes reordered: out.shape[i] == self.shape[new_axes[i]]."""
-        axes = tuple(_check_axis(a, self.ndim, "permute") for a in new_axes)
+        axes = tuple(check_axis(a, self.ndim, "permute") for a in new_axes)
         if sorted(axes) != list(range(self.ndim)):
             raise ValueError(f"permute: axes {tuple(new_axes)} are not a permutation of "
                              f"range({self.ndim}) for shape {self._shape}")
@@ -270,7 +271,7 @@ class NDArray:
 
     def flip(self, axes: Union[None, int, Sequence[int]] = None) -> "NDArray":
         """A compact copy with the order of elements reversed along ``axes`` (all when None)."""
-        axes = _normalize_axes(axes, self.ndim, "flip")
+        axes = normalize_axes(axes, self.ndim, "flip")
         ### BEGIN YOUR SOLUTION
         strides = list(self._strides)
         offset = self._offset
@@ -609,7 +610,7 @@ class NDArray:
             first = last = axis % ndim
             axes = (first,)
         else:
-            axes = _normalize_axes(axis, ndim, name)
+            axes = normalize_axes(axis, ndim, name)
             first, last = (axes[0], axes[-1]) if axes else (0, -1)
         ### BEGIN YOUR SOLUTION
         dt = self._handle.dtype
@@ -652,7 +653,7 @@ class NDArray:
     def max(self, axis: Union[None, int, Sequence[int]] = None, keepdims: bool = False
             ) -> "NDArray":
         """Max over ``axis`` (an int, a tuple of ints, or None for all)."""
-        if any(self._shape[a] == 0 for a in _normalize_axes(axis, self.ndim, "max")):
+        if any(self._shape[a] == 0 for a in normalize_axes(axis, self.ndim, "max")):
             raise ValueError(f"max over a zero-size axis of shape {self._shape}")
         return self._reduce(axis, keepdims, "max")
 
@@ -700,28 +701,6 @@ def broadcast_shapes(a: Tuple[int, ...], b: Tuple[int, ...], what: str = "op") -
         return tuple(np.broadcast_shapes(a, b))
     except ValueError:
         raise ValueError(f"{what}: shapes {a} and {b} cannot be broadcast together") from None
-
-
-def _check_axis(axis: int, ndim: int, what: str) -> int:
-    try:
-        axis = operator.index(axis)
-    except TypeError:
-        raise TypeError(f"{what}: axis must be an int, got {axis!r}") from None
-    if not -ndim <= axis < max(ndim, 1):
-        raise ValueError(f"{what}: axis {axis} is out of range for {ndim} dimensions")
-    return axis % ndim if ndim else 0
-
-
-def _normalize_axes(axis: Union[None, int, Sequence[int]], ndim: int, what: str
-                    ) -> Tuple[int, ...]:
-    if axis is None:
-        return tuple(range(ndim))
-    if not isinstance(axis, (tuple, list)):
-        axis = (axis,)
-    axes = tuple(_check_axis(a, ndim, what) for a in axis)
-    if len(set(axes)) != len(axes):
-        raise ValueError(f"{what}: repeated axis in {tuple(axis)}")
-    return tuple(sorted(axes))
 
 
 def _normalize_shape(new_shape: Union[int, Sequence[int]], size: int,

@@ -8,11 +8,23 @@ activations are alive at a time: activation memory drops by about k, at k smalle
 needle's ``backward`` *overwrites* ``.grad`` (course semantics), so the sum is kept in a
 separate buffer per parameter and written to ``.grad`` before the step.
 """
-from typing import Any, Callable, Iterable, List, Optional, Sequence
+from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple
 
 from ..autograd import Tensor, no_grad
+from ..optim.optimizer import unique_by_identity
 
 __all__ = ["accumulate_gradients", "split_batch"]
+
+
+def near_equal_bounds(n: int, parts: int) -> List[Tuple[int, int]]:
+    """[start, end) of ``parts`` consecutive pieces of ``range(n)``, sizes differing by <= 1."""
+    base, extra = divmod(n, parts)
+    bounds, start = [], 0
+    for i in range(parts):
+        end = start + base + (1 if i < extra else 0)
+        bounds.append((start, end))
+        start = end
+    return bounds
 
 
 def split_batch(batch: Sequence[Tensor], k: int) -> List[List[Tensor]]:
@@ -26,14 +38,8 @@ def split_batch(batch: Sequence[Tensor], k: int) -> List[List[Tensor]]:
                              f"{[tuple(u.shape) for u in batch]}")
     if k > n:
         raise ValueError(f"cannot split a batch of {n} into {k} micro-batches")
-    base, extra = divmod(n, k)
-    out, start = [], 0
-    for i in range(k):
-        end = start + base + (1 if i < extra else 0)
-        out.append([Tensor.make_const(t.realize_cached_data()[start:end].compact())
-                    for t in batch])
-        start = end
-    return out
+    return [[Tensor.make_const(t.realize_cached_data()[start:end].compact()) for t in batch]
+            for start, end in near_equal_bounds(n, k)]
 
 
 def accumulate_gradients(loss_fn: Callable[..., Tensor], micro_batches: Iterable[Sequence[Any]],
@@ -46,7 +52,7 @@ def accumulate_gradients(loss_fn: Callable[..., Tensor], micro_batches: Iterable
     batches = [list(mb) for mb in micro_batches]
     if not batches:
         raise ValueError("accumulate_gradients needs at least one micro-batch")
-    params = list({id(p): p for p in params}.values())
+    params = unique_by_identity(params)
     sizes = [mb[0].shape[0] for mb in batches]
     total = sum(sizes)
     acc: List[Optional[Any]] = [None] * len(params)

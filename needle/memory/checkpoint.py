@@ -25,6 +25,8 @@ import numpy as np
 
 from .. import autograd
 from ..autograd import Tensor, TensorOp, enable_grad, find_topo_sort, no_grad
+from ..optim.optimizer import unique_by_identity
+from .accumulate import near_equal_bounds
 
 __all__ = ["checkpoint", "checkpoint_sequential", "Checkpoint", "NondeterministicCheckpoint",
            "segment_bounds"]
@@ -129,11 +131,7 @@ def checkpoint(fn: Callable[..., Tensor], *inputs: Tensor,
     if not autograd.is_grad_enabled() or not any(
             t.requires_grad for t in list(inputs) + params):
         return fn(*inputs)  # no backward will happen: nothing to save or recompute
-    seen, unique = set(), []
-    for p in params:  # a tied weight is one input of the op
-        if id(p) not in seen:
-            seen.add(id(p))
-            unique.append(p)
+    unique = unique_by_identity(params)  # a tied weight is one input of the op
     return Checkpoint(fn, len(inputs), check=check)(*inputs, *unique)
 
 
@@ -145,13 +143,7 @@ def segment_bounds(n: int, segments: int) -> List[Tuple[int, int]]:
         raise ValueError(f"segments must be a positive int, got {segments!r}")
     if segments > n:
         raise ValueError(f"segments ({segments}) is larger than the chain ({n} modules)")
-    base, extra = divmod(n, segments)
-    bounds, start = [], 0
-    for i in range(segments):
-        end = start + base + (1 if i < extra else 0)
-        bounds.append((start, end))
-        start = end
-    return bounds
+    return near_equal_bounds(n, segments)
 
 
 def _run_chain(modules: Sequence[Callable[[Tensor], Tensor]]) -> Callable[[Tensor], Tensor]:

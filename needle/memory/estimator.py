@@ -193,6 +193,9 @@ def estimate_transformer(cfg: TransformerConfig, *, precision: str = "fp32",
     e = 2 if precision == "mixed" else 4
     mask = 1 if dropout else 0
     t = tp
+    # one layer's activations with tensor parallelism alone (Korthikanti et al., eq. 2)
+    layer = (e / 2 * ((8 + 24 / t) * s * b * h + 4 * a * s * s * b / t)
+             + mask * (2 * s * b * h + a * s * s * b / t))
     if checkpointing:
         per_layer = e * s * b * h
         formula = f"L * {e} s b h (full recompute: layer inputs only)"
@@ -201,17 +204,14 @@ def estimate_transformer(cfg: TransformerConfig, *, precision: str = "fp32",
                      + mask * (2 * s * b * h + a * s * s * b)) / t
         formula = "L * s b h (34 + 5 a s / h) / t (sequence parallel)"
     else:
-        per_layer = (e / 2 * ((8 + 24 / t) * s * b * h + 4 * a * s * s * b / t)
-                     + mask * (2 * s * b * h + a * s * s * b / t))
+        per_layer = layer
         formula = "L * s b h (10 + 24/t + 5 a s / (h t))" if t > 1 else \
             "L * s b h (34 + 5 a s / h)"
     if e != 2 or not dropout:
         formula += f"  [{e}-byte activations" + (", no dropout masks]" if not dropout else "]")
     est.add("activations", L * per_layer, formula)
     if checkpointing:
-        full = (e / 2 * ((8 + 24 / t) * s * b * h + 4 * a * s * s * b / t)
-                + mask * (2 * s * b * h + a * s * s * b / t))
-        est.add("recompute_layer", full, "one layer's activations while it is recomputed")
+        est.add("recompute_layer", layer, "one layer's activations while it is recomputed")
     est.add("output_head", e / 2 * 4 * s * b * h / t + 4 * s * b * V / t,
             "4 s b h / t (1 + v / h)  [fp32 logits]")
     if precision == "mixed":

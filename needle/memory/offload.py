@@ -9,6 +9,7 @@ from typing import Any, Dict, Iterable, List, Optional, Type
 
 from ..autograd import Tensor
 from ..backend_ndarray import BackendDevice, cpu
+from ..optim.optimizer import unique_by_identity
 
 __all__ = ["OffloadOptimizer"]
 
@@ -18,11 +19,7 @@ class OffloadOptimizer:
 
     def __init__(self, optimizer_cls: Type[Any], params: Iterable[Tensor],
                  host: Optional[BackendDevice] = None, **kwargs: Any) -> None:
-        seen, unique = set(), []
-        for p in params:
-            if id(p) not in seen:
-                seen.add(id(p))
-                unique.append(p)
+        unique = unique_by_identity(params)
         self.params: List[Tensor] = unique
         self.host = host if host is not None else cpu()
         self.host_params = [Tensor(p.realize_cached_data().numpy(), device=self.host,

@@ -3,7 +3,7 @@ from typing import Optional, Tuple
 
 from .. import backend_ndarray as array_api
 from ..autograd import NDArray, Tensor, TensorOp
-from ._axes import normalize_axes
+from ..backend_ndarray.axes import normalize_axes
 from .ops_indexing import get_item
 from .ops_mathematic import transpose
 

@@ -3,15 +3,13 @@
 Over one axis on a device offering the ``logsumexp_rows``/``softmax_rows`` primitives
 (``ndl.cuda()``), the forward is one kernel; elsewhere it is composed from NDArray ops.
 """
-from typing import Optional, Tuple, Union
+from typing import Optional
 
 from ..autograd import NDArray, Tensor, TensorOp
 from ..backend_ndarray import fused
-from ._axes import keepdims_shape, normalize_axes
+from ..backend_ndarray.axes import Axes, keepdims_shape, normalize_axes
 from .ops_mathematic import broadcast_to, exp, reshape
 from .ops_reduce import summation
-
-Axes = Union[None, int, Tuple[int, ...]]
 
 __all__ = ["LogSumExp", "logsumexp", "LogSoftmax", "logsoftmax", "Softmax", "softmax"]
 

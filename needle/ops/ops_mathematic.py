@@ -3,15 +3,13 @@
 Binary ops broadcast by NumPy's rules; their gradients are summed back to each input's shape.
 """
 from numbers import Number
-from typing import Any, Optional, Tuple, Union
+from typing import Any, Optional, Tuple
 
 from .. import backend_ndarray as array_api
 from ..autograd import NDArray, Tensor, TensorOp, no_grad
 from ..backend_ndarray import to_numpy_dtype
 from ..backend_ndarray.dtypes import is_floating
 from .ops_reduce import summation
-
-Axes = Union[None, int, Tuple[int, ...]]
 
 __all__ = [
     "EWiseAdd", "add", "AddScalar", "add_scalar", "EWiseMul", "multiply", "MulScalar",

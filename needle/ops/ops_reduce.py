@@ -1,10 +1,7 @@
 """Reductions: sum, mean and max (whose gradient splits ties equally)."""
-from typing import Tuple, Union
 
 from ..autograd import NDArray, Tensor, TensorOp
-from ._axes import keepdims_shape, normalize_axes
-
-Axes = Union[None, int, Tuple[int, ...]]
+from ..backend_ndarray.axes import Axes, keepdims_shape, normalize_axes
 
 __all__ = ["Summation", "summation", "mean", "Max", "max"]
 

@@ -3,15 +3,11 @@ import math
 from typing import Iterable
 
 from ..autograd import Tensor
+from .optimizer import unique_by_identity
 
 
 def _unique_with_grad(params: Iterable[Tensor]) -> list:
-    seen, out = set(), []
-    for p in params:
-        if id(p) not in seen and p.grad is not None:
-            seen.add(id(p))
-            out.append(p)
-    return out
+    return [p for p in unique_by_identity(params) if p.grad is not None]
 
 
 def grad_norm(params: Iterable[Tensor]) -> float:

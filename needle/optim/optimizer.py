@@ -16,21 +16,22 @@ from ..backend_ndarray import NDArray, fused
 from ..backend_ndarray.fused import has_primitive
 
 
+def unique_by_identity(params: Iterable[Tensor]) -> List[Tensor]:
+    """``params`` in order, each object once (a tied weight is one parameter)."""
+    return list({id(p): p for p in params}.values())
+
+
 class Optimizer:
     """Base class: holds the (deduplicated) parameters and per-parameter state."""
 
     hyperparameters: tuple = ("lr",)
 
     def __init__(self, params: Iterable[Tensor]) -> None:
-        unique: List[Tensor] = []
-        seen = set()
+        params = list(params)
         for p in params:
             if not isinstance(p, Tensor):
                 raise TypeError(f"optimizer params must be Tensors, got {type(p).__name__}")
-            if id(p) not in seen:
-                seen.add(id(p))
-                unique.append(p)
-        self.params = unique
+        self.params = unique_by_identity(params)
         self.state: Dict[int, Dict[str, Any]] = {}
 
     def step(self) -> None:

@@ -30,6 +30,18 @@ def test_policy_dtypes_and_float32_grads():
     np.testing.assert_allclose(w.grad.numpy(), gw, rtol=2e-2, atol=2e-2)
 
 
+def test_autocast_decorator_casts_inside_and_restores_after():
+    a = ndl.Tensor(np.ones((2, 2), np.float32))
+
+    @autocast("bfloat16")
+    def product(t):
+        """Matmul under autocast."""
+        return t @ t
+
+    assert product(a).dtype == "bfloat16" and product.__name__ == "product"
+    assert (a @ a).dtype == "float32"
+
+
 def test_bad_autocast_dtype():
     with pytest.raises(ValueError, match="float16 or bfloat16"):
         autocast("float64")
