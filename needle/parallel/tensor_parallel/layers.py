@@ -50,7 +50,9 @@ def _shard(full: Tensor, axis: int, rank: int, parts: int, **kw: Any) -> Paramet
     arr = full.numpy()
     n = arr.shape[axis] // parts
     piece = np.take(arr, np.arange(rank * n, (rank + 1) * n), axis=axis)
-    return Parameter(np.ascontiguousarray(piece), **kw)
+    param = Parameter(np.ascontiguousarray(piece), **kw)
+    param.tp_axis = axis          # which axis of the full weight is split (for checkpoints)
+    return param
 
 
 def _matmul(x: Tensor, w: Tensor) -> Tensor:
