@@ -40,12 +40,12 @@ def timeit(comm: Communicator, cases: Dict[Tuple[str, str], Callable[[], object]
     times: Dict[Tuple[str, str], List[float]] = {key: [] for key in cases}
     for _ in range(batches):
         for key, fn in cases.items():
-            comm._comm.Barrier()
+            comm.transport.comm.Barrier()
             start = time.perf_counter()
             for _ in range(iters):
                 fn()
             elapsed = (time.perf_counter() - start) / iters
-            times[key].append(comm._comm.allreduce(elapsed, op=MPI.MAX))
+            times[key].append(comm.transport.comm.allreduce(elapsed, op=MPI.MAX))
     return {key: float(np.min(t)) for key, t in times.items()}
 
 
@@ -53,7 +53,7 @@ def bench_size(comm: Communicator, size: int, batches: int) -> Dict[Tuple[str, s
     """Seconds per call for every (collective, algorithm) at ``size`` bytes."""
     from mpi4py import MPI
 
-    p, r, raw = comm.size, comm.rank, comm._comm
+    p, r, raw = comm.size, comm.rank, comm.transport.comm
     n = size // 4
     x, out = np.ones(n, np.float32), np.empty(n, np.float32)
     part, gathered = np.ones(n // p, np.float32), np.empty(n // p * p, np.float32)

@@ -3,17 +3,28 @@
     from needle.parallel import communicator
     comm = communicator.create()          # under mpiexec; every strategy takes ``comm``
 
+    from needle.parallel import virtual
+    virtual.run(4, fn, *args)             # fn(comm, *args) on 4 in-process ranks (no mpiexec)
+
 Layout (one concept per folder; each strategy is handed its communicator explicitly):
 
-* ``comm/``: the communicator, its collectives and their pure reference algorithms;
+* ``comm/``: the communicator, its collectives and their pure reference algorithms, the MPI and
+  in-process transports, the communication ledger;
+* ``virtual.py``: the in-process virtual cluster (threads, deterministic);
 * ``launch.py``: ``python -m needle.parallel.launch -n 4 script.py``;
 * ``data_parallel/``, ``zero/``, ``param_server/``: data-parallel training;
 * ``tensor_parallel/``, ``pipeline/``, ``moe/``, ``mesh.py``: model-parallel training.
 
 Importing this package does not start MPI; ``communicator.create()`` does.
 """
+from . import virtual
 from .comm import communicator
 from .comm.communicator import Communicator, create
-from .comm.progress import CommTimeoutError, Work
+from .comm.ledger import Ledger, Record
+from .comm.p2p import ANY_SOURCE, ANY_TAG, P2PStatus
+from .comm.progress import CommTimeoutError, DeadlockError, Work
+from .virtual import RankFailedError
 
-__all__ = ["Communicator", "CommTimeoutError", "Work", "communicator", "create"]
+__all__ = ["ANY_SOURCE", "ANY_TAG", "Communicator", "CommTimeoutError", "DeadlockError",
+           "Ledger", "P2PStatus", "RankFailedError", "Record", "Work", "communicator", "create",
+           "virtual"]

@@ -3,7 +3,6 @@ import subprocess
 import sys
 
 import pytest
-
 from mpi_helpers import ROOT, worker_env
 
 pytestmark = pytest.mark.mpi

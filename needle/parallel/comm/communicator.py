@@ -7,9 +7,13 @@
 
 Each call (1) describes its arguments and checks that all ranks agree (``metadata.py``),
 (2) runs one algorithm generator (``ring.py``, ``latency_bound.py``) over point-to-point
-messages, chosen by size (``select.py``) unless ``algorithm=`` names one, and (3) waits with a
-deadline (``progress.py``; ``NEEDLE_COMM_TIMEOUT`` seconds, default 60).  MPI's own collectives
-are never used here; they are only the reference in tests and benchmarks.
+messages, chosen by size (``select.py``) unless ``algorithm=`` names one, (3) waits with a
+deadline (``progress.py``; ``NEEDLE_COMM_TIMEOUT`` seconds, default 60) and (4) appends a record
+to ``comm.ledger`` (``ledger.py``; ``label=`` and ``comm.region(name)`` name it).  Messages go
+through a *transport*: MPI (``transport_mpi.py``) or the threads of the in-process virtual
+cluster (``transport_inprocess.py``, ``needle.parallel.virtual.run``); everything above it is
+the same code.  MPI's own collectives are never used here; they are only the reference in tests
+and benchmarks.  Point-to-point ``send``/``recv`` are described in ``p2p.py``.
 
 Conventions: allgather concatenates along axis 0 in rank order (all ranks pass the same shape);
 reduce_scatter gives rank r chunk r of p near-equal axis-0 chunks (the first ``n % p`` chunks
@@ -17,7 +21,8 @@ one row longer, like ``np.array_split``); alltoall sends axis-0 chunk j to rank 
 is the sum divided by p, floor-divided for integer dtypes and rejected for bool.
 """
 import os
-from typing import Any, Callable, Dict, List, Optional
+import time
+from typing import Any, Callable, ContextManager, Dict, List, Optional
 
 import numpy as np
 
@@ -31,38 +36,54 @@ from .latency_bound import (
     pairwise_alltoall,
     recursive_doubling_allreduce,
 )
+from .ledger import Ledger, Record, Regions
+from .p2p import ANY_SOURCE, ANY_TAG, recv_message, send_message
 from .progress import Algorithm, Channel, Stat, Work, drive, mpi, new_stat
 from .reference import UFUNCS, chunk_bounds, finish_avg
 from .ring import DEPTH, ring_allgather, ring_allreduce, ring_reduce_scatter_full
 from .select import choose
+from .transport_mpi import MPITransport
+
+_SPLIT_TAG = 3  # collective calls use tags 4k, 4k+1, 4k+2; split's exchange uses 4k+3
 
 
 class Communicator:
-    """A group of ranks with collectives written on MPI point-to-point messages."""
+    """A group of ranks with collectives and point-to-point messages, over MPI or in-process."""
 
-    def __init__(self, mpi_comm: Any, timeout: Optional[float] = None,
+    ANY_SOURCE = ANY_SOURCE
+    ANY_TAG = ANY_TAG
+
+    def __init__(self, comm: Any, timeout: Optional[float] = None,
                  chunk_bytes: Optional[int] = None) -> None:
-        self._comm = mpi_comm.Dup()  # a private context: user messages never match ours
-        self.rank: int = self._comm.Get_rank()
-        self.size: int = self._comm.Get_size()
+        """``comm``: an mpi4py communicator or a transport (``transport_*.py``)."""
+        base = comm if hasattr(comm, "poll") else MPITransport(comm)
+        # Private contexts: collectives, p2p headers and p2p payloads never match each other's
+        # messages, nor the user's own MPI messages.
+        self._t, self._hdr_t, self._data_t = base.dup(), base.dup(), base.dup()
+        self.transport = self._t
+        self.rank: int = self._t.rank
+        self.size: int = self._t.size
         env = os.environ.get("NEEDLE_COMM_TIMEOUT", "60")
         self.timeout = float(env if timeout is None else timeout)
         self.chunk_bytes = int(chunk_bytes or os.environ.get("NEEDLE_RING_CHUNK", 1 << 20))
         self.stats: Dict[str, Stat] = {}
-        self._seq = 0
-        self._tags = max(1, min(self._comm.Get_attr(mpi().TAG_UB) or 32767, 1 << 29) // 4)
+        self.ledger = Ledger()
+        self._regions = Regions()
+        self._seq = self._p2p_calls = 0
+        self._p2p_seq: Dict[int, int] = {}
+        self._tags = max(1, self._t.tag_ub // 4)
         self._pool: List[np.ndarray] = []
         self._rd_cache: Dict[tuple, RecursiveDoublingBuffers] = {}
-        self.spin_polls = _spin_polls(self._comm)
 
     # -- the collectives ---------------------------------------------------------------------
     def allreduce(self, a: Any, op: str = "sum", algorithm: str = "auto",
-                  out: Optional[np.ndarray] = None) -> Any:
+                  out: Optional[np.ndarray] = None, label: Optional[str] = None) -> Any:
         """Elementwise reduction over all ranks; every rank gets the result."""
-        return self.allreduce_async(a, op, algorithm, out, _block=True)
+        return self.allreduce_async(a, op, algorithm, out, label, _block=True)
 
     def allreduce_async(self, a: Any, op: str = "sum", algorithm: str = "auto",
-                        out: Optional[np.ndarray] = None, _block: bool = False) -> Any:
+                        out: Optional[np.ndarray] = None, label: Optional[str] = None,
+                        _block: bool = False) -> Any:
         """Nonblocking ``allreduce``: returns a ``Work``; ``wait()`` gives the result."""
         x, restore = to_numpy(a)
         _check_op(op)
@@ -75,17 +96,20 @@ class Communicator:
         if algo == "ring":
             ws = self._take(DEPTH * self.chunk_bytes)
             items = max(1, self.chunk_bytes // x.itemsize)
-            body = lambda ch: ring_allreduce(ch, x.reshape(-1), res.reshape(-1), op, items,
-                                             ws[:DEPTH * items * x.itemsize].view(x.dtype))
-            return self._run("allreduce", desc, body, finish, _block, [ws])
-        return self._run_fused(x, res, op, desc, finish, _block)
 
-    def allgather(self, a: Any, algorithm: str = "auto", out: Optional[np.ndarray] = None) -> Any:
+            def body(ch: Channel) -> Algorithm:
+                return ring_allreduce(ch, x.reshape(-1), res.reshape(-1), op, items,
+                                      ws[:DEPTH * items * x.itemsize].view(x.dtype))
+            return self._run("allreduce", algo, desc, body, finish, _block, label, [ws])
+        return self._run_fused(x, res, op, desc, finish, _block, label)
+
+    def allgather(self, a: Any, algorithm: str = "auto", out: Optional[np.ndarray] = None,
+                  label: Optional[str] = None) -> Any:
         """Rank-order concatenation along axis 0 of every rank's (same-shaped) array."""
-        return self.allgather_async(a, algorithm, out, _block=True)
+        return self.allgather_async(a, algorithm, out, label, _block=True)
 
-    def allgather_async(self, a: Any, algorithm: str = "auto",
-                        out: Optional[np.ndarray] = None, _block: bool = False) -> Any:
+    def allgather_async(self, a: Any, algorithm: str = "auto", out: Optional[np.ndarray] = None,
+                        label: Optional[str] = None, _block: bool = False) -> Any:
         """Nonblocking ``allgather``."""
         x, restore = to_numpy(a)
         x = x.reshape(1) if x.ndim == 0 else x
@@ -93,16 +117,19 @@ class Communicator:
         desc = ("allgather", "dtype", x.dtype, "shape", x.shape, "algorithm", algo)
         res = _output(out, (self.size * x.shape[0],) + x.shape[1:], x.dtype)
         items = max(1, self.chunk_bytes // x.itemsize)
-        body = lambda ch: ring_allgather(ch, x.reshape(-1), res.reshape(-1), items)
-        return self._run("allgather", desc, body, lambda r: restore(res), _block)
+
+        def body(ch: Channel) -> Algorithm:
+            return ring_allgather(ch, x.reshape(-1), res.reshape(-1), items)
+        return self._run("allgather", algo, desc, body, lambda r: restore(res), _block, label)
 
     def reduce_scatter(self, a: Any, op: str = "sum", algorithm: str = "auto",
-                       out: Optional[np.ndarray] = None) -> Any:
+                       out: Optional[np.ndarray] = None, label: Optional[str] = None) -> Any:
         """Reduce over ranks; rank r gets chunk r (of p near-equal axis-0 chunks)."""
-        return self.reduce_scatter_async(a, op, algorithm, out, _block=True)
+        return self.reduce_scatter_async(a, op, algorithm, out, label, _block=True)
 
     def reduce_scatter_async(self, a: Any, op: str = "sum", algorithm: str = "auto",
-                             out: Optional[np.ndarray] = None, _block: bool = False) -> Any:
+                             out: Optional[np.ndarray] = None, label: Optional[str] = None,
+                             _block: bool = False) -> Any:
         """Nonblocking ``reduce_scatter``."""
         x, restore = to_numpy(a)
         _check_op(op)
@@ -112,8 +139,8 @@ class Communicator:
         desc = ("reduce_scatter", "op", op, "dtype", x.dtype, "shape", x.shape,
                 "algorithm", algo)
         row = int(np.prod(x.shape[1:], dtype=np.int64))
-        b = [k * row for k in chunk_bounds(x.shape[0], self.size)]
         rows = chunk_bounds(x.shape[0], self.size)
+        b = [k * row for k in rows]
         mine = rows[self.rank + 1] - rows[self.rank]
         res = _output(out, (mine,) + x.shape[1:], x.dtype)
         items = max(1, self.chunk_bytes // x.itemsize)
@@ -121,23 +148,27 @@ class Communicator:
         acc_buf, ws = self._take(x.nbytes), self._take(DEPTH * self.chunk_bytes)
         acc = acc_buf[:x.nbytes].view(x.dtype)
         tmp = ws[:DEPTH * items * x.itemsize].view(x.dtype)
-        body = lambda ch: ring_reduce_scatter_full(ch, x.reshape(-1), acc, b, op, items, tmp,
-                                                   res.reshape(-1))
+
+        def body(ch: Channel) -> Algorithm:
+            return ring_reduce_scatter_full(ch, x.reshape(-1), acc, b, op, items, tmp,
+                                            res.reshape(-1))
 
         def finish(_: np.ndarray) -> Any:
             return restore(finish_avg(res, self.size) if op == "avg" else res)
-        return self._run("reduce_scatter", desc, body, finish, _block, [acc_buf, ws])
+        return self._run("reduce_scatter", algo, desc, body, finish, _block, label,
+                         [acc_buf, ws])
 
     def broadcast(self, a: Any, root: int = 0, algorithm: str = "auto",
-                  out: Optional[np.ndarray] = None) -> Any:
+                  out: Optional[np.ndarray] = None, label: Optional[str] = None) -> Any:
         """Every rank gets root's array (others pass an array of the same shape and dtype).
 
         ``out=a`` (a numpy array) broadcasts in place, like ``MPI_Bcast``: no copy on the root.
         """
-        return self.broadcast_async(a, root, algorithm, out, _block=True)
+        return self.broadcast_async(a, root, algorithm, out, label, _block=True)
 
     def broadcast_async(self, a: Any, root: int = 0, algorithm: str = "auto",
-                        out: Optional[np.ndarray] = None, _block: bool = False) -> Any:
+                        out: Optional[np.ndarray] = None, label: Optional[str] = None,
+                        _block: bool = False) -> Any:
         """Nonblocking ``broadcast``."""
         x, restore = to_numpy(a)
         algo = choose("broadcast", x.nbytes, self.size, algorithm)
@@ -147,15 +178,18 @@ class Communicator:
         if self.rank == root and res is not x:
             res[...] = x
         items = max(1, self.chunk_bytes // x.itemsize)
-        body = lambda ch: binomial_broadcast(ch, res.reshape(-1), root, items)
-        return self._run("broadcast", desc, body, lambda r: restore(res), _block)
 
-    def reduce(self, a: Any, root: int = 0, op: str = "sum", algorithm: str = "auto") -> Any:
+        def body(ch: Channel) -> Algorithm:
+            return binomial_broadcast(ch, res.reshape(-1), root, items)
+        return self._run("broadcast", algo, desc, body, lambda r: restore(res), _block, label)
+
+    def reduce(self, a: Any, root: int = 0, op: str = "sum", algorithm: str = "auto",
+               label: Optional[str] = None) -> Any:
         """Reduction over ranks delivered to ``root``; other ranks get None."""
-        return self.reduce_async(a, root, op, algorithm, _block=True)
+        return self.reduce_async(a, root, op, algorithm, label, _block=True)
 
     def reduce_async(self, a: Any, root: int = 0, op: str = "sum", algorithm: str = "auto",
-                     _block: bool = False) -> Any:
+                     label: Optional[str] = None, _block: bool = False) -> Any:
         """Nonblocking ``reduce``."""
         x, restore = to_numpy(a)
         _check_op(op)
@@ -165,20 +199,23 @@ class Communicator:
         res = np.empty_like(x)
         items = max(1, self.chunk_bytes // x.itemsize)
         ws = self._take(items * x.itemsize)
-        body = lambda ch: binomial_reduce(ch, x.reshape(-1), res.reshape(-1), root, op, items,
-                                          ws[:items * x.itemsize].view(x.dtype))
+
+        def body(ch: Channel) -> Algorithm:
+            return binomial_reduce(ch, x.reshape(-1), res.reshape(-1), root, op, items,
+                                   ws[:items * x.itemsize].view(x.dtype))
 
         def finish(_: np.ndarray) -> Any:
             if self.rank != root:
                 return None
             return restore(finish_avg(res, self.size) if op == "avg" else res)
-        return self._run("reduce", desc, body, finish, _block, [ws])
+        return self._run("reduce", algo, desc, body, finish, _block, label, [ws])
 
-    def alltoall(self, a: Any, algorithm: str = "auto") -> Any:
+    def alltoall(self, a: Any, algorithm: str = "auto", label: Optional[str] = None) -> Any:
         """Axis-0 chunk j goes to rank j; the chunks received are concatenated in rank order."""
-        return self.alltoall_async(a, algorithm, _block=True)
+        return self.alltoall_async(a, algorithm, label, _block=True)
 
-    def alltoall_async(self, a: Any, algorithm: str = "auto", _block: bool = False) -> Any:
+    def alltoall_async(self, a: Any, algorithm: str = "auto", label: Optional[str] = None,
+                       _block: bool = False) -> Any:
         """Nonblocking ``alltoall``."""
         x, restore = to_numpy(a)
         if x.ndim == 0:
@@ -188,20 +225,85 @@ class Communicator:
         b = chunk_bounds(x.shape[0], self.size)
         row = int(np.prod(x.shape[1:], dtype=np.int64))
         res = np.empty((self.size * (b[self.rank + 1] - b[self.rank]),) + x.shape[1:], x.dtype)
-        body = lambda ch: pairwise_alltoall(ch, x.reshape(-1), res.reshape(-1), x.shape[0], row)
-        return self._run("alltoall", desc, body, lambda r: restore(res), _block)
 
-    def barrier(self) -> None:
+        def body(ch: Channel) -> Algorithm:
+            return pairwise_alltoall(ch, x.reshape(-1), res.reshape(-1), x.shape[0], row)
+        return self._run("alltoall", algo, desc, body, lambda r: restore(res), _block, label)
+
+    def barrier(self, label: Optional[str] = None) -> None:
         """Return only once every rank has entered the barrier."""
-        self._run("barrier", ("barrier",), lambda ch: _nothing(), lambda r: None, True)
+        self._run("barrier", "check", ("barrier",), lambda ch: _nothing(), lambda r: None, True,
+                  label)
 
+    # -- point to point (protocol in p2p.py) --------------------------------------------------
+    def send(self, a: Any, dest: int, tag: int = 0, label: Optional[str] = None) -> None:
+        """Send an array to ``dest``; returns once the buffer may be reused."""
+        self.isend(a, dest, tag, label, _block=True)
+
+    def isend(self, a: Any, dest: int, tag: int = 0, label: Optional[str] = None,
+              _block: bool = False) -> Any:
+        """Nonblocking ``send``: a ``Work`` (do not modify the array before ``wait()``)."""
+        x, _ = to_numpy(a)
+        self._check_peer(dest, tag)
+        self._stat("send")["calls"] += 1
+        seq = self._p2p_seq.get(dest, 0)
+        self._p2p_seq[dest] = (seq + 1) % self._data_t.tag_ub
+        hdr, data = Channel(self._hdr_t, tag), Channel(self._data_t, seq)
+        describe = self._describe(f"send(dest={dest}, tag={tag})", [hdr, data], p2p=True)
+        t0 = time.perf_counter() if self.ledger.enabled else None
+        label = self._regions.label(label)
+
+        def body() -> Algorithm:
+            yield from send_message(hdr, data, x, dest)
+            self._p2p_done("send", hdr, data, label, t0, dest)
+        return self._drive_or_work(body(), describe, lambda r: None, _block)
+
+    def recv(self, source: int, tag: int = 0, out: Optional[np.ndarray] = None,
+             label: Optional[str] = None, return_status: bool = False) -> Any:
+        """Receive an array from ``source`` (or ``ANY_SOURCE``) with ``tag`` (or ``ANY_TAG``);
+        with ``return_status`` returns ``(array, P2PStatus(source, tag))``."""
+        return self.irecv(source, tag, out, label, return_status, _block=True)
+
+    def irecv(self, source: int, tag: int = 0, out: Optional[np.ndarray] = None,
+              label: Optional[str] = None, return_status: bool = False,
+              _block: bool = False) -> Any:
+        """Nonblocking ``recv``: a ``Work`` whose ``wait()`` gives what ``recv`` returns."""
+        if source != ANY_SOURCE:
+            self._check_peer(source, tag, tag == ANY_TAG)
+        self._stat("recv")["calls"] += 1
+        src = self._hdr_t.ANY_SOURCE if source == ANY_SOURCE else source
+        hdr = Channel(self._hdr_t, self._hdr_t.ANY_TAG if tag == ANY_TAG else tag)
+        name = f"recv(source={'any' if source == ANY_SOURCE else source}, " \
+               f"tag={'any' if tag == ANY_TAG else tag})"
+        describe = self._describe(name, [hdr], p2p=True)
+        t0 = time.perf_counter() if self.ledger.enabled else None
+        label = self._regions.label(label)
+        status = self._hdr_t.new_status()
+
+        def body() -> Algorithm:
+            res, st, data = yield from recv_message(hdr, src, self._data_t, out, status)
+            self._p2p_done("recv", hdr, data, label, t0, st.source)
+            return (res, st) if return_status else res
+        return self._drive_or_work(body(), describe, lambda r: r, _block)
+
+    # -- groups, labels, failure ---------------------------------------------------------------
     def split(self, color: int, key: int = 0) -> "Communicator":
-        """Sub-communicators of the ranks with equal ``color``, ordered by ``key``."""
-        return Communicator(self._comm.Split(color, key), self.timeout, self.chunk_bytes)
+        """Sub-communicators of the ranks with equal ``color``, ordered by ``key`` (collective).
+
+        The new communicator has its own ``stats``, ``ledger`` and regions."""
+        child = self._t.split(color, key, self._exchange)
+        comm = Communicator(child, self.timeout, self.chunk_bytes)
+        child.free()  # the new communicator works on its own copies
+        return comm
+
+    def region(self, name: str) -> ContextManager[None]:
+        """Label every call in the block ``name`` in the ledger (regions nest with "/")."""
+        return self._regions.region(name)
 
     def abort(self, code: int = 1) -> None:
-        """Terminate every rank of the job (``MPI_Abort``)."""
-        self._comm.Abort(code)
+        """Terminate every rank of the job (``MPI_Abort``; on the virtual cluster every rank
+        raises ``CommAbortedError``)."""
+        self._t.abort(code)
 
     def reset_stats(self) -> None:
         """Forget the byte and call counters."""
@@ -212,44 +314,48 @@ class Communicator:
         self._seq += 1
         return ((self._seq - 1) % self._tags) * 4
 
-    def _describer(self, name: str, chans: List[Channel]) -> Callable[[], str]:
-        seq = self._seq
+    def _describe(self, name: str, chans: List[Channel], p2p: bool = False) -> "_Describe":
+        if p2p:
+            self._p2p_calls += 1
+        return _Describe(self, name, self._p2p_calls if p2p else self._seq, chans)
 
-        def describe() -> str:
-            peers = sorted({q for c in chans for q in c.peers[-4:]})
-            return (f"needle.parallel: {name} (call #{seq}) on rank {self.rank} of {self.size} "
-                    f"did not finish within {self.timeout:g} s (NEEDLE_COMM_TIMEOUT); waiting "
-                    f"for ranks {peers}")
-        return describe
+    def _drive_or_work(self, gen: Algorithm, describe: Callable[[], str],
+                       finish: Callable[[Any], Any], block: bool) -> Any:
+        if block:
+            return finish(drive(gen, self._t, self.timeout, describe))
+        return Work(gen, self._t, self.timeout, describe, finish)
 
-    def _run(self, name: str, desc: tuple, body: Callable[[Channel], Algorithm],
-             finish: Callable[[Any], Any], block: bool, bufs: Optional[list] = None) -> Any:
+    def _run(self, name: str, algo: str, desc: tuple, body: Callable[[Channel], Algorithm],
+             finish: Callable[[Any], Any], block: bool, label: Optional[str],
+             bufs: Optional[list] = None) -> Any:
         """Argument check, then ``body``, driven now (block) or returned as a ``Work``."""
         stat = self._stat(name)
         stat["calls"] += 1
         tag = self._tag()
-        ctl = self._channel(tag, self._stat("check"))
-        ch = self._channel(tag + 1, stat)
-        describe = self._describer(name, [ctl, ch])
-        gen = self._checked(ctl, tag, desc, body(ch), describe, bufs or [])
-        if block:
-            return finish(drive(gen, self.timeout, describe, self.spin_polls))
-        return Work(gen, self.timeout, describe, finish, self.spin_polls)
+        ctl, ch = Channel(self._t, tag), Channel(self._t, tag + 1)
+        describe = self._describe(name, [ctl, ch])
+        t0 = time.perf_counter() if self.ledger.enabled else None
+        label = self._regions.label(label)
 
-    def _checked(self, ctl: Channel, tag: int, desc: tuple, body: Algorithm,
-                 describe: Callable[[], str], bufs: list) -> Algorithm:
-        try:
-            check = self._rd_buffers(0, np.uint8, "min", cached=False)
-            metadata.fill_header(check, desc)
-            if self.size > 1:
-                yield from recursive_doubling_allreduce(ctl, check)
-                self._raise_if_mismatch(check, tag, desc, describe)
-            return (yield from body)
-        finally:
-            self._pool.extend(bufs)
+        def checked() -> Algorithm:
+            try:
+                check = RecursiveDoublingBuffers(0, np.uint8, "min", self._t)
+                metadata.fill_header(check, desc)
+                if self.size > 1:
+                    yield from recursive_doubling_allreduce(ctl, check)
+                    self._raise_if_mismatch(check, tag, desc, describe)
+                result = yield from body(ch)
+                if t0 is not None:
+                    self._record(name, algo, label, ch, t0)
+                return result
+            finally:
+                self._pool.extend(bufs or [])
+                ctl.flush(self._stat("check"))
+                ch.flush(stat)
+        return self._drive_or_work(checked(), describe, finish, block)
 
     def _run_fused(self, x: np.ndarray, res: np.ndarray, op: str, desc: tuple,
-                   finish: Callable[[Any], Any], block: bool) -> Any:
+                   finish: Callable[[Any], Any], block: bool, label: Optional[str]) -> Any:
         """Recursive doubling allreduce with the argument check inside its messages.
 
         A blocking call reuses the buffers of the previous call of the same size, dtype and op
@@ -261,40 +367,68 @@ class Communicator:
         bufs = self._rd_buffers(nbytes, x.dtype, op, cached=block)
         bufs.data[...] = x.reshape(-1)
         metadata.fill_header(bufs, desc)
-        ch = self._channel(tag, stat, bufs.work.nbytes - nbytes, self._stat("check"))
-        describe = self._describer("allreduce", [ch])
+        ch = Channel(self._t, tag, bufs.work.nbytes - nbytes)
+        describe = self._describe("allreduce", [ch])
+        t0 = time.perf_counter() if self.ledger.enabled else None
+        label = self._regions.label(label)
 
         def fused() -> Algorithm:
-            yield from recursive_doubling_allreduce(ch, bufs)
-            self._raise_if_mismatch(bufs, tag, desc, describe)
-            res.reshape(-1)[...] = bufs.data
-            return res
-        if block:
-            return finish(drive(fused(), self.timeout, describe, self.spin_polls))
-        return Work(fused(), self.timeout, describe, finish, self.spin_polls)
+            try:
+                yield from recursive_doubling_allreduce(ch, bufs)
+                self._raise_if_mismatch(bufs, tag, desc, describe)
+                res.reshape(-1)[...] = bufs.data
+                if t0 is not None:
+                    self._record("allreduce", "recursive_doubling", label, ch, t0)
+                return res
+            finally:
+                ch.flush(stat, self._stat("check"))
+        return self._drive_or_work(fused(), describe, finish, block)
+
+    def _record(self, name: str, algo: str, label: Optional[str], ch: Channel, t0: float,
+                peer: Optional[int] = None) -> None:
+        sent, recvd, msgs = ch.payload()
+        self.ledger.add(Record(name, algo, label, sent, recvd, msgs, time.perf_counter() - t0,
+                               peer))
+
+    def _p2p_done(self, name: str, hdr: Channel, data: Channel, label: Optional[str],
+                  t0: Optional[float], peer: int) -> None:
+        hdr.flush(self._stat("p2p_header"))
+        data.flush(self._stat(name))
+        if t0 is not None:
+            sent, recvd, msgs = data.payload()
+            self.ledger.add(Record(name, "p2p", label, sent, recvd, msgs + hdr.nsend,
+                                   time.perf_counter() - t0, peer))
+
+    def _check_peer(self, peer: int, tag: int, any_tag: bool = False) -> None:
+        if not 0 <= peer < self.size:
+            raise ValueError(f"rank {peer} is not in this communicator of size {self.size}")
+        if not any_tag and not 0 <= tag < self._hdr_t.tag_ub:
+            raise ValueError(f"tag must be in [0, {self._hdr_t.tag_ub}), not {tag}")
+
+    def _exchange(self, vals: np.ndarray) -> np.ndarray:
+        """Allgather of a small int64 array on split's own tag (not in stats or the ledger)."""
+        ch = Channel(self._t, _SPLIT_TAG)
+        out = np.empty(vals.size * self.size, dtype=np.int64)
+        describe = _Describe(self, "split", self._seq, [ch])
+        return drive(ring_allgather(ch, vals, out, vals.size), self._t, self.timeout, describe)
 
     def _rd_buffers(self, nbytes: int, dtype: Any, op: str,
                     cached: bool) -> RecursiveDoublingBuffers:
         """Recursive-doubling buffers: the cached set for blocking calls, else a fresh one."""
         if not cached:
-            return RecursiveDoublingBuffers(nbytes, dtype, op)
+            return RecursiveDoublingBuffers(nbytes, dtype, op, self._t)
         key = (nbytes, dtype, op)
         bufs = self._rd_cache.get(key)
         if bufs is None:
             if len(self._rd_cache) >= 64:  # bounded: a long run may see many sizes
                 self._rd_cache.clear()
-            bufs = self._rd_cache[key] = RecursiveDoublingBuffers(nbytes, dtype, op)
+            bufs = self._rd_cache[key] = RecursiveDoublingBuffers(nbytes, dtype, op, self._t)
         return bufs
 
     def _raise_if_mismatch(self, bufs: RecursiveDoublingBuffers, tag: int, desc: tuple,
                            describe: Callable[[], str]) -> None:
         if self.size > 1 and not metadata.header_agrees(bufs):
-            err_ch = self._channel(tag + 2, self._stat("check"))
-            raise metadata.mismatch_error(err_ch, desc, self.timeout, describe)
-
-    def _channel(self, tag: int, stat: Stat, header: int = 0,
-                 ctl_stat: Optional[Stat] = None) -> Channel:
-        return Channel(self._comm, self.rank, self.size, tag, stat, header, ctl_stat)
+            raise metadata.mismatch_error(self._t, tag + 2, desc, self.timeout, describe)
 
     def _stat(self, name: str) -> Stat:
         stat = self.stats.get(name)
@@ -310,6 +444,26 @@ class Communicator:
         return np.empty(max(nbytes, 1), dtype=np.uint8)
 
 
+class _Describe:
+    """What a waiting call is doing: ``what()`` for deadlock reports, ``()`` for timeouts."""
+
+    __slots__ = ("comm", "name", "seq", "chans")
+
+    def __init__(self, comm: Communicator, name: str, seq: int, chans: List[Channel]) -> None:
+        self.comm, self.name, self.seq, self.chans = comm, name, seq, chans
+
+    def what(self) -> str:
+        peers = sorted({q for c in self.chans for q in c.peers[-4:]})
+        return (f"{self.name} (call #{self.seq}) on rank {self.comm.rank} of {self.comm.size}, "
+                f"waiting for ranks {peers}")
+
+    def __call__(self) -> str:
+        peers = sorted({q for c in self.chans for q in c.peers[-4:]})
+        return (f"needle.parallel: {self.name} (call #{self.seq}) on rank {self.comm.rank} of "
+                f"{self.comm.size} did not finish within {self.comm.timeout:g} s "
+                f"(NEEDLE_COMM_TIMEOUT); waiting for ranks {peers}")
+
+
 def create(mpi_comm: Any = None, timeout: Optional[float] = None,
            abort_on_error: bool = True) -> Communicator:
     """A ``Communicator`` over ``mpi_comm`` (default ``MPI.COMM_WORLD``).
@@ -321,20 +475,6 @@ def create(mpi_comm: Any = None, timeout: Optional[float] = None,
     if abort_on_error:
         install_abort_hook()
     return Communicator(MPI.COMM_WORLD if mpi_comm is None else mpi_comm, timeout)
-
-
-def _spin_polls(mpi_comm: Any) -> int:
-    """Empty polls before a waiting rank yields its core: 256, or 0 when this node runs more
-    ranks than this process may use cores (oversubscribed); ``NEEDLE_POLLS_BEFORE_YIELD``
-    overrides."""
-    env = os.environ.get("NEEDLE_POLLS_BEFORE_YIELD")
-    if env is not None:
-        return int(env)
-    local = mpi_comm.Split_type(mpi().COMM_TYPE_SHARED)
-    ranks_here = local.Get_size()
-    local.Free()
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return 0 if ranks_here > (cores or 1) else 256
 
 
 def _check_op(op: str) -> None:

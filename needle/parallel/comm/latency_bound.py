@@ -1,4 +1,4 @@
-"""Latency-bound collectives over MPI: recursive doubling, binomial trees, pairwise alltoall.
+"""Latency-bound collectives: recursive doubling, binomial trees, pairwise alltoall.
 
 Following R. Thakur, R. Rabenseifner and W. Gropp, "Optimization of collective communication
 operations in MPICH", IJHPCA 19(1), 2005:
@@ -42,9 +42,7 @@ class RecursiveDoublingBuffers:
     their views. Made once per (size, dtype, op) and reused by blocking calls, so a small
     allreduce allocates nothing."""
 
-    def __init__(self, nbytes: int, dtype: Any, op: str) -> None:
-        from mpi4py import MPI
-
+    def __init__(self, nbytes: int, dtype: Any, op: str, transport: Any) -> None:
         hoff = header_offset(nbytes)
         self.ufunc = UFUNCS[op]
         self.work = np.empty(hoff + HEADER, dtype=np.uint8)
@@ -53,8 +51,8 @@ class RecursiveDoublingBuffers:
         self.hdr = self.work[hoff:hoff + HEADER].view(np.int64)
         self.tdata = self.tmp[:nbytes].view(dtype)
         self.thdr = self.tmp[hoff:hoff + HEADER].view(np.int64)
-        self.statuses = [MPI.Status(), MPI.Status()]
-        self.byte = MPI.BYTE
+        self.statuses = [transport.new_status(), transport.new_status()]
+        self.byte = transport.byte
 
     def received_ok(self, truncated: bool) -> bool:
         """Did the last receive bring a message of exactly our size?"""

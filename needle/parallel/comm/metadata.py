@@ -14,7 +14,7 @@ naming the ranks and their arguments.
 """
 import hashlib
 from functools import lru_cache
-from typing import Callable, Dict, List
+from typing import Any, Callable, Dict, List
 
 import numpy as np
 
@@ -51,14 +51,15 @@ def header_agrees(bufs: RecursiveDoublingBuffers) -> bool:
     return lo != POISON and lo == -bufs.hdr[1]
 
 
-def mismatch_error(ch: Channel, desc: tuple, timeout: float,
+def mismatch_error(transport: Any, tag: int, desc: tuple, timeout: float,
                    describe: Callable[[], str]) -> ValueError:
     """Gather every rank's description and build the error that all ranks raise."""
+    ch = Channel(transport, tag)
     mine = np.zeros(RECORD, dtype=np.uint8)
     raw = desc_text(desc).encode()[:RECORD]
     mine[:len(raw)] = np.frombuffer(raw, dtype=np.uint8)
     everyone = np.empty(RECORD * ch.size, dtype=np.uint8)
-    drive(ring_allgather(ch, mine, everyone, RECORD), timeout, describe)
+    drive(ring_allgather(ch, mine, everyone, RECORD), transport, timeout, describe)
     groups: Dict[str, List[int]] = {}
     for rank in range(ch.size):
         text = bytes(everyone[rank * RECORD:(rank + 1) * RECORD]).rstrip(b"\0").decode()

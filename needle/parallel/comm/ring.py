@@ -1,4 +1,4 @@
-"""Ring reduce-scatter, allgather and allreduce over MPI point-to-point messages.
+"""Ring reduce-scatter, allgather and allreduce over point-to-point messages.
 
 The schedule is the one of ``reference.py`` (P. Patarasuk and X. Yuan, "Bandwidth optimal all-reduce
 algorithms for clusters of workstations", JPDC 2009): ``p - 1`` reduce steps then ``p - 1``
@@ -12,10 +12,10 @@ Two refinements make it fast for large messages:
   without waiting for the whole step to finish, so a piece travels the ring while the rest of its
   segment is still on the way (the "pipelined ring" of Patarasuk & Yuan, Section 4).
 
-MPI keeps messages between one pair of ranks with one tag in order (non-overtaking), so a single
-tag is enough for all pieces of all steps: each rank posts its receives in the order its left
-neighbour posts the sends.  Each function is a generator (see ``progress.py``): it yields the
-requests it waits for, and returns its result.
+Messages between one pair of ranks with one tag stay in order (MPI's non-overtaking rule, kept
+by the in-process transport too), so a single tag is enough for all pieces of all steps: each
+rank posts its receives in the order its left neighbour posts the sends.  Each function is a
+generator (see ``progress.py``): it yields the requests it waits for, and returns its result.
 """
 from typing import Any, List, Optional
 

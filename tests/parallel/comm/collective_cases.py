@@ -1,21 +1,34 @@
-"""Run under mpiexec by test_collectives_mpi.py: every MPI collective against the references.
+"""Every collective against the pure references, on one rank of MPI or of the virtual cluster.
 
-Every rank builds the inputs of *all* ranks from (seed, rank), so it can compute the pure-function
-reference (needle.parallel.comm.reference) for everyone locally and compare its own result
-exactly; results are also compared with MPI's native collectives.  Prints "OK <checks>" per rank
-on success.
+``check_all(comm, quick)`` runs on every rank (``mpi_helpers.run_ranks``).  Every rank builds the
+inputs of *all* ranks from (seed, rank), so it can compute the pure-function reference
+(needle.parallel.comm.reference) for everyone locally and compare its own result exactly; under
+MPI results are also compared with MPI's native collectives.  It returns the number of checks and
+a digest of every result's bytes, so the two backends can be compared bit for bit.
 """
+import hashlib
 import itertools
-import sys
 
 import numpy as np
-from mpi4py import MPI
 
 from needle.parallel import communicator
 from needle.parallel.comm import reference as ring
+from needle.parallel.comm.transport_mpi import MPITransport
 
 DTYPES = ["float32", "float64", "float16", "int32", "int64", "bool"]
-NATIVE_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
+NATIVE_OPS = ["sum", "prod", "max", "min"]
+
+
+class Digest:
+    """A running hash of every result a rank got."""
+
+    def __init__(self) -> None:
+        self.h = hashlib.blake2b(digest_size=16)
+
+    def add(self, a: np.ndarray) -> np.ndarray:
+        self.h.update(str((a.dtype, a.shape)).encode())
+        self.h.update(np.ascontiguousarray(a).tobytes())
+        return a
 
 
 def make(seed: int, rank: int, shape: tuple, dtype: str) -> np.ndarray:
@@ -43,15 +56,26 @@ def close(a: np.ndarray, b: np.ndarray, what: str) -> None:
         assert np.array_equal(a, b), what
 
 
-def main() -> None:
-    world = MPI.COMM_WORLD
-    comm = communicator.create(timeout=30)
-    small_chunks = communicator.Communicator(world, timeout=30, chunk_bytes=64)
+def native_allreduce(comm: communicator.Communicator, x: np.ndarray, op: str) -> np.ndarray:
+    """MPI's own allreduce on the communicator's MPI communicator."""
+    from mpi4py import MPI
+
+    out = np.empty_like(x)
+    mpi_op = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}[op]
+    comm.transport.comm.Allreduce(x, out, op=mpi_op)
+    return out
+
+
+def check_all(comm: communicator.Communicator, quick: bool = False) -> tuple:
+    """Every collective, algorithm, dtype and op at several sizes: (checks, digest hex)."""
+    small_chunks = communicator.Communicator(comm.transport, timeout=30, chunk_bytes=64)
+    is_mpi = isinstance(comm.transport, MPITransport)
+    dig = Digest()
     p, r = comm.size, comm.rank
     checks = 0
     lengths = sorted({0, 1, max(p - 1, 0), p + 1, 7 * p + 3, 1000})
     dtypes = DTYPES
-    if "--quick" in sys.argv:  # many oversubscribed ranks: fewer cases
+    if quick:  # many oversubscribed ranks: fewer cases
         lengths, dtypes = [0, p + 1, 1000], ["float32", "int64"]
     seed = 0
     for n, dtype in itertools.product(lengths, dtypes):
@@ -61,33 +85,35 @@ def main() -> None:
             xs = [make(seed, q, shape, dtype) for q in range(p)]
             for c, algo in itertools.product([comm, small_chunks], ["ring", "recursive_doubling",
                                                                      "auto"]):
-                got = c.allreduce(xs[r], op=op, algorithm=algo)
+                got = dig.add(c.allreduce(xs[r], op=op, algorithm=algo))
                 ref_algo = algo if algo != "auto" else ("recursive_doubling" if xs[r].nbytes <=
                                                         comm_small() or p == 1 else "ring")
                 fn = (ring.ring_allreduce if ref_algo == "ring"
                       else ring.recursive_doubling_allreduce)
                 same(got, fn(xs, op)[r], f"allreduce {algo} {op} {dtype} {shape}")
                 checks += 1
-            if op in NATIVE_OPS and dtype not in ("float16", "bool"):
-                native = np.empty_like(xs[r])
-                world.Allreduce(xs[r], native, op=NATIVE_OPS[op])
+            if is_mpi and op in NATIVE_OPS and dtype not in ("float16", "bool"):
+                native = native_allreduce(comm, xs[r], op)
                 close(comm.allreduce(xs[r], op=op), native, f"native allreduce {op} {dtype}")
                 checks += 1
             if op in ("sum", "max", "avg"):
                 for c in (comm, small_chunks):
-                    same(c.reduce_scatter(xs[r], op=op), ring.ring_reduce_scatter(xs, op)[r],
+                    same(dig.add(c.reduce_scatter(xs[r], op=op)),
+                         ring.ring_reduce_scatter(xs, op)[r],
                          f"reduce_scatter {op} {dtype} {shape}")
                     root = (seed % p)
                     got = c.reduce(xs[r], root=root, op=op)
                     if r == root:
+                        dig.add(got)
                         same(got, ring.binomial_reduce(xs, root, op), f"reduce {op} {dtype}")
                     else:
                         assert got is None
                     checks += 2
         xs = [make(seed, q, (n, 2), dtype) for q in range(p)]
         for c in (comm, small_chunks):
-            same(c.allgather(xs[r]), ring.ring_allgather(xs)[r].reshape(p * n, 2), "allgather")
-            same(c.alltoall(xs[r]), ring.pairwise_alltoall(xs)[r], f"alltoall {dtype} {n}")
+            same(dig.add(c.allgather(xs[r])), ring.ring_allgather(xs)[r].reshape(p * n, 2),
+                 "allgather")
+            same(dig.add(c.alltoall(xs[r])), ring.pairwise_alltoall(xs)[r], f"alltoall {dtype}")
             for root in {0, p - 1}:
                 same(c.broadcast(xs[r], root=root), xs[root], f"broadcast root {root}")
                 buf = xs[r].copy()  # in place (out=buf), as MPI_Bcast
@@ -95,8 +121,8 @@ def main() -> None:
                 assert got is buf, "broadcast(out=buf) must return buf"
                 same(buf, xs[root], f"in-place broadcast root {root}")
             checks += 4
-    checks += check_stats(comm) + check_async(comm) + check_misc(comm)
-    print(f"OK {checks}", flush=True)
+    checks += check_stats(comm) + check_async(comm, dig) + check_misc(comm)
+    return checks, dig.h.hexdigest()
 
 
 def comm_small() -> int:
@@ -123,7 +149,7 @@ def check_stats(comm: communicator.Communicator) -> int:
     return 2
 
 
-def check_async(comm: communicator.Communicator) -> int:
+def check_async(comm: communicator.Communicator, dig: Digest) -> int:
     """Several nonblocking collectives in flight at once, finished in reverse order."""
     p, r = comm.size, comm.rank
     xs = [make(99, q, (5000,), "float64") for q in range(p)]
@@ -133,6 +159,9 @@ def check_async(comm: communicator.Communicator) -> int:
              comm.reduce_async(xs[r], root=0)]
     works[1].test()
     got = [w.wait() for w in reversed(works)][::-1]
+    for g in got:
+        if g is not None:
+            dig.add(g)
     same(got[0], ring.ring_allreduce(xs)[r], "async allreduce")
     same(got[1], ring.ring_allgather(xs)[r], "async allgather")
     same(got[2], ring.ring_reduce_scatter(xs)[r], "async reduce_scatter")
@@ -161,6 +190,3 @@ def check_misc(comm: communicator.Communicator) -> int:
     assert comm.allreduce(np.ones(7), out=out) is out and np.all(out == p)
     return 5
 
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,85 @@
+"""Point-to-point messages between two ranks: ``send``/``recv`` and their nonblocking forms.
+
+    comm.send(x, dest=1, tag=7)                      # blocking (until the receiver has it, or
+    y = comm.recv(source=0, tag=7)                   # buffered when small): y is a numpy array
+    y, st = comm.recv(comm.ANY_SOURCE, return_status=True)   # st.source, st.tag
+    w = comm.isend(x, 1); ...; w.wait()              # Work handles, like the collectives
+
+The receiver does not need to know the shape or dtype: every message is two messages, a 192-byte
+*header* (tag, sequence number, shape, dtype) on a header context, then the payload on a data
+context.  The receive takes the first header that matches (source or ``ANY_SOURCE``, tag or
+``ANY_TAG``), learns the sender, the size and the sequence number from it, and then receives the
+payload from that sender with the sequence number as tag.  Two contexts and a per-destination
+sequence number mean that payloads can never be matched to the wrong header, even with several
+``ANY_SOURCE`` receives in flight.  ``out=`` receives into a given array (its shape and dtype
+must match the sender's).  Arrays arrive as numpy arrays (NDArray/Tensor inputs are sent as their
+data).  Stats and the ledger count the payload as ``"send"``/``"recv"``; headers go to
+``stats["p2p_header"]``.  Point-to-point tags never mix with collective traffic.
+"""
+from typing import Any, NamedTuple, Optional, Tuple
+
+import numpy as np
+
+from .progress import Algorithm, Channel
+
+HEADER_WORDS = 24
+MAX_DIMS = 16
+ANY_SOURCE = -1  # recv from whichever rank sends first (MPI.ANY_SOURCE)
+ANY_TAG = -1  # recv a message with any tag (MPI.ANY_TAG)
+
+
+class P2PStatus(NamedTuple):
+    """Who sent a received message, and with which tag."""
+
+    source: int
+    tag: int
+
+
+def pack_header(x: np.ndarray, tag: int, seq: int) -> np.ndarray:
+    """The header of a message carrying ``x``."""
+    if x.ndim > MAX_DIMS:
+        raise ValueError(f"send: at most {MAX_DIMS} dimensions, not {x.ndim}")
+    name = x.dtype.name.encode()
+    if x.dtype.hasobject or x.dtype.fields is not None or len(name) > 32:
+        raise TypeError(f"send: cannot send arrays of dtype {x.dtype}")
+    h = np.zeros(HEADER_WORDS, dtype=np.int64)
+    h[0], h[1], h[2], h[3] = tag, seq, x.nbytes, x.ndim
+    h[4:4 + x.ndim] = x.shape
+    h[20:24] = np.frombuffer(name.ljust(32, b"\0"), dtype=np.int64)
+    return h
+
+
+def unpack_header(h: np.ndarray) -> Tuple[int, int, tuple, np.dtype]:
+    """(tag, sequence number, shape, dtype) of a header."""
+    name = bytes(h[20:24].view(np.uint8)).rstrip(b"\0").decode()
+    try:
+        dtype = np.dtype(name)
+    except TypeError:  # bfloat16 and friends: needle's dtype table knows them
+        from needle.backend_ndarray.dtypes import to_numpy_dtype
+        dtype = to_numpy_dtype(name)
+    return int(h[0]), int(h[1]), tuple(int(d) for d in h[4:4 + int(h[3])]), dtype
+
+
+def send_message(hdr: Channel, data: Channel, x: np.ndarray, dest: int) -> Algorithm:
+    """Send the header then the payload (``data.tag`` is the sequence number)."""
+    header = pack_header(x, hdr.tag, data.tag)
+    yield [hdr.isend(header, dest), data.isend(x, dest)]
+    return None
+
+
+def recv_message(hdr: Channel, source: int, data_transport: Any, x_out: Optional[np.ndarray],
+                 status: Any) -> Algorithm:
+    """Receive a header from ``source`` (or any) with ``hdr.tag`` (or any), then its payload;
+    returns ``(array, P2PStatus, data channel)``."""
+    header = np.empty(HEADER_WORDS, dtype=np.int64)
+    yield ([hdr.irecv(header, source)], [status])
+    source = status.Get_source()
+    tag, seq, shape, dtype = unpack_header(header)
+    fits = x_out is not None and x_out.shape == shape and x_out.dtype == dtype
+    res = x_out if fits else np.empty(shape, dtype=dtype)
+    data = Channel(data_transport, seq)
+    yield [data.irecv(res, source)]
+    if x_out is not None and not fits:
+        raise ValueError(f"recv: out= is {x_out.dtype}{x_out.shape} but rank {source} sent "
+                         f"{dtype}{shape}")
+    return res, P2PStatus(source, tag), data

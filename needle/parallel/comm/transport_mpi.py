@@ -1,0 +1,110 @@
+"""The MPI transport: one process per rank, point-to-point messages through mpi4py.
+
+Waiting is a polling loop over ``MPI.Request.Testall`` rather than ``Waitall``, so that a call
+that cannot finish (a peer that never arrives) raises ``CommTimeoutError`` after ``timeout``
+seconds instead of hanging forever.  MPICH's own ``Waitall`` also spins, so polling costs no
+more CPU; after a few hundred empty polls we ``sched_yield`` so that other processes can run.
+When a node runs more ranks than it has cores (oversubscribed), the transport yields after every
+empty poll: a spinning rank would otherwise hold the core its peer needs.
+"""
+import os
+import time
+from typing import Any, Callable, Optional
+
+from .progress import CommTimeoutError, mpi
+
+_POLLS_BEFORE_YIELD = 256
+
+
+class MPITransport:
+    """Nonblocking point-to-point messages on one mpi4py communicator."""
+
+    def __init__(self, mpi_comm: Any, spin: Optional[int] = None) -> None:
+        MPI = mpi()
+        self.comm = mpi_comm
+        self.rank: int = mpi_comm.Get_rank()
+        self.size: int = mpi_comm.Get_size()
+        self.isend = mpi_comm.Isend  # (buf, dest, tag): the Channel calls MPI directly
+        self.irecv = mpi_comm.Irecv
+        self.ANY_SOURCE, self.ANY_TAG, self.byte = MPI.ANY_SOURCE, MPI.ANY_TAG, MPI.BYTE
+        self.tag_ub = min(mpi_comm.Get_attr(MPI.TAG_UB) or 32767, 1 << 29)
+        self.spin = _spin_polls(mpi_comm) if spin is None else spin
+
+    def new_status(self) -> Any:
+        """A status object for ``poll((requests, statuses))``."""
+        return mpi().Status()
+
+    def dup(self) -> "MPITransport":
+        """A transport on a private copy of this communicator (its messages never mix)."""
+        return MPITransport(self.comm.Dup(), self.spin)
+
+    def split(self, color: int, key: int, exchange: Any = None) -> "MPITransport":
+        """The transport of the ranks with equal ``color``, ordered by ``key`` (collective)."""
+        return MPITransport(self.comm.Split(color, key), self.spin)
+
+    def free(self) -> None:
+        """Release the MPI communicator."""
+        self.comm.Free()
+
+    def abort(self, code: int) -> None:
+        """End every rank of the job (``MPI_Abort``)."""
+        self.comm.Abort(code)
+
+    def barrier(self) -> None:
+        """MPI's own barrier (benchmarks only)."""
+        self.comm.Barrier()
+
+    def poll(self, item: Any) -> Optional[bool]:
+        """Test ``item`` (requests, or ``(requests, statuses)``) once: None if still in flight,
+        else whether a receive was truncated.
+
+        A truncated receive means a peer sent more bytes than this rank expected (mismatched
+        arguments).  We finish the remaining requests and report it, so the algorithm can run to
+        the end and every rank learns of the mismatch, instead of some raising and others hanging.
+        """
+        MPI = mpi()
+        reqs, statuses = item if isinstance(item, tuple) else (item, None)
+        try:
+            return False if MPI.Request.Testall(reqs, statuses) else None
+        except MPI.Exception as err:
+            if err.Get_error_class() not in (MPI.ERR_IN_STATUS, MPI.ERR_TRUNCATE):
+                raise
+        rest = [r for r in reqs if r != MPI.REQUEST_NULL]
+        while rest and self.poll(rest) is None:
+            pass
+        return True
+
+    def wait(self, item: Any, timeout: float, describe: Callable[[], str]) -> bool:
+        """Wait for ``item``, raising ``CommTimeoutError`` after ``timeout`` seconds; after
+        ``spin`` empty polls, give the core away between polls."""
+        poll = self.poll
+        done = poll(item)
+        if done is not None:
+            return done
+        polls, deadline, spin = 0, time.monotonic() + timeout, self.spin
+        while True:
+            done = poll(item)
+            if done is not None:
+                return done
+            polls += 1
+            if polls > spin:
+                os.sched_yield()  # let a peer sharing our core run (oversubscribed jobs)
+            if polls & 63 == 0 and time.monotonic() > deadline:
+                raise CommTimeoutError(describe())
+
+    def idle(self) -> None:
+        """A nonblocking test found nothing: MPI progresses by itself."""
+
+
+def _spin_polls(mpi_comm: Any) -> int:
+    """Empty polls before a waiting rank yields its core: 256, or 0 when this node runs more
+    ranks than this process may use cores (oversubscribed); ``NEEDLE_POLLS_BEFORE_YIELD``
+    overrides."""
+    env = os.environ.get("NEEDLE_POLLS_BEFORE_YIELD")
+    if env is not None:
+        return int(env)
+    local = mpi_comm.Split_type(mpi().COMM_TYPE_SHARED)
+    ranks_here = local.Get_size()
+    local.Free()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return 0 if ranks_here > (cores or 1) else _POLLS_BEFORE_YIELD

@@ -1,0 +1,156 @@
+"""The in-process virtual cluster: run a function on k ranks as threads of this process.
+
+    from needle.parallel import virtual
+
+    def step(comm, x):
+        return comm.allreduce(x * (comm.rank + 1))
+
+    virtual.run(4, step, np.ones(3))        # [array([10., 10., 10.]), ...] one per rank
+
+Each rank gets the same ``Communicator`` class as under MPI, over an in-process transport
+(``comm/transport_inprocess.py``): the same algorithms, argument checks, timeouts, ``stats`` and
+ledger.  It is for learning, notebooks and fast tests, not for speed: the ranks take turns on one
+core.  Real jobs, on one machine or several (``mpiexec -f hostfile``), run under MPI.
+
+Scheduling is cooperative (``comm/scheduler.py``): one rank runs at a time and hands over only
+when it waits on a message that has not arrived, to the next rank in round-robin order.  Runs
+are therefore deterministic, and give bit for bit the results of the MPI run.  Each rank starts
+from the caller's values of the process-global state listed in ``PROCESS_STATE`` (numpy's and
+Python's global RNGs, autograd's grad mode and lazy mode, amp's autocast state), keeps its own
+copy while it runs, and the caller's is restored afterwards; ``register_state`` adds more.
+
+If every rank waits and no message can arrive, every waiting rank raises ``DeadlockError``
+naming each rank's pending call.  An exception on any rank is re-raised in the caller as
+``RankFailedError`` naming the rank (the other ranks run on until they finish or wait on the
+failed one, then stop).
+"""
+import random
+import sys
+import threading
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from .. import autograd
+from .comm.communicator import Communicator
+from .comm.progress import DeadlockError
+from .comm.scheduler import CommAbortedError, Scheduler
+from .comm.transport_inprocess import InProcessTransport, Message, World
+
+__all__ = ["run", "Cluster", "RankFailedError", "DeadlockError", "CommAbortedError",
+           "PROCESS_STATE", "register_state", "Message"]
+
+
+def _set_grad_mode(v: Tuple[bool, bool]) -> None:
+    autograd._GRAD_ENABLED, autograd.LAZY_MODE = v
+
+
+def _get_autocast() -> Tuple[Any, Any]:
+    amp = sys.modules.get("needle.amp.autocast")  # not imported: autocast was never used
+    return (amp._DTYPE if amp is not None else None), autograd._AUTOCAST_HOOK
+
+
+def _set_autocast(v: Tuple[Any, Any]) -> None:
+    amp = sys.modules.get("needle.amp.autocast")
+    if amp is not None:
+        amp._DTYPE = v[0]
+    autograd._AUTOCAST_HOOK = v[1]
+
+
+# (getter, setter) of each piece of state that a separate process would have to itself.
+PROCESS_STATE: List[Tuple[Callable[[], Any], Callable[[Any], None]]] = [
+    (np.random.get_state, np.random.set_state),
+    (random.getstate, random.setstate),
+    (lambda: (autograd._GRAD_ENABLED, autograd.LAZY_MODE), _set_grad_mode),
+    (_get_autocast, _set_autocast),
+]
+
+
+def register_state(getter: Callable[[], Any], setter: Callable[[Any], None]) -> None:
+    """Give every virtual rank its own copy of some process-global state."""
+    PROCESS_STATE.append((getter, setter))
+
+
+class RankFailedError(RuntimeError):
+    """A rank of the virtual cluster raised; ``rank`` and ``errors`` (rank -> exception)."""
+
+    def __init__(self, rank: int, errors: Dict[int, BaseException]) -> None:
+        first = errors[rank]
+        others = "; ".join(f"rank {q}: {type(e).__name__}" for q, e in sorted(errors.items())
+                           if q != rank)
+        super().__init__(f"rank {rank} raised {type(first).__name__}: {first}"
+                         + (f"\n(then {others})" if others else ""))
+        self.rank, self.errors = rank, errors
+
+
+_RUNNING = threading.local()
+
+
+class Cluster:
+    """A virtual cluster of ``world_size`` ranks; ``trace=True`` records every message."""
+
+    def __init__(self, world_size: int, timeout: Optional[float] = None,
+                 trace: bool = False) -> None:
+        if world_size < 1:
+            raise ValueError(f"world_size must be >= 1, not {world_size}")
+        self.world_size, self.timeout = world_size, timeout
+        self.trace: Optional[List[Message]] = [] if trace else None
+
+    def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> List[Any]:
+        """``fn(comm, *args, **kwargs)`` on every rank; the list of per-rank results."""
+        if getattr(_RUNNING, "active", False):
+            raise RuntimeError("virtual.run cannot be called from inside a virtual rank")
+        k = self.world_size
+        sched = Scheduler(k, PROCESS_STATE)
+        caller_state = sched.snapshot()
+        world = World(sched, self.trace)
+        members = list(range(k))
+        results: List[Any] = [None] * k
+
+        def rank_main(r: int) -> None:
+            _RUNNING.active = True
+            error: Optional[BaseException] = None
+            try:
+                sched.enter(r)
+                comm = Communicator(InProcessTransport(world, ("world",), members, r),
+                                    timeout=self.timeout)
+                results[r] = fn(comm, *args, **kwargs)
+            except BaseException as err:  # noqa: BLE001 (reported in the caller)
+                error = err
+            sched.finish(r, error)
+
+        threads = [threading.Thread(target=rank_main, args=(r,), daemon=True,
+                                    name=f"needle-virtual-rank-{r}") for r in range(k)]
+        for t in threads:
+            t.start()
+        sched.begin()
+        try:
+            while not sched.done.wait(0.05):  # short waits keep Ctrl-C responsive
+                pass
+        finally:
+            if not sched.done.is_set():  # interrupted: the ranks stop at their next wait
+                sched.aborted = (-1, 130)
+            sched.restore(caller_state)
+        for t in threads:
+            t.join()
+        if sched.errors:
+            raise RankFailedError(_root_cause(sched), dict(sched.errors)) \
+                from sched.errors[_root_cause(sched)]
+        return results
+
+
+def _root_cause(sched: Scheduler) -> int:
+    """The first rank that failed on its own (not because of a deadlock or an abort)."""
+    for r in sched.failure_order:
+        if not isinstance(sched.errors[r], (DeadlockError, CommAbortedError)):
+            return r
+    return sched.failure_order[0]
+
+
+def run(world_size: int, fn: Callable[..., Any], *args: Any, timeout: Optional[float] = None,
+        **kwargs: Any) -> List[Any]:
+    """Run ``fn(comm, *args, **kwargs)`` on ``world_size`` in-process ranks; per-rank results.
+
+    ``timeout``: seconds a communication call may wait (default ``NEEDLE_COMM_TIMEOUT``, 60).
+    """
+    return Cluster(world_size, timeout).run(fn, *args, **kwargs)
