@@ -76,3 +76,73 @@ def test_pipeline_equals_serial(backend, schedule, p, m, v):
             np.testing.assert_allclose(g, grads_ref[name], rtol=1e-6, atol=1e-6, err_msg=name)
             seen.add(name)
     assert seen == set(grads_ref)                  # every parameter lives on exactly one stage
+
+
+def timeline_step(comm, schedule):
+    model = build()
+    pipe = PipelineParallel(partition(model, comm.size)[comm.rank], comm, 4, schedule=schedule,
+                            loss_fn=mse)
+    pipe.train_step(*data())
+    return pipe.gather_timeline(), pipe.peak_activation_bytes
+
+
+@pytest.mark.parametrize("backend", backends())
+def test_measured_timeline_is_causal_and_exported(backend, tmp_path):
+    import json
+
+    from needle.parallel.pipeline import one_f_one_b, simulate
+    from needle.parallel.pipeline.timeline import plot_gantt, write_chrome_trace
+    p = 2
+    results = run_ranks(backend, p, timeline_step, "1f1b", timeout=120)
+    events = results[0][0]
+    assert all(r[0] == events for r in results)              # every rank sees every stage
+    for s in range(p):
+        assert [a[:2] for a, _, _ in events[s]] == one_f_one_b(p, 4)[s]
+        ends = [e for _, _, e in events[s]]
+        starts = [b for _, b, _ in events[s]]
+        assert all(b >= e for b, e in zip(starts[1:], ends[:-1]))   # one action at a time
+    end = {(a[0], a[1], s): (b, e) for s in range(p) for a, b, e in events[s]}
+    for mb in range(4):                                      # data dependencies held in reality
+        assert end[("F", mb, 1)][0] >= end[("F", mb, 0)][1]
+        assert end[("B", mb, 0)][0] >= end[("B", mb, 1)][1]
+    trace = tmp_path / "t.json"
+    write_chrome_trace(str(trace), simulate(one_f_one_b(p, 4)).events, events)
+    assert len(json.loads(trace.read_text())["traceEvents"]) > 4 * p * 2
+    png = tmp_path / "g.png"
+    plot_gantt(str(png), simulate(one_f_one_b(p, 4)).events, events)
+    assert png.stat().st_size > 1000
+
+
+def peak_memory(comm, schedule, m):
+    model = build()
+    pipe = PipelineParallel(partition(model, comm.size)[comm.rank], comm, m, schedule=schedule,
+                            loss_fn=mse)
+    pipe.train_step(*data())
+    return pipe.peak_activation_bytes
+
+
+def test_1f1b_keeps_fewer_activations_than_gpipe():
+    g = run_ranks("virtual", 2, peak_memory, "gpipe", 8)
+    o = run_ranks("virtual", 2, peak_memory, "1f1b", 8)
+    assert o[0] <= 2 / 8 * g[0] * 1.01 and o[1] <= 1 / 8 * g[1] * 1.01   # p - s of m in flight
+
+
+def bad_pipeline(comm):
+    errors = []
+    try:
+        partition(build(), 17)
+    except ValueError as err:
+        errors.append(str(err))
+    pipe = PipelineParallel(partition(build(), comm.size)[comm.rank], comm, 3, loss_fn=mse)
+    try:
+        pipe.train_step(*data())
+    except ValueError as err:
+        errors.append(str(err))
+    return errors
+
+
+@pytest.mark.parametrize("backend", backends())
+def test_bad_input_on_every_rank(backend):
+    for errors in run_ranks(backend, 2, bad_pipeline, timeout=60):
+        assert "16 layers into 17 pipeline stages" in errors[0]
+        assert "3 microbatches do not divide the batch of 8" in errors[1]
