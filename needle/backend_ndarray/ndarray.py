@@ -612,37 +612,45 @@ class NDArray:
         else:
             axes = normalize_axes(axis, ndim, name)
             first, last = (axes[0], axes[-1]) if axes else (0, -1)
-        ### BEGIN YOUR SOLUTION
         dt = self._handle.dtype
         if name == "sum" and dt.kind in "bu":
             dt = _I64
-        out_shape = shape[:first] + shape[last + 1:] if last - first == len(axes) - 1 else \
-            tuple(s for i, s in enumerate(shape) if i not in axes)
-        out = NDArray.make(out_shape, device=self._device, dtype=dt)
-        reduce_fn = getattr(self._device, _REDUCE[name])
-        if out.size == 0 or self.size == 0:  # nothing to reduce, or an empty sum
-            if out.size:
-                out.fill(0)
-        elif axes and last - first == len(axes) - 1:
-            # one block of consecutive axes: view the array as (outer, reduce, inner) and let
-            # the backend reduce the middle axis, with no transposing copy
-            inner = math.prod(shape[last + 1:])
-            src = self.compact()
-            if src._handle.dtype != dt:
-                src = src.astype(dt)
-            reduce_size = math.prod(shape[first:last + 1])
-            if inner == 1:
-                reduce_fn(src._handle, out._handle, reduce_size)
-            else:
-                reduce_fn(src._handle, out._handle, reduce_size, inner)
+        if axes and last - first == len(axes) - 1 and self.size:
+            out = self._reduce_consecutive(first, last, dt, name)
         else:
-            # move the reduced axes last, so each output element reduces one contiguous block
-            keep = tuple(i for i in range(ndim) if i not in axes)
-            src = self.permute(keep + axes).compact().astype(dt)
-            reduce_fn(src._handle, out._handle, math.prod(shape[i] for i in axes))
-        ### END YOUR SOLUTION
+            out = NDArray.make(tuple(s for i, s in enumerate(shape) if i not in axes),
+                               device=self._device, dtype=dt)
+            ### BEGIN YOUR SOLUTION
+            if out.size == 0 or self.size == 0:  # nothing to reduce, or an empty sum
+                if out.size:
+                    out.fill(0)
+            else:
+                # move the reduced axes last: each output element reduces one contiguous block
+                keep = tuple(i for i in range(ndim) if i not in axes)
+                src = self.permute(keep + axes).compact().astype(dt)
+                getattr(self._device, _REDUCE[name])(src._handle, out._handle,
+                                                      math.prod(shape[i] for i in axes))
+            ### END YOUR SOLUTION
         if keepdims:
             out = out.reshape(tuple(1 if i in axes else s for i, s in enumerate(shape)))
+        return out
+
+    def _reduce_consecutive(self, first: int, last: int, dt: np.dtype, name: str) -> "NDArray":
+        """Reduce the consecutive axes ``first..last`` of a non-empty array with no transposing
+        copy: the compact array viewed as (outer, reduce, inner), the backend reduces the
+        middle axis."""
+        shape = self._shape
+        out = NDArray.make(shape[:first] + shape[last + 1:], device=self._device, dtype=dt)
+        src = self.compact()
+        if src._handle.dtype != dt:
+            src = src.astype(dt)
+        reduce_fn = getattr(self._device, _REDUCE[name])
+        inner = math.prod(shape[last + 1:])
+        reduce_size = math.prod(shape[first:last + 1])
+        if inner == 1:
+            reduce_fn(src._handle, out._handle, reduce_size)
+        else:
+            reduce_fn(src._handle, out._handle, reduce_size, inner)
         return out
 
     def sum(self, axis: Union[None, int, Sequence[int]] = None, keepdims: bool = False
