@@ -9,6 +9,7 @@ import contextlib
 import copy
 import functools
 import itertools
+import threading
 import weakref
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
@@ -64,17 +65,6 @@ class enable_grad(no_grad):
         global _GRAD_ENABLED
         self._prev = _GRAD_ENABLED
         _GRAD_ENABLED = True
-
-
-def _records_graph(inputs: Iterable["Value"]) -> bool:
-    """True when an op on ``inputs`` must record its graph: grad mode is on and some input
-    requires a gradient (``_GRAD_ENABLED and any(x.requires_grad for x in inputs)``, without
-    the generator: this runs once per op)."""
-    if _GRAD_ENABLED:
-        for x in inputs:
-            if x.requires_grad:
-                return True
-    return False
 
 
 def is_grad_enabled() -> bool:
@@ -180,17 +170,31 @@ class Value:
     @classmethod
     def make_from_op(cls, op: Op, inputs: Tuple["Value", ...]) -> "Value":
         """The node ``op(*inputs)``: computed now, or on first use in LAZY_MODE."""
+        global TENSOR_COUNTER
         value = cls.__new__(cls)
+        TENSOR_COUNTER += 1
+        value.num_outputs = 1
+        value.grad = None
+        value._hooks = None
         ### BEGIN YOUR SOLUTION
-        record = _records_graph(inputs)
+        record = False
+        if _GRAD_ENABLED:
+            for x in inputs:
+                if x.requires_grad:
+                    record = True
+                    break
         if LAZY_MODE:
-            value._init(op, inputs, requires_grad=record)
+            value.op, value.inputs, value.cached_data = op, tuple(inputs), None
+            value.requires_grad = record
             return value
-        data = op.compute(*[x.realize_cached_data() for x in inputs])
+        if len(inputs) == 1:
+            value.cached_data = op.compute(inputs[0].realize_cached_data())
+        else:
+            value.cached_data = op.compute(*[x.realize_cached_data() for x in inputs])
         if record:
-            value._init(op, inputs, cached_data=data, requires_grad=True)
+            value.op, value.inputs, value.requires_grad = op, tuple(inputs), True
         else:  # nothing upstream needs a gradient: keep no graph
-            value._init(None, (), cached_data=data, requires_grad=False)
+            value.op, value.inputs, value.requires_grad = None, (), False
         ### END YOUR SOLUTION
         return value
 
@@ -523,8 +527,9 @@ def _run_post_accumulate_hooks(node: Value) -> None:
             hook(node)
 
 
-# Callbacks queued (``queue_callback``) during the backward pass now running; None outside one.
-_BACKWARD_CALLBACKS: Optional[List[Callable[[], None]]] = None
+# Callbacks queued (``queue_callback``) during the backward pass now running in this thread
+# (``.queue``, None outside one). Per thread: the virtual cluster runs one rank per thread.
+_BACKWARD_CALLBACKS = threading.local()
 
 
 def queue_callback(fn: Callable[[], None]) -> None:
@@ -533,23 +538,23 @@ def queue_callback(fn: Callable[[], None]) -> None:
     Called from a gradient hook, e.g. by data-parallel training to wait for the allreduces its
     hooks launched. Callbacks run in the order queued (one queued by a callback runs too).
     """
-    if _BACKWARD_CALLBACKS is None:
+    queue = getattr(_BACKWARD_CALLBACKS, "queue", None)
+    if queue is None:
         raise RuntimeError("queue_callback: no backward pass is running (call it from a hook)")
-    _BACKWARD_CALLBACKS.append(fn)
+    queue.append(fn)
 
 
 @contextlib.contextmanager
 def _backward_callbacks() -> Iterator[None]:
     """A fresh callback queue for one backward pass, run when the pass finishes."""
-    global _BACKWARD_CALLBACKS
-    outer, queue = _BACKWARD_CALLBACKS, []
-    _BACKWARD_CALLBACKS = queue
+    outer, queue = getattr(_BACKWARD_CALLBACKS, "queue", None), []
+    _BACKWARD_CALLBACKS.queue = queue
     try:
         yield
         while queue:
             queue.pop(0)()
     finally:
-        _BACKWARD_CALLBACKS = outer
+        _BACKWARD_CALLBACKS.queue = outer
 
 
 def _is_float(data: Any) -> bool:

@@ -184,7 +184,7 @@ def test_error_in_a_hook_leaves_the_engine_usable():
     h = x.register_hook(boom)
     with pytest.raises(KeyError):
         (x * 1).sum().backward()
-    assert autograd._BACKWARD_CALLBACKS is None
+    assert autograd._BACKWARD_CALLBACKS.queue is None
     h.remove()
     (x * 1).sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), [1.0])

@@ -23,8 +23,10 @@ from .comm.communicator import Communicator, create
 from .comm.ledger import Ledger, Record
 from .comm.p2p import ANY_SOURCE, ANY_TAG, P2PStatus
 from .comm.progress import CommTimeoutError, DeadlockError, Work
+from .data_parallel import DataParallelNaive, DistributedDataParallel
 from .virtual import RankFailedError
 
-__all__ = ["ANY_SOURCE", "ANY_TAG", "Communicator", "CommTimeoutError", "DeadlockError",
+__all__ = ["ANY_SOURCE", "ANY_TAG", "Communicator", "CommTimeoutError", "DataParallelNaive",
+           "DeadlockError", "DistributedDataParallel",
            "Ledger", "P2PStatus", "RankFailedError", "Record", "Work", "communicator", "create",
            "virtual"]

@@ -1,0 +1,187 @@
+"""Gradient buckets: many small gradients packed into a few flat buffers, one collective each.
+
+Li et al., "PyTorch Distributed: Experiences on Accelerating Data Parallel Training" (VLDB 2020),
+sec. 3.2: an allreduce of a few large buffers is much faster than one per small tensor (each
+call pays a latency ``alpha``: ``n`` calls cost ``n alpha + Psi beta`` where a few buckets cost
+``b alpha + Psi beta``), and since gradients become ready in roughly reverse registration
+order during backward, buckets are filled in that order and each is reduced as soon as its
+last gradient has arrived, while backward goes on computing the earlier layers' gradients.
+
+``assign_buckets`` is the pure layout rule; ``Bucket`` is one flat buffer; ``BucketReducer``
+fills buckets from gradient hooks and launches one asynchronous collective per bucket,
+strictly in bucket order (every rank must issue collectives in the same order).
+
+Layout of a bucket: a 2-D buffer of ``rows`` rows, ``rows = 1`` for an allreduce (DDP) and
+``rows = N`` for a reduce-scatter (ZeRO-2: rank r receives row r). Each row is ``cols`` data
+elements (the bucket's gradients, back to back, padded to ``rows * cols``) followed by one
+*usage flag* per parameter: 1 where this rank produced that gradient in this backward. The
+flags ride along with the data, so after the reduction every rank knows, at no extra call,
+which parameters no rank used (they keep ``grad = None``, as in single-process training).
+"""
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ...autograd import Tensor
+from ...backend_ndarray.dtypes import to_numpy_dtype
+from .replicas import empty_host, host_view
+
+__all__ = ["assign_buckets", "Bucket", "BucketReducer"]
+
+
+def assign_buckets(sizes_bytes: Sequence[int], dtypes: Sequence[str], cap_bytes: float,
+                   first_cap_bytes: Optional[float] = None) -> List[List[int]]:
+    """Group tensor indices into buckets, last tensor first (reverse registration order).
+
+    Tensors of one dtype fill a bucket until it holds at least the cap (so one tensor larger
+    than the cap gets a bucket of its own); the first bucket of each dtype uses
+    ``first_cap_bytes`` (small, so the first allreduce starts early). PyTorch's
+    ``_compute_bucket_assignment_by_size``.
+    """
+    if cap_bytes <= 0 or (first_cap_bytes is not None and first_cap_bytes <= 0):
+        raise ValueError(f"bucket caps must be > 0 bytes, got cap={cap_bytes}, "
+                         f"first={first_cap_bytes}")
+    first = cap_bytes if first_cap_bytes is None else first_cap_bytes
+    open_: Dict[str, Tuple[List[int], int, float]] = {}  # dtype -> (indices, bytes, its cap)
+    done: List[List[int]] = []
+    for i in reversed(range(len(sizes_bytes))):
+        idx, nbytes, cap = open_.get(dtypes[i], ([], 0, first))
+        idx.append(i)
+        nbytes += int(sizes_bytes[i])
+        if nbytes >= cap:
+            done.append(idx)
+            open_[dtypes[i]] = ([], 0, cap_bytes)
+        else:
+            open_[dtypes[i]] = (idx, nbytes, cap)
+    done.extend(idx for idx, _, _ in open_.values() if idx)
+    # Launch order: the bucket whose first tensor comes latest in registration order first.
+    return sorted(done, key=lambda b: -b[0])
+
+
+class Bucket:
+    """One flat buffer holding the gradients of ``params`` (see the module docstring)."""
+
+    def __init__(self, params: Sequence[Tensor], rows: int, dtype: Any) -> None:
+        self.params = list(params)
+        self.sizes = [int(np.prod(p.shape)) for p in self.params]
+        self.offsets = list(np.cumsum([0] + self.sizes[:-1]).astype(int))
+        self.numel = sum(self.sizes)
+        self.rows = rows
+        self.cols = -(-self.numel // rows)  # data elements per row (the last row padded)
+        width = self.cols + len(self.params)
+        self._storage, flat = empty_host(rows * width, dtype)
+        self.buffer = flat.reshape(rows, width)
+        self.buffer[...] = 0
+        self.have = np.zeros(len(self.params), dtype=bool)  # local gradient written, per slot
+        self.pending = len(self.params)  # slots still waiting for this backward's gradient
+        self.work: Any = None
+
+    def spans(self, slot: int) -> List[Tuple[int, int, int, int]]:
+        """(row, first column, count, offset in the gradient) of each row a slot spans."""
+        out, done, start, n = [], 0, self.offsets[slot], self.sizes[slot]
+        while done < n:
+            row, col = divmod(start + done, self.cols)
+            take = min(self.cols - col, n - done)
+            out.append((row, col, take, done))
+            done += take
+        return out
+
+    def write(self, slot: int, grad: np.ndarray, accumulate: bool) -> None:
+        """Copy (or, accumulating onto a gradient already here, add) one gradient."""
+        flat = grad.reshape(-1)
+        add = accumulate and self.have[slot]
+        for row, col, take, done in self.spans(slot):
+            dst = self.buffer[row, col:col + take]
+            if add:
+                dst += flat[done:done + take]
+            else:
+                dst[...] = flat[done:done + take]
+        self.have[slot] = True
+
+    def read(self, slot: int, rows: np.ndarray) -> np.ndarray:
+        """A slot's gradient out of reduced ``rows`` (a view when it lies in one row)."""
+        parts = [rows[row, col:col + take] for row, col, take, _ in self.spans(slot)]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def seal(self) -> None:
+        """Before launching: zero the slots this rank has no gradient for; write the flags."""
+        for slot in np.flatnonzero(~self.have):
+            for row, col, take, _ in self.spans(int(slot)):
+                self.buffer[row, col:col + take] = 0
+        self.buffer[:, self.cols:] = self.have
+
+    def reset(self) -> None:
+        """Ready for the next accumulation (``no_sync`` steps keep adding until a sync)."""
+        self.have[:] = False
+        self.pending = len(self.params)
+        self.work = None
+
+
+class BucketReducer:
+    """Fill buckets from gradient hooks and reduce each one as soon as it is complete.
+
+    ``launch(bucket) -> Work`` starts the bucket's collective (an allreduce or reduce-scatter
+    of ``bucket.buffer``); buckets launch in index order only, so a bucket that fills early
+    waits for the ones before it, exactly as on every other rank.
+    """
+
+    def __init__(self, params: Sequence[Tensor], layout: List[List[int]], rows: int,
+                 launch: Callable[[Bucket], Any],
+                 dtype_of: Callable[[str], str] = lambda dtype: dtype) -> None:
+        self.buckets = [Bucket([params[i] for i in idx], rows,
+                               to_numpy_dtype(dtype_of(params[idx[0]].dtype)))
+                        for idx in layout]
+        self.slot_of: Dict[int, Tuple[int, int]] = {}
+        for b, bucket in enumerate(self.buckets):
+            for s, p in enumerate(bucket.params):
+                self.slot_of[id(p)] = (b, s)
+        self._launch = launch
+        self.next_launch = 0
+
+    def add(self, param: Tensor, accumulate: bool = False) -> Optional[Bucket]:
+        """Put ``param.grad`` in its bucket; returns the bucket if this completed it."""
+        b, s = self.slot_of[id(param)]
+        bucket = self.buckets[b]
+        if bucket.work is not None:
+            raise RuntimeError(f"gradient of a parameter of shape {tuple(param.shape)} arrived "
+                               "twice in one backward (after its bucket was launched)")
+        bucket.write(s, host_view(param.grad), accumulate)
+        bucket.pending -= 1
+        return bucket if bucket.pending == 0 else None
+
+    def launch_ready(self) -> None:
+        """Launch every complete bucket whose predecessors have launched; poke the rest."""
+        while self.next_launch < len(self.buckets) and \
+                self.buckets[self.next_launch].pending <= 0:
+            self._start(self.buckets[self.next_launch])
+            self.next_launch += 1
+        for bucket in self.buckets[:self.next_launch]:
+            if bucket.work is not None:
+                bucket.work.test()  # progress: MPI moves messages only when called
+
+    def _start(self, bucket: Bucket) -> None:
+        bucket.seal()
+        bucket.work = self._launch(bucket)
+
+    def finish(self) -> List[Any]:
+        """Launch what is left (missing gradients count as zero), wait for all; the results."""
+        for bucket in self.buckets[self.next_launch:]:
+            self._start(bucket)
+        results = [bucket.work.wait() for bucket in self.buckets]
+        for bucket in self.buckets:
+            bucket.reset()
+        self.next_launch = 0
+        return results
+
+    def rearm(self) -> None:
+        """Expect the next backward's gradients, keeping what the buckets hold (no_sync)."""
+        for bucket in self.buckets:
+            bucket.pending = len(bucket.params)
+
+    def reset(self) -> None:
+        """Forget a half-finished backward (e.g. one that raised)."""
+        for bucket in self.buckets:
+            if bucket.work is not None:
+                bucket.work.wait()
+            bucket.reset()
+        self.next_launch = 0

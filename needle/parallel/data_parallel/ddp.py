@@ -1,0 +1,178 @@
+"""Data-parallel training: every rank holds the whole model, trains on its slice of the batch,
+and the gradients are averaged over the ranks before the optimizer step.
+
+With N ranks each computing the mean loss of its b examples, the average of their gradients is
+the gradient of the mean loss over all N b examples, so N ranks take exactly the step that one
+process takes on the concatenated batch (Li et al., "PyTorch Distributed: Experiences on
+Accelerating Data Parallel Training", VLDB 2020, sec. 2). Two versions, simplest first:
+
+* ``DataParallelNaive``: after backward, one blocking allreduce per gradient.
+* ``DistributedDataParallel``: gradients packed into buckets (``buckets.py``), each bucket's
+  allreduce launched asynchronously from a gradient hook as soon as it is full, so that
+  communication overlaps the rest of backward; all are waited for when backward ends
+  (``autograd.queue_callback``). ``no_sync()`` skips the averaging for gradient accumulation.
+
+Both start from rank 0's parameters and buffers (broadcast at construction, after checking that
+every rank built the same shapes) and are used like the module they wrap:
+
+    model = DistributedDataParallel(MLP(), comm)
+    opt = ndl.optim.Adam(model.parameters())
+    loss = loss_fn(model(X_local), y_local); opt.reset_grad(); loss.backward(); opt.step()
+"""
+import contextlib
+from typing import Any, Iterator, List, Set
+
+import numpy as np
+
+from ... import autograd
+from ...autograd import Tensor
+from ...nn import Module
+from .buckets import Bucket, BucketReducer, assign_buckets
+from .replicas import broadcast_tensors, check_same_shapes, host_view, to_tensor
+
+__all__ = ["DataParallelNaive", "DistributedDataParallel"]
+
+MB = 1024 * 1024
+
+
+def replicate_from_rank0(module: Module, comm: Any, what: str) -> None:
+    """Check that all ranks hold the same parameter/buffer shapes, then copy rank 0's values."""
+    named = list(module.named_parameters()) + list(module.named_buffers())
+    check_same_shapes(comm, named, what)
+    broadcast_tensors(comm, [t for _, t in named], root=0)
+
+
+class _DataParallel(Module):
+    """What both versions share: the wrapped module, rank 0's start, the hooks' bookkeeping."""
+
+    def __init__(self, module: Module, comm: Any, what: str) -> None:
+        super().__init__()
+        if not isinstance(module, Module):
+            raise TypeError(f"{what} wraps an nn.Module, got {type(module).__name__}")
+        self.module = module
+        self.comm = comm
+        replicate_from_rank0(module, comm, what)
+        # Trained parameters in registration order, each once (tied weights are one tensor).
+        self._handles = [p.register_post_accumulate_grad_hook(self._on_grad)
+                         for p in self._trained()]
+
+    def _trained(self) -> List[Tensor]:
+        return [p for p in self.module.parameters() if p.requires_grad]
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.module(*args, **kwargs)
+
+    def _on_grad(self, param: Tensor) -> None:
+        raise NotImplementedError
+
+    def remove_hooks(self) -> None:
+        """Detach from the module (it trains as a plain single-process model again)."""
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+
+class DataParallelNaive(_DataParallel):
+    """One blocking allreduce per gradient once backward has finished (Li et al., sec. 3.1)."""
+
+    def __init__(self, module: Module, comm: Any) -> None:
+        self._ready: Set[int] = set()  # ids of the parameters that got a gradient this backward
+        super().__init__(module, comm, "DataParallelNaive")
+
+    def _on_grad(self, param: Tensor) -> None:
+        if not self._ready:  # the first gradient of this backward: sync when it ends
+            autograd.queue_callback(self.sync_gradients)
+        self._ready.add(id(param))
+
+    def sync_gradients(self) -> None:
+        """Average every parameter's gradient over the ranks (run when backward ends)."""
+        params = self._trained()
+        # How many ranks produced each gradient: 0 means no rank used it (grad stays None).
+        used = self.comm.allreduce(np.array([id(p) in self._ready for p in params], np.int64))
+        for p, n_used in zip(params, used):
+            if n_used == 0:
+                continue
+            local = host_view(p.grad) if id(p) in self._ready else np.zeros(p.shape, p.dtype)
+            p.grad = to_tensor(self.comm.allreduce(local, op="avg"), p.device, p.dtype)
+        self._ready.clear()
+
+
+class DistributedDataParallel(_DataParallel):
+    """Bucketed allreduce overlapped with backward (Li et al., VLDB 2020, sec. 3.2-3.3).
+
+    ``bucket_cap_mb``: bucket size (MiB); the first bucket (the last layers' gradients, ready
+    first) is capped at ``first_bucket_mb`` so that communication starts early. ``overlap=False``
+    launches every bucket only after backward (to measure what the overlap buys). After
+    ``loss.backward()`` returns, ``p.grad`` holds the average over ranks, as a view into its
+    bucket (PyTorch's ``gradient_as_bucket_view``); parameters that no rank used keep None.
+    """
+
+    def __init__(self, module: Module, comm: Any, bucket_cap_mb: float = 25.0,
+                 first_bucket_mb: float = 1.0, overlap: bool = True) -> None:
+        for name, cap in (("bucket_cap_mb", bucket_cap_mb), ("first_bucket_mb", first_bucket_mb)):
+            if not isinstance(cap, (int, float)) or not cap > 0:
+                raise ValueError(f"DistributedDataParallel: {name} must be > 0, got {cap!r} "
+                                 f"(rank {comm.rank})")
+        self.overlap = overlap
+        self._sync = True
+        self._queued = False
+        super().__init__(module, comm, "DistributedDataParallel")
+        params = self._trained()
+        layout = assign_buckets([p.size * np.dtype(_wire(p.dtype)).itemsize for p in params],
+                                [p.dtype for p in params], bucket_cap_mb * MB,
+                                first_bucket_mb * MB)
+        self.reducer = BucketReducer(params, layout, rows=1, launch=self._allreduce,
+                                     dtype_of=_wire)
+
+    @property
+    def buckets(self) -> List[Bucket]:
+        """The gradient buckets, in launch order."""
+        return self.reducer.buckets
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Backward passes inside keep local gradients (not averaged) and accumulate them; the
+        first backward after the block averages the sum of all of them."""
+        prev, self._sync = self._sync, False
+        try:
+            yield
+        finally:
+            self._sync = prev
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if self._queued:  # a previous backward raised before its end: start clean
+            self.reducer.reset()
+            self._queued = False
+        return self.module(*args, **kwargs)
+
+    def _on_grad(self, param: Tensor) -> None:
+        if not self._queued:  # the first gradient of this backward
+            self._queued = True
+            autograd.queue_callback(self._finish)
+        self.reducer.add(param, accumulate=True)
+        if self._sync and self.overlap:
+            self.reducer.launch_ready()
+
+    def _allreduce(self, bucket: Bucket) -> Any:
+        return self.comm.allreduce_async(bucket.buffer, op="sum", out=bucket.buffer)
+
+    def _finish(self) -> None:
+        """End of backward: wait for every bucket, then hand out the averaged gradients."""
+        self._queued = False
+        if not self._sync:  # no_sync: keep what the buckets accumulated for the next sync
+            self.reducer.rearm()
+            return
+        for bucket, rows in zip(self.buckets, self.reducer.finish()):
+            counts = rows[0, bucket.cols:].copy()  # how many ranks used each parameter
+            rows[:, :bucket.cols] /= self.comm.size
+            for slot, p in enumerate(bucket.params):
+                if counts[slot] == 0:
+                    p.grad = None
+                else:
+                    grad = bucket.read(slot, rows).reshape(p.shape)
+                    p.grad = to_tensor(grad, p.device, p.dtype)
+
+
+def _wire(dtype: str) -> str:
+    """The dtype gradients are summed in: 16-bit floats are summed in float32."""
+    return "float32" if dtype in ("float16", "bfloat16") else dtype
