@@ -67,6 +67,17 @@ class enable_grad(no_grad):
         _GRAD_ENABLED = True
 
 
+def _records_graph(inputs: Iterable["Value"]) -> bool:
+    """True when an op on ``inputs`` must record its graph: grad mode is on and some input
+    requires a gradient (``_GRAD_ENABLED and any(x.requires_grad for x in inputs)``, without
+    the generator: this runs once per op)."""
+    if _GRAD_ENABLED:
+        for x in inputs:
+            if x.requires_grad:
+                return True
+    return False
+
+
 def is_grad_enabled() -> bool:
     """True unless inside ``no_grad()``."""
     return _GRAD_ENABLED
@@ -170,31 +181,17 @@ class Value:
     @classmethod
     def make_from_op(cls, op: Op, inputs: Tuple["Value", ...]) -> "Value":
         """The node ``op(*inputs)``: computed now, or on first use in LAZY_MODE."""
-        global TENSOR_COUNTER
         value = cls.__new__(cls)
-        TENSOR_COUNTER += 1
-        value.num_outputs = 1
-        value.grad = None
-        value._hooks = None
         ### BEGIN YOUR SOLUTION
-        record = False
-        if _GRAD_ENABLED:
-            for x in inputs:
-                if x.requires_grad:
-                    record = True
-                    break
+        record = _records_graph(inputs)
         if LAZY_MODE:
-            value.op, value.inputs, value.cached_data = op, tuple(inputs), None
-            value.requires_grad = record
+            value._init(op, inputs, requires_grad=record)
             return value
-        if len(inputs) == 1:
-            value.cached_data = op.compute(inputs[0].realize_cached_data())
-        else:
-            value.cached_data = op.compute(*[x.realize_cached_data() for x in inputs])
+        data = op.compute(*[x.realize_cached_data() for x in inputs])
         if record:
-            value.op, value.inputs, value.requires_grad = op, tuple(inputs), True
+            value._init(op, inputs, cached_data=data, requires_grad=True)
         else:  # nothing upstream needs a gradient: keep no graph
-            value.op, value.inputs, value.requires_grad = None, (), False
+            value._init(None, (), cached_data=data, requires_grad=False)
         ### END YOUR SOLUTION
         return value
 
