@@ -5,16 +5,32 @@ the mpiexec of the ``mpich`` wheel beside this Python, prefixes every output lin
 runs the script under ``python -m mpi4py`` so that an uncaught exception on any rank aborts the
 whole job, and exits with the job's status.  ``-m module`` runs a module instead of a file, and
 ``-f hostfile`` is passed to mpiexec for multi-host runs (MPI's own host file format).
+
+When a rank dies, mpiexec ends the job with a bare exit code.  So each rank runs under a small
+*supervisor* process (the one mpiexec starts): it runs the rank as its child, copies the child's
+stderr through while keeping a copy, and when the child ends badly records how (exit code or
+signal), when, and its stderr, in a folder shared with the launcher.  An uncaught exception is
+recorded by the rank itself just before it aborts the job (``faults.py``).  After the job the
+launcher prints which rank ended first, how, and the last lines of its stderr.
 """
 import argparse
+import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 from typing import Any, List, Optional
 
-SHIM = "--rank-shim"  # internal: how each rank starts, so it can prefix its own output lines
+from .comm.faults import REPORT_DIR_ENV as DIR_ENV
+from .comm.faults import install_abort_hook, rank_from_env, write_status
+
+SUPERVISE = "--rank-supervise"  # internal: how mpiexec starts each rank
+CHILD = "--rank-child"  # internal: the rank itself, under its supervisor
+TAIL_LINES = 12
 
 
 def find_mpiexec() -> str:
@@ -43,7 +59,7 @@ def build_command(argv: Optional[List[str]] = None) -> List[str]:
     cmd = [find_mpiexec(), "-n", str(args.nproc)]
     if args.hostfile:
         cmd += ["-f", args.hostfile]
-    shim = ["-m", "needle.parallel.launch", SHIM] if not args.no_prefix else ["-m", "mpi4py"]
+    shim = ["-m", "needle.parallel.launch", SUPERVISE, "0" if args.no_prefix else "1"]
     target = ["-m", args.module] if args.module else []
     return cmd + [sys.executable] + shim + target + args.rest
 
@@ -73,24 +89,98 @@ class _Prefixed:
         return getattr(self._stream, name)
 
 
-def run_as_rank(rest: List[str]) -> None:
+def run_as_rank(prefix: bool, rest: List[str]) -> None:
     """Inside one rank: prefix its output with the rank, then ``python -m mpi4py rest...``."""
-    rank = os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "?"))
-    sys.stdout = _Prefixed(sys.stdout, f"[{rank}] ")
-    sys.stderr = _Prefixed(sys.stderr, f"[{rank}] ")
+    if prefix:
+        sys.stdout = _Prefixed(sys.stdout, f"[{rank_from_env()}] ")
+        sys.stderr = _Prefixed(sys.stderr, f"[{rank_from_env()}] ")
     from mpi4py.run import main as mpi4py_main
 
+    install_abort_hook()  # records the exception for the launcher, then MPI_Abort
     sys.argv = ["mpi4py"] + rest
     mpi4py_main()
 
 
+def _die_with_parent() -> None:
+    """In the rank (child): get SIGKILL if the supervisor dies (Linux), never an orphan."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def supervise(prefix: str, rest: List[str]) -> int:
+    """Run the rank as a child; record how it ended if it ended badly; return its status."""
+    report = os.environ.get(DIR_ENV)
+    cmd = [sys.executable, "-m", "needle.parallel.launch", CHILD, prefix] + rest
+    # close_fds=False: the rank inherits mpiexec's PMI connection (PMI_FD).
+    child = subprocess.Popen(cmd, stderr=subprocess.PIPE, close_fds=False,
+                             preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda s, _f: child.send_signal(s))
+    err_file = open(Path(report) / f"rank{rank_from_env()}.err", "ab") if report else None
+    out = sys.stderr.buffer
+    for line in iter(child.stderr.readline, b""):
+        out.write(line)
+        out.flush()
+        if err_file:
+            err_file.write(line)
+            err_file.flush()
+    code = child.wait()
+    if report and code != 0:
+        write_status({"returncode": code, "time": time.time()})
+    if err_file:
+        err_file.close()
+    if code < 0:  # killed by a signal: die the same way so mpiexec sees it
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    return code
+
+
+def first_failure(folder: Path) -> Optional[str]:
+    """The report on the rank that ended first: how it ended and its last stderr lines."""
+    reports = []
+    for path in folder.glob("rank*.status"):
+        status = json.loads(path.read_text())
+        reports.append((status["time"], path.stem[4:], status))
+    if not reports:
+        return None
+    _, rank, status = min(reports)
+    if "exception" in status:
+        how = f"raised {status['exception']}"
+    elif status["returncode"] < 0:
+        sig = -status["returncode"]
+        how = f"was killed by signal {sig} ({signal.Signals(sig).name})"
+    else:
+        how = f"exited with code {status['returncode']}"
+    err = folder / f"rank{rank}.err"
+    tail = err.read_bytes().decode(errors="replace").splitlines()[-TAIL_LINES:] \
+        if err.exists() else []
+    lines = [f"needle.parallel.launch: rank {rank} ended first: it {how}."]
+    if tail:
+        lines.append(f"needle.parallel.launch: last {len(tail)} lines of rank {rank}'s stderr:")
+        lines += [f"    {line}" for line in tail]
+    return "\n".join(lines)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    """Run the job and return its exit status."""
-    return subprocess.call(build_command(argv))
+    """Run the job, name the rank that ended first if it failed, return the job's status."""
+    with tempfile.TemporaryDirectory(prefix="needle-launch-") as folder:
+        env = dict(os.environ, **{DIR_ENV: folder})
+        code = subprocess.call(build_command(argv), env=env)
+        if code != 0:
+            report = first_failure(Path(folder))
+            if report:
+                sys.stderr.write(report + "\n")
+                sys.stderr.flush()
+    return code
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == [SHIM]:
-        run_as_rank(sys.argv[2:])
+    if sys.argv[1:2] == [SUPERVISE]:
+        sys.exit(supervise(sys.argv[2], sys.argv[3:]))
+    elif sys.argv[1:2] == [CHILD]:
+        run_as_rank(sys.argv[2] == "1", sys.argv[3:])
     else:
         sys.exit(main())

@@ -1,6 +1,7 @@
 """The launcher forwards exit status and prefixes ranks."""
 import subprocess
 import sys
+import time
 
 import pytest
 from mpi_helpers import ROOT, worker_env
@@ -30,3 +31,29 @@ def test_launch_aborts_the_job_on_an_exception(tmp_path) -> None:
                       "    raise ValueError('boom')\ntime.sleep(60)\n")
     res = launch("-n", "2", str(script))
     assert res.returncode != 0 and "[1] ValueError: boom" in res.stderr
+
+
+DEATHS = {
+    "exit": ("import os\nos._exit(3)\n", "it exited with code 3"),
+    "kill": ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n",
+             "it was killed by signal 9 (SIGKILL)"),
+    "raise": ("raise ValueError('boom on purpose')\n", "it raised ValueError: boom on purpose"),
+}
+
+
+@pytest.mark.parametrize("death", sorted(DEATHS))
+def test_launch_names_the_rank_that_ended_first(tmp_path, death: str) -> None:
+    code, expect = DEATHS[death]
+    script = tmp_path / "dies.py"
+    body = "\n".join("    " + line for line in code.splitlines())
+    script.write_text("import sys, time\nfrom mpi4py import MPI\nr = MPI.COMM_WORLD.rank\n"
+                      "print('rank', r, 'is about to go', file=sys.stderr, flush=True)\n"
+                      f"if r == 1:\n{body}\n"
+                      "MPI.COMM_WORLD.Barrier()\n")
+    start = time.monotonic()
+    res = launch("-n", "3", str(script), timeout=60)
+    assert res.returncode != 0 and time.monotonic() - start < 30
+    assert f"needle.parallel.launch: rank 1 ended first: {expect}." in res.stderr, res.stderr
+    tail = res.stderr.split("lines of rank 1's stderr:")[-1]
+    last = "ValueError: boom on purpose" if death == "raise" else "rank 1 is about to go"
+    assert last in tail, res.stderr

@@ -2,13 +2,37 @@
 import re
 
 import pytest
-
-pytestmark = pytest.mark.mpi
+import worker_faults
+from mpi_helpers import BACKENDS, run_ranks
 
 MISMATCH = ["size_small", "size_large", "dtype", "op", "collective", "allgather_shape",
             "broadcast_root"]
 
 
+BOTH_CALLS = {
+    "size_small": ("shape=(8,)", "shape=(9,)"), "size_large": ("shape=(1048576,)", "shape=(16,)"),
+    "dtype": ("dtype=float32", "dtype=int32"), "op": ("op=sum", "op=max"),
+    "collective": ("allreduce op=sum", "allgather dtype"),
+    "allgather_shape": ("shape=(2, 3)", "shape=(3, 2)"), "broadcast_root": ("root=0", "root=1"),
+}
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+@pytest.mark.parametrize("mode", MISMATCH)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_mismatch_raises_on_every_rank_naming_both_calls(backend: str, mode: str,
+                                                          ranks: int) -> None:
+    messages = run_ranks(backend, ranks, worker_faults.caught_mismatch, mode, timeout=60,
+                         env={"NEEDLE_COMM_TIMEOUT": "20"})
+    for r, msg in enumerate(messages):
+        assert msg.startswith("needle.parallel: ranks called a collective with different "
+                              f"arguments (seen from rank {r})"), msg
+        first, last = BOTH_CALLS[mode]
+        assert f"ranks [{ranks - 1}]: " in msg and "ranks [0" in msg, msg
+        assert first in msg and last in msg, msg
+
+
+@pytest.mark.mpi
 @pytest.mark.parametrize("ranks", [2, 3])
 @pytest.mark.parametrize("mode", MISMATCH)
 def test_mismatched_arguments_raise_on_every_rank(run_mpi, mode: str, ranks: int) -> None:
@@ -22,6 +46,7 @@ def test_mismatched_arguments_raise_on_every_rank(run_mpi, mode: str, ranks: int
     assert seconds < 30
 
 
+@pytest.mark.mpi
 def test_mismatch_message_names_the_values(run_mpi) -> None:
     res, _ = run_mpi(2, "comm/worker_faults.py", "op", timeout=60)
     assert "op=sum" in res.stderr and "op=max" in res.stderr, res.stderr[-2000:]
@@ -29,6 +54,7 @@ def test_mismatch_message_names_the_values(run_mpi) -> None:
     assert "dtype=float32" in res.stderr and "dtype=int32" in res.stderr, res.stderr[-2000:]
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("mode", ["raise", "exit", "kill"])
 def test_a_failing_rank_ends_the_job(run_mpi, mode: str) -> None:
     res, seconds = run_mpi(3, "comm/worker_faults.py", mode, timeout=60,
@@ -39,6 +65,7 @@ def test_a_failing_rank_ends_the_job(run_mpi, mode: str) -> None:
         assert "rank 1 failed on purpose" in res.stderr
 
 
+@pytest.mark.mpi
 def test_timeout_raises_and_aborts(run_mpi) -> None:
     res, seconds = run_mpi(3, "comm/worker_faults.py", "timeout", timeout=60,
                            env={"WORKER_TIMEOUT": "2"})
@@ -46,6 +73,7 @@ def test_timeout_raises_and_aborts(run_mpi) -> None:
     assert "CommTimeoutError" in res.stderr and "did not finish within 2 s" in res.stderr
 
 
+@pytest.mark.mpi
 def test_timeout_is_raised_on_every_waiting_rank(run_mpi) -> None:
     res, seconds = run_mpi(3, "comm/worker_faults.py", "timeout_caught", timeout=60,
                            env={"WORKER_TIMEOUT": "2"})

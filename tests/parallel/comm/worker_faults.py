@@ -1,5 +1,7 @@
 """Run under mpiexec by test_faults.py: mismatched arguments, crashing ranks, timeouts.
 
+``caught_mismatch`` runs the mismatch cases on either backend through ``run_ranks``.
+
 ``python worker_faults.py MODE``; in the mismatch modes every rank prints
 "rank R ValueError: ..." to stderr and the job exits with status 3.
 """
@@ -32,6 +34,16 @@ def mismatch(comm: communicator.Communicator, mode: str) -> None:
     elif mode == "broadcast_root":
         comm.broadcast(x, root=1 if last else 0)
     print(f"rank {r} finished without error", flush=True)
+
+
+def caught_mismatch(comm: communicator.Communicator, mode: str) -> str:
+    """``mismatch`` on any backend (``run_ranks``): the ValueError's message, or a failure."""
+    comm.allreduce(np.ones(3))  # a healthy collective first
+    try:
+        mismatch(comm, mode)
+    except ValueError as err:
+        return str(err)
+    return "finished without error"
 
 
 def main() -> None:
