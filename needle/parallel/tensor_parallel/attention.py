@@ -16,7 +16,7 @@ from ...nn.nn_basic import LayerNorm1d
 from ...nn.nn_module import Module
 from ...nn.nn_transformer import MultiHeadAttention
 from .comms import copy_to_region, gather_from_sequence_region
-from .layers import ColumnParallelLinear, RowParallelLinear, divide
+from .layers import ColumnParallelLinear, RowParallelLinear, divide, forget
 
 __all__ = ["ParallelSelfAttention"]
 
@@ -26,11 +26,13 @@ class ParallelSelfAttention(Module):
 
     def __init__(self, q_features: int, num_head: int, dim_head: int, comm: Any, *,
                  causal: bool = True, sequence_parallel: bool = False,
-                 device: Optional[Any] = None, dtype: str = "float32") -> None:
+                 recompute_gather: bool = False, device: Optional[Any] = None,
+                 dtype: str = "float32") -> None:
         super().__init__()
         self.comm, self.q_features, self.dim_head = comm, q_features, dim_head
         self.heads_per_rank = divide(num_head, comm.size, "ParallelSelfAttention num_head")
         self.sequence_parallel = sequence_parallel
+        self.recompute_gather = sequence_parallel and recompute_gather
         kw = dict(device=device, dtype=dtype)
         self.prenorm_q = LayerNorm1d(q_features, fused=True, **kw)
         self.prenorm_k = LayerNorm1d(q_features, fused=True, **kw)
@@ -48,7 +50,10 @@ class ParallelSelfAttention(Module):
 
     def _heads(self, x: Tensor, proj: ColumnParallelLinear) -> Tensor:
         b, t, f = x.shape
-        y = x.reshape((b * t, f)) @ proj.weight                      # (B*T, nh/p * hs)
+        x2 = x.reshape((b * t, f))
+        y = x2 @ proj.weight                                         # (B*T, nh/p * hs)
+        if self.recompute_gather:
+            forget(x, x2)
         y = y.reshape((b, t, self.heads_per_rank, self.dim_head))
         return y.transpose((1, 2))                                   # (B, nh/p, T, hs)
 
@@ -66,9 +71,13 @@ class ParallelSelfAttention(Module):
             qkv = gather_from_sequence_region(qkv, self.comm, axis=2)  # (3, B, T*p, D)
         else:
             qkv = copy_to_region(qkv, self.comm)
-        q, k, v = ops.split(qkv, 0)
+        qkv_parts = ops.split(qkv, 0)
+        q, k, v = qkv_parts
         t_full = q.shape[1]
-        out, _ = self.attn(self._heads(q, self.q_projection), self._heads(k, self.k_projection),
-                           self._heads(v, self.v_projection))        # (B, nh/p, T, hs)
+        heads = [self._heads(q, self.q_projection), self._heads(k, self.k_projection),
+                 self._heads(v, self.v_projection)]
+        if self.recompute_gather:
+            forget(qkv, qkv_parts)                                   # only the shard stays
+        out, _ = self.attn(*heads)                                   # (B, nh/p, T, hs)
         out = out.transpose((1, 2)).reshape((b, t_full, self.heads_per_rank * self.dim_head))
         return self.out_projection(out)                              # (B, T or T/p, D)

@@ -55,6 +55,17 @@ def _shard(full: Tensor, axis: int, rank: int, parts: int, **kw: Any) -> Paramet
     return param
 
 
+def forget(*nodes: Tensor) -> None:
+    """Drop the data of graph nodes; backward recomputes it on demand (realize_cached_data).
+
+    Korthikanti et al. (arXiv:2205.05198, sec. 4.2.2): under sequence parallelism the
+    all-gathered input of a column-parallel layer is not kept for backward; only the 1/t shard
+    is, and backward all-gathers it again.
+    """
+    for n in nodes:
+        n.cached_data = None
+
+
 def _matmul(x: Tensor, w: Tensor) -> Tensor:
     """(..., in) @ (in, out) -> (..., out)."""
     lead = tuple(x.shape[:-1])
@@ -67,12 +78,14 @@ class ColumnParallelLinear(Module):
 
     def __init__(self, in_features: int, out_features: int, comm: Any, bias: bool = True,
                  gather_output: bool = False, sequence_parallel: bool = False,
-                 device: Optional[Any] = None, dtype: str = "float32") -> None:
+                 recompute_gather: bool = False, device: Optional[Any] = None,
+                 dtype: str = "float32") -> None:
         super().__init__()
         p, r = comm.size, comm.rank
         self.comm, self.in_features, self.out_features = comm, in_features, out_features
         self.out_per_rank = divide(out_features, p, "ColumnParallelLinear out_features")
         self.gather_output, self.sequence_parallel = gather_output, sequence_parallel
+        self.recompute_gather = recompute_gather
         kw = dict(device=device, dtype=dtype)
         # the serial nn.Linear's draws, in its order: weight (in, out), then bias as (out, 1)
         self.weight = _shard(init.kaiming_uniform(in_features, out_features, **kw), 1, r, p, **kw)
@@ -90,7 +103,11 @@ class ColumnParallelLinear(Module):
             x = gather_from_sequence_region(x, self.comm)            # (B, T, in)
         else:
             x = copy_to_region(x, self.comm)
-        y = _matmul(x, self.weight)                                  # (..., out/p)
+        lead = tuple(x.shape[:-1])
+        x2 = x.reshape((int(np.prod(lead)), x.shape[-1]))
+        y = (x2 @ self.weight).reshape(lead + (self.out_per_rank,))  # (..., out/p)
+        if self.sequence_parallel and self.recompute_gather:
+            forget(x, x2)                                            # keep only the shard
         if self.bias is not None:
             y = y + self.bias.reshape((1,) * (y.ndim - 1) + (self.out_per_rank,)).broadcast_to(
                 y.shape)

@@ -27,12 +27,13 @@ class ParallelMLP(Module):
     """relu(x A_r + a_r) B_r summed over ranks, + b (arXiv:1909.08053, Fig. 3a)."""
 
     def __init__(self, d_model: int, hidden_size: int, comm: Any, *,
-                 sequence_parallel: bool = False, device: Optional[Any] = None,
-                 dtype: str = "float32") -> None:
+                 sequence_parallel: bool = False, recompute_gather: bool = False,
+                 device: Optional[Any] = None, dtype: str = "float32") -> None:
         super().__init__()
         kw = dict(device=device, dtype=dtype)
         self.linear1 = ColumnParallelLinear(d_model, hidden_size, comm,
-                                            sequence_parallel=sequence_parallel, **kw)
+                                            sequence_parallel=sequence_parallel,
+                                            recompute_gather=recompute_gather, **kw)
         self.relu = ReLU()
         self.linear2 = RowParallelLinear(hidden_size, d_model, comm,
                                          sequence_parallel=sequence_parallel, **kw)
@@ -43,21 +44,28 @@ class ParallelMLP(Module):
 
 
 class ParallelTransformerBlock(Module):
-    """needle's pre-norm ``TransformerLayer``: x + attn(x), then x + MLP(LayerNorm(x))."""
+    """needle's pre-norm ``TransformerLayer``: x + attn(x), then x + MLP(LayerNorm(x)).
+
+    ``recompute_gather=True`` (with SP) keeps only the sequence shard of each all-gathered
+    input and all-gathers it again in backward (Korthikanti et al., sec. 4.2.2): every
+    activation is then divided by t, at the price of two more all-gathers per backward.
+    """
 
     def __init__(self, q_features: int, num_head: int, dim_head: int, hidden_size: int,
                  comm: Any, *, causal: bool = True, sequence_parallel: bool = False,
-                 device: Optional[Any] = None, dtype: str = "float32") -> None:
+                 recompute_gather: bool = False, device: Optional[Any] = None,
+                 dtype: str = "float32") -> None:
         super().__init__()
         kw = dict(device=device, dtype=dtype)
         self.comm, self.sequence_parallel = comm, sequence_parallel
         self.attn = ParallelSelfAttention(q_features, num_head, dim_head, comm, causal=causal,
-                                          sequence_parallel=sequence_parallel, **kw)
+                                          sequence_parallel=sequence_parallel,
+                                          recompute_gather=recompute_gather, **kw)
         self.layernorm1 = LayerNorm1d(q_features, fused=True, **kw)
         self.layernorm1.weight.sequence_parallel = sequence_parallel
         self.layernorm1.bias.sequence_parallel = sequence_parallel
         self.mlp = ParallelMLP(q_features, hidden_size, comm, sequence_parallel=sequence_parallel,
-                               **kw)
+                               recompute_gather=recompute_gather, **kw)
 
     def forward(self, x: Tensor) -> Tensor:
         """x (B, T, D) replicated, or (B, T/p, D) under SP -> the same layout."""

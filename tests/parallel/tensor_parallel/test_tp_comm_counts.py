@@ -27,10 +27,11 @@ def _counts(comm):
     return {name: (s["calls"], s["bytes_sent"]) for name, s in comm.stats.items() if s["calls"]}
 
 
-def block_counts(comm, sp):
+def block_counts(comm, sp, recompute=False):
     """Per-collective (calls, bytes sent) of one layer's forward and of its backward."""
     np.random.seed(0)
-    block = ParallelTransformerBlock(D, NH, DH, H, comm, sequence_parallel=sp, dtype="float64")
+    block = ParallelTransformerBlock(D, NH, DH, H, comm, sequence_parallel=sp,
+                                     recompute_gather=recompute, dtype="float64")
     x = np.random.RandomState(1).randn(B, T, D)
     if sp:
         x = np.split(x, comm.size, axis=1)[comm.rank]                # (B, T/p, D)
@@ -64,6 +65,14 @@ def test_sequence_parallel_same_bytes_as_ring_allreduce(backend, tp):
         assert {k: v[0] for k, v in fwd.items()} == {"allgather": 2, "reduce_scatter": 2}
         assert {k: v[0] for k, v in bwd.items()} == {"allgather": 2, "reduce_scatter": 2}
         assert sum(v[1] for v in fwd.values()) + sum(v[1] for v in bwd.values()) == ring_total
+
+
+@pytest.mark.parametrize("backend", backends())
+def test_recomputed_gather_adds_two_all_gathers_to_backward(backend):
+    # Korthikanti sec. 4.2.2: keep only the shard, all-gather again in backward
+    for fwd, bwd in run_ranks(backend, 2, block_counts, True, True, timeout=120):
+        assert {k: v[0] for k, v in fwd.items()} == {"allgather": 2, "reduce_scatter": 2}
+        assert {k: v[0] for k, v in bwd.items()} == {"allgather": 4, "reduce_scatter": 2}
 
 
 def ring_allreduce_bytes(comm):

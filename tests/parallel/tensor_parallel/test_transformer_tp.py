@@ -77,9 +77,12 @@ def tp_step(comm, dtype, sp):
     """One forward/backward of the tensor-parallel model; returns loss, output, grads, stats."""
     np.random.seed(SEED)
     model = nn.Module()
-    model.emb = VocabParallelEmbedding(V, D, comm, sequence_parallel=sp, dtype=dtype)
-    model.block = ParallelTransformerBlock(D, NH, DH, H, comm, sequence_parallel=sp, dtype=dtype)
-    model.head = ColumnParallelLinear(D, V, comm, bias=False, sequence_parallel=sp, dtype=dtype)
+    sp_flag = bool(sp)
+    model.emb = VocabParallelEmbedding(V, D, comm, sequence_parallel=sp_flag, dtype=dtype)
+    model.block = ParallelTransformerBlock(D, NH, DH, H, comm, sequence_parallel=bool(sp),
+                                           recompute_gather=sp == "recompute", dtype=dtype)
+    model.head = ColumnParallelLinear(D, V, comm, bias=False, sequence_parallel=sp_flag,
+                                      dtype=dtype)
     idx, y = _data()
     h = model.block(model.emb(idx))                  # (B, T, D), or (B, T/p, D) under SP
     logits = model.head(h)                           # (B, T, V/p)
@@ -92,7 +95,9 @@ def tp_step(comm, dtype, sp):
 
 @pytest.mark.parametrize("backend", backends())
 @pytest.mark.parametrize("tp,sp,dtype", [(2, False, "float32"), (2, True, "float64"),
-                                         (4, False, "float64"), (4, True, "float32")])
+                                         (4, False, "float64"), (4, True, "float32"),
+                                         (2, "recompute", "float64"),
+                                         (4, "recompute", "float32")])
 def test_tp_transformer_equals_serial(backend, tp, sp, dtype):
     tol = 1e-5 if dtype == "float32" else 1e-10
     loss_ref, h_ref, grads_ref = serial_reference(dtype)
