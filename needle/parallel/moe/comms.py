@@ -20,8 +20,8 @@ class AllToAll(TensorOp):
     """Rows [sum(send[:j]), sum(send[:j+1])) go to rank j; received rows concatenated by rank."""
 
     def __init__(self, comm: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
-                 max_rows: int) -> None:
-        self.comm, self.max_rows = comm, max_rows
+                 max_rows: int, label: str = "moe.all_to_all") -> None:
+        self.comm, self.max_rows, self.label = comm, max_rows, label
         self.send = np.asarray(send_counts, dtype=np.int64)
         self.recv = np.asarray(recv_counts, dtype=np.int64)
 
@@ -35,15 +35,17 @@ class AllToAll(TensorOp):
         starts = np.concatenate([[0], np.cumsum(self.send)])
         for j in range(p):
             buf[j, :self.send[j]] = x[starts[j]:starts[j + 1]]
-        got = self.comm.alltoall(buf.reshape((p * m,) + x.shape[1:])).reshape(buf.shape)
+        flat = buf.reshape((p * m,) + x.shape[1:])
+        got = self.comm.alltoall(flat, label=self.label).reshape(buf.shape)
         out = np.concatenate([got[j, :self.recv[j]] for j in range(p)], axis=0)
         return NDArray(np.ascontiguousarray(out), device=a.device, dtype=a.dtype)
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
-        return AllToAll(self.comm, self.recv, self.send, self.max_rows)(out_grad)
+        return AllToAll(self.comm, self.recv, self.send, self.max_rows,
+                        self.label + ".backward")(out_grad)
 
 
 def all_to_all(x: Tensor, comm: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
-               max_rows: int) -> Tensor:
+               max_rows: int, label: str = "moe.all_to_all") -> Tensor:
     """Exchange row blocks of x (S, d) between all ranks (uneven sizes, padded to max_rows)."""
-    return AllToAll(comm, send_counts, recv_counts, max_rows)(x)
+    return AllToAll(comm, send_counts, recv_counts, max_rows, label)(x)

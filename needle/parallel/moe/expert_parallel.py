@@ -46,7 +46,7 @@ class ExpertParallelMoE(MoE):
         """(p, E) tokens each rank sends to each expert, after checking every rank agrees."""
         mine = np.concatenate([[self.d_model, self.num_experts], counts]).reshape(1, -1)
         try:
-            table = self.comm.allgather(mine.astype(np.int64))
+            table = self.comm.allgather(mine.astype(np.int64), label="moe.counts")
         except Exception as err:  # a different E gives a different shape: the comm says so
             raise ValueError(f"ExpertParallelMoE: ranks disagree on the configuration "
                              f"(this rank: d_model={self.d_model}, "
@@ -73,7 +73,7 @@ class ExpertParallelMoE(MoE):
         send_idx = np.concatenate(r.tokens)                          # grouped by expert
         send_choice = np.concatenate(r.choices)
         dispatched = all_to_all(rows(flat, send_idx), self.comm, per_pair[self.comm.rank],
-                                per_pair[:, self.comm.rank], max_rows)  # (R, d)
+                                per_pair[:, self.comm.rank], max_rows, "moe.dispatch")  # (R, d)
         # received: for each source rank, its rows for my experts, expert by expert
         mine = table[:, self.first_expert:self.first_expert + per]   # (p, E/p)
         offsets = np.concatenate([[0], np.cumsum(mine.reshape(-1))]).reshape(-1)
@@ -87,7 +87,7 @@ class ExpertParallelMoE(MoE):
             y = expert(rows(dispatched, idx))                        # (n_e, d)
             result = result + scatter_rows(y, idx, total)
         back = all_to_all(result, self.comm, per_pair[:, self.comm.rank],
-                          per_pair[self.comm.rank], max_rows)         # (S, d), send order
+                          per_pair[self.comm.rank], max_rows, "moe.combine")  # (S, d)
         g = rows(gates.reshape((n * self.top_k, 1)), send_idx * self.top_k + send_choice)
         out = scatter_rows(back * g.broadcast_to(back.shape), send_idx, n)  # (N, d)
         return out.reshape(shape)

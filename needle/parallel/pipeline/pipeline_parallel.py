@@ -11,7 +11,8 @@ is a mean. The loss is returned on every rank.
 
 Messages are ordered by the schedule's simulated timeline (``_plan``): every rank handles its
 sends, receives and computations in increasing simulated time, a single order shared by both
-ends of every link, so no schedule can deadlock even on synchronous point-to-point messages.
+ends of every link, so no schedule can deadlock, even if every send were synchronous (they are
+nonblocking here, ``p2p.py``).
 The real start and end of each computation is recorded in ``timeline``.
 """
 import time
@@ -21,7 +22,7 @@ import numpy as np
 
 from ...autograd import Tensor, find_topo_sort
 from ...nn.nn_module import Module
-from .p2p import Links
+from .p2p import ACTIVATION, GRADIENT, Links
 from .schedules import SCHEDULES, interleaved_1f1b
 from .simulator import simulate, virtual_stage
 
@@ -114,12 +115,14 @@ class PipelineParallel:
         dtype = params[0].dtype if params else "float32"
         for what, kind, mb, k in self._plan_items:
             chunk = self.chunks[k // p]
-            if what == "recv":
-                src = (k - 1) % p if kind == "F" else (k + 1) % p
-                inbox[(kind, mb, k)] = self.links.recv(src)
+            if what == "recv" and kind == "F":
+                inbox[(kind, mb, k)] = self.links.recv((k - 1) % p, ACTIVATION)
+            elif what == "recv":
+                inbox[(kind, mb, k)] = self.links.recv((k + 1) % p, GRADIENT)
+            elif what == "send" and kind == "F":
+                self.links.send(stored[(mb, k)][1].numpy(), (k + 1) % p, ACTIVATION)
             elif what == "send":
-                data = stored[(mb, k)][1] if kind == "F" else stored.pop((mb, k))[0].grad
-                self.links.send(data.numpy(), (k + 1) % p if kind == "F" else (k - 1) % p)
+                self.links.send(stored.pop((mb, k))[0].grad.numpy(), (k - 1) % p, GRADIENT)
             elif kind == "F":
                 t0 = time.perf_counter()
                 if k == 0:
@@ -158,19 +161,21 @@ class PipelineParallel:
                 else:
                     del stored[(mb, k)]
                 self.timeline.append((("B", mb, k // p), t0, time.perf_counter()))
+        self.links.wait_all()
         for q in params:
             q.grad = (Tensor(acc[id(q)], dtype=q.dtype, requires_grad=False)
                       if id(q) in acc else None)
         total = np.array([sum(losses)], dtype=np.float64)
         if p > 1:
-            total = self.comm.broadcast(total, root=(nv - 1) % p)
+            total = self.comm.broadcast(total, root=(nv - 1) % p, label="pp.loss")
         return float(total[0])
 
     def gather_timeline(self) -> List[List[Tuple[Tuple, float, float]]]:
         """Every stage's recorded timeline (seconds from the earliest start), on every rank."""
         rows = np.array([[0 if a[0] == "F" else 1, a[1], a[2], t0, t1]
                          for a, t0, t1 in self.timeline], dtype=np.float64)
-        allrows = self.comm.allgather(rows) if self.num_stages > 1 else rows
+        allrows = (self.comm.allgather(rows, label="pp.timeline") if self.num_stages > 1
+                   else rows)
         origin = allrows[:, 3].min()
         n = len(rows)
         out = []

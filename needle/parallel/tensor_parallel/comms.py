@@ -10,7 +10,9 @@ all-gather along the sequence axis (reduce-scatter backward) and ``g-bar`` a red
 (all-gather backward).
 
 Every op's ``compute`` moves NDArrays through the communicator it is given (explicitly, never a
-global group); its ``gradient`` is written with the conjugate op, so gradients are Tensors.
+global group); its ``gradient`` is written with the conjugate op, so gradients are Tensors. Each
+call is labelled in ``comm.ledger`` by the paper's name: "tp.g" and "tp.f.backward" (Megatron),
+"sp.g"/"sp.g_bar" and their ".backward" (sequence parallelism).
 Activations are (B, T, ...) with the sequence on axis 1; the "last axis" ops split features.
 """
 from typing import Any
@@ -36,19 +38,19 @@ def _chunk(x: np.ndarray, axis: int, rank: int, size: int) -> np.ndarray:
     return np.take(x, np.arange(rank * w, (rank + 1) * w), axis=axis)
 
 
-def _allgather_axis(comm: Any, x: np.ndarray, axis: int) -> np.ndarray:
+def _allgather_axis(comm: Any, x: np.ndarray, axis: int, label: str) -> np.ndarray:
     """All-gather along ``axis`` (the communicator concatenates along axis 0)."""
     moved = np.ascontiguousarray(np.moveaxis(x, axis, 0))
-    return np.moveaxis(comm.allgather(moved), 0, axis)
+    return np.moveaxis(comm.allgather(moved, label=label), 0, axis)
 
 
-def _reduce_scatter_axis(comm: Any, x: np.ndarray, axis: int) -> np.ndarray:
+def _reduce_scatter_axis(comm: Any, x: np.ndarray, axis: int, label: str) -> np.ndarray:
     """Sum over ranks, keep this rank's equal chunk of ``axis``."""
     if x.shape[axis] % comm.size:
         raise ValueError(f"reduce-scatter: axis {axis} of length {x.shape[axis]} does not "
                          f"split into {comm.size} equal parts")
     moved = np.ascontiguousarray(np.moveaxis(x, axis, 0))
-    return np.moveaxis(comm.reduce_scatter(moved), 0, axis)
+    return np.moveaxis(comm.reduce_scatter(moved, label=label), 0, axis)
 
 
 class CopyToRegion(TensorOp):
@@ -61,17 +63,17 @@ class CopyToRegion(TensorOp):
         return a
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
-        return reduce_from_region(out_grad, self.comm)
+        return ReduceFromRegion(self.comm, "tp.f.backward")(out_grad)
 
 
 class ReduceFromRegion(TensorOp):
     """Megatron's g (arXiv:1909.08053, Fig. 3b): allreduce forward, identity backward."""
 
-    def __init__(self, comm: Any) -> None:
-        self.comm = comm
+    def __init__(self, comm: Any, label: str = "tp.g") -> None:
+        self.comm, self.label = comm, label
 
     def compute(self, a: NDArray) -> NDArray:
-        return _nd(self.comm.allreduce(a.numpy()), a)
+        return _nd(self.comm.allreduce(a.numpy(), label=self.label), a)
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
         return copy_to_region(out_grad, self.comm)
@@ -81,11 +83,11 @@ class GatherFromRegion(TensorOp):
     """All-gather along the last axis forward, keep this rank's slice backward (Megatron's
     ``gather_output`` of a column-parallel layer, arXiv:1909.08053 sec. 3)."""
 
-    def __init__(self, comm: Any) -> None:
-        self.comm = comm
+    def __init__(self, comm: Any, label: str = "tp.gather") -> None:
+        self.comm, self.label = comm, label
 
     def compute(self, a: NDArray) -> NDArray:
-        return _nd(_allgather_axis(self.comm, a.numpy(), a.ndim - 1), a)
+        return _nd(_allgather_axis(self.comm, a.numpy(), a.ndim - 1, self.label), a)
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
         return scatter_to_region(out_grad, self.comm)
@@ -102,35 +104,35 @@ class ScatterToRegion(TensorOp):
         return _nd(_chunk(a.numpy(), a.ndim - 1, self.comm.rank, self.comm.size), a)
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
-        return gather_from_region(out_grad, self.comm)
+        return GatherFromRegion(self.comm, "tp.scatter.backward")(out_grad)
 
 
 class GatherFromSequenceRegion(TensorOp):
     """Korthikanti's g (arXiv:2205.05198, sec. 4.2.2): all-gather along the sequence axis
     forward, reduce-scatter along it backward."""
 
-    def __init__(self, comm: Any, axis: int = 1) -> None:
-        self.comm, self.axis = comm, axis
+    def __init__(self, comm: Any, axis: int = 1, label: str = "sp.g") -> None:
+        self.comm, self.axis, self.label = comm, axis, label
 
     def compute(self, a: NDArray) -> NDArray:
-        return _nd(_allgather_axis(self.comm, a.numpy(), self.axis), a)
+        return _nd(_allgather_axis(self.comm, a.numpy(), self.axis, self.label), a)
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
-        return reduce_scatter_to_sequence_region(out_grad, self.comm, self.axis)
+        return ReduceScatterToSequenceRegion(self.comm, self.axis, "sp.g.backward")(out_grad)
 
 
 class ReduceScatterToSequenceRegion(TensorOp):
     """Korthikanti's g-bar (arXiv:2205.05198, sec. 4.2.2): reduce-scatter along the sequence
     axis forward, all-gather along it backward."""
 
-    def __init__(self, comm: Any, axis: int = 1) -> None:
-        self.comm, self.axis = comm, axis
+    def __init__(self, comm: Any, axis: int = 1, label: str = "sp.g_bar") -> None:
+        self.comm, self.axis, self.label = comm, axis, label
 
     def compute(self, a: NDArray) -> NDArray:
-        return _nd(_reduce_scatter_axis(self.comm, a.numpy(), self.axis), a)
+        return _nd(_reduce_scatter_axis(self.comm, a.numpy(), self.axis, self.label), a)
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
-        return gather_from_sequence_region(out_grad, self.comm, self.axis)
+        return GatherFromSequenceRegion(self.comm, self.axis, "sp.g_bar.backward")(out_grad)
 
 
 class ScatterToSequenceRegion(TensorOp):
@@ -144,7 +146,7 @@ class ScatterToSequenceRegion(TensorOp):
         return _nd(_chunk(a.numpy(), self.axis, self.comm.rank, self.comm.size), a)
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
-        return gather_from_sequence_region(out_grad, self.comm, self.axis)
+        return GatherFromSequenceRegion(self.comm, self.axis, "sp.scatter.backward")(out_grad)
 
 
 def copy_to_region(x: Tensor, comm: Any) -> Tensor:

@@ -29,14 +29,14 @@ class VocabParallelCrossEntropy(TensorOp):
         z = logits.numpy()                                           # (B, V/p)
         n, vp = z.shape
         start = self.comm.rank * vp
-        m = self.comm.allreduce(z.max(axis=1), op="max")            # 1. (B,)
+        m = self.comm.allreduce(z.max(axis=1), op="max", label="ce.max")            # 1. (B,)
         local = self.targets - start
         mine = (local >= 0) & (local < vp)
         rows = np.arange(n)
         z_y = np.where(mine, z[rows, np.clip(local, 0, vp - 1)], 0.0).astype(z.dtype)
-        z_y = self.comm.allreduce(z_y)                               # 2. (B,)
+        z_y = self.comm.allreduce(z_y, label="ce.target_logit")     # 2. (B,)
         e = np.exp(z - m[:, None])                                   # (B, V/p)
-        s = self.comm.allreduce(e.sum(axis=1))                       # 3. (B,)
+        s = self.comm.allreduce(e.sum(axis=1), label="ce.sum_exp")  # 3. (B,)
         self.probs = e / s[:, None]
         self.onehot = np.zeros_like(z)
         self.onehot[rows[mine], local[mine]] = 1.0

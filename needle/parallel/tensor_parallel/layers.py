@@ -187,5 +187,5 @@ def allreduce_sequence_parallel_grads(module: Module, comm: Any) -> None:
     ``sequence_parallel`` (they saw only this rank's slice of the sequence)."""
     for p in module.parameters():
         if getattr(p, "sequence_parallel", False) and p.grad is not None:
-            total = comm.allreduce(p.grad.numpy())
+            total = comm.allreduce(p.grad.numpy(), label="sp.param_grads")
             p.grad = Tensor(total, device=p.device, dtype=p.dtype, requires_grad=False)

@@ -42,10 +42,12 @@ def ep_step(comm, top_k, idle_expert):
     moe = ExpertParallelMoE(D, FF, E, comm, top_k=top_k, capacity_factor=1.0, dtype="float64")
     router_override(moe, idle_expert)
     x = ndl.Tensor(tokens(comm.rank, idle_expert), dtype="float64")
-    comm.reset_stats()
-    out = moe(x)
-    fwd = {k: s["calls"] for k, s in comm.stats.items() if s["calls"]}
-    _loss(out, moe.aux_loss, comm.rank).backward()
+    comm.ledger.reset()
+    with comm.region("forward"):
+        out = moe(x)
+    with comm.region("backward"):
+        _loss(out, moe.aux_loss, comm.rank).backward()
+    fwd = [(r.name, r.label) for r in comm.ledger.records]
     grads = {n: (q.grad.numpy() if q.grad is not None else None)
              for n, q in moe.named_parameters()}
     return out.numpy(), grads, x.grad.numpy(), fwd, moe.first_expert
@@ -87,7 +89,11 @@ def test_expert_parallel_equals_serial(backend, p, top_k, idle):
             want = expert_sum[f"experts.{int(i) + first}.{rest}"]
             np.testing.assert_allclose(g if g is not None else np.zeros_like(want), want,
                                        rtol=1e-10, atol=1e-12, err_msg=f"{name} rank {r}")
-        assert fwd == {"allgather": 1, "alltoall": 2}     # sizes first, then dispatch + combine
+        # sizes first, then dispatch and combine; backward: the two all-to-alls reversed
+        assert fwd == [("allgather", "forward/moe.counts"), ("alltoall", "forward/moe.dispatch"),
+                       ("alltoall", "forward/moe.combine"),
+                       ("alltoall", "backward/moe.combine.backward"),
+                       ("alltoall", "backward/moe.dispatch.backward")]
 
 
 def mismatched(comm):

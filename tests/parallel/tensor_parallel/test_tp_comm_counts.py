@@ -23,8 +23,19 @@ def backends():
     return BACKENDS
 
 
-def _counts(comm):
-    return {name: (s["calls"], s["bytes_sent"]) for name, s in comm.stats.items() if s["calls"]}
+def _counts(comm, region):
+    """{collective: (calls, payload bytes sent)} of the ledger's records inside ``region``."""
+    out = {}
+    for rec in comm.ledger.records:
+        if rec.label and rec.label.split("/")[0] == region:
+            calls, sent = out.get(rec.name, (0, 0))
+            out[rec.name] = (calls + 1, sent + rec.bytes_sent)
+    return out
+
+
+def _labels(comm, region):
+    return sorted(rec.label for rec in comm.ledger.records
+                  if rec.label and rec.label.split("/")[0] == region)
 
 
 def block_counts(comm, sp, recompute=False):
@@ -36,12 +47,30 @@ def block_counts(comm, sp, recompute=False):
     if sp:
         x = np.split(x, comm.size, axis=1)[comm.rank]                # (B, T/p, D)
     x = ndl.Tensor(x, dtype="float64")
-    comm.reset_stats()
-    out = block(x)
-    fwd = _counts(comm)
-    comm.reset_stats()
-    (out * out).sum().backward()
-    return fwd, _counts(comm)
+    comm.ledger.reset()
+    with comm.region("forward"):
+        out = block(x)
+    with comm.region("backward"):
+        (out * out).sum().backward()
+    return _counts(comm, "forward"), _counts(comm, "backward")
+
+
+def block_labels(comm):
+    np.random.seed(0)
+    block = ParallelTransformerBlock(D, NH, DH, H, comm, dtype="float64")
+    x = ndl.Tensor(np.random.RandomState(1).randn(B, T, D), dtype="float64")
+    with comm.region("forward"):
+        out = block(x)
+    with comm.region("backward"):
+        out.sum().backward()
+    return _labels(comm, "forward") + _labels(comm, "backward"), comm.ledger.summary()
+
+
+@pytest.mark.parametrize("backend", backends())
+def test_ledger_names_megatron_f_and_g(backend):
+    for labels, summary in run_ranks(backend, 2, block_labels, timeout=60):
+        assert labels == ["forward/tp.g"] * 2 + ["backward/tp.f.backward"] * 2
+        assert "tp.g" in summary
 
 
 @pytest.mark.parametrize("backend", backends())
@@ -98,19 +127,20 @@ def ce_counts(comm):
     n, v = 5, 8 * comm.size
     logits = rng.randn(n, v)[:, comm.rank * 8:(comm.rank + 1) * 8]
     z = ndl.Tensor(logits, dtype="float64")
-    comm.reset_stats()
-    loss = vocab_parallel_cross_entropy(z, rng.randint(0, v, size=n), comm)
-    fwd = _counts(comm)
-    comm.reset_stats()
-    loss.backward()
-    return fwd, _counts(comm), float(loss.numpy())
+    with comm.region("forward"):
+        loss = vocab_parallel_cross_entropy(z, rng.randint(0, v, size=n), comm)
+    with comm.region("backward"):
+        loss.backward()
+    return (_counts(comm, "forward"), _counts(comm, "backward"), float(loss.numpy()),
+            _labels(comm, "forward"))
 
 
 @pytest.mark.parametrize("backend", backends())
 def test_vocab_parallel_cross_entropy_three_small_allreduces(backend):
     tp, n = 2, 5
-    for fwd, bwd, _ in run_ranks(backend, tp, ce_counts, timeout=120):
+    for fwd, bwd, _, labels in run_ranks(backend, tp, ce_counts, timeout=120):
         assert {k: v[0] for k, v in fwd.items()} == {"allreduce": 3}
+        assert labels == ["forward/ce.max", "forward/ce.sum_exp", "forward/ce.target_logit"]
         assert bwd == {}
         # each allreduce carries n numbers (recursive doubling: log2(p) rounds of n * 8 bytes)
         assert fwd["allreduce"][1] == 3 * n * 8 * int(np.log2(tp))
