@@ -24,9 +24,10 @@ from .comm.ledger import Ledger, Record
 from .comm.p2p import ANY_SOURCE, ANY_TAG, P2PStatus
 from .comm.progress import CommTimeoutError, DeadlockError, Work
 from .data_parallel import DataParallelNaive, DistributedDataParallel
+from .mesh import ProcessMesh
 from .virtual import RankFailedError
 
 __all__ = ["ANY_SOURCE", "ANY_TAG", "Communicator", "CommTimeoutError", "DataParallelNaive",
            "DeadlockError", "DistributedDataParallel",
-           "Ledger", "P2PStatus", "RankFailedError", "Record", "Work", "communicator", "create",
-           "virtual"]
+           "Ledger", "P2PStatus", "ProcessMesh", "RankFailedError", "Record", "Work",
+           "communicator", "create", "virtual"]
