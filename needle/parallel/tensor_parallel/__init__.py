@@ -14,7 +14,7 @@ from .comms import (
     scatter_to_region,
     scatter_to_sequence_region,
 )
-from .cross_entropy import vocab_parallel_cross_entropy
+from .cross_entropy import gathered_cross_entropy, vocab_parallel_cross_entropy
 from .layers import (
     ColumnParallelLinear,
     RowParallelLinear,
@@ -25,7 +25,8 @@ from .transformer import ParallelMLP, ParallelTransformerBlock
 
 __all__ = ["ColumnParallelLinear", "RowParallelLinear", "VocabParallelEmbedding",
            "ParallelMLP", "ParallelSelfAttention", "ParallelTransformerBlock",
-           "vocab_parallel_cross_entropy", "allreduce_sequence_parallel_grads",
+           "vocab_parallel_cross_entropy", "gathered_cross_entropy",
+           "allreduce_sequence_parallel_grads",
            "copy_to_region", "reduce_from_region", "gather_from_region", "scatter_to_region",
            "gather_from_sequence_region", "reduce_scatter_to_sequence_region",
            "scatter_to_sequence_region"]

@@ -14,8 +14,20 @@ from typing import Any
 import numpy as np
 
 from ...autograd import NDArray, Tensor, TensorOp
+from ...nn.nn_basic import SoftmaxLoss
+from .comms import gather_from_region
 
-__all__ = ["vocab_parallel_cross_entropy", "VocabParallelCrossEntropy"]
+__all__ = ["vocab_parallel_cross_entropy", "VocabParallelCrossEntropy",
+           "gathered_cross_entropy"]
+
+
+def gathered_cross_entropy(logits_shard: Tensor, targets: Any, comm: Any) -> Tensor:
+    """The naive version: all-gather the full (B, V) logits on every rank, then the serial
+    loss. Correct, but every rank receives B * V numbers (and keeps them for backward)."""
+    t = np.asarray(targets.numpy() if hasattr(targets, "numpy") else targets).astype(np.int64)
+    full = gather_from_region(logits_shard, comm)                   # (B, V)
+    return SoftmaxLoss()(full, Tensor(t, device=full.device, dtype="int64",
+                                      requires_grad=False))
 
 
 class VocabParallelCrossEntropy(TensorOp):

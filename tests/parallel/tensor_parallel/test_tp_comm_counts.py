@@ -8,6 +8,7 @@ from mpi_helpers import BACKENDS, run_ranks
 import needle as ndl
 from needle.parallel.tensor_parallel import (
     ParallelTransformerBlock,
+    gathered_cross_entropy,
     vocab_parallel_cross_entropy,
 )
 
@@ -144,3 +145,31 @@ def test_vocab_parallel_cross_entropy_three_small_allreduces(backend):
         assert bwd == {}
         # each allreduce carries n numbers (recursive doubling: log2(p) rounds of n * 8 bytes)
         assert fwd["allreduce"][1] == 3 * n * 8 * int(np.log2(tp))
+
+
+def ce_both(comm):
+    """Loss and logit gradient of the naive (gathered) and the vocab-parallel cross-entropy."""
+    rng = np.random.RandomState(0)
+    n, v = 5, 8 * comm.size
+    logits = rng.randn(n, v)[:, comm.rank * 8:(comm.rank + 1) * 8]
+    y = rng.randint(0, v, size=n)
+    out = []
+    for fn in (gathered_cross_entropy, vocab_parallel_cross_entropy):
+        z = ndl.Tensor(logits, dtype="float64")
+        comm.ledger.reset()
+        loss = fn(z, y, comm)
+        loss.backward()
+        out.append((float(loss.numpy()), z.grad.numpy(),
+                    [(r.name, r.bytes_recv) for r in comm.ledger.records]))
+    return out
+
+
+@pytest.mark.parametrize("backend", backends())
+def test_naive_gathered_loss_agrees_but_moves_the_vocabulary(backend):
+    tp, n = 4, 5
+    for naive, parallel in run_ranks(backend, tp, ce_both, timeout=60):
+        assert abs(naive[0] - parallel[0]) < 1e-12
+        np.testing.assert_allclose(naive[1], parallel[1], atol=1e-12)
+        # naive: one all-gather receiving the other ranks' (n, V/p) logits
+        assert naive[2] == [("allgather", (tp - 1) * n * 8 * 8)]
+        assert [name for name, _ in parallel[2]] == ["allreduce"] * 3
