@@ -26,8 +26,10 @@ from .comm.progress import CommTimeoutError, DeadlockError, Work
 from .data_parallel import DataParallelNaive, DistributedDataParallel
 from .mesh import ProcessMesh
 from .virtual import RankFailedError
+from .zero import FullyShardedDataParallel, ZeroRedundancyOptimizer
 
 __all__ = ["ANY_SOURCE", "ANY_TAG", "Communicator", "CommTimeoutError", "DataParallelNaive",
-           "DeadlockError", "DistributedDataParallel",
+           "DeadlockError", "DistributedDataParallel", "FullyShardedDataParallel",
+           "ZeroRedundancyOptimizer",
            "Ledger", "P2PStatus", "ProcessMesh", "RankFailedError", "Record", "Work",
            "communicator", "create", "virtual"]

@@ -26,7 +26,14 @@ from ...autograd import Tensor
 from ...backend_ndarray.dtypes import to_numpy_dtype
 from .replicas import empty_host, host_view
 
-__all__ = ["assign_buckets", "Bucket", "BucketReducer"]
+__all__ = ["assign_buckets", "reduce_dtype", "Bucket", "BucketReducer"]
+
+_DONE = object()  # a bucket's ``work`` once ``on_done`` has consumed its result
+
+
+def reduce_dtype(dtype: str) -> str:
+    """The dtype gradients are summed in: 16-bit floats are summed in float32."""
+    return "float32" if dtype in ("float16", "bfloat16") else dtype
 
 
 def assign_buckets(sizes_bytes: Sequence[int], dtypes: Sequence[str], cap_bytes: float,
@@ -68,13 +75,25 @@ class Bucket:
         self.numel = sum(self.sizes)
         self.rows = rows
         self.cols = -(-self.numel // rows)  # data elements per row (the last row padded)
-        width = self.cols + len(self.params)
-        self._storage, flat = empty_host(rows * width, dtype)
-        self.buffer = flat.reshape(rows, width)
-        self.buffer[...] = 0
+        self.dtype = dtype
+        self._storage: Any = None
+        self.buffer: Any = None  # (rows, cols + flags), allocated when the first grad arrives
         self.have = np.zeros(len(self.params), dtype=bool)  # local gradient written, per slot
         self.pending = len(self.params)  # slots still waiting for this backward's gradient
         self.work: Any = None
+
+    def allocate(self) -> np.ndarray:
+        """The buffer, allocated (zeroed) if it was not there."""
+        if self.buffer is None:
+            width = self.cols + len(self.params)
+            self._storage, flat = empty_host(self.rows * width, self.dtype)
+            self.buffer = flat.reshape(self.rows, width)
+            self.buffer[...] = 0
+        return self.buffer
+
+    def release(self) -> None:
+        """Free the buffer (ZeRO-2 keeps no full gradient between steps)."""
+        self._storage = self.buffer = None
 
     def spans(self, slot: int) -> List[Tuple[int, int, int, int]]:
         """(row, first column, count, offset in the gradient) of each row a slot spans."""
@@ -89,6 +108,7 @@ class Bucket:
     def write(self, slot: int, grad: np.ndarray, accumulate: bool) -> None:
         """Copy (or, accumulating onto a gradient already here, add) one gradient."""
         flat = grad.reshape(-1)
+        self.allocate()
         add = accumulate and self.have[slot]
         for row, col, take, done in self.spans(slot):
             dst = self.buffer[row, col:col + take]
@@ -105,6 +125,7 @@ class Bucket:
 
     def seal(self) -> None:
         """Before launching: zero the slots this rank has no gradient for; write the flags."""
+        self.allocate()
         for slot in np.flatnonzero(~self.have):
             for row, col, take, _ in self.spans(int(slot)):
                 self.buffer[row, col:col + take] = 0
@@ -122,12 +143,15 @@ class BucketReducer:
 
     ``launch(bucket) -> Work`` starts the bucket's collective (an allreduce or reduce-scatter
     of ``bucket.buffer``); buckets launch in index order only, so a bucket that fills early
-    waits for the ones before it, exactly as on every other rank.
+    waits for the ones before it, exactly as on every other rank. ``on_done(bucket, result)``,
+    if given, takes each result as soon as it is seen complete (then ``finish`` returns only
+    the results it waited for itself).
     """
 
     def __init__(self, params: Sequence[Tensor], layout: List[List[int]], rows: int,
                  launch: Callable[[Bucket], Any],
-                 dtype_of: Callable[[str], str] = lambda dtype: dtype) -> None:
+                 dtype_of: Callable[[str], str] = lambda dtype: dtype,
+                 on_done: Optional[Callable[[Bucket, Any], None]] = None) -> None:
         self.buckets = [Bucket([params[i] for i in idx], rows,
                                to_numpy_dtype(dtype_of(params[idx[0]].dtype)))
                         for idx in layout]
@@ -135,7 +159,7 @@ class BucketReducer:
         for b, bucket in enumerate(self.buckets):
             for s, p in enumerate(bucket.params):
                 self.slot_of[id(p)] = (b, s)
-        self._launch = launch
+        self._launch, self._on_done = launch, on_done
         self.next_launch = 0
 
     def add(self, param: Tensor, accumulate: bool = False) -> Optional[Bucket]:
@@ -156,8 +180,11 @@ class BucketReducer:
             self._start(self.buckets[self.next_launch])
             self.next_launch += 1
         for bucket in self.buckets[:self.next_launch]:
-            if bucket.work is not None:
-                bucket.work.test()  # progress: MPI moves messages only when called
+            if bucket.work is None or bucket.work is _DONE:
+                continue
+            if bucket.work.test() and self._on_done is not None:
+                self._on_done(bucket, bucket.work.wait())  # wait() of a finished call: result
+                bucket.work = _DONE
 
     def _start(self, bucket: Bucket) -> None:
         bucket.seal()
@@ -167,8 +194,12 @@ class BucketReducer:
         """Launch what is left (missing gradients count as zero), wait for all; the results."""
         for bucket in self.buckets[self.next_launch:]:
             self._start(bucket)
-        results = [bucket.work.wait() for bucket in self.buckets]
+        results = []
         for bucket in self.buckets:
+            if bucket.work is not _DONE:
+                results.append(bucket.work.wait())
+                if self._on_done is not None:
+                    self._on_done(bucket, results[-1])
             bucket.reset()
         self.next_launch = 0
         return results
@@ -181,7 +212,7 @@ class BucketReducer:
     def reset(self) -> None:
         """Forget a half-finished backward (e.g. one that raised)."""
         for bucket in self.buckets:
-            if bucket.work is not None:
+            if bucket.work is not None and bucket.work is not _DONE:
                 bucket.work.wait()
             bucket.reset()
         self.next_launch = 0

@@ -27,7 +27,7 @@ import numpy as np
 from ... import autograd
 from ...autograd import Tensor
 from ...nn import Module
-from .buckets import Bucket, BucketReducer, assign_buckets
+from .buckets import Bucket, BucketReducer, assign_buckets, reduce_dtype
 from .replicas import broadcast_tensors, check_same_shapes, host_view, to_tensor
 
 __all__ = ["DataParallelNaive", "DistributedDataParallel"]
@@ -118,11 +118,11 @@ class DistributedDataParallel(_DataParallel):
         self._queued = False
         super().__init__(module, comm, "DistributedDataParallel")
         params = self._trained()
-        layout = assign_buckets([p.size * np.dtype(_wire(p.dtype)).itemsize for p in params],
+        layout = assign_buckets([p.size * np.dtype(reduce_dtype(p.dtype)).itemsize for p in params],
                                 [p.dtype for p in params], bucket_cap_mb * MB,
                                 first_bucket_mb * MB)
         self.reducer = BucketReducer(params, layout, rows=1, launch=self._allreduce,
-                                     dtype_of=_wire)
+                                     dtype_of=reduce_dtype)
 
     @property
     def buckets(self) -> List[Bucket]:
@@ -171,8 +171,3 @@ class DistributedDataParallel(_DataParallel):
                 else:
                     grad = bucket.read(slot, rows).reshape(p.shape)
                     p.grad = to_tensor(grad, p.device, p.dtype)
-
-
-def _wire(dtype: str) -> str:
-    """The dtype gradients are summed in: 16-bit floats are summed in float32."""
-    return "float32" if dtype in ("float16", "bfloat16") else dtype

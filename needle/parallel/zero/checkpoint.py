@@ -1,0 +1,120 @@
+"""FSDP checkpoints: a full state dict any plain model loads, and sharded per-rank files.
+
+* ``full_state_dict``: every unit's shards allgathered and cut back into parameters, with the
+  plain model's keys (frozen parameters and buffers are whole on every rank already).
+* ``save_sharded`` / ``load_sharded``: each rank writes only its shards (and, if given, its
+  optimizer's state) with ``ndl.save`` to ``shard-<r>-of-<N>.ndl``; rank 0 writes
+  ``index.json`` (world size, units, parameter names and shapes, frozen tensors' file). Loading
+  checks the index against the model and the job size: a sharded checkpoint reloads on the
+  same world size (use the full state dict to change it).
+"""
+import json
+import os
+from typing import Any, Dict
+
+import numpy as np
+
+from ... import serialization
+
+__all__ = ["full_state_dict", "load_full_state_dict", "save_sharded", "load_sharded"]
+
+
+def _whole_tensors(fsdp: Any) -> Dict[str, Any]:
+    """Frozen parameters and buffers by name: not sharded, the same on every rank."""
+    out = {n: p for n, p in fsdp.module.named_parameters() if not p.requires_grad}
+    out.update(fsdp.module.named_buffers())
+    return out
+
+
+def full_state_dict(fsdp: Any) -> Dict[str, np.ndarray]:
+    """name -> array for the whole model, in the plain model's state_dict order."""
+    values: Dict[str, np.ndarray] = {}
+    for unit in fsdp.units:
+        values.update(unit.unflatten(unit.full_flat()))
+        if not unit.gathered:
+            unit._storage = None
+    values.update({n: t.numpy() for n, t in _whole_tensors(fsdp).items()})
+    order = list(dict(fsdp.module.named_parameters())) + list(dict(fsdp.module.named_buffers()))
+    return {k: values[k] for k in order}
+
+
+def load_full_state_dict(fsdp: Any, state: Dict[str, Any], strict: bool = True) -> Any:
+    """Take this rank's shards of a full (plain model) state dict."""
+    from ...nn.nn_module import LoadResult
+    names = [n for u in fsdp.units for n in u.names] + list(_whole_tensors(fsdp))
+    missing = [k for k in names if k not in state]
+    unexpected = [k for k in state if k not in names]
+    if strict and (missing or unexpected):
+        raise ValueError(f"FullyShardedDataParallel.load_state_dict (rank {fsdp.comm.rank}): "
+                         f"missing keys {missing}, unexpected keys {unexpected}")
+    for unit in fsdp.units:
+        unit.load_flat({n: _numpy(state[n]) for n in unit.names})
+    whole = {k: v for k, v in state.items() if k in _whole_tensors(fsdp)}
+    if whole:
+        fsdp.module.load_state_dict(whole, strict=False)
+    return LoadResult(missing, unexpected)
+
+
+def _numpy(value: Any) -> np.ndarray:
+    return value.numpy() if hasattr(value, "numpy") else np.asarray(value)
+
+
+def _index(fsdp: Any) -> Dict[str, Any]:
+    return {"world_size": fsdp.comm.size, "format": "needle-fsdp-1",
+            "units": [{"name": u.name, "numel": u.numel, "cols": u.cols,
+                       "params": [[n, list(s)] for n, s in zip(u.names, u.shapes)]}
+                      for u in fsdp.units],
+            "shards": [_shard_file(r, fsdp.comm.size) for r in range(fsdp.comm.size)]}
+
+
+def _shard_file(rank: int, world: int) -> str:
+    return f"shard-{rank:05d}-of-{world:05d}.ndl"
+
+
+def save_sharded(fsdp: Any, directory: str, optimizer: Any = None) -> None:
+    """Rank r writes its shards (+ optimizer state); rank 0 the index and the whole tensors."""
+    comm = fsdp.comm
+    os.makedirs(directory, exist_ok=True)
+    payload: Dict[str, Any] = {"units": [u.shard.numpy() for u in fsdp.units]}
+    if optimizer is not None:
+        payload["optimizer"] = optimizer.state_dict()
+    if comm.rank == 0:
+        payload["whole"] = {n: t.numpy() for n, t in _whole_tensors(fsdp).items()}
+    serialization.save(payload, os.path.join(directory, _shard_file(comm.rank, comm.size)))
+    if comm.rank == 0:
+        tmp = os.path.join(directory, "index.json.tmp")
+        with open(tmp, "w") as f:
+            json.dump(_index(fsdp), f, indent=1)
+        os.replace(tmp, os.path.join(directory, "index.json"))
+    comm.barrier()  # nobody reads a checkpoint before every rank has written its part
+
+
+def load_sharded(fsdp: Any, directory: str, optimizer: Any = None) -> None:
+    """Reload ``save_sharded``'s files; the job size and the units must match the index."""
+    comm = fsdp.comm
+    path = os.path.join(directory, "index.json")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"load_sharded (rank {comm.rank}): no index.json in "
+                                f"{directory!r}")
+    with open(path) as f:
+        index = json.load(f)
+    if index["world_size"] != comm.size:
+        raise ValueError(f"load_sharded (rank {comm.rank}): checkpoint was saved by "
+                         f"{index['world_size']} ranks, this job has {comm.size}; load its full "
+                         "state dict instead")
+    want = _index(fsdp)["units"]
+    if index["units"] != want:
+        raise ValueError(f"load_sharded (rank {comm.rank}): the checkpoint's units/parameters "
+                         f"{[u['name'] for u in index['units']]} do not match this model's "
+                         f"{[u['name'] for u in want]}")
+    payload = serialization.load(os.path.join(directory, index["shards"][comm.rank]))
+    for unit, shard in zip(fsdp.units, payload["units"]):
+        unit.shard.cached_data = type(unit.shard.cached_data)(
+            _numpy(shard), device=unit.shard.device, dtype=unit.shard.dtype)
+    whole = serialization.load(os.path.join(directory, index["shards"][0]))["whole"]
+    if whole:
+        fsdp.module.load_state_dict({k: _numpy(v) for k, v in whole.items()}, strict=False)
+    if optimizer is not None:
+        if "optimizer" not in payload:
+            raise ValueError(f"load_sharded (rank {comm.rank}): no optimizer state was saved")
+        optimizer.load_state_dict(payload["optimizer"])

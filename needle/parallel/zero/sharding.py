@@ -1,0 +1,42 @@
+"""Which rank owns which elements: the shard arithmetic of ZeRO and FSDP, as pure functions.
+
+Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models"
+(SC 2020), sec. 5: the Psi parameters are viewed as one flat vector and cut into N equal
+partitions, rank r keeping partition r of whatever is sharded (optimizer state from stage 1,
+gradients from stage 2, parameters from stage 3). Here the flat vector is cut bucket by bucket
+(so that gradients can be reduce-scattered a bucket at a time): a bucket of ``numel`` elements
+is padded to ``N * cols`` (``cols = ceil(numel / N)``) and rank r owns positions
+``[r cols, (r + 1) cols)`` of it. A parameter whose elements straddle that range contributes a
+*piece* to rank r: a contiguous run of its flattened elements.
+"""
+from typing import List, NamedTuple, Sequence
+
+__all__ = ["Piece", "chunk_cols", "owned_pieces"]
+
+
+class Piece(NamedTuple):
+    """Elements ``[start, start + length)`` of parameter ``slot``'s flattened data, held at
+    position ``at`` of the owning rank's shard."""
+
+    slot: int
+    start: int
+    length: int
+    at: int
+
+
+def chunk_cols(numel: int, world: int) -> int:
+    """Elements per rank when ``numel`` elements are padded to a multiple of ``world``."""
+    return -(-numel // world)
+
+
+def owned_pieces(sizes: Sequence[int], world: int, rank: int) -> List[Piece]:
+    """The pieces of a bucket of tensors of ``sizes`` (back to back) that ``rank`` owns."""
+    cols = chunk_cols(sum(sizes), world)
+    lo, hi = rank * cols, (rank + 1) * cols
+    pieces, offset = [], 0
+    for slot, n in enumerate(sizes):
+        a, b = max(lo, offset), min(hi, offset + n)
+        if a < b:
+            pieces.append(Piece(slot, a - offset, b - a, a - lo))
+        offset += n
+    return pieces

@@ -1,0 +1,260 @@
+"""ZeRO stages 1 and 2: each rank keeps optimizer state (and gradients) for 1/N of the model.
+
+Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models"
+(SC 2020), sec. 5.1-5.2. With Psi parameters, P/G bytes per parameter and gradient and K bytes of
+optimizer state per parameter, per-rank model states drop from (P + G + K) Psi to
+
+    stage 1 (P_os):    (P + G) Psi + K Psi / N    optimizer state sharded
+    stage 2 (P_os+g):  P Psi + (G + K) Psi / N    gradients sharded too
+
+(fp32 Adam here: P = G = 4, K = 8; the paper's mixed-precision form has P = G = 2, K = 12).
+
+* Stage 1 wraps a DDP model, whose gradients are already averaged: each rank's optimizer updates
+  only the pieces of parameters it owns (``sharding.py``), then an allgather per bucket gives
+  every rank all updated parameters (the same bytes as the second half of a ring allreduce).
+* Stage 2 takes a plain model: each bucket of gradients is reduce-scattered (averaged) from the
+  gradient hooks as soon as it is full, so a rank only ever keeps its own shard of the gradient;
+  ``step()`` updates the shard and allgathers. There is no allreduce anywhere.
+
+The inner optimizer (``optimizer_class``) runs unchanged on 1-D pieces, so it must update each
+element independently of the others (SGD, Adam, AdamW; not Adafactor, which factors matrices).
+
+    opt = ZeroRedundancyOptimizer(model.parameters(), ndl.optim.Adam, comm, stage=2, lr=1e-3)
+    loss.backward(); opt.step(); opt.reset_grad()
+"""
+import inspect
+from typing import Any, Dict, Iterable, List, Sequence, Tuple
+
+import numpy as np
+
+from ... import autograd
+from ...autograd import Tensor
+from ...backend_ndarray.dtypes import to_numpy_dtype
+from ...optim import SGD, Adam
+from ..data_parallel.buckets import Bucket, BucketReducer, assign_buckets
+from ..data_parallel.replicas import (
+    broadcast_tensors,
+    check_same_shapes,
+    empty_host,
+    host_view,
+    to_tensor,
+)
+from .sharding import chunk_cols, owned_pieces
+
+__all__ = ["ZeroRedundancyOptimizer"]
+
+MB = 1024 * 1024
+
+
+def _param_groups(params: Any) -> List[Tuple[List[Tensor], Dict[str, Any]]]:
+    """``params`` as (tensors, options) groups: a list of Tensors is one group without options."""
+    items = list(params)
+    if items and all(isinstance(g, dict) for g in items):
+        groups = []
+        for i, g in enumerate(items):
+            if "params" not in g:
+                raise ValueError(f"param group {i} has no 'params' key")
+            groups.append((list(g["params"]), {k: v for k, v in g.items() if k != "params"}))
+        return groups
+    return [(items, {})]
+
+
+def _check_optimizer(cls: type, groups: Sequence[Tuple[list, dict]], defaults: Dict[str, Any],
+                     rank: int) -> None:
+    """The inner optimizer must be elementwise and accept every option given to it."""
+    if not isinstance(cls, type):
+        raise TypeError(f"ZeroRedundancyOptimizer: optimizer_class must be a class, got {cls!r}")
+    if not getattr(cls, "elementwise", issubclass(cls, (SGD, Adam))):
+        raise ValueError(f"ZeroRedundancyOptimizer: {cls.__name__} does not update elements "
+                         "independently, so it cannot run on flat shards (use SGD, Adam, AdamW, "
+                         "or set elementwise = True on an optimizer class that does)")
+    sig = inspect.signature(cls.__init__)
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+    accepted = [n for n in sig.parameters if n not in ("self", "params")]
+    options = [("the defaults", defaults)] + [(f"param group {i}", g) for i, (_, g) in
+                                               enumerate(groups)]
+    for where, opts in options:
+        for key in opts:
+            if not takes_any and key not in accepted:
+                raise ValueError(f"ZeroRedundancyOptimizer (rank {rank}): {where} sets {key!r}, "
+                                 f"which {cls.__name__} does not accept (it takes "
+                                 f"{', '.join(accepted)})")
+    for i, (tensors, _) in enumerate(groups):
+        for j, t in enumerate(tensors):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"ZeroRedundancyOptimizer (rank {rank}): param group {i} item "
+                                f"{j} is a {type(t).__name__}, not a Tensor")
+
+
+class _ShardedBucket:
+    """One bucket of parameters and the pieces of them this rank owns."""
+
+    def __init__(self, params: List[Tensor], world: int, rank: int) -> None:
+        self.params = params
+        self.sizes = [int(np.prod(p.shape)) for p in params]
+        self.offsets = list(np.cumsum([0] + self.sizes[:-1]).astype(int))
+        self.numel = sum(self.sizes)
+        self.cols = chunk_cols(self.numel, world)
+        self.pieces = owned_pieces(self.sizes, world, rank)
+        # Each piece is a 1-D Tensor the inner optimizer updates; it starts as a view of its
+        # parameter's elements, and after each step a view of the gathered parameters.
+        self.param_storage: Any = None  # the gathered buffer the parameters are views of
+        self.grad_storage: Any = None  # stage 2: the buffer my pieces' gradients are views of
+        self.tensors = [to_tensor(host_view(params[pc.slot]).reshape(-1)
+                                  [pc.start:pc.start + pc.length], params[pc.slot].device)
+                        for pc in self.pieces]
+
+
+class ZeroRedundancyOptimizer:
+    """``optimizer_class`` over this rank's shard; stage 1 (state) or stage 2 (state + grads)."""
+
+    def __init__(self, params: Iterable[Any], optimizer_class: type, comm: Any, stage: int = 1,
+                 bucket_cap_mb: float = 25.0, **defaults: Any) -> None:
+        if stage not in (1, 2):
+            raise ValueError(f"ZeroRedundancyOptimizer: stage must be 1 or 2 (rank {comm.rank}); "
+                             "stage 3 is FullyShardedDataParallel")
+        if not bucket_cap_mb > 0:
+            raise ValueError(f"ZeroRedundancyOptimizer: bucket_cap_mb must be > 0, got "
+                             f"{bucket_cap_mb!r} (rank {comm.rank})")
+        groups = _param_groups(params)
+        _check_optimizer(optimizer_class, groups, defaults, comm.rank)
+        self.comm, self.stage = comm, stage
+        group_of: Dict[int, int] = {}
+        self.params: List[Tensor] = []
+        for g, (tensors, _) in enumerate(groups):
+            for p in tensors:
+                if p.requires_grad and id(p) not in group_of:  # tied weights once
+                    group_of[id(p)] = g
+                    self.params.append(p)
+        check_same_shapes(comm, [(f"param {i}", p) for i, p in enumerate(self.params)],
+                          "ZeroRedundancyOptimizer")
+        broadcast_tensors(comm, self.params)  # stage 2 wraps a plain model: start from rank 0
+        layout = assign_buckets([p.size * np.dtype(to_numpy_dtype(p.dtype)).itemsize
+                                 for p in self.params], [p.dtype for p in self.params],
+                                bucket_cap_mb * MB, bucket_cap_mb * MB)
+        self.buckets = [_ShardedBucket([self.params[i] for i in idx], comm.size, comm.rank)
+                        for idx in layout]
+        self.optimizers = []
+        for g, (_, opts) in enumerate(groups):
+            mine = [t for b in self.buckets for pc, t in zip(b.pieces, b.tensors)
+                    if group_of[id(b.params[pc.slot])] == g]
+            self.optimizers.append(optimizer_class(mine, **{**defaults, **opts}))
+        self._handles: list = []
+        if stage == 2:
+            self.reducer = BucketReducer(self.params, layout, rows=comm.size,
+                                         launch=self._reduce_scatter, on_done=self._take_shard)
+            self._sharded = {id(b): sb for b, sb in zip(self.reducer.buckets, self.buckets)}
+            self._queued = False
+            self._handles = [p.register_post_accumulate_grad_hook(self._on_grad)
+                             for p in self.params]
+
+    # -- gradients -----------------------------------------------------------------------
+    def _on_grad(self, param: Tensor) -> None:
+        """Stage 2: the gradient goes into its bucket and the full-size ``.grad`` is dropped."""
+        if not self._queued:
+            self._queued = True
+            autograd.queue_callback(self._finish)
+        self.reducer.add(param)
+        param.grad = None
+        self.reducer.launch_ready()
+
+    def _reduce_scatter(self, bucket: Bucket) -> Any:
+        sb = self._sharded[id(bucket)]
+        sb.grad_storage, out = empty_host(bucket.buffer.shape[1], bucket.buffer.dtype)
+        return self.comm.reduce_scatter_async(bucket.buffer, op="sum",
+                                              out=out.reshape(1, -1))
+
+    def _take_shard(self, bucket: Bucket, row: np.ndarray) -> None:
+        """A bucket's reduce-scatter finished: my averaged rows become my pieces' gradients."""
+        sb = self._sharded[id(bucket)]
+        counts = row[0, bucket.cols:]
+        data = row[0, :bucket.cols]
+        data /= self.comm.size
+        for pc, t in zip(sb.pieces, sb.tensors):
+            t.grad = None if counts[pc.slot] == 0 else \
+                to_tensor(data[pc.at:pc.at + pc.length], t.device, t.dtype)
+        bucket.release()
+
+    def _finish(self) -> None:
+        self._queued = False
+        self.reducer.finish()
+
+    def _grads_from_params(self) -> None:
+        """Stage 1: my pieces' gradients are slices of the (DDP-averaged) full gradients."""
+        for b in self.buckets:
+            for pc, t in zip(b.pieces, b.tensors):
+                g = b.params[pc.slot].grad
+                t.grad = None if g is None else \
+                    to_tensor(host_view(g).reshape(-1)[pc.start:pc.start + pc.length], t.device,
+                              t.dtype)
+
+    # -- the step --------------------------------------------------------------------------
+    def step(self) -> None:
+        """Update this rank's pieces, then allgather every bucket's updated parameters."""
+        if self.stage == 1:
+            self._grads_from_params()
+        for opt in self.optimizers:
+            opt.step()
+        works = [self._allgather(b) for b in self.buckets]
+        for b, (work, storage) in zip(self.buckets, works):
+            b.param_storage = storage  # the parameters are views of it from now on
+            self._scatter_params(b, work.wait())
+
+    def _allgather(self, b: _ShardedBucket) -> Tuple[Any, Any]:
+        dtype = to_numpy_dtype(b.params[0].dtype)
+        _, send = empty_host(b.cols, dtype)
+        send[...] = 0
+        for pc, t in zip(b.pieces, b.tensors):
+            send[pc.at:pc.at + pc.length] = host_view(t)
+        keep, out = empty_host(self.comm.size * b.cols, dtype)
+        return self.comm.allgather_async(send, out=out), keep
+
+    def _scatter_params(self, b: _ShardedBucket, gathered: np.ndarray) -> None:
+        """Point every parameter (and my pieces) at the gathered flat buffer: no copies."""
+        for p, off, n in zip(b.params, b.offsets, b.sizes):
+            p.cached_data = to_tensor(gathered[off:off + n].reshape(p.shape), p.device,
+                                      p.dtype).cached_data
+        base = self.comm.rank * b.cols
+        for pc, t in zip(b.pieces, b.tensors):
+            t.cached_data = to_tensor(gathered[base + pc.at:base + pc.at + pc.length],
+                                      t.device, t.dtype).cached_data
+
+    def reset_grad(self) -> None:
+        """Drop the full gradients and this rank's shard gradients."""
+        for p in self.params:
+            p.grad = None
+        for opt in self.optimizers:
+            opt.reset_grad()
+
+    zero_grad = reset_grad
+
+    @property
+    def shard_numel(self) -> int:
+        """Elements of the model this rank updates (its share of Psi, padding excluded)."""
+        return sum(pc.length for b in self.buckets for pc in b.pieces)
+
+    def state_dict(self) -> Dict[str, Any]:
+        """This rank's optimizer state (save one file per rank; reload on the same layout)."""
+        return {"rank": self.comm.rank, "world_size": self.comm.size, "stage": self.stage,
+                "optimizers": [opt.state_dict() for opt in self.optimizers]}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Restore ``state_dict()`` saved by the same rank of a job of the same size."""
+        if state.get("world_size") != self.comm.size or state.get("rank") != self.comm.rank:
+            raise ValueError(f"ZeroRedundancyOptimizer (rank {self.comm.rank}): state saved by "
+                             f"rank {state.get('rank')} of {state.get('world_size')}, this is "
+                             f"rank {self.comm.rank} of {self.comm.size}")
+        for opt, s in zip(self.optimizers, state["optimizers"]):
+            opt.load_state_dict(s)
+
+    def remove_hooks(self) -> None:
+        """Stop reduce-scattering gradients from backward (stage 2)."""
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+    def __repr__(self) -> str:
+        inner = type(self.optimizers[0]).__name__ if self.optimizers else "?"
+        return (f"ZeroRedundancyOptimizer(stage={self.stage}, {inner}, rank {self.comm.rank} of "
+                f"{self.comm.size}, {self.shard_numel} of "
+                f"{sum(b.numel for b in self.buckets)} elements)")
