@@ -187,7 +187,10 @@ class Value:
         if LAZY_MODE:
             value._init(op, inputs, requires_grad=record)
             return value
-        data = op.compute(*[x.realize_cached_data() for x in inputs])
+        if len(inputs) == 1:  # most ops: no argument list to build
+            data = op.compute(inputs[0].realize_cached_data())
+        else:
+            data = op.compute(*[x.realize_cached_data() for x in inputs])
         if record:
             value._init(op, inputs, cached_data=data, requires_grad=True)
         else:  # nothing upstream needs a gradient: keep no graph
