@@ -70,11 +70,13 @@ def test_mlp_resnet_structure():
     assert (block(ndl.Tensor(x)).numpy() >= 0).all()  # the block ends with a ReLU
 
 
+@pytest.mark.slow
 def test_mlp_resnet_reaches_95_percent_on_builtin_digits():
     acc = demo.digits_demo(epochs=10, progress=False)
     assert acc >= 0.95
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (MNIST_DIR / "t10k-images-idx3-ubyte.gz").exists(),
                     reason="MNIST test split not present in ../shared/data/mnist")
 def test_mlp_resnet_on_mnist_test_split():
@@ -108,6 +110,7 @@ def test_resnet9_overfits_a_small_batch_with_the_cifar_loop():
     assert loss < 0.5 * loss0 and acc == 1.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seq_model", ["rnn", "lstm", "transformer"])
 def test_language_model_learns_a_periodic_sequence(seq_model):
     """Each next token is determined by the previous one: loss must fall far below log(5)."""
@@ -133,6 +136,7 @@ def test_language_model_rejects_unknown_seq_model():
 
 
 # ------------------------------------------------------------------------- demo
+@pytest.mark.slow
 def test_demo_runs_end_to_end(capsys):
     demo.main(["--epochs", "1", "--budget", "1", "--no-progress"])
     out = capsys.readouterr().out

@@ -134,6 +134,7 @@ def test_topo_sort_property(inputs: List[List[int]]) -> None:
 
 
 # ---------------------------------------------------------------------- long graphs
+@pytest.mark.slow
 def test_backward_through_100k_node_chain() -> None:
     x = Tensor(np.array([1.0, 2.0]), dtype="float64")
     y = x
@@ -144,6 +145,7 @@ def test_backward_through_100k_node_chain() -> None:
     np.testing.assert_array_equal(x.grad.numpy(), [1.0, 1.0])
 
 
+@pytest.mark.slow
 def test_lazy_realization_of_100k_node_chain(monkeypatch: Any) -> None:
     monkeypatch.setattr(ndl.autograd, "LAZY_MODE", True)
     x = Tensor(np.array([0.5]), dtype="float64", requires_grad=False)

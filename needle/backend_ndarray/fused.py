@@ -23,7 +23,7 @@ __all__ = ["softmax", "softmax_naive", "logsumexp", "logsumexp_naive", "layer_no
 _FLOATS = ("float16", "bfloat16", "float32", "float64")
 
 # The optional primitives used below and the parameters a backend's versions take (flat
-# ``Array`` buffers, compact; tests/backend_ndarray/test_fused.py checks the CUDA backend).
+# ``Array`` buffers, compact; tests/backend_ndarray/test_fused_dispatch.py checks the CUDA backend).
 FUSED_PRIMITIVES = {
     "softmax_rows": ("a", "out", "rows", "cols"),
     "logsumexp_rows": ("a", "out", "rows", "cols"),

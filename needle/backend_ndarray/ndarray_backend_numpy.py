@@ -31,7 +31,7 @@ __tile_size__ = 8
 TILED_MATMUL = False
 
 # The named primitives every backend provides (besides Array and the ewise_/scalar_ families
-# below); tests/test_backend_contract.py checks the CUDA backend against this list.
+# below); tests/backend_ndarray/test_backend_contract.py checks the CUDA backend against it.
 PRIMITIVES = ("fill", "compact", "ewise_setitem", "scalar_setitem", "ewise_astype",
               "ewise_where", "matmul", "reduce_sum", "reduce_max", "take_rows",
               "scatter_add_rows", "from_numpy", "to_numpy")

@@ -34,6 +34,7 @@ def test_type_error_in_half_instantiation_fails():
         compile_check.compile_source(src, "bad.cu", ["k<__half>"])
 
 
+@pytest.mark.slow
 def test_main_prints_every_file(capsys):
     assert compile_check.main([]) == 0
     out = capsys.readouterr().out

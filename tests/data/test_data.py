@@ -14,7 +14,7 @@ from needle import data, metrics
 
 pytestmark = pytest.mark.hw2
 
-MNIST_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mnist"
+MNIST_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "mnist"
 
 
 def _concat(loader):

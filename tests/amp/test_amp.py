@@ -123,6 +123,7 @@ def _train(dtype, steps):
     return float(loss.numpy()), params + act
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype,steps", [("bfloat16", 10), ("float16", 4)])
 def test_memory_and_final_loss_against_float32(dtype, steps):
     ref_loss, ref_bytes = _train(None, steps)
