@@ -3,10 +3,10 @@
     python benchmarks/bench_cuda.py            # everything (about 5 minutes on an H100)
     python benchmarks/bench_cuda.py --quick    # smaller sizes, a smoke test
 
-Targets (issue 6): cuBLAS matmul >= 0.9x torch; elementwise / reduction bandwidth >= 0.8x
+Targets: cuBLAS matmul >= 0.9x torch; elementwise / reduction bandwidth >= 0.8x
 torch; fused softmax / layer norm >= 0.8x torch and >= 2x needle's unfused version; a
 transformer LM training step (d=1024, 8 layers, seq 512) <= 1.3x PyTorch eager's time.
-Issue 5's GPU figure rides along: that step under ``autocast("float16")`` >= 1.5x faster than
+Mixed precision rides along: that step under ``autocast("float16")`` >= 1.5x faster than
 in float32. Ratios are speed ratios (higher is better) except the training step, a time ratio.
 """
 import argparse
@@ -176,7 +176,7 @@ def bench_transformer(batch: int, seq: int, d: int, layers: int, heads: int, voc
 
 
 def bench_amp(batch: int, seq: int, d: int, layers: int, heads: int, vocab: int) -> None:
-    """Issue 5 on the GPU: the same needle transformer step under autocast(float16) with a
+    """Mixed precision on the GPU: the same needle transformer step under autocast(float16) with a
     GradScaler against float32; the figure is the speedup (float32 time / mixed time)."""
     from needle import nn, optim
     from needle.amp import GradScaler, autocast

@@ -1,4 +1,4 @@
-"""Memory-saving training, measured: prints each figure and PASS/FAIL against issue 5's targets.
+"""Memory-saving training, measured: prints each figure and PASS/FAIL against its target.
 
     python benchmarks/bench_memory.py [--quick] [--png benchmarks/memory_vs_layers.png]
 

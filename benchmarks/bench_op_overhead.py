@@ -1,7 +1,7 @@
 """Framework overhead per op: microseconds per small-tensor op with autograd graph building.
 
 needle (NumPy backend) beside PyTorch eager on the CPU, in the same run, on the same 4x4
-float32 inputs with requires_grad=True. Target (issue 2): at most 5 us per op and at most 3x
+float32 inputs with requires_grad=True. Target: at most 5 us per op and at most 3x
 PyTorch's per-op cost.
 
     python benchmarks/bench_op_overhead.py [--iters N]
