@@ -30,17 +30,25 @@ def _comm() -> Any:
     return communicator.create()
 
 
+CPU_SHARE: List[float] = []   # per step: this rank's CPU seconds / wall seconds
+
+
 def _steps(comm: Any, step: Any, n: int) -> float:
-    """Median over n steps (after one warm-up) of the slowest rank's seconds per step."""
+    """Median over n steps (after one warm-up) of the slowest rank's seconds per step; the
+    lowest rank's share of a core during the step is kept in CPU_SHARE (1.0: never waited for
+    a core; a machine shared with other jobs shows less)."""
     step()
     times = []
     for _ in range(n):
         comm.barrier()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         step()
-        dt = time.perf_counter() - t0
-        times.append(float(comm.allreduce(np.array([dt]), op="max")[0]) if comm.size > 1
-                     else dt)
+        dt, dc = time.perf_counter() - t0, time.process_time() - c0
+        if comm.size > 1:
+            dt = float(comm.allreduce(np.array([dt]), op="max")[0])
+            dc = float(comm.allreduce(np.array([dc]), op="min")[0])
+        times.append(dt)
+        CPU_SHARE.append(dc / dt)
     return statistics.median(times)
 
 
@@ -57,7 +65,8 @@ def worker_tp(args: Any) -> Dict[str, Any]:
     def step() -> None:
         out = block(x)
         out.sum().backward(create_graph=False)
-    return {"seconds": _steps(comm, step, args.repeats), "rank": comm.rank}
+    secs = _steps(comm, step, args.repeats)
+    return {"seconds": secs, "rank": comm.rank, "cpu_share": statistics.median(CPU_SHARE)}
 
 
 def _mlp(layers: int, width: int) -> Any:
@@ -158,11 +167,13 @@ def verdict(ok: bool) -> str:
 def section_tp(args: Any, rows: List[str]) -> None:
     common = ["tp", "--hidden", str(args.hidden), "--batch", "1", "--seq", str(args.seq),
               "--repeats", "3"]
-    t1 = launch(1, *common)["seconds"]
-    t2 = launch(2, *common)["seconds"]
+    r1, r2 = launch(1, *common), launch(2, *common)
+    t1, t2 = r1["seconds"], r2["seconds"]
     rows.append(f"TP=2 layer step, hidden {args.hidden}, {args.seq} tokens: 1 rank "
                 f"{t1 * 1e3:.0f} ms, 2 ranks {t2 * 1e3:.0f} ms, speedup {t1 / t2:.2f}x "
-                f"(target >= 1.4x) {verdict(t1 / t2 >= 1.4)}")
+                f"(target >= 1.4x) {verdict(t1 / t2 >= 1.4)}; share of a core per rank: "
+                f"1 rank {r1['cpu_share']:.2f}, 2 ranks {r2['cpu_share']:.2f} (load average "
+                f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
 
 
 def section_sp(args: Any, rows: List[str]) -> None:
