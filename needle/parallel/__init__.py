@@ -25,11 +25,12 @@ from .comm.p2p import ANY_SOURCE, ANY_TAG, P2PStatus
 from .comm.progress import CommTimeoutError, DeadlockError, Work
 from .data_parallel import DataParallelNaive, DistributedDataParallel
 from .mesh import ProcessMesh
+from .param_server import ParameterServer
 from .virtual import RankFailedError
 from .zero import FullyShardedDataParallel, ZeroRedundancyOptimizer
 
 __all__ = ["ANY_SOURCE", "ANY_TAG", "Communicator", "CommTimeoutError", "DataParallelNaive",
            "DeadlockError", "DistributedDataParallel", "FullyShardedDataParallel",
-           "ZeroRedundancyOptimizer",
+           "ZeroRedundancyOptimizer", "ParameterServer",
            "Ledger", "P2PStatus", "ProcessMesh", "RankFailedError", "Record", "Work",
            "communicator", "create", "virtual"]

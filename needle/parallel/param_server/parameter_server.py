@@ -1,0 +1,100 @@
+"""A parameter server: the first rank(s) serve parameters and apply the optimizer, the others
+compute gradients; the lecture's interface, ``ps.push(key, grad)`` and ``ps.pull(key)``.
+
+Li et al., "Scaling Distributed Machine Learning with the Parameter Server" (OSDI 2014);
+consistency models BSP / SSP(s) / ASP as in Ho et al. (NeurIPS 2013), see ``consistency.py``.
+Ranks ``0 .. num_servers - 1`` are servers (``server.py``), the rest workers (``worker.py``);
+keys (parameter names) are dealt round-robin to the servers, so several servers share the
+parameters and the traffic. Messages are point-to-point (``messages.py``).
+
+    ps = ParameterServer(comm, model, ndl.optim.SGD, consistency="ssp", staleness=2, lr=0.1)
+    if ps.is_server:
+        log = ps.serve()                    # until every worker is done (or presumed dead)
+    else:
+        train_worker(ps, model, loss_fn, batches, steps=100)
+
+Under BSP with SGD, W workers each pushing the mean gradient of their slice give exactly the
+synchronous step of one process on the concatenated batch.
+"""
+from typing import Any, Dict, List, Optional
+
+from ..data_parallel.ddp import replicate_from_rank0
+from ..data_parallel.replicas import check_same_shapes
+from .consistency import staleness_of
+from .server import Server, ServerEvent
+from .worker import Worker
+
+__all__ = ["ParameterServer"]
+
+
+class ParameterServer:
+    """This rank's role in a parameter-server job (server or worker) over ``model``'s keys."""
+
+    def __init__(self, comm: Any, model: Any, optimizer_class: Any, num_servers: int = 1,
+                 consistency: str = "bsp", staleness: Optional[int] = None,
+                 timeout: float = 30.0, **optimizer_kwargs: Any) -> None:
+        s = staleness_of(consistency, staleness)
+        if not isinstance(num_servers, int) or not 1 <= num_servers < comm.size:
+            raise ValueError(f"parameter server (rank {comm.rank}): num_servers must be in "
+                             f"1..{comm.size - 1} so that some ranks are workers, got "
+                             f"{num_servers!r}")
+        if not timeout > 0:
+            raise ValueError(f"parameter server (rank {comm.rank}): timeout must be > 0, got "
+                             f"{timeout!r}")
+        self.comm, self.consistency, self.staleness = comm, consistency, s
+        named = list(model.named_parameters())
+        check_same_shapes(comm, named, "ParameterServer")
+        replicate_from_rank0(model, comm, "ParameterServer")
+        self.keys: Dict[str, int] = {name: i for i, (name, _) in enumerate(named)}
+        self.servers = list(range(num_servers))
+        self.workers = list(range(num_servers, comm.size))
+        server_of = {i: i % num_servers for i in range(len(named))}
+        self.is_server = comm.rank < num_servers
+        self._server: Optional[Server] = None
+        self._worker: Optional[Worker] = None
+        if self.is_server:
+            mine = {i: p for i, (_, p) in enumerate(named) if server_of[i] == comm.rank}
+            names = {i: n for i, (n, _) in enumerate(named)}
+            optimizer = optimizer_class(list(mine.values()), **optimizer_kwargs)
+            self._server = Server(comm, mine, names, self.workers, s, optimizer, timeout)
+        else:
+            self._worker = Worker(comm, self.keys, server_of, self.servers)
+
+    # -- servers ---------------------------------------------------------------------------
+    def serve(self) -> List[ServerEvent]:
+        """Run the server loop; returns its log (reads, applies, ticks, deaths)."""
+        if self._server is None:
+            raise RuntimeError(f"rank {self.comm.rank} is a worker, not a server")
+        return self._server.serve()
+
+    # -- workers ---------------------------------------------------------------------------
+    def _as_worker(self) -> Worker:
+        if self._worker is None:
+            raise RuntimeError(f"rank {self.comm.rank} is a server: push/pull are for workers")
+        return self._worker
+
+    def pull(self, key: Any) -> Any:
+        """The current value of parameter ``key`` (a name), as far as consistency allows."""
+        return self._as_worker().pull(key)
+
+    def push(self, key: Any, grad: Any) -> None:
+        """Send the gradient of parameter ``key`` for this iteration."""
+        self._as_worker().push(key, grad)
+
+    def clock(self) -> None:
+        """End this worker's iteration."""
+        self._as_worker().clock()
+
+    def finish(self) -> None:
+        """This worker leaves training."""
+        self._as_worker().finish()
+
+    @property
+    def num_workers(self) -> int:
+        return len(self.workers)
+
+    def __repr__(self) -> str:
+        role = "server" if self.is_server else "worker"
+        bound = {0: "BSP", float("inf"): "ASP"}.get(self.staleness, f"SSP(s={self.staleness})")
+        return (f"ParameterServer({role}, rank {self.comm.rank} of {self.comm.size}, {bound}, "
+                f"{len(self.servers)} server(s), {len(self.keys)} keys)")
