@@ -12,7 +12,9 @@ setup(
     extras_require={
         "cuda": ["cupy-cuda12x"],
         # NVRTC + CUDA headers let CI compile every kernel source without a GPU
+        # coverage: the student-release check; nbclient/ipykernel/matplotlib: the notebooks
         "dev": ["pytest>=7", "hypothesis>=6", "ruff>=0.6", "nvidia-cuda-nvrtc-cu12",
-                "nvidia-cuda-runtime-cu12"],
+                "nvidia-cuda-runtime-cu12", "coverage>=7", "nbclient>=0.7", "nbformat>=5",
+                "ipykernel>=6", "matplotlib>=3.5"],
     },
 )
