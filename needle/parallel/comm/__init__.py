@@ -6,7 +6,8 @@ point-to-point messages), ``progress.py`` (channels, waiting, async handles), ``
 (checking that all ranks passed the same arguments), ``select.py`` (choosing an algorithm),
 ``p2p.py`` (send/recv), ``ledger.py`` (what every call sent), ``transport_mpi.py`` and
 ``transport_inprocess.py`` + ``scheduler.py`` (MPI processes or the virtual cluster's threads),
-``faults.py`` (ending the job when a rank fails), ``convert.py`` (numpy / NDArray / Tensor), and
+``cost_model.py`` (alpha-beta), ``result_pool.py`` (memory for large results), ``faults.py``
+(ending the job when a rank fails), ``convert.py`` (numpy / NDArray / Tensor), and
 ``communicator.py``, the class that puts them together.
 """
 from .communicator import Communicator, create

@@ -36,10 +36,11 @@ from .latency_bound import (
     pairwise_alltoall,
     recursive_doubling_allreduce,
 )
-from .ledger import Ledger, Record, Regions
+from .ledger import Ledger, Regions
 from .p2p import ANY_SOURCE, ANY_TAG, recv_message, send_message
 from .progress import Algorithm, Channel, Stat, Work, drive, mpi, new_stat
 from .reference import UFUNCS, chunk_bounds, finish_avg
+from .result_pool import ResultPool
 from .ring import DEPTH, ring_allgather, ring_allreduce, ring_reduce_scatter_full
 from .select import choose
 from .transport_mpi import MPITransport
@@ -74,6 +75,7 @@ class Communicator:
         self._tags = max(1, self._t.tag_ub // 4)
         self._pool: List[np.ndarray] = []
         self._rd_cache: Dict[tuple, RecursiveDoublingBuffers] = {}
+        self._results = ResultPool()
 
     # -- the collectives ---------------------------------------------------------------------
     def allreduce(self, a: Any, op: str = "sum", algorithm: str = "auto",
@@ -89,7 +91,7 @@ class Communicator:
         _check_op(op)
         algo = choose("allreduce", x.nbytes, self.size, algorithm)
         desc = ("allreduce", "op", op, "dtype", x.dtype, "shape", x.shape, "algorithm", algo)
-        res = _output(out, x.shape, x.dtype)
+        res = self._output(out, x.shape, x.dtype)
 
         def finish(_: Any) -> Any:  # both algorithms leave the sum in ``res``
             return restore(finish_avg(res, self.size) if op == "avg" else res)
@@ -115,7 +117,7 @@ class Communicator:
         x = x.reshape(1) if x.ndim == 0 else x
         algo = choose("allgather", x.nbytes, self.size, algorithm)
         desc = ("allgather", "dtype", x.dtype, "shape", x.shape, "algorithm", algo)
-        res = _output(out, (self.size * x.shape[0],) + x.shape[1:], x.dtype)
+        res = self._output(out, (self.size * x.shape[0],) + x.shape[1:], x.dtype)
         items = max(1, self.chunk_bytes // x.itemsize)
 
         def body(ch: Channel) -> Algorithm:
@@ -142,7 +144,7 @@ class Communicator:
         rows = chunk_bounds(x.shape[0], self.size)
         b = [k * row for k in rows]
         mine = rows[self.rank + 1] - rows[self.rank]
-        res = _output(out, (mine,) + x.shape[1:], x.dtype)
+        res = self._output(out, (mine,) + x.shape[1:], x.dtype)
         items = max(1, self.chunk_bytes // x.itemsize)
         # Partial sums passing through (only p - 2 segments of them are ever used).
         acc_buf, ws = self._take(x.nbytes), self._take(DEPTH * self.chunk_bytes)
@@ -174,7 +176,7 @@ class Communicator:
         algo = choose("broadcast", x.nbytes, self.size, algorithm)
         desc = ("broadcast", "root", root, "dtype", x.dtype, "shape", x.shape,
                 "algorithm", algo)
-        res = _output(out, x.shape, x.dtype)
+        res = self._output(out, x.shape, x.dtype)
         if self.rank == root and res is not x:
             res[...] = x
         items = max(1, self.chunk_bytes // x.itemsize)
@@ -196,7 +198,7 @@ class Communicator:
         algo = choose("reduce", x.nbytes, self.size, algorithm)
         desc = ("reduce", "root", root, "op", op, "dtype", x.dtype, "shape", x.shape,
                 "algorithm", algo)
-        res = np.empty_like(x)
+        res = self._results.empty(x.shape, x.dtype)
         items = max(1, self.chunk_bytes // x.itemsize)
         ws = self._take(items * x.itemsize)
 
@@ -224,7 +226,8 @@ class Communicator:
         desc = ("alltoall", "dtype", x.dtype, "shape", x.shape, "algorithm", algo)
         b = chunk_bounds(x.shape[0], self.size)
         row = int(np.prod(x.shape[1:], dtype=np.int64))
-        res = np.empty((self.size * (b[self.rank + 1] - b[self.rank]),) + x.shape[1:], x.dtype)
+        res = self._results.empty((self.size * (b[self.rank + 1] - b[self.rank]),) + x.shape[1:],
+                                  x.dtype)
 
         def body(ch: Channel) -> Algorithm:
             return pairwise_alltoall(ch, x.reshape(-1), res.reshape(-1), x.shape[0], row)
@@ -358,16 +361,17 @@ class Communicator:
                    finish: Callable[[Any], Any], block: bool, label: Optional[str]) -> Any:
         """Recursive doubling allreduce with the argument check inside its messages.
 
-        A blocking call reuses the buffers of the previous call of the same size, dtype and op
-        (small allreduces are latency-bound: allocating and viewing costs as much as sending).
+        A blocking call reuses the buffers (and the argument hash) of the previous call of the
+        same shape, dtype and op: small allreduces are latency-bound, and allocating, viewing
+        and hashing would cost as much as sending.
         """
         stat = self._stat("allreduce")
         stat["calls"] += 1
-        tag, nbytes = self._tag(), x.nbytes
-        bufs = self._rd_buffers(nbytes, x.dtype, op, cached=block)
+        tag = self._tag()
+        bufs = self._rd_buffers(x, op, desc, cached=block)
         bufs.data[...] = x.reshape(-1)
-        metadata.fill_header(bufs, desc)
-        ch = Channel(self._t, tag, bufs.work.nbytes - nbytes)
+        bufs.hmv[0] = bufs.hmv[1] = bufs.hash
+        ch = Channel(self._t, tag, bufs.size - x.nbytes)
         describe = self._describe("allreduce", [ch])
         t0 = time.perf_counter() if self.ledger.enabled else None
         label = self._regions.label(label)
@@ -375,7 +379,7 @@ class Communicator:
         def fused() -> Algorithm:
             try:
                 yield from recursive_doubling_allreduce(ch, bufs)
-                self._raise_if_mismatch(bufs, tag, desc, describe)
+                self._raise_if_mismatch(bufs, tag, bufs.desc, describe)
                 res.reshape(-1)[...] = bufs.data
                 if t0 is not None:
                     self._record("allreduce", "recursive_doubling", label, ch, t0)
@@ -387,8 +391,7 @@ class Communicator:
     def _record(self, name: str, algo: str, label: Optional[str], ch: Channel, t0: float,
                 peer: Optional[int] = None) -> None:
         sent, recvd, msgs = ch.payload()
-        self.ledger.add(Record(name, algo, label, sent, recvd, msgs, time.perf_counter() - t0,
-                               peer))
+        self.ledger.add((name, algo, label, sent, recvd, msgs, time.perf_counter() - t0, peer))
 
     def _p2p_done(self, name: str, hdr: Channel, data: Channel, label: Optional[str],
                   t0: Optional[float], peer: int) -> None:
@@ -396,8 +399,8 @@ class Communicator:
         data.flush(self._stat(name))
         if t0 is not None:
             sent, recvd, msgs = data.payload()
-            self.ledger.add(Record(name, "p2p", label, sent, recvd, msgs + hdr.nsend,
-                                   time.perf_counter() - t0, peer))
+            self.ledger.add((name, "p2p", label, sent, recvd, msgs + hdr.nsend,
+                             time.perf_counter() - t0, peer))
 
     def _check_peer(self, peer: int, tag: int, any_tag: bool = False) -> None:
         if not 0 <= peer < self.size:
@@ -412,17 +415,19 @@ class Communicator:
         describe = _Describe(self, "split", self._seq, [ch])
         return drive(ring_allgather(ch, vals, out, vals.size), self._t, self.timeout, describe)
 
-    def _rd_buffers(self, nbytes: int, dtype: Any, op: str,
+    def _rd_buffers(self, x: np.ndarray, op: str, desc: tuple,
                     cached: bool) -> RecursiveDoublingBuffers:
-        """Recursive-doubling buffers: the cached set for blocking calls, else a fresh one."""
-        if not cached:
-            return RecursiveDoublingBuffers(nbytes, dtype, op, self._t)
-        key = (nbytes, dtype, op)
-        bufs = self._rd_cache.get(key)
+        """Recursive-doubling buffers for ``x`` (with ``desc`` and its hash): the cached set for
+        blocking calls, else a fresh one."""
+        key = (x.shape, x.dtype, op)
+        bufs = self._rd_cache.get(key) if cached else None
         if bufs is None:
-            if len(self._rd_cache) >= 64:  # bounded: a long run may see many sizes
-                self._rd_cache.clear()
-            bufs = self._rd_cache[key] = RecursiveDoublingBuffers(nbytes, dtype, op, self._t)
+            bufs = RecursiveDoublingBuffers(x.nbytes, x.dtype, op, self._t)
+            bufs.desc, bufs.hash = desc, metadata.describe_hash(desc)
+            if cached:
+                if len(self._rd_cache) >= 64:  # bounded: a long run may see many shapes
+                    self._rd_cache.clear()
+                self._rd_cache[key] = bufs
         return bufs
 
     def _raise_if_mismatch(self, bufs: RecursiveDoublingBuffers, tag: int, desc: tuple,
@@ -435,6 +440,12 @@ class Communicator:
         if stat is None:
             stat = self.stats[name] = new_stat()
         return stat
+
+    def _output(self, out: Optional[np.ndarray], shape: tuple, dtype: Any) -> np.ndarray:
+        """``out`` checked, or a result array (large ones reuse dropped results' memory)."""
+        if out is None:
+            return self._results.empty(shape, dtype)
+        return _check_out(out, shape, dtype)
 
     def _take(self, nbytes: int) -> np.ndarray:
         """A reusable scratch buffer of at least ``nbytes`` (returned to the pool after use)."""
@@ -482,9 +493,7 @@ def _check_op(op: str) -> None:
         raise ValueError(f"unknown op {op!r}; choose from {sorted(UFUNCS)}")
 
 
-def _output(out: Optional[np.ndarray], shape: tuple, dtype: Any) -> np.ndarray:
-    if out is None:
-        return np.empty(shape, dtype=dtype)
+def _check_out(out: np.ndarray, shape: tuple, dtype: Any) -> np.ndarray:
     if not isinstance(out, np.ndarray) or out.shape != tuple(shape) or out.dtype != dtype \
             or not out.flags.c_contiguous:
         raise ValueError(f"out must be a C-contiguous numpy array of shape {shape}, {dtype}")

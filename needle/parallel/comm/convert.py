@@ -22,6 +22,8 @@ def _needle_types() -> Tuple[Any, Any]:
 def to_numpy(a: Any) -> Tuple[np.ndarray, Restore]:
     """A C-contiguous numpy view or copy of ``a``, and a function turning results back into
     ``a``'s kind (and device)."""
+    if type(a) is np.ndarray and a.flags.c_contiguous:  # the common case, first
+        return a, _identity
     if isinstance(a, (np.ndarray, np.generic, int, float, bool)):
         return _contiguous(np.asarray(a)), _identity
     ndarray_cls, tensor_cls = _needle_types()

@@ -14,11 +14,13 @@ operations in MPICH", IJHPCA 19(1), 2005:
 * **Pairwise exchange alltoall** (Section 4.5): in step i rank r sends to ``r + i`` and receives
   from ``r - i`` (``r XOR i`` when p is a power of two).
 
-The recursive doubling allreduce carries a 16-byte *header* after the data: ``[h, -h]`` where h
-is a hash of the call's arguments.  Reducing headers with ``min`` gives every rank ``min h`` and
-``-max h``, so every rank learns whether all ranks passed the same arguments at no extra
-message cost.  With an empty payload the same function is the cheap metadata check used before
-every other collective (see ``metadata.py``).
+The recursive doubling allreduce carries a 16-byte *header* after the data: a hash h of the
+call's arguments.  Each step compares the partner's header with ours; a different hash, a
+message of the wrong size or a partner's ``POISON`` makes ours ``POISON``.  Since every rank's
+header reaches every rank exactly as the data does, all ranks end with h when every rank passed
+the same arguments and with ``POISON`` otherwise, at no extra message cost.  With an empty
+payload the same function is the cheap metadata check used before every other collective (see
+``metadata.py``).
 """
 from typing import Any, List
 
@@ -53,18 +55,23 @@ class RecursiveDoublingBuffers:
         self.thdr = self.tmp[hoff:hoff + HEADER].view(np.int64)
         self.statuses = [transport.new_status(), transport.new_status()]
         self.byte = transport.byte
+        self.size = self.work.nbytes
+        # Python views of the headers: reading one int costs less than a numpy comparison.
+        self.hmv, self.thmv = memoryview(self.hdr), memoryview(self.thdr)
 
     def received_ok(self, truncated: bool) -> bool:
         """Did the last receive bring a message of exactly our size?"""
-        return not truncated and self.statuses[0].Get_count(self.byte) == self.work.nbytes
+        return not truncated and self.statuses[0].Get_count(self.byte) == self.size
 
     def combine(self, truncated: bool) -> None:
-        """Reduce the partner's vector into ours (or poison the header on a size mismatch)."""
-        if not self.received_ok(truncated) or self.hdr[0] == POISON:
-            self.hdr[:] = POISON  # wrong-size message: poison, but keep going so nobody hangs
-            return
-        self.ufunc(self.data, self.tdata, out=self.data)
-        np.minimum(self.hdr, self.thdr, out=self.hdr)
+        """Reduce the partner's vector into ours, or poison our header if the partner's differs
+        (other arguments, a wrong-size message, or already poisoned): keep going so nobody
+        hangs."""
+        hmv = self.hmv
+        if not self.received_ok(truncated) or self.thmv[0] != hmv[0]:
+            hmv[0] = hmv[1] = POISON
+        elif hmv[0] != POISON:
+            self.ufunc(self.data, self.tdata, out=self.data)
 
 
 def recursive_doubling_allreduce(ch: Channel, bufs: RecursiveDoublingBuffers) -> Algorithm:
@@ -77,7 +84,7 @@ def recursive_doubling_allreduce(ch: Channel, bufs: RecursiveDoublingBuffers) ->
         yield [ch.isend(work, r + 1)]
         truncated = yield ([ch.irecv(work, r + 1)], statuses[:1])
         if not bufs.received_ok(truncated):
-            bufs.hdr[:] = POISON
+            bufs.hmv[0] = bufs.hmv[1] = POISON
         return work
     if r < 2 * rem:
         truncated = yield ([ch.irecv(tmp, r - 1)], statuses[:1])

@@ -13,14 +13,14 @@ check's 16-byte headers and the point-to-point shape headers are not payload; th
 nonblocking call, to the ``wait``/``test`` that finished it).  Bytes are exact: a ring allreduce
 of N bytes on p ranks records ``2 (p - 1) / p * N`` sent when p divides N.
 
-The newest ``maxlen`` records are kept; the totals behind ``summary()`` and ``total()`` are
-exact over every call since the last ``reset()``.  ``disable()`` stops recording (a disabled
-ledger costs one attribute test per call).  Every communicator has its own ledger and regions,
-including each one made by ``split``: record a tensor-parallel layer on the tp communicator.
+Up to ``maxlen`` of the newest records are kept; older ones are folded into totals, so
+``summary()`` and ``total()`` are exact over every call since the last ``reset()``.
+``disable()`` stops recording (a disabled ledger costs one attribute test per call).  Every
+communicator has its own ledger and regions, including each one made by ``split``: record a
+tensor-parallel layer on the tp communicator.
 """
 import contextlib
-from collections import deque
-from typing import Deque, Dict, Iterator, List, NamedTuple, Optional, Tuple
+from typing import Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 
 class Record(NamedTuple):
@@ -41,37 +41,51 @@ class Ledger:
 
     def __init__(self, maxlen: int = 100_000) -> None:
         self.enabled = True
-        self._records: Deque[Record] = deque(maxlen=maxlen)
-        self._totals: Dict[Tuple[Optional[str], str], List[float]] = {}
+        self.maxlen = maxlen
+        self._records: List[tuple] = []  # plain tuples (cheapest to append), Record on reading
+        self._folded: Dict[Tuple[Optional[str], str], List[float]] = {}  # totals of dropped ones
 
-    def add(self, record: Record) -> None:
-        """Append a record (the communicator calls this)."""
+    def add(self, record: tuple) -> None:
+        """Append a record: a ``Record`` or a tuple of its fields (the communicator's)."""
         self._records.append(record)
-        key = (record.label, record.name)
-        tot = self._totals.get(key)
-        if tot is None:
-            tot = self._totals[key] = [0, 0, 0, 0, 0.0]
-        tot[0] += 1
-        tot[1] += record.bytes_sent
-        tot[2] += record.bytes_recv
-        tot[3] += record.messages
-        tot[4] += record.seconds
+        if len(self._records) > self.maxlen:  # fold the oldest half into the totals
+            half = len(self._records) // 2
+            self._accumulate(self._folded, self._records[:half])
+            del self._records[:half]
+
+    @staticmethod
+    def _accumulate(totals: Dict[Tuple[Optional[str], str], List[float]],
+                    records: List[tuple]) -> None:
+        for rec in records:
+            tot = totals.get((rec[2], rec[0]))
+            if tot is None:
+                tot = totals[(rec[2], rec[0])] = [0, 0, 0, 0, 0.0]
+            tot[0] += 1
+            tot[1] += rec[3]
+            tot[2] += rec[4]
+            tot[3] += rec[5]
+            tot[4] += rec[6]
+
+    def _totals(self) -> Dict[Tuple[Optional[str], str], List[float]]:
+        totals = {key: list(t) for key, t in self._folded.items()}
+        self._accumulate(totals, self._records)
+        return totals
 
     @property
     def records(self) -> List[Record]:
         """The kept records, oldest first."""
-        return list(self._records)
+        return [Record(*rec) for rec in self._records]
 
     def __len__(self) -> int:
         return len(self._records)
 
     def __iter__(self) -> Iterator[Record]:
-        return iter(list(self._records))
+        return iter(self.records)
 
     def reset(self) -> None:
         """Forget every record and total."""
         self._records.clear()
-        self._totals.clear()
+        self._folded.clear()
 
     def enable(self) -> None:
         """Record calls (the default)."""
@@ -93,7 +107,7 @@ class Ledger:
     def _rows(self, name: Optional[str], label: Optional[str]) -> List[List[float]]:
         def under(lab: Optional[str]) -> bool:
             return label is None or lab == label or (lab or "").startswith(label + "/")
-        return [t for (lab, nm), t in self._totals.items()
+        return [t for (lab, nm), t in self._totals().items()
                 if (name is None or nm == name) and under(lab)]
 
     def total(self, name: Optional[str] = None, label: Optional[str] = None,
@@ -112,13 +126,14 @@ class Ledger:
         head = (f"{'label':<28} {'collective':<15} {'calls':>6} {'bytes_sent':>12} "
                 f"{'bytes_recv':>12} {'msgs':>7} {'time_ms':>9}")
         rows = [head, "-" * len(head)]
+        totals = self._totals()
         for (label, name), (calls, sent, recv, msgs, sec) in sorted(
-                self._totals.items(), key=lambda kv: (kv[0][0] or "", kv[0][1])):
+                totals.items(), key=lambda kv: (kv[0][0] or "", kv[0][1])):
             rows.append(f"{(label or '-')[:28]:<28} {name:<15} {calls:>6} {sent:>12} {recv:>12} "
                         f"{msgs:>7} {sec * 1e3:>9.3f}")
-        sent = sum(t[1] for t in self._totals.values())
-        recv = sum(t[2] for t in self._totals.values())
-        calls = sum(t[0] for t in self._totals.values())
+        sent = sum(t[1] for t in totals.values())
+        recv = sum(t[2] for t in totals.values())
+        calls = sum(t[0] for t in totals.values())
         rows.append(f"{'total':<28} {'':<15} {calls:>6} {sent:>12} {recv:>12}")
         return "\n".join(rows)
 

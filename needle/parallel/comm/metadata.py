@@ -3,10 +3,11 @@
 A collective whose ranks disagree about the size, dtype or op would otherwise hang (a receive
 that never matches) or, worse, silently compute garbage.  Before moving data each rank therefore
 describes its call as a short string ("allreduce op=sum dtype=float32 shape=(4, 3) ..."), hashes
-it to an integer h and runs a recursive-doubling allreduce of the 16-byte header ``[h, -h]`` with
-``min`` (``latency_bound.recursive_doubling_allreduce`` with no payload).  Everyone ends up with
-``min h`` and ``-max h``; they agree iff all ranks hashed the same string.  The small-message
-allreduce carries the same header inside its data messages, so its check costs nothing extra.
+it to an integer h and runs a recursive-doubling exchange of a 16-byte header holding h
+(``latency_bound.recursive_doubling_allreduce`` with no payload): each step compares the
+partner's header with its own and poisons its own on a difference, so every rank ends with h iff
+all ranks hashed the same string.  The small-message allreduce carries the same header inside
+its data messages, so its check costs nothing extra.
 
 Only when the hashes differ do the ranks exchange their full description strings (a ring
 allgather of fixed-size byte records) so that every rank can raise the same ``ValueError``
@@ -39,16 +40,14 @@ def describe_hash(desc: tuple) -> int:
 
 
 def fill_header(bufs: RecursiveDoublingBuffers, desc: tuple) -> None:
-    """Write the header ``[h, -h]`` for ``desc`` after the payload of ``bufs.work``."""
+    """Write the header for ``desc`` after the payload of ``bufs.work``."""
     h = describe_hash(desc)
-    bufs.hdr[0] = h
-    bufs.hdr[1] = -h
+    bufs.hmv[0] = bufs.hmv[1] = h
 
 
 def header_agrees(bufs: RecursiveDoublingBuffers) -> bool:
-    """After the reduction: did every rank contribute the same hash?"""
-    lo = bufs.hdr[0]
-    return lo != POISON and lo == -bufs.hdr[1]
+    """After the exchange: did every rank contribute the same hash?"""
+    return bufs.hmv[0] != POISON
 
 
 def mismatch_error(transport: Any, tag: int, desc: tuple, timeout: float,

@@ -1,0 +1,60 @@
+"""The alpha-beta (Hockney) cost model: a message of n bytes costs ``alpha + n * beta`` seconds.
+
+The textbook analysis of collectives (Thakur, Rabenseifner and Gropp, IJHPCA 2005; Chan et al.,
+"Collective communication: theory, practice, and experience", 2007) charges every message a
+latency ``alpha`` and every byte a transfer time ``beta``.  A rank's sends happen one after the
+other, so a collective takes about ``max over ranks of (messages sent * alpha + bytes sent *
+beta)``; for the ring allreduce on p ranks and N bytes that is the classic
+``2 (p - 1) alpha + 2 (p - 1) / p * N beta``.
+
+``predict`` applies the model to a message trace: the list of messages a run actually sent,
+recorded by the virtual cluster (``virtual.Cluster(p, trace=True)``), so the prediction counts
+every message of the real schedule, pieces and argument checks included.  ``fit`` measures alpha
+and beta from timed point-to-point exchanges (``benchmarks/bench_collectives.py`` does this and
+prints predicted against measured times).  The defaults below were measured by that benchmark on
+this project's 2-core machine (``mpiexec -n 2``, shared memory).
+"""
+from typing import Dict, Iterable, NamedTuple, Sequence
+
+import numpy as np
+
+ALPHA = 2.0e-6  # seconds per message (measured: see benchmarks/README.md, "Collectives")
+BETA = 1.0e-10  # seconds per byte (about 10 GB/s)
+
+
+class CostModel(NamedTuple):
+    """``alpha`` seconds per message, ``beta`` seconds per byte."""
+
+    alpha: float = ALPHA
+    beta: float = BETA
+
+    def message(self, nbytes: int) -> float:
+        """Seconds to send one message of ``nbytes``."""
+        return self.alpha + nbytes * self.beta
+
+    def per_rank(self, trace: Iterable) -> Dict[int, float]:
+        """Seconds each sender spends sending its messages (``trace``: items with ``.src`` and
+        ``.nbytes``, e.g. ``transport_inprocess.Message``)."""
+        busy: Dict[int, float] = {}
+        for m in trace:
+            busy[m.src] = busy.get(m.src, 0.0) + self.alpha + m.nbytes * self.beta
+        return busy
+
+    def predict(self, trace: Iterable) -> float:
+        """Predicted seconds of the traced run: the busiest sender's total."""
+        busy = self.per_rank(trace)
+        return max(busy.values()) if busy else 0.0
+
+    @classmethod
+    def fit(cls, sizes: Sequence[int], seconds: Sequence[float]) -> "CostModel":
+        """Least-squares ``alpha`` and ``beta`` from one-message times at several sizes, with
+        relative errors (so the small sizes, which decide alpha, weigh as much as the large)."""
+        n = np.asarray(sizes, dtype=np.float64)
+        t = np.asarray(seconds, dtype=np.float64)
+        a = np.stack([1.0 / t, n / t], axis=1)  # (alpha + n beta) / t ~ 1
+        (alpha, beta), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
+        return cls(float(max(alpha, 0.0)), float(max(beta, 0.0)))
+
+    def ring_allreduce(self, nbytes: int, p: int) -> float:
+        """The textbook ring allreduce time ``2 (p - 1) (alpha + N / p * beta)``."""
+        return 2 * (p - 1) * (self.alpha + nbytes / p * self.beta) if p > 1 else 0.0
