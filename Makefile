@@ -29,7 +29,7 @@ bench: install
 	$(PYTHON) benchmarks/bench_op_overhead.py
 	$(PYTHON) benchmarks/bench_train.py
 	$(PYTHON) benchmarks/bench_memory.py
-	$(PYTHON) -m needle.parallel.launch -n 2 --no-prefix -m needle.parallel.bench
+	$(PYTHON) -m needle.parallel.launch -n 2 --no-prefix benchmarks/bench_collectives.py
 
 clean:
 	rm -rf build *.egg-info .pytest_cache
