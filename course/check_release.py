@@ -1,0 +1,135 @@
+"""Check the student release against the reference: what `make student` promises.
+
+1. the release imports, and ``python -m apps.demo`` there fails only with NotImplementedError;
+2. every graded test fails in the release, with NotImplementedError;
+3. every graded test passes in the reference, and every solution region runs under the graded
+   tests (line coverage of one graded run; ``UNTRACED`` regions are named in the rubric);
+4. every rubric pattern names at least one test.
+
+    python -m course.check_release [--out build/student-check]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from .exercises import EXERCISES, UNTRACED
+from .make_student import ROOT, Region, all_regions, make_release
+
+PYTEST = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "--graded"]
+
+
+def _env(root: Path) -> Dict[str, str]:
+    # the release's own packages first, whatever is installed (pip install -e of the reference)
+    return {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def _graded_run(root: Path, report: Path, prefix: Sequence[str] = (), timeout: float = 1800,
+                env: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+    cmd = [sys.executable, *prefix, *PYTEST, "--grade-report", str(report), "tests"]
+    subprocess.run(cmd, cwd=root, env={**_env(root), **(env or {})}, capture_output=True,
+                   text=True, timeout=timeout)
+    if not report.exists():
+        raise RuntimeError(f"graded run in {root} wrote no report: {' '.join(cmd)}")
+    return json.loads(report.read_text())
+
+
+def _tests(report: Dict[str, Any]) -> List[Dict[str, Any]]:
+    return [t for ex in report["exercises"] for t in ex["tests"]]
+
+
+def check_imports_and_demo(release: Path) -> List[str]:
+    """Problems with importing the release or with its demo's failure."""
+    problems = []
+    code = ("import needle, apps.simple_ml, apps.mlp_resnet, apps.models, apps.demo; "
+            "print(needle.__file__)")
+    res = subprocess.run([sys.executable, "-c", code], cwd=release, env=_env(release),
+                         capture_output=True, text=True, timeout=300)
+    if res.returncode != 0:
+        problems.append(f"the release does not import:\n{res.stderr[-2000:]}")
+    elif not Path(res.stdout.strip()).resolve().is_relative_to(release.resolve()):
+        problems.append(f"the release imported the reference needle: {res.stdout.strip()}")
+    res = subprocess.run([sys.executable, "-m", "apps.demo", "--epochs", "1", "--budget", "1",
+                          "--no-progress"], cwd=release, env=_env(release),
+                         capture_output=True, text=True, timeout=300)
+    last = res.stderr.strip().splitlines()[-1:] or [""]
+    if res.returncode == 0 or not last[0].startswith("NotImplementedError"):
+        problems.append(f"the release's demo should fail with NotImplementedError, got rc "
+                        f"{res.returncode}: {last[0]!r}")
+    return problems
+
+
+def check_release_fails(release: Path, workdir: Path) -> List[str]:
+    """Graded tests that do not fail with NotImplementedError in the release."""
+    report = _graded_run(release, workdir / "release.json",
+                         env={"HYPOTHESIS_PROFILE": "grade-failfast"})
+    return [f"{t['test']}: {t['outcome']} {t['message'][:200]}" for t in _tests(report)
+            if t["outcome"] == "passed" or (t["outcome"] == "failed"
+                                            and "NotImplementedError" not in t["message"])]
+
+
+def check_reference(workdir: Path, root: Path = ROOT) -> Dict[str, List[str]]:
+    """Graded tests failing in the reference, regions no graded test runs, empty patterns."""
+    rc = workdir / "coveragerc"
+    rc.write_text(f"[run]\ndata_file = {workdir / 'coverage.dat'}\n"
+                  f"source = {root / 'needle'},{root / 'apps'}\n")
+    report = _graded_run(root, workdir / "reference.json",
+                         prefix=["-m", "coverage", "run", f"--rcfile={rc}"])
+    failing = [f"{t['test']}: {t['message'][:200]}" for t in _tests(report)
+               if t["outcome"] == "failed"]
+    import coverage
+    data = coverage.CoverageData(basename=str(workdir / "coverage.dat"))
+    data.read()
+    executed = {Path(f).resolve(): set(data.lines(f) or ()) for f in data.measured_files()}
+    exercises = {ex.name for ex in EXERCISES}
+    uncovered = []
+    for region in all_regions(root):
+        if region.key in UNTRACED:
+            continue
+        lines = executed.get((root / region.path).resolve(), set())
+        if not any(region.begin < n < region.end for n in lines):
+            uncovered.append(f"{region.key} (line {region.begin})")
+    keys = {r.key for r in all_regions(root)}
+    stale = [f"UNTRACED names no region: {k}" for k in UNTRACED if k not in keys]
+    stale += [f"UNTRACED names no exercise: {v}" for v in UNTRACED.values() if v not in exercises]
+    seen = {ex["exercise"] for ex in report["exercises"]}
+    stale += [f"exercise {n} matches no test" for n in sorted(exercises - seen)]
+    return {"failing": failing, "uncovered": uncovered, "stale": stale}
+
+
+def run_all(workdir: Path) -> Dict[str, List[str]]:
+    """Every check; an empty list per key means it holds."""
+    release = workdir / "student"
+    regions: List[Region] = make_release(release)
+    res = {"stubbed": [f"{len(regions)} regions"],
+           "imports_and_demo": check_imports_and_demo(release),
+           "release_not_failing": check_release_fails(release, workdir)}
+    res.update(check_reference(workdir))
+    return res
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the checks and print what does not hold."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=None, help="work folder (default: a temporary one)")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(args.out or tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        res = run_all(workdir)
+    bad = 0
+    for key, items in res.items():
+        if key != "stubbed":
+            bad += len(items)
+        print(f"{key}: {len(items)}")
+        for item in items:
+            print("   ", item)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

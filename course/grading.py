@@ -1,0 +1,165 @@
+"""pytest plugin behind `make grade`: graded tests, their outcomes, the score table and JSON.
+
+Loaded for every run by the repository's top-level ``conftest.py``. A graded test carries
+``@pytest.mark.grade("hw1.ops.matmul", points=2)``, written on the test or given at collection
+from the rubric (``course/exercises.py``). Options:
+
+    --graded               run only graded tests
+    --grade-report PATH    print the score per exercise and homework, and write it as JSON
+"""
+import json
+import re
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import pytest
+
+from .exercises import EXERCISES
+
+_KEY = pytest.StashKey[Dict[str, Any]]()
+
+try:  # HYPOTHESIS_PROFILE=grade-failfast: a failing property test fails at once (no shrinking),
+    # so the student release, where every graded test fails, is checked in seconds
+    from hypothesis import HealthCheck, Phase, settings
+    settings.register_profile("grade-failfast", max_examples=10, deadline=None,
+                              derandomize=True, database=None, report_multiple_bugs=False,
+                              phases=(Phase.explicit, Phase.reuse, Phase.generate),
+                              suppress_health_check=list(HealthCheck))
+except ImportError:  # hypothesis is a dev dependency
+    pass
+
+
+def _rubric() -> Dict[str, List[Tuple["re.Pattern[str]", str, int]]]:
+    """test module -> [(test-id regex, exercise, points)] in rubric order."""
+    table: Dict[str, List[Tuple["re.Pattern[str]", str, int]]] = {}
+    for ex in EXERCISES:
+        for pattern in ex.tests:
+            module, _, test = pattern.partition("::")
+            regex = re.compile("".join(".*" if part == "*" else re.escape(part)
+                                       for part in re.split(r"(\*)", test)) + r"\Z")
+            table.setdefault(module, []).append((regex, ex.name, ex.points))
+    return table
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("grade", "course grader (make grade)")
+    group.addoption("--graded", action="store_true", help="run only graded tests")
+    group.addoption("--grade-report", default=None, metavar="PATH",
+                    help="print the score table and write it as JSON to PATH")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "grade(exercise, points=1): a graded test of `exercise`")
+    config.stash[_KEY] = {"tests": {}, "reports": []}
+    config.pluginmanager.register(_Recorder(config.stash[_KEY]["reports"]), "grade-recorder")
+
+
+class _Recorder:
+    """Keeps every test report (the summary hook reads them back)."""
+
+    def __init__(self, reports: List[pytest.TestReport]) -> None:
+        self.reports = reports
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.reports.append(report)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
+    state = config.stash[_KEY]
+    rubric = _rubric()
+    keep, drop = [], []
+    for item in items:
+        marker = item.get_closest_marker("grade")
+        if marker is not None:
+            exercise, points = marker.args[0], marker.kwargs.get("points", 1)
+        else:
+            exercise = None
+            for regex, name, pts in rubric.get(Path(str(item.fspath)).stem, ()):
+                if regex.match(item.name):
+                    exercise, points = name, pts
+                    item.add_marker(pytest.mark.grade(name, points=pts))
+                    break
+        if exercise is not None:
+            state["tests"][item.nodeid] = (exercise, points)
+        (keep if exercise is not None or not config.getoption("--graded") else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def _outcomes(tests: Dict[str, Tuple[str, int]], reports: List[pytest.TestReport]
+              ) -> Dict[str, Tuple[str, str]]:
+    """nodeid -> (passed | failed | skipped, first line of the failure)."""
+    res: Dict[str, Tuple[str, str]] = {}
+    for rep in reports:
+        if rep.nodeid not in tests:
+            continue
+        if rep.failed:
+            crash = getattr(rep.longrepr, "reprcrash", None)
+            message = crash.message if crash is not None else str(rep.longrepr)[-500:]
+            res[rep.nodeid] = ("failed", message)
+        elif rep.skipped and rep.nodeid not in res:
+            res[rep.nodeid] = ("skipped", "")
+        elif rep.when == "call" and rep.passed and rep.nodeid not in res:
+            res[rep.nodeid] = ("passed", "")
+    return res
+
+
+def score(tests: Dict[str, Tuple[str, int]], outcomes: Dict[str, Tuple[str, str]]
+          ) -> Dict[str, Any]:
+    """The report: per exercise (points x passed / run) and per homework."""
+    exercises: Dict[str, Dict[str, Any]] = {}
+    for nodeid, (name, points) in tests.items():
+        ex = exercises.setdefault(name, {"exercise": name, "points": points, "passed": 0,
+                                         "failed": 0, "skipped": 0, "tests": []})
+        outcome, message = outcomes.get(nodeid, ("skipped", "not run"))
+        ex[outcome] += 1
+        ex["tests"].append({"test": nodeid, "outcome": outcome, "message": message})
+    homeworks: Dict[str, Dict[str, float]] = {}
+    for ex in exercises.values():
+        run = ex["passed"] + ex["failed"]
+        ex["earned"] = round(ex["points"] * ex["passed"] / run, 2) if run else 0.0
+        ex["max"] = ex["points"] if run else 0
+        hw = homeworks.setdefault(ex["exercise"].split(".")[0], {"earned": 0.0, "max": 0})
+        hw["earned"] = round(hw["earned"] + ex["earned"], 2)
+        hw["max"] += ex["max"]
+    total = {"earned": round(sum(h["earned"] for h in homeworks.values()), 2),
+             "max": sum(h["max"] for h in homeworks.values())}
+    return {"total": total, "homeworks": homeworks,
+            "exercises": sorted(exercises.values(), key=lambda e: e["exercise"])}
+
+
+def format_table(report: Dict[str, Any]) -> str:
+    """The score table, one block per homework."""
+    lines = []
+    by_hw: Dict[str, List[Dict[str, Any]]] = {}
+    for ex in report["exercises"]:
+        by_hw.setdefault(ex["exercise"].split(".")[0], []).append(ex)
+    for hw in sorted(by_hw):
+        lines.append(f"{hw:<44}{'tests':>12}{'points':>12}")
+        for ex in by_hw[hw]:
+            run = ex["passed"] + ex["failed"]
+            tests = f"{ex['passed']}/{run}" + (f" ({ex['skipped']} skip)" if ex["skipped"]
+                                               else "")
+            pts = f"{ex['earned']:>9g}/{ex['max']:<2}" if run else f"{'skipped':>12}"
+            lines.append(f"  {ex['exercise']:<42}{tests:>12}{pts}")
+        h = report["homeworks"][hw]
+        lines.append(f"  {'total ' + hw:<42}{'':>12}{h['earned']:>9g}/{h['max']:<2}")
+        lines.append("")
+    t = report["total"]
+    lines.append(f"TOTAL {t['earned']:g}/{t['max']}")
+    return "\n".join(lines)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config
+                            ) -> None:
+    path: Optional[str] = config.getoption("--grade-report")
+    if not path:
+        return
+    state = config.stash[_KEY]
+    report = score(state["tests"], _outcomes(state["tests"], state["reports"]))
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(report, indent=1))
+    terminalreporter.write_sep("=", "grade")
+    terminalreporter.write_line(format_table(report))
+    terminalreporter.write_line(f"report: {path}")

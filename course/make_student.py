@@ -1,0 +1,163 @@
+"""`make student`: write the student release of the course to ``build/student/``.
+
+Every ``### BEGIN YOUR SOLUTION`` ... ``### END YOUR SOLUTION`` region of the reference code is
+replaced by ``raise NotImplementedError()`` (by ``pass`` where the region sits at module or
+class level, so the release still imports). Notebooks, tests, apps, benchmarks and this
+course/ folder are copied as they are.
+
+    python -m course.make_student [--out build/student]
+"""
+import argparse
+import ast
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, List, Optional, Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+BEGIN, END = "### BEGIN YOUR SOLUTION", "### END YOUR SOLUTION"
+# What a release holds: the package, its course material, and the files that build and test it.
+SHIPPED_DIRS = ("needle", "apps", "tests", "notebooks", "course", "benchmarks")
+SHIPPED_FILES = ("Makefile", "setup.py", "pytest.ini", "ruff.toml", "conftest.py", "README.md",
+                 ".gitignore")
+SOLUTION_DIRS = ("needle", "apps")  # where exercises live (tests may quote the markers)
+SKIPPED = ("__pycache__", ".pytest_cache", ".hypothesis", ".ipynb_checkpoints")
+
+
+@dataclass(frozen=True)
+class Region:
+    """One solution region: the file (relative to the repo), its enclosing def, its lines."""
+
+    path: str
+    qualname: str
+    begin: int  # line of BEGIN (1-based)
+    end: int    # line of END
+
+    @property
+    def key(self) -> str:
+        """``path::qualname`` (several regions in one def share it)."""
+        return f"{self.path}::{self.qualname}"
+
+
+def _enclosing_defs(tree: ast.AST) -> List[tuple]:
+    spans = []
+
+    def walk(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = prefix + child.name
+                kind = "class" if isinstance(child, ast.ClassDef) else "def"
+                spans.append((child.lineno, child.end_lineno, name, kind))
+                walk(child, name + ".")
+            else:
+                walk(child, prefix)
+    walk(tree, "")
+    return spans
+
+
+def find_regions(path: Path, root: Path = ROOT) -> List[Region]:
+    """The solution regions of one Python file, with the def or class enclosing each."""
+    text = path.read_text()
+    lines = text.splitlines()
+    spans = _enclosing_defs(ast.parse(text))
+    out, begin = [], None
+    for i, line in enumerate(lines, 1):
+        if line.strip() == BEGIN:
+            if begin is not None:
+                raise ValueError(f"{path}:{i}: {BEGIN} inside another region (line {begin})")
+            begin = i
+        elif line.strip() == END:
+            if begin is None:
+                raise ValueError(f"{path}:{i}: {END} without a {BEGIN}")
+            inner = [s for s in spans if s[0] <= begin <= s[1]]
+            qual = max(inner, key=lambda s: s[0])[2] if inner else "<module>"
+            out.append(Region(str(path.relative_to(root)), qual, begin, i))
+            begin = None
+    if begin is not None:
+        raise ValueError(f"{path}:{begin}: {BEGIN} is never closed")
+    return out
+
+
+def all_regions(root: Path = ROOT) -> List[Region]:
+    """Every solution region of the Python sources a release ships (tests excluded)."""
+    regions = []
+    for top in SOLUTION_DIRS:
+        for path in sorted((root / top).rglob("*.py")):
+            if not any(part in SKIPPED for part in path.parts):
+                regions.extend(find_regions(path, root))
+    return regions
+
+
+def _in_function(path: Path) -> dict:
+    """BEGIN line -> True when the region's innermost enclosing scope is a function."""
+    spans = _enclosing_defs(ast.parse(path.read_text()))
+    res = {}
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if line.strip() == BEGIN:
+            inner = [s for s in spans if s[0] <= i <= s[1]]
+            res[i] = bool(inner) and max(inner, key=lambda s: s[0])[3] == "def"
+    return res
+
+
+def strip_solutions(source: str, in_function: Optional[dict] = None) -> str:
+    """``source`` with each region's body replaced by a stub (markers kept)."""
+    lines = source.splitlines(keepends=True)
+    out, skipping = [], False
+    for i, line in enumerate(lines, 1):
+        stripped = line.strip()
+        if stripped == BEGIN:
+            indent = line[:len(line) - len(line.lstrip())]
+            stub = "raise NotImplementedError()" if (in_function or {}).get(i, True) else "pass"
+            out += [line, f"{indent}{stub}\n"]
+            skipping = True
+        elif stripped == END:
+            out.append(line)
+            skipping = False
+        elif not skipping:
+            out.append(line)
+    return "".join(out)
+
+
+def _files(root: Path) -> Iterator[Path]:
+    for name in SHIPPED_FILES:
+        if (root / name).is_file():
+            yield root / name
+    for top in SHIPPED_DIRS:
+        for path in sorted((root / top).rglob("*")):
+            rel = path.relative_to(root)
+            if path.is_file() and not any(p in SKIPPED or p.endswith(".egg-info")
+                                          for p in rel.parts):
+                yield path
+
+
+def make_release(out: Path, root: Path = ROOT) -> List[Region]:
+    """Write the release to ``out`` (replaced if present); returns the regions stubbed."""
+    if out.exists():
+        shutil.rmtree(out)
+    stubbed = []
+    for path in _files(root):
+        dest = out / path.relative_to(root)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if (path.suffix == ".py" and path.relative_to(root).parts[0] in SOLUTION_DIRS
+                and BEGIN in path.read_text()):
+            regions = find_regions(path, root)
+            dest.write_text(strip_solutions(path.read_text(), _in_function(path)))
+            stubbed.extend(regions)
+        else:
+            shutil.copy2(path, dest)
+    return stubbed
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    """Write the release and say what it holds."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(ROOT / "build" / "student"), help="output folder")
+    args = parser.parse_args(argv)
+    regions = make_release(Path(args.out))
+    files = len({r.path for r in regions})
+    print(f"student release in {args.out}: {len(regions)} solution regions in {files} files "
+          "replaced by stubs")
+
+
+if __name__ == "__main__":
+    main()

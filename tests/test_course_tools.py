@@ -1,0 +1,148 @@
+"""The course tooling: `make student` (course/make_student.py), `make grade` (course/grade.py,
+course/grading.py) and the release check (course/check_release.py)."""
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from course import check_release, grading
+from course.exercises import EXERCISES, UNTRACED
+from course.make_student import all_regions, find_regions, make_release, strip_solutions
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SOURCE = textwrap.dedent('''\
+    """doc"""
+    X = 1
+
+
+    def f(a):
+        b = a + 1
+        ### BEGIN YOUR SOLUTION
+        c = b * 2
+        return c
+        ### END YOUR SOLUTION
+
+
+    class K:
+        ### BEGIN YOUR SOLUTION
+        y = 3
+        ### END YOUR SOLUTION
+
+        def g(self):
+            ### BEGIN YOUR SOLUTION
+            return self.y
+            ### END YOUR SOLUTION
+''')
+
+
+def test_regions_are_found_with_their_enclosing_def(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text(SOURCE)
+    regions = find_regions(path, tmp_path)
+    assert [(r.qualname, r.begin, r.end) for r in regions] == [
+        ("f", 7, 10), ("K", 14, 16), ("K.g", 19, 21)]
+
+
+def test_stubs_raise_in_functions_and_pass_at_class_level(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text(SOURCE)
+    from course.make_student import _in_function
+    stripped = strip_solutions(SOURCE, _in_function(path))
+    assert "c = b * 2" not in stripped and "y = 3" not in stripped
+    ns: dict = {}
+    exec(compile(stripped, "m.py", "exec"), ns)  # the stubbed module still imports
+    with pytest.raises(NotImplementedError):
+        ns["f"](1)
+    with pytest.raises(NotImplementedError):
+        ns["K"]().g()
+    assert stripped.count("### BEGIN YOUR SOLUTION") == 3
+
+
+def test_unclosed_region_is_an_error(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text("def f():\n    ### BEGIN YOUR SOLUTION\n    return 1\n")
+    with pytest.raises(ValueError, match="never closed"):
+        find_regions(path, tmp_path)
+
+
+def test_release_has_no_solution_left(tmp_path):
+    regions = make_release(tmp_path / "student")
+    assert len(regions) == len(all_regions()) > 50
+    for rel in {r.path for r in regions}:
+        ref = (ROOT / rel).read_text()
+        out = (tmp_path / "student" / rel).read_text()
+        assert out.count("raise NotImplementedError()") >= 1
+        assert len(out.splitlines()) < len(ref.splitlines())
+    assert (tmp_path / "student" / "notebooks").is_dir()
+    assert (tmp_path / "student" / "tests" / "conftest.py").is_file()
+
+
+def test_rubric_is_consistent():
+    names = [ex.name for ex in EXERCISES]
+    assert len(names) == len(set(names))
+    assert all(ex.points > 0 and ex.tests and ex.homework for ex in EXERCISES)
+    assert set(UNTRACED.values()) <= set(names)
+    keys = {r.key for r in all_regions()}
+    assert set(UNTRACED) <= keys, set(UNTRACED) - keys
+
+
+def test_score_shares_points_over_tests_and_skips_do_not_count():
+    tests = {"a::1": ("hw1.x", 2), "a::2": ("hw1.x", 2), "a::3": ("hw2.y", 3),
+             "a::4": ("hw2.z", 1)}
+    outcomes = {"a::1": ("passed", ""), "a::2": ("failed", "boom"), "a::3": ("passed", ""),
+                "a::4": ("skipped", "")}
+    rep = grading.score(tests, outcomes)
+    assert rep["homeworks"] == {"hw1": {"earned": 1.0, "max": 2},
+                                "hw2": {"earned": 3.0, "max": 3}}
+    assert rep["total"] == {"earned": 4.0, "max": 5}
+    table = grading.format_table(rep)
+    assert "hw1.x" in table and "TOTAL 4/5" in table and "skipped" in table
+
+
+HIDDEN_TEST = textwrap.dedent('''\
+    import pytest
+
+    @pytest.mark.grade("hw9.hidden.sum", points=4)
+    def test_hidden_passes():
+        assert 1 + 1 == 2
+
+    @pytest.mark.grade("hw9.hidden.sum", points=4)
+    def test_hidden_fails():
+        assert 1 + 1 == 3
+
+    def test_not_graded():
+        raise AssertionError("never run by the grader")
+''')
+
+
+@pytest.mark.slow
+def test_grade_runs_rubric_and_hidden_tests(tmp_path):
+    """`make grade HIDDEN=dir`: the rubric's tests (one module here) plus hidden ones."""
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    (hidden / "test_hidden.py").write_text(HIDDEN_TEST)
+    report = tmp_path / "report.json"
+    res = subprocess.run([sys.executable, "-m", "course.grade", "--hidden", str(hidden),
+                          "--report", str(report), "-k", "hidden or topo_sort"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    rep = json.loads(report.read_text())
+    by_name = {ex["exercise"]: ex for ex in rep["exercises"]}
+    assert by_name["hw9.hidden.sum"]["passed"] == 1 and by_name["hw9.hidden.sum"]["failed"] == 1
+    assert by_name["hw9.hidden.sum"]["earned"] == 2.0
+    assert by_name["hw1.autograd.topo_sort"]["failed"] == 0
+    assert not any("not_graded" in t["test"] for ex in rep["exercises"] for t in ex["tests"])
+    assert "TOTAL" in res.stdout and "hw9" in res.stdout
+
+
+@pytest.mark.slow
+def test_student_release_against_reference(tmp_path):
+    """The release imports, its demo and every graded test fail with NotImplementedError,
+    every graded test passes here, and every solution region runs under a graded test."""
+    res = check_release.run_all(tmp_path)
+    for key in ("imports_and_demo", "release_not_failing", "failing", "uncovered", "stale"):
+        assert res[key] == [], f"{key}:\n" + "\n".join(res[key])
