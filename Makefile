@@ -5,7 +5,11 @@ PIP := $(PYTHON) -m pip
 WITH_TORCH ?= 1
 PYTEST_ARGS ?=
 
-.PHONY: install demo lint test bench clean
+# The course: `make student` writes the student release to build/student; `make grade` scores
+# the graded tests (HIDDEN=dir adds an instructor's hidden tests).
+HIDDEN ?=
+
+.PHONY: install demo lint test bench clean student grade
 
 install:
 	$(PIP) install -q -e ".[dev]"
@@ -30,6 +34,12 @@ bench: install
 	$(PYTHON) benchmarks/bench_train.py
 	$(PYTHON) benchmarks/bench_memory.py
 	$(PYTHON) -m needle.parallel.launch -n 2 --no-prefix benchmarks/bench_collectives.py
+
+student:
+	$(PYTHON) -m course.make_student --out build/student
+
+grade: install
+	$(PYTHON) -m course.grade $(if $(HIDDEN),--hidden $(HIDDEN))
 
 clean:
 	rm -rf build *.egg-info .pytest_cache
