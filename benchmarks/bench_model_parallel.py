@@ -1,4 +1,4 @@
-"""Model-parallel figures (issue 13): tensor-parallel speedup, sequence-parallel activation
+"""Model-parallel figures: tensor-parallel speedup, sequence-parallel activation
 memory, pipeline bubbles, 1F1B vs GPipe activation memory, pipeline throughput.
 
     python benchmarks/bench_model_parallel.py            # every section, prints PASS/FAIL
