@@ -1,9 +1,10 @@
 """Model-parallel strategies for the character transformer: tp, pp, 3d, moe.
 
 Each strategy is ``fn(comm, args) -> dict`` of figures and is listed in ``STRATEGIES`` (with its
-command-line options in ``add_arguments``) so ``apps/train_parallel.py --strategy ...`` can run it.
-Standalone until then:
+command-line options in ``add_arguments``) so ``apps/train_parallel.py --strategy ...`` runs
+it; this file also runs alone:
 
+    python -m needle.parallel.launch -n 2 apps/train_parallel.py --strategy tp
     python -m needle.parallel.launch -n 2 apps/model_parallel_strategies.py --strategy tp
     python -m needle.parallel.launch -n 4 apps/model_parallel_strategies.py --strategy pp \
         --schedule 1f1b --timeline pp_timeline.png
