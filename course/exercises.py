@@ -141,7 +141,6 @@ EXERCISES: List[Exercise] = [
     Exercise("collectives.reference", 3, ("test_reference::test_allreduce_references*",
                                           "test_reference::test_reduce_scatter_reference*",
                                           "test_reference::test_allgather_and_alltoall_*",
-                                          "test_reference::test_binomial_reduce_reference*",
                                           "test_reference::test_ring_segments_circulate_*")),
     Exercise("collectives.mpi", 3, ("test_collectives::test_collectives_match_references*",)),
 ]
