@@ -90,8 +90,11 @@ class Communicator:
         x, restore = to_numpy(a)
         _check_op(op)
         algo = choose("allreduce", x.nbytes, self.size, algorithm)
-        desc = ("allreduce", "op", op, "dtype", x.dtype, "shape", x.shape, "algorithm", algo)
         res = self._output(out, x.shape, x.dtype)
+        if _block and algo == "recursive_doubling":  # the latency-bound case: keep it lean
+            self._allreduce_small(x, res, op, label)
+            return restore(finish_avg(res, self.size) if op == "avg" else res)
+        desc = ("allreduce", "op", op, "dtype", x.dtype, "shape", x.shape, "algorithm", algo)
 
         def finish(_: Any) -> Any:  # both algorithms leave the sum in ``res``
             return restore(finish_avg(res, self.size) if op == "avg" else res)
@@ -388,6 +391,33 @@ class Communicator:
                 ch.flush(stat, self._stat("check"))
         return self._drive_or_work(fused(), describe, finish, block)
 
+    def _allreduce_small(self, x: np.ndarray, res: np.ndarray, op: str,
+                         label: Optional[str]) -> None:
+        """Blocking ``_run_fused``: the same algorithm and check, with the channel and the
+        timeout message of the cached buffers reused (no per-call objects but the requests)."""
+        bufs = self._rd_buffers(x, op, None, cached=True)
+        tag = self._tag()
+        ch, describe = bufs.channel, bufs.describe
+        ch.tag, ch.sent, ch.recvd, ch.nsend, ch.nrecv = tag, 0, 0, 0, 0
+        ch.peers.clear()
+        describe.seq = self._seq
+        bufs.data[...] = x.reshape(-1)
+        bufs.hmv[0] = bufs.hmv[1] = bufs.hash
+        ledger = self.ledger
+        t0 = time.perf_counter() if ledger.enabled else None
+        try:
+            drive(recursive_doubling_allreduce(ch, bufs), self._t, self.timeout, describe)
+            self._raise_if_mismatch(bufs, tag, bufs.desc, describe)
+            res.reshape(-1)[...] = bufs.data
+        finally:
+            ch.flush(self._stat("allreduce"), self._stat("check"))
+            self.stats["allreduce"]["calls"] += 1
+        if t0 is not None:
+            lab = self._regions.current if label is None else self._regions.label(label)
+            hdr = ch.header
+            ledger.add(("allreduce", "recursive_doubling", lab, ch.sent - ch.nsend * hdr,
+                        ch.recvd - ch.nrecv * hdr, ch.nsend, time.perf_counter() - t0, None))
+
     def _record(self, name: str, algo: str, label: Optional[str], ch: Channel, t0: float,
                 peer: Optional[int] = None) -> None:
         sent, recvd, msgs = ch.payload()
@@ -415,15 +445,19 @@ class Communicator:
         describe = _Describe(self, "split", self._seq, [ch])
         return drive(ring_allgather(ch, vals, out, vals.size), self._t, self.timeout, describe)
 
-    def _rd_buffers(self, x: np.ndarray, op: str, desc: tuple,
+    def _rd_buffers(self, x: np.ndarray, op: str, desc: Optional[tuple],
                     cached: bool) -> RecursiveDoublingBuffers:
-        """Recursive-doubling buffers for ``x`` (with ``desc`` and its hash): the cached set for
-        blocking calls, else a fresh one."""
+        """Recursive-doubling buffers for ``x`` (with ``desc`` and its hash, a channel and a
+        timeout message): the cached set for blocking calls, else a fresh one."""
         key = (x.shape, x.dtype, op)
         bufs = self._rd_cache.get(key) if cached else None
         if bufs is None:
+            desc = desc or ("allreduce", "op", op, "dtype", x.dtype, "shape", x.shape,
+                            "algorithm", "recursive_doubling")
             bufs = RecursiveDoublingBuffers(x.nbytes, x.dtype, op, self._t)
             bufs.desc, bufs.hash = desc, metadata.describe_hash(desc)
+            bufs.channel = Channel(self._t, 0, bufs.size - x.nbytes)
+            bufs.describe = _Describe(self, "allreduce", 0, [bufs.channel])
             if cached:
                 if len(self._rd_cache) >= 64:  # bounded: a long run may see many shapes
                     self._rd_cache.clear()
