@@ -53,7 +53,9 @@ def build_command(argv: Optional[List[str]] = None) -> List[str]:
     parser.add_argument("--no-prefix", action="store_true", help="do not prefix output lines")
     parser.add_argument("-m", dest="module", help="run a module instead of a script")
     parser.add_argument("rest", nargs=argparse.REMAINDER, help="script and its arguments")
-    args = parser.parse_args(argv)
+    own, module_args = _split_module(sys.argv[1:] if argv is None else list(argv))
+    args = parser.parse_args(own)
+    args.rest = module_args + args.rest
     if args.module is None and not args.rest:
         parser.error("give a script (or -m module) to run")
     cmd = [find_mpiexec(), "-n", str(args.nproc)]
@@ -62,6 +64,18 @@ def build_command(argv: Optional[List[str]] = None) -> List[str]:
     shim = ["-m", "needle.parallel.launch", SUPERVISE, "0" if args.no_prefix else "1"]
     target = ["-m", args.module] if args.module else []
     return cmd + [sys.executable] + shim + target + args.rest
+
+
+def _split_module(argv: List[str]) -> "tuple[List[str], List[str]]":
+    """(the launcher's arguments, the module's): as with ``python -m``, everything after
+    ``-m MODULE`` belongs to the module (``--strategy ddp`` is not a launcher option)."""
+    for i, a in enumerate(argv):
+        if a == "-m" and i + 1 < len(argv):
+            return argv[:i + 2], argv[i + 2:]
+        if not a.startswith("-") and (i == 0 or argv[i - 1] not in ("-n", "--nproc", "-f",
+                                                                      "--hostfile")):
+            break  # a script path: the rest is its own
+    return argv, []
 
 
 class _Prefixed:
