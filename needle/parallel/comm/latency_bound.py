@@ -104,8 +104,18 @@ def recursive_doubling_allreduce(ch: Channel, bufs: RecursiveDoublingBuffers) ->
     return work
 
 
+def _forwards(vr: int, p: int) -> bool:
+    """Does virtual rank ``vr`` of a binomial tree on p ranks have children?"""
+    return p > 1 if vr == 0 else vr % 2 == 0 and vr + 1 < p
+
+
 def binomial_broadcast(ch: Channel, buf: np.ndarray, root: int, chunk: int) -> Algorithm:
-    """Binomial-tree broadcast of flat ``buf`` from ``root``, pipelined in pieces."""
+    """Binomial-tree broadcast of flat ``buf`` from ``root``, pipelined in pieces.
+
+    Pieces let a rank forward the start of the buffer while the rest is arriving; they only
+    pay off on the way to a rank that forwards, or from a rank that is still receiving.  The
+    root therefore sends the whole buffer in one message to each child that is a leaf (at 2
+    ranks the broadcast is a single message, as MPI's)."""
     p, r = ch.size, ch.rank
     vr = (r - root) % p  # virtual rank: the root is 0
     pieces = [slice(k, min(k + chunk, buf.size)) for k in range(0, buf.size, chunk)]
@@ -122,6 +132,11 @@ def binomial_broadcast(ch: Channel, buf: np.ndarray, root: int, chunk: int) -> A
             children.append((vr + mask + root) % p)
         mask >>= 1
     sends: List[Any] = []
+    if vr == 0:  # leaves below the root get everything at once
+        sends = [ch.isend(buf, c) for c in children if not _forwards((c - root) % p, p)]
+        children = [c for c in children if _forwards((c - root) % p, p)]
+    elif parent == root and not _forwards(vr, p):
+        pieces = [slice(0, buf.size)]
     ### BEGIN YOUR SOLUTION
     recvs = [ch.irecv(buf[sl], parent) for sl in pieces] if parent is not None else []
     for k, sl in enumerate(pieces):
