@@ -37,7 +37,7 @@ from .latency_bound import (
     recursive_doubling_allreduce,
 )
 from .ledger import Ledger, Regions
-from .p2p import ANY_SOURCE, ANY_TAG, recv_message, send_message
+from .p2p import ANY_SOURCE, ANY_TAG, PointToPoint
 from .progress import Algorithm, Channel, Stat, Work, drive, mpi, new_stat
 from .reference import UFUNCS, chunk_bounds, finish_avg
 from .result_pool import ResultPool
@@ -48,7 +48,7 @@ from .transport_mpi import MPITransport
 _SPLIT_TAG = 3  # collective calls use tags 4k, 4k+1, 4k+2; split's exchange uses 4k+3
 
 
-class Communicator:
+class Communicator(PointToPoint):
     """A group of ranks with collectives and point-to-point messages, over MPI or in-process."""
 
     ANY_SOURCE = ANY_SOURCE
@@ -241,57 +241,6 @@ class Communicator:
         self._run("barrier", "check", ("barrier",), lambda ch: _nothing(), lambda r: None, True,
                   label)
 
-    # -- point to point (protocol in p2p.py) --------------------------------------------------
-    def send(self, a: Any, dest: int, tag: int = 0, label: Optional[str] = None) -> None:
-        """Send an array to ``dest``; returns once the buffer may be reused."""
-        self.isend(a, dest, tag, label, _block=True)
-
-    def isend(self, a: Any, dest: int, tag: int = 0, label: Optional[str] = None,
-              _block: bool = False) -> Any:
-        """Nonblocking ``send``: a ``Work`` (do not modify the array before ``wait()``)."""
-        x, _ = to_numpy(a)
-        self._check_peer(dest, tag)
-        self._stat("send")["calls"] += 1
-        seq = self._p2p_seq.get(dest, 0)
-        self._p2p_seq[dest] = (seq + 1) % self._data_t.tag_ub
-        hdr, data = Channel(self._hdr_t, tag), Channel(self._data_t, seq)
-        describe = self._describe(f"send(dest={dest}, tag={tag})", [hdr, data], p2p=True)
-        t0 = time.perf_counter() if self.ledger.enabled else None
-        label = self._regions.label(label)
-
-        def body() -> Algorithm:
-            yield from send_message(hdr, data, x, dest)
-            self._p2p_done("send", hdr, data, label, t0, dest)
-        return self._drive_or_work(body(), describe, lambda r: None, _block)
-
-    def recv(self, source: int, tag: int = 0, out: Optional[np.ndarray] = None,
-             label: Optional[str] = None, return_status: bool = False) -> Any:
-        """Receive an array from ``source`` (or ``ANY_SOURCE``) with ``tag`` (or ``ANY_TAG``);
-        with ``return_status`` returns ``(array, P2PStatus(source, tag))``."""
-        return self.irecv(source, tag, out, label, return_status, _block=True)
-
-    def irecv(self, source: int, tag: int = 0, out: Optional[np.ndarray] = None,
-              label: Optional[str] = None, return_status: bool = False,
-              _block: bool = False) -> Any:
-        """Nonblocking ``recv``: a ``Work`` whose ``wait()`` gives what ``recv`` returns."""
-        if source != ANY_SOURCE:
-            self._check_peer(source, tag, tag == ANY_TAG)
-        self._stat("recv")["calls"] += 1
-        src = self._hdr_t.ANY_SOURCE if source == ANY_SOURCE else source
-        hdr = Channel(self._hdr_t, self._hdr_t.ANY_TAG if tag == ANY_TAG else tag)
-        name = f"recv(source={'any' if source == ANY_SOURCE else source}, " \
-               f"tag={'any' if tag == ANY_TAG else tag})"
-        describe = self._describe(name, [hdr], p2p=True)
-        t0 = time.perf_counter() if self.ledger.enabled else None
-        label = self._regions.label(label)
-        status = self._hdr_t.new_status()
-
-        def body() -> Algorithm:
-            res, st, data = yield from recv_message(hdr, src, self._data_t, out, status)
-            self._p2p_done("recv", hdr, data, label, t0, st.source)
-            return (res, st) if return_status else res
-        return self._drive_or_work(body(), describe, lambda r: r, _block)
-
     # -- groups, labels, failure ---------------------------------------------------------------
     def split(self, color: int, key: int = 0) -> "Communicator":
         """Sub-communicators of the ranks with equal ``color``, ordered by ``key`` (collective).
@@ -422,21 +371,6 @@ class Communicator:
                 peer: Optional[int] = None) -> None:
         sent, recvd, msgs = ch.payload()
         self.ledger.add((name, algo, label, sent, recvd, msgs, time.perf_counter() - t0, peer))
-
-    def _p2p_done(self, name: str, hdr: Channel, data: Channel, label: Optional[str],
-                  t0: Optional[float], peer: int) -> None:
-        hdr.flush(self._stat("p2p_header"))
-        data.flush(self._stat(name))
-        if t0 is not None:
-            sent, recvd, msgs = data.payload()
-            self.ledger.add((name, "p2p", label, sent, recvd, msgs + hdr.nsend,
-                             time.perf_counter() - t0, peer))
-
-    def _check_peer(self, peer: int, tag: int, any_tag: bool = False) -> None:
-        if not 0 <= peer < self.size:
-            raise ValueError(f"rank {peer} is not in this communicator of size {self.size}")
-        if not any_tag and not 0 <= tag < self._hdr_t.tag_ub:
-            raise ValueError(f"tag must be in [0, {self._hdr_t.tag_ub}), not {tag}")
 
     def _exchange(self, vals: np.ndarray) -> np.ndarray:
         """Allgather of a small int64 array on split's own tag (not in stats or the ledger)."""

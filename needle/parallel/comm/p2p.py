@@ -16,10 +16,12 @@ must match the sender's).  Arrays arrive as numpy arrays (NDArray/Tensor inputs 
 data).  Stats and the ledger count the payload as ``"send"``/``"recv"``; headers go to
 ``stats["p2p_header"]``.  Point-to-point tags never mix with collective traffic.
 """
+import time
 from typing import Any, NamedTuple, Optional, Tuple
 
 import numpy as np
 
+from .convert import to_numpy
 from .progress import Algorithm, Channel
 
 HEADER_WORDS = 24
@@ -83,3 +85,73 @@ def recv_message(hdr: Channel, source: int, data_transport: Any, x_out: Optional
         raise ValueError(f"recv: out= is {x_out.dtype}{x_out.shape} but rank {source} sent "
                          f"{dtype}{shape}")
     return res, P2PStatus(source, tag), data
+
+
+class PointToPoint:
+    """``send``/``recv``/``isend``/``irecv`` of the ``Communicator`` (which supplies the
+    contexts ``_hdr_t``/``_data_t``, the counters, the ledger and the drivers)."""
+
+    def send(self, a: Any, dest: int, tag: int = 0, label: Optional[str] = None) -> None:
+        """Send an array to ``dest``; returns once the buffer may be reused."""
+        self.isend(a, dest, tag, label, _block=True)
+
+    def isend(self, a: Any, dest: int, tag: int = 0, label: Optional[str] = None,
+              _block: bool = False) -> Any:
+        """Nonblocking ``send``: a ``Work`` (do not modify the array before ``wait()``)."""
+        x, _ = to_numpy(a)
+        self._check_peer(dest, tag)
+        self._stat("send")["calls"] += 1
+        seq = self._p2p_seq.get(dest, 0)
+        self._p2p_seq[dest] = (seq + 1) % self._data_t.tag_ub
+        hdr, data = Channel(self._hdr_t, tag), Channel(self._data_t, seq)
+        describe = self._describe(f"send(dest={dest}, tag={tag})", [hdr, data], p2p=True)
+        t0 = time.perf_counter() if self.ledger.enabled else None
+        label = self._regions.label(label)
+
+        def body() -> Algorithm:
+            yield from send_message(hdr, data, x, dest)
+            self._p2p_done("send", hdr, data, label, t0, dest)
+        return self._drive_or_work(body(), describe, lambda r: None, _block)
+
+    def recv(self, source: int, tag: int = 0, out: Optional[np.ndarray] = None,
+             label: Optional[str] = None, return_status: bool = False) -> Any:
+        """Receive an array from ``source`` (or ``ANY_SOURCE``) with ``tag`` (or ``ANY_TAG``);
+        with ``return_status`` returns ``(array, P2PStatus(source, tag))``."""
+        return self.irecv(source, tag, out, label, return_status, _block=True)
+
+    def irecv(self, source: int, tag: int = 0, out: Optional[np.ndarray] = None,
+              label: Optional[str] = None, return_status: bool = False,
+              _block: bool = False) -> Any:
+        """Nonblocking ``recv``: a ``Work`` whose ``wait()`` gives what ``recv`` returns."""
+        if source != ANY_SOURCE:
+            self._check_peer(source, tag, tag == ANY_TAG)
+        self._stat("recv")["calls"] += 1
+        src = self._hdr_t.ANY_SOURCE if source == ANY_SOURCE else source
+        hdr = Channel(self._hdr_t, self._hdr_t.ANY_TAG if tag == ANY_TAG else tag)
+        name = f"recv(source={'any' if source == ANY_SOURCE else source}, " \
+               f"tag={'any' if tag == ANY_TAG else tag})"
+        describe = self._describe(name, [hdr], p2p=True)
+        t0 = time.perf_counter() if self.ledger.enabled else None
+        label = self._regions.label(label)
+        status = self._hdr_t.new_status()
+
+        def body() -> Algorithm:
+            res, st, data = yield from recv_message(hdr, src, self._data_t, out, status)
+            self._p2p_done("recv", hdr, data, label, t0, st.source)
+            return (res, st) if return_status else res
+        return self._drive_or_work(body(), describe, lambda r: r, _block)
+
+    def _p2p_done(self, name: str, hdr: Channel, data: Channel, label: Optional[str],
+                  t0: Optional[float], peer: int) -> None:
+        hdr.flush(self._stat("p2p_header"))
+        data.flush(self._stat(name))
+        if t0 is not None:
+            sent, recvd, msgs = data.payload()
+            self.ledger.add((name, "p2p", label, sent, recvd, msgs + hdr.nsend,
+                             time.perf_counter() - t0, peer))
+
+    def _check_peer(self, peer: int, tag: int, any_tag: bool = False) -> None:
+        if not 0 <= peer < self.size:
+            raise ValueError(f"rank {peer} is not in this communicator of size {self.size}")
+        if not any_tag and not 0 <= tag < self._hdr_t.tag_ub:
+            raise ValueError(f"tag must be in [0, {self._hdr_t.tag_ub}), not {tag}")
