@@ -8,8 +8,10 @@
     ps.finish()
 
 ``train_worker`` is that loop with fault injection for experiments: ``delay_factor`` makes this
-worker a straggler (it sleeps ``(factor - 1)`` times its compute time every iteration) and
-``stop_after`` makes it stop without a word after that many iterations (a crashed worker).
+worker a straggler (it sleeps ``(factor - 1)`` times its own work, compute and push, every
+iteration, or on a
+random ``delay_probability`` of them: a transient straggler) and ``stop_after`` makes it stop
+without a word after that many iterations (a crashed worker).
 """
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
@@ -68,11 +70,13 @@ class Worker:
 
 def train_worker(ps: Any, model: Any, loss_fn: Callable[..., Tensor],
                  batches: Iterator[Tuple[Tensor, ...]], steps: int, delay_factor: float = 1.0,
-                 stop_after: Optional[int] = None) -> List[Tuple[float, float]]:
+                 stop_after: Optional[int] = None, delay_probability: float = 1.0,
+                 seed: int = 0) -> List[Tuple[float, float]]:
     """Train ``steps`` iterations through the parameter server; (seconds, loss) per step."""
     if delay_factor < 1:
         raise ValueError(f"delay_factor must be >= 1 (1 = no delay), got {delay_factor}")
     named = list(model.named_parameters())
+    rng = np.random.default_rng(seed)
     history, start = [], time.perf_counter()
     for step in range(steps):
         if stop_after is not None and step == stop_after:
@@ -85,11 +89,11 @@ def train_worker(ps: Any, model: Any, loss_fn: Callable[..., Tensor],
         for _, p in named:
             p.grad = None
         loss.backward(create_graph=False)
-        if delay_factor > 1:
-            time.sleep((delay_factor - 1) * (time.perf_counter() - t0))
         for name, p in named:
             if p.requires_grad:
                 ps.push(name, p.grad if p.grad is not None else np.zeros(p.shape, p.dtype))
+        if delay_factor > 1 and rng.random() < delay_probability:  # its own work, f times
+            time.sleep((delay_factor - 1) * (time.perf_counter() - t0))
         ps.clock()
         history.append((time.perf_counter() - start, float(loss.numpy())))
     ps.finish()
