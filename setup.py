@@ -8,12 +8,14 @@ setup(
     packages=find_packages(include=["needle", "needle.*"]),
     python_requires=">=3.9",
     install_requires=["numpy>=1.23", "ml_dtypes>=0.3", "mpi4py>=3.1", "mpich", "tqdm",
-                      "scikit-learn"],
+                      "scikit-learn",
+                      # needle.compile's CPU kernels (backend_ndarray/fused_expr.py says why)
+                      "numba>=0.59"],
     extras_require={
         "cuda": ["cupy-cuda12x"],
         # NVRTC + CUDA headers let CI compile every kernel source without a GPU
         # coverage: the student-release check; nbclient/ipykernel/matplotlib: the notebooks
-        "dev": ["pytest>=7", "hypothesis>=6", "ruff>=0.6", "nvidia-cuda-nvrtc-cu12",
+        "dev": ["pytest>=7", "hypothesis>=6", "ruff>=0.6", "numexpr>=2.8", "nvidia-cuda-nvrtc-cu12",
                 "nvidia-cuda-runtime-cu12", "coverage>=7", "nbclient>=0.7", "nbformat>=5",
                 "ipykernel>=6", "matplotlib>=3.5"],
     },

@@ -10,6 +10,7 @@ from .backend_ndarray import (
     cuda,
     default_device,
 )
+from .compiler import compile, lazy
 from .ops import *
 from .serialization import load, random_state, save, set_random_state
 

@@ -1,0 +1,176 @@
+"""Graph compilation: compiled needle training steps beside eager needle and PyTorch (CPU).
+
+The models and step are bench_train.py's (MLP 784-1024-1024-10 batch 256; Transformer LM
+4 layers d=256 seq 128 batch 8), float32, one step = forward + loss + backward + Adam. The
+compiled step is ``needle.compile`` over forward + loss + backward (Adam stays eager: its
+bias corrections change every step, so recordings of it would differ and never compile).
+Eager needle, compiled needle and PyTorch eager are timed in the same run, in alternating
+blocks, with the same thread count; ``torch.compile`` is timed too where it runs.
+
+Reported: ms per step and ratios (targets: compiled / torch eager <= 1.0), the compile time
+(trace + check + fusion + kernel build: the first calls minus an eager call), and where a
+speed-up comes from (primitive calls and bytes moved before/after fusion, from the plan).
+
+    python benchmarks/bench_compile.py [--steps 9] [--threads 2] [--only mlp|transformer]
+"""
+import argparse
+import os
+import statistics
+import time
+from typing import Callable, Dict, List, Optional
+
+import numpy as np
+from bench_train import (
+    BATCH,
+    FFN,
+    LAYERS,
+    SEQ,
+    VOCAB,
+    D,
+    blas_threads,
+    torch_mlp_step,
+    torch_transformer_step,
+)
+
+import needle as ndl
+from needle import nn
+
+TARGET = 1.0
+
+
+def needle_step(kind: str, compiled: bool) -> "tuple[Callable[[], None], object]":
+    """(step closure, the compiled function or None) for bench_train's model ``kind``."""
+    np.random.seed(0)
+    loss_fn = nn.SoftmaxLoss()
+    if kind == "mlp":
+        model = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024),
+                              nn.ReLU(), nn.Linear(1024, 10))
+        params = model.parameters()
+        x = ndl.Tensor(np.random.rand(256, 784).astype(np.float32), requires_grad=False)
+        y = ndl.Tensor(np.random.randint(0, 10, 256), dtype="int64")
+
+        def fwd_bwd(x: ndl.Tensor, y: ndl.Tensor) -> ndl.Tensor:
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            return loss
+    else:
+        emb = nn.Embedding(VOCAB, D, gather=True)
+        body = nn.Transformer(D, FFN, LAYERS, num_head=8, dim_head=32, sequence_len=SEQ)
+        head = nn.Linear(D, VOCAB)
+        params = emb.parameters() + body.parameters() + head.parameters()
+        tokens = np.random.randint(0, VOCAB, size=(SEQ + 1, BATCH))
+        x = ndl.Tensor(tokens[:-1], dtype="int64", requires_grad=False)
+        y = ndl.Tensor(tokens[1:].reshape(-1), dtype="int64", requires_grad=False)
+
+        def fwd_bwd(x: ndl.Tensor, y: ndl.Tensor) -> ndl.Tensor:
+            out, _ = body(emb(x))
+            loss = loss_fn(head(out.reshape((SEQ * BATCH, D))), y)
+            loss.backward()
+            return loss
+    opt = ndl.optim.Adam(params, lr=1e-3)
+    fn = ndl.compile(fwd_bwd) if compiled else fwd_bwd
+
+    def step() -> None:
+        opt.reset_grad()
+        loss = fn(x, y)
+        opt.step()
+        loss.numpy()
+    return step, (fn if compiled else None)
+
+
+def torch_compiled(make: Callable[[], Callable[[], None]]) -> "tuple[Optional[Callable], str]":
+    """A torch.compile'd version of a torch step, or (None, why not)."""
+    try:
+        import torch
+        import torch._dynamo
+        torch._dynamo.config.suppress_errors = False
+        step = make()
+        compiled = torch.compile(step)
+        t0 = time.perf_counter()
+        compiled()
+        return compiled, f"compiled in {time.perf_counter() - t0:.1f} s"
+    except Exception as exc:  # no C++ compiler, unsupported Python, ...
+        return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+
+
+def time_blocks(steps: Dict[str, Callable[[], None]], n: int, rounds: int = 3
+                ) -> Dict[str, float]:
+    """Median ms per step of each step, timed in alternating blocks (first of each untimed)."""
+    times: Dict[str, List[float]] = {k: [] for k in steps}
+    block = max(1, n // rounds)
+    for _ in range(rounds):
+        for name, step in steps.items():
+            step()
+            for _ in range(block):
+                t0 = time.perf_counter()
+                step()
+                times[name].append((time.perf_counter() - t0) * 1e3)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=9)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--only", choices=["mlp", "transformer"], default=None)
+    parser.add_argument("--no-torch-compile", action="store_true")
+    args = parser.parse_args()
+    threads = blas_threads(args.threads)
+    try:
+        import torch
+        torch.set_num_threads(threads)
+    except ImportError:
+        torch = None
+    from needle.backend_ndarray import fused_expr
+    print(f"threads {threads}; fused engine {fused_expr.ENGINE}; load average "
+          f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    failed = False
+    for kind in ("mlp", "transformer"):
+        if args.only and kind != args.only:
+            continue
+        eager, _ = needle_step(kind, False)
+        comp, cf = needle_step(kind, True)
+        t0 = time.perf_counter()
+        eager()
+        t_eager = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for _ in range(3):  # record, record + compare + build, first replay (kernel builds)
+            comp()
+        t_first = time.perf_counter() - t0
+        steps = {"needle eager": eager, "needle compiled": comp}
+        make_torch = torch_mlp_step if kind == "mlp" else torch_transformer_step
+        note = "torch not installed" if torch is None else "not run (--no-torch-compile)"
+        if torch is not None:
+            steps["torch eager"] = make_torch()
+            if not args.no_torch_compile:
+                tc, note = torch_compiled(make_torch)
+                if tc is not None:
+                    steps["torch.compile"] = tc
+        ms = time_blocks(steps, args.steps)
+        st = cf.plan().stats() if cf.plan() is not None else {}
+        print(f"\n[{kind}] " + ", ".join(f"{k} {v:.1f} ms" for k, v in ms.items()))
+        print(f"  compile: {max(0.0, t_first - 3 * t_eager):.2f} s beyond three eager steps "
+              f"(plan build {cf.compile_seconds() * 1e3:.0f} ms); torch.compile: {note}")
+        if st:
+            print(f"  plan: {st['steps']} primitive calls -> {st['kernels']} kernels "
+                  f"({st['fused_groups']} fused); bytes moved {st['bytes_before'] / 2**20:.0f}"
+                  f" -> {st['bytes_after'] / 2**20:.0f} MiB; intermediates never written "
+                  f"{st['dead_bytes'] / 2**20:.0f} MiB")
+        print(f"  compiled vs eager needle: {ms['needle eager'] / ms['needle compiled']:.2f}x "
+              f"faster")
+        if "torch eager" in ms:
+            ratio = ms["needle compiled"] / ms["torch eager"]
+            ok = ratio <= TARGET
+            failed |= not ok
+            print(f"  compiled needle / torch eager: {ratio:.2f}x (target <= {TARGET}x) "
+                  f"{'PASS' if ok else 'FAIL'}; eager needle / torch eager: "
+                  f"{ms['needle eager'] / ms['torch eager']:.2f}x")
+        if "torch.compile" in ms:
+            print(f"  compiled needle / torch.compile: "
+                  f"{ms['needle compiled'] / ms['torch.compile']:.2f}x")
+    print(f"load average at the end {os.getloadavg()[0]:.2f}")
+    raise SystemExit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

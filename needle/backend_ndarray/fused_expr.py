@@ -1,0 +1,247 @@
+"""The CPU backend's ``fused_elementwise`` primitive: one expression, one pass over memory.
+
+``expr`` is a few SSA statements in Python syntax over inputs ``x0..xk`` (array views) and
+``c0..cm`` (scalars), the last one assigning ``out``: ``t0 = x0 - x1; out = exp(t0) * c0``.
+Functions: exp, log, tanh, sqrt, abs, sin, cos, where(cond, a, b); operators + - * / **,
+comparisons, & and |. ``needle.compile`` writes these (``needle/compile/fusion.py``).
+
+Engines, chosen once per process (``NEEDLE_FUSED_ENGINE`` overrides):
+
+* ``numba`` (default when installed): the statements become the body of a loop that
+  numba compiles with LLVM, so each element is loaded once, kept in registers through the
+  chain, and stored once; the loop is SIMD-vectorized. Chosen over numexpr because on this
+  project's CPUs numexpr's interpreter (no VML) runs a 4-op float32 chain about 3x *slower*
+  than four NumPy SIMD ufunc passes over cache-resident data, while numba's loop runs it
+  about 3x faster (``benchmarks/bench_compile.py --engines``). Its costs: about 0.2 s to
+  compile each distinct expression (cached on disk across runs) and scalar libm calls for
+  exp/log/tanh (NumPy's own SIMD versions are faster), so a group with a transcendental
+  function, sqrt or ``**`` runs on the NumPy engine (which also keeps those results equal
+  to the unfused steps bit for bit: numba's pow differs in the last bit).
+* ``numexpr``: the same expression, evaluated blockwise by numexpr's virtual machine.
+* ``numpy`` (the fallback, always available): the statements run as NumPy array expressions,
+  one pass each, the result copied into ``out``; no speed-up, same values.
+
+Reductions (``reduce=(op, reduce_size, inner_size)``) evaluate the map expression and then
+reduce with NumPy over the middle axis of (outer, reduce_size, inner_size), exactly as the
+``reduce_sum``/``reduce_max`` primitives do, so results match the unfused steps bit for bit.
+"""
+import ast
+import hashlib
+import importlib.util
+import math
+import os
+import sys
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+
+import numpy as np
+
+_FUNCS = {"exp": np.exp, "log": np.log, "tanh": np.tanh, "sqrt": np.sqrt, "abs": np.abs,
+          "sin": np.sin, "cos": np.cos, "where": np.where}
+_TRANSCENDENTAL = ("exp(", "log(", "tanh(", "sin(", "cos(", "sqrt(", "**")
+
+
+def _pick_engine() -> str:
+    env = os.environ.get("NEEDLE_FUSED_ENGINE")
+    if env:
+        return env
+    return "numba" if importlib.util.find_spec("numba") is not None else "numpy"
+
+
+ENGINE = _pick_engine()
+_CACHE: Dict[Tuple, Callable] = {}
+
+
+def _views(inputs: Sequence[Any], shape: Tuple[int, ...]) -> list:
+    """NumPy views of the inputs: (Array, shape, strides, offset) tuples, or scalars."""
+    out = []
+    for x in inputs:
+        if isinstance(x, tuple):
+            arr, vshape, strides, offset = x
+            base = arr.array
+            item = base.itemsize
+            out.append(np.ndarray(vshape, base.dtype, buffer=base, offset=offset * item,
+                                  strides=tuple(s * item for s in strides)))
+        else:
+            out.append(x)
+    return out
+
+
+def _numpy_kernel(expr: str) -> Callable:
+    code = compile(expr.replace("; ", "\n"), "<fused>", "exec")
+
+    def run(args: list, out: np.ndarray) -> None:
+        env = dict(_FUNCS)
+        env.update({f"x{j}": a for j, a in enumerate(args) if isinstance(a, np.ndarray)})
+        k = 0
+        for a in args:
+            if not isinstance(a, np.ndarray):
+                env[f"c{k}"] = a
+                k += 1
+        exec(code, env)
+        np.copyto(out, env["out"], casting="unsafe")
+    return run
+
+
+class _ToElement(ast.NodeTransformer):
+    """Rewrite an array expression for one element: ``x0`` -> ``x0[i]``, where -> if-else."""
+
+    def __init__(self, arrays: Sequence[str], index: str) -> None:
+        self.arrays, self.index = set(arrays), index
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if node.id in self.arrays:
+            return ast.parse(f"{node.id}[{self.index}]", mode="eval").body
+        return node
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        name = node.func.id
+        if name == "where":
+            return ast.IfExp(test=node.args[0], body=node.args[1], orelse=node.args[2])
+        if name != "abs":
+            node.func = ast.Attribute(value=ast.Name("np", ast.Load()), attr=name,
+                                      ctx=ast.Load())
+        return node
+
+
+def numba_source(expr: str, n_arrays: int, n_scalars: int, ndim: int) -> str:
+    """The Python source of the numba loop kernel for ``expr`` over ``ndim``-D views."""
+    arrays = [f"x{j}" for j in range(n_arrays)]
+    index = ", ".join(f"i{d}" for d in range(ndim))
+    body = []
+    for stmt in ast.parse(expr.replace("; ", "\n")).body:
+        stmt = ast.fix_missing_locations(_ToElement(arrays, index).visit(stmt))
+        line = ast.unparse(stmt)
+        if line.startswith("out = "):
+            line = f"out[{index}] = " + line[6:]
+        body.append(line)
+    params = ", ".join(arrays + [f"c{j}" for j in range(n_scalars)] + ["out"])
+    lines = [f"def kernel({params}):"]
+    for d in range(ndim):
+        lines.append("    " * (d + 1) + f"for i{d} in range(out.shape[{d}]):")
+    lines += ["    " * (ndim + 1) + b for b in body]
+    return "import numpy as np\nimport numba\n\n\n@numba.njit(cache=True, nogil=True)\n" + \
+        "\n".join(lines) + "\n"
+
+
+def _numba_kernel(expr: str, n_arrays: int, n_scalars: int, ndim: int) -> Callable:
+    """Compile (or load from the on-disk cache) the loop kernel for ``expr``."""
+    src = numba_source(expr, n_arrays, n_scalars, ndim)
+    cache_dir = os.environ.get("NEEDLE_KERNEL_CACHE",
+                               os.path.join(os.path.expanduser("~"), ".cache", "needle"))
+    os.makedirs(cache_dir, exist_ok=True)
+    name = "k_" + hashlib.sha1(src.encode()).hexdigest()[:16]
+    path = os.path.join(cache_dir, name + ".py")
+    if not os.path.exists(path):
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            f.write(src)
+        os.replace(tmp, path)  # atomic: concurrent processes see a whole file
+    mod = sys.modules.get(name)
+    if mod is None:
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod  # numba's on-disk cache finds the function's module by name
+        spec.loader.exec_module(mod)
+    kernel = mod.kernel
+
+    def run(args: list, out: np.ndarray) -> None:
+        kernel(*args, out)
+    return run
+
+
+def _collapse(views: list, out: np.ndarray) -> Tuple[list, np.ndarray]:
+    """1-D views when every array is C-contiguous (the common case): one flat loop."""
+    if all(not isinstance(v, np.ndarray) or v.flags.c_contiguous for v in views):
+        return [v.reshape(-1) if isinstance(v, np.ndarray) else v for v in views], \
+            out.reshape(-1)
+    return views, out
+
+
+def kernel_for(expr: str, views: list, out: np.ndarray, engine: Optional[str] = None
+               ) -> Callable:
+    """The cached callable ``run(views, out)`` evaluating ``expr``."""
+    engine = engine or ENGINE
+    if engine == "numba" and any(f in expr for f in _TRANSCENDENTAL):
+        engine = "numpy"  # numba calls scalar libm here; NumPy's SIMD versions win
+    n_arr = sum(isinstance(v, np.ndarray) for v in views)
+    key = (engine, expr, n_arr, len(views) - n_arr, out.ndim)
+    fn = _CACHE.get(key)
+    if fn is None:
+        if engine == "numba":
+            fn = _numba_kernel(expr, n_arr, len(views) - n_arr, out.ndim)
+        elif engine == "numexpr":
+            fn = _numexpr_kernel(expr, views)
+        else:
+            fn = _numpy_kernel(expr)
+        _CACHE[key] = fn
+    return fn
+
+
+def _numexpr_kernel(expr: str, views: list) -> Callable:
+    import numexpr
+    from numexpr.necompiler import getContext, getExprNames
+    stmts = [s.split(" = ", 1) for s in expr.split("; ")]
+    names: Dict[str, str] = {}
+    for lhs, rhs in stmts:  # substitute the temporaries: numexpr takes one expression
+        for k, v in names.items():
+            rhs = _sub_name(rhs, k, f"({v})")
+        names[lhs] = rhs
+    text = names["out"]
+    arrays = [v for v in views if isinstance(v, np.ndarray)]
+    order = [f"x{j}" for j in range(len(arrays))] + \
+        [f"c{j}" for j in range(len(views) - len(arrays))]
+    kinds = {np.dtype("float32"): float, np.dtype("float64"): np.float64,
+             np.dtype("bool"): bool}
+    typed = [np.asarray(v) for v in arrays] + [np.asarray(v) for v in views[len(arrays):]]
+    sig = [(n, kinds[t.dtype]) for n, t in zip(order, typed)]
+    _, vml = getExprNames(text, getContext({}), sanitize=False)
+    nex = numexpr.NumExpr(text, signature=sig, sanitize=False)
+
+    def run(args: list, out: np.ndarray) -> None:
+        arrs = [a for a in args if isinstance(a, np.ndarray)]
+        scal = [np.asarray(a) for a in args if not isinstance(a, np.ndarray)]
+        nex(*arrs, *scal, out=out, order="K", casting="unsafe", ex_uses_vml=vml)
+    return run
+
+
+def _sub_name(text: str, name: str, repl: str) -> str:
+    out, tok = [], ""
+    for ch in text + " ":
+        if ch.isalnum() or ch == "_":
+            tok += ch
+            continue
+        if tok:
+            out.append(repl if tok == name else tok)
+            tok = ""
+        out.append(ch)
+    return "".join(out)[:-1]
+
+
+def fused_elementwise(expr: str, inputs: Sequence[Any], out: Any, shape: Tuple[int, ...],
+                      reduce: Optional[Tuple[str, int, int]] = None) -> None:
+    """out = expr(inputs) over ``shape``; with ``reduce``, out = reduce(expr) (see module doc).
+
+    ``inputs``: (Array, shape, strides, offset) views of the iteration shape, or scalars
+    (NumPy scalars of the compute dtype). ``out``: a compact Array of prod(shape) elements,
+    or of prod(shape) / reduce_size with ``reduce``.
+    """
+    views = _views(inputs, shape)
+    # arrays first, then scalars: the kernels' parameter order
+    views = [v for v in views if isinstance(v, np.ndarray)] + \
+        [v for v in views if not isinstance(v, np.ndarray)]
+    if reduce is None:
+        target = out.array[: math.prod(shape)].reshape(shape)
+        views, target = _collapse(views, target)
+        kernel_for(expr, views, target)(views, target)
+        return
+    op, reduce_size, inner = reduce
+    scratch = np.empty(shape, out.array.dtype)
+    views, flat = _collapse(views, scratch)
+    kernel_for(expr, views, flat)(views, flat)
+    ufunc = np.add if op == "sum" else np.maximum
+    src = scratch.reshape(-1, reduce_size, inner)
+    if inner == 1:
+        ufunc.reduce(src.reshape(-1, reduce_size), axis=1, out=out.array)
+    else:
+        ufunc.reduce(src, axis=1, out=out.array.reshape(-1, inner))

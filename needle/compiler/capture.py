@@ -1,0 +1,257 @@
+"""Graph capture: record every device primitive a function calls (a tape of kernels).
+
+Why the device primitives and not needle's op graph (``LAZY_MODE``)? The op graph misses
+work that a training step really does: gradients compute masks from data on NDArrays
+(``ReLU.gradient``, ``Max.gradient``), shape queries realize lazy nodes, and broadcasts and
+transposes become ``compact`` copies only inside NDArray. One level down every computation,
+forward, backward and the copies, is a call of a named primitive on flat buffers
+(``backend_ndarray/ndarray_backend_numpy.py``), the same list on every device. That tape is
+the graph here, as a CUDA graph records kernels (and as tinygrad's LazyBuffers record
+buffer ops): nodes are primitive calls, edges are buffers read after being written.
+
+``Recorder`` swaps recording wrappers into a device's primitive table for the length of a
+``with`` block. With ``execute=True`` (``needle.compile``'s trace) each call also runs, so
+the traced call is an ordinary eager call; with ``execute=False`` (``needle.lazy``) calls
+are only queued and run, fused, when their data is needed.
+"""
+import sys
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+# (shape, strides, offset) of a strided read, in elements; None for a flat whole-buffer read.
+View = Optional[Tuple[Tuple[int, ...], Tuple[int, ...], int]]
+
+# Elementwise primitive families (a fusion candidate when all dtypes are one float type).
+_BINARY = ("add", "sub", "mul", "div", "pow", "maximum", "eq", "ne", "lt", "le", "gt", "ge")
+_UNARY = ("neg", "log", "exp", "tanh", "sqrt", "abs", "sin", "cos")
+
+
+class DataDependentError(RuntimeError):
+    """The traced function read tensor values into Python (its control flow may depend on them)."""
+
+
+class Step:
+    """One recorded primitive call: what it reads (buffer, view) and the buffer it writes."""
+
+    __slots__ = ("name", "args", "reads", "write", "partial", "const")
+
+    def __init__(self, name: str, args: tuple, reads: List[Tuple[int, View]], write: int,
+                 partial: bool, const: Any = None) -> None:
+        self.name = name          # primitive name, e.g. "ewise_add"
+        self.args = args          # the call's arguments, buffers replaced by ``Buf(i)``
+        self.reads = reads        # [(buffer index, view)] in argument order
+        self.write = write        # buffer index written (-1 for none)
+        self.partial = partial    # True when only part of ``write`` is overwritten
+        self.const = const        # from_numpy's host array (a copy)
+
+    def __repr__(self) -> str:
+        return f"Step({self.name}, reads={self.reads}, write={self.write})"
+
+
+class Buf(int):
+    """A buffer index standing in for an ``Array`` argument in ``Step.args``."""
+
+
+def _flat(i: int) -> Tuple[int, View]:
+    return (i, None)
+
+
+def access(name: str, a: tuple) -> Tuple[List[Tuple[int, View]], int, bool]:
+    """(reads, write, partial) of primitive ``name`` called with ``a`` (buffers as Buf)."""
+    if name == "fill":
+        return [], a[0], False
+    if name == "compact":
+        return [(a[0], (tuple(a[2]), tuple(a[3]), int(a[4])))], a[1], False
+    if name == "ewise_setitem":
+        return [_flat(a[0]), _flat(a[1])], a[1], True
+    if name == "scalar_setitem":
+        return [_flat(a[2])], a[2], True
+    if name == "ewise_strided":
+        return [(a[1], _view(a[2])), (a[3], _view(a[4]))], a[5], False
+    if name == "ewise_where":
+        return [_flat(a[0]), _flat(a[1]), _flat(a[2])], a[3], False
+    if name in ("ewise_astype", "reduce_sum", "reduce_max") or (
+            name.startswith("ewise_") and name[6:] in _UNARY):
+        return [_flat(a[0])], a[1], False
+    if name.startswith("scalar_"):
+        return [_flat(a[0])], a[2], False
+    if name.startswith("ewise_") or name in ("matmul", "matmul_tiled"):
+        return [_flat(a[0]), _flat(a[1])], a[2], False
+    if name == "take_rows":
+        return [_flat(a[0]), _flat(a[1])], a[2], False
+    if name == "scatter_add_rows":
+        return [_flat(a[0]), _flat(a[1]), _flat(a[2])], a[2], True
+    if name == "from_numpy":
+        return [], a[1], False
+    # any other primitive (a device's fused kernels): every buffer is read and may be written
+    bufs = [x for x in a if isinstance(x, Buf)]
+    return [_flat(b) for b in bufs], (bufs[-1] if bufs else -1), True
+
+
+def _view(v: Any) -> View:
+    return (tuple(v[0]), tuple(v[1]), int(v[2]))
+
+
+class Trace:
+    """The tape of one call: steps, and for every buffer its size, dtype and origin."""
+
+    def __init__(self) -> None:
+        self.steps: List[Step] = []
+        self.arrays: List[Any] = []       # buffer index -> the Array seen while recording
+        self.internal: List[bool] = []    # True when allocated during the recording
+        self._index: Dict[int, int] = {}  # id(Array) -> buffer index
+        self.data_read: Optional[str] = None  # where the function read data, if it did
+
+    def buffer(self, arr: Any, internal: bool = False) -> Buf:
+        """The index of ``arr``, registering it on first sight."""
+        i = self._index.get(id(arr))
+        if i is None:
+            i = self._index[id(arr)] = len(self.arrays)
+            self.arrays.append(arr)  # held, so that ids stay unique while recording
+            self.internal.append(internal)
+        return Buf(i)
+
+    def index_of(self, arr: Any) -> Optional[int]:
+        """The buffer index of ``arr`` when the trace has seen it."""
+        return self._index.get(id(arr))
+
+    def size(self, i: int) -> int:
+        return self.arrays[i].size
+
+    def dtype(self, i: int) -> np.dtype:
+        return np.dtype(self.arrays[i].dtype)
+
+    def signature(self) -> List[tuple]:
+        """A comparable summary (names, scalar arguments, buffer indices, constants)."""
+        out = []
+        for s in self.steps:
+            args = tuple(_hashable(x) for x in s.args)
+            out.append((s.name, args, None if s.const is None else s.const.tobytes()))
+        return out
+
+
+def _hashable(x: Any) -> Any:
+    if isinstance(x, (list, tuple)):
+        return tuple(_hashable(y) for y in x)
+    if isinstance(x, np.ndarray):
+        return ("ndarray", x.shape, x.dtype.str, x.tobytes())
+    if isinstance(x, np.generic):
+        return (x.dtype.str, x.item())
+    return x
+
+
+# Functions whose reads of data only decide whether to raise (index bounds checks); the plan
+# repeats their check on every replay (``plan.py``), so they do not stop compilation.
+VALIDATORS = ("_row_indices",)
+
+
+def _validating() -> bool:
+    f = sys._getframe(2)
+    for _ in range(4):
+        if f is None:
+            return False
+        if f.f_code.co_name in VALIDATORS:
+            return True
+        f = f.f_back
+    return False
+
+
+def _caller() -> str:
+    """file:line of the first frame outside needle's engine (where data was read)."""
+    f = sys._getframe(2)
+    while f is not None:
+        path = f.f_code.co_filename.replace("\\", "/")
+        if "/needle/" not in path or "/needle/nn/" in path or "/apps/" in path:
+            return f"{path}:{f.f_lineno} ({f.f_code.co_name})"
+        f = f.f_back
+    return "?"
+
+
+class Recorder:
+    """Context manager recording the primitive calls made on ``device`` into ``self.trace``.
+
+    ``execute=True`` runs each call as it is recorded. ``execute=False`` only queues it:
+    ``to_numpy`` (the one way data reaches Python) then calls ``on_read`` first, which must
+    run the queue (``needle.lazy`` does), before the read itself runs.
+    """
+
+    def __init__(self, device: Any, execute: bool = True, on_read: Any = None) -> None:
+        self.device = device
+        self.execute = execute
+        self.on_read = on_read
+        self.trace = Trace()
+        self._saved: Dict[str, Any] = {}
+
+    def _names(self) -> List[str]:
+        mod = self.device.mod
+        names = list(mod.PRIMITIVES) + [n for n in getattr(mod, "OPTIONAL_PRIMITIVES", ())
+                                         if hasattr(mod, n)]
+        names += ["ewise_" + n for n in _BINARY + _UNARY] + ["scalar_" + n for n in _BINARY]
+        names += [n for n in ("softmax_rows", "logsumexp_rows", "layer_norm_fwd",
+                              "layer_norm_bwd", "adam_update", "dropout", "dropout_backward")
+                  if hasattr(mod, n)]
+        return [n for n in dict.fromkeys(names) if n in self.device.__dict__]
+
+    def __enter__(self) -> "Recorder":
+        d = self.device.__dict__
+        if d.get("_needle_recorder") is not None:
+            raise RuntimeError("needle.compile: a trace is already recording on this device "
+                               "(nested compile/lazy blocks are not supported)")
+        d["_needle_recorder"] = self
+        for name in self._names():
+            self._saved[name] = d[name]
+            d[name] = self._wrap(name, d[name])
+        self._saved["Array"] = d["Array"]
+        d["Array"] = self._wrap_alloc(d["Array"])
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        d = self.device.__dict__
+        d.update(self._saved)
+        d["_needle_recorder"] = None
+
+    def original(self, name: str) -> Any:
+        """The device's own primitive ``name`` (not the recording wrapper)."""
+        return self._saved.get(name) or self.device.__dict__[name]
+
+    def _wrap_alloc(self, array_cls: Any) -> Any:
+        def alloc(size: int, *args: Any, **kw: Any) -> Any:
+            arr = array_cls(size, *args, **kw)
+            self.trace.buffer(arr, internal=True)
+            return arr
+        return alloc
+
+    def _wrap(self, name: str, fn: Any) -> Any:
+        cls = self.device.Array
+
+        def recorded(*args: Any) -> Any:
+            trace = self.trace
+            if name == "to_numpy":
+                if self.on_read is not None:
+                    self.on_read()
+                elif trace.data_read is None and not _validating():
+                    trace.data_read = _caller()
+                return fn(*args)
+            sub = tuple(trace.buffer(x) if isinstance(x, cls) else x for x in args)
+            const = None
+            if name == "from_numpy":
+                const = np.array(args[0], copy=True)
+                sub = (const,) + sub[1:]
+            reads, write, partial = access(name, sub)
+            trace.steps.append(Step(name, sub, reads, write, partial, const))
+            if self.execute:
+                return fn(*args)
+            return None
+        return recorded
+
+
+def alive_elsewhere(trace: Trace, keep: Sequence[int]) -> List[int]:
+    """Internal buffers that something besides the trace (and ``keep``) still references."""
+    keep = set(keep)
+    out, arrays = [], trace.arrays
+    for i in range(len(arrays)):
+        # two references are ours: the list's and getrefcount's argument
+        if trace.internal[i] and i not in keep and sys.getrefcount(arrays[i]) > 2:
+            out.append(i)
+    return out

@@ -1,0 +1,230 @@
+"""A compiled plan: the fused tape replayed on fresh inputs, and its readable dump.
+
+Buffers fall in three classes. *Dynamic* ones change every call: the function's inputs
+(tensor arguments, and parameters, read from their tensors at each call) and its outputs
+(returned tensors and gradients, freshly allocated each call, so a result kept by the caller
+is never overwritten). *Static* ones are the intermediates: allocated once when the plan is
+built and reused by every call (no allocator, no page faults). *Dead* ones are intermediates
+that fusion inlined into a kernel: never written, never allocated.
+"""
+import math
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .capture import Buf, Trace
+from .fusion import fuse
+
+# bytes moved: each read and each write of a step counted at the size of its buffer
+_FIXED_COST = ("matmul", "matmul_tiled", "take_rows", "scatter_add_rows")
+
+
+class Plan:
+    """Steps and fused kernels to replay; ``run(inputs)`` returns the output buffers."""
+
+    def __init__(self, trace: Trace, device: Any, inputs: Sequence[int], outputs: Sequence[int],
+                 fusion: bool = True, in_place: bool = False, lookup: Any = None) -> None:
+        self.trace = trace
+        self.device = device
+        self.in_place = in_place  # run on the recorded arrays themselves (``needle.lazy``)
+        self.lookup = lookup or (lambda name: getattr(device, name))
+        self.inputs = list(inputs)    # buffer indices bound per call, in the caller's order
+        self.outputs = list(outputs)  # buffer indices returned per call
+        protected = set(self.inputs) | set(self.outputs)
+        protected |= {i for i, internal in enumerate(trace.internal) if not internal}
+        if fusion:
+            self.groups, self.dead, self.folded = fuse(trace, protected)
+        else:
+            self.groups, self.dead, self.folded = [None] * len(trace.steps), {}, set()
+        for i, g in enumerate(self.groups):  # a lone step runs as its own primitive
+            if g is not None and len(g.members) == 1:
+                self.groups[i] = None
+        self._build()
+
+    # ------------------------------------------------------------------ building
+    def _build(self) -> None:
+        trace, dev = self.trace, self.device
+        dynamic = set() if self.in_place else set(self.inputs) | set(self.outputs)
+        n = len(trace.arrays)
+        self.static: List[Any] = [None] * n
+        for b in range(n):
+            if b in dynamic or b in self.dead:
+                continue
+            if trace.internal[b] and not self.in_place:
+                self.static[b] = dev.Array(trace.size(b), dtype=trace.dtype(b))
+            else:
+                self.static[b] = trace.arrays[b]  # a constant the function closed over
+        self.fresh = [] if self.in_place else [
+            (b, trace.size(b), trace.dtype(b)) for b in self.outputs
+            if b not in set(self.inputs) and trace.internal[b]]
+        fused_prim = self.lookup("fused_elementwise") if hasattr(
+            dev.mod, "fused_elementwise") else None
+        self.program: List[Tuple] = []
+        for i, s in enumerate(trace.steps):
+            if i in self.folded:
+                continue
+            g = self.groups[i]
+            if g is not None and fused_prim is not None:
+                leaves = [(b, (v if v is not None else ((trace.size(b),), (1,), 0)))
+                          for b, _, v in g.leaves]
+                shape = g.iter_shape
+                args = []
+                for b, v in leaves:
+                    if v[0] != shape and math.prod(v[0]) == math.prod(shape):
+                        v = (shape, _cstrides(shape), v[2])  # a flat read seen in group shape
+                    args.append((Buf(b), *v))
+                args += list(g.scalars)
+                self.program.append((fused_prim, (g.expression(), args, Buf(g.out), shape,
+                                                  g.reduce)))
+                continue
+            self.groups[i] = None
+            fn = self.lookup(s.name)
+            if s.name in ("take_rows", "scatter_add_rows"):
+                fn = _bounds_checked(fn, s.name, self.lookup("to_numpy"))
+            self.program.append((fn, s.args))
+        self._bind()
+
+    def _bind(self) -> None:
+        """Pre-resolve every argument that does not change between calls."""
+        dynamic = set() if self.in_place else set(self.inputs) | {b for b, _, _ in self.fresh}
+        self.bound = []
+        for fn, args in self.program:
+            holes = []
+            flat = list(args)
+            for k, a in enumerate(flat):
+                if isinstance(a, Buf):
+                    if a in dynamic:
+                        holes.append((k, int(a), None))
+                    else:
+                        flat[k] = self.static[a]
+                elif isinstance(a, list):  # fused inputs: (Buf, shape, strides, offset)
+                    lst = list(a)
+                    for j, x in enumerate(lst):
+                        if isinstance(x, tuple) and isinstance(x[0], Buf):
+                            if x[0] in dynamic:
+                                holes.append((k, int(x[0]), j))
+                            else:
+                                lst[j] = (self.static[x[0]],) + x[1:]
+                    flat[k] = lst
+            self.bound.append((fn, flat, holes))
+
+    # ------------------------------------------------------------------ running
+    def run(self, inputs: Sequence[Any]) -> List[Any]:
+        """Replay on the input Arrays (in ``self.inputs`` order); return the output Arrays."""
+        slot: Dict[int, Any] = dict(zip(self.inputs, inputs))
+        Array = self.device.Array
+        for b, size, dtype in self.fresh:
+            slot[b] = Array(size, dtype=dtype)
+        for fn, flat, holes in self.bound:
+            if not holes:
+                fn(*flat)
+                continue
+            args = list(flat)
+            for k, b, j in holes:
+                if j is None:
+                    args[k] = slot[b]
+                else:
+                    lst = args[k] = list(args[k])
+                    lst[j] = (slot[b],) + lst[j][1:]
+            fn(*args)
+        return [slot[b] if b in slot else self.static[b] for b in self.outputs]
+
+    # ------------------------------------------------------------------ reporting
+    def stats(self) -> Dict[str, Any]:
+        """Kernel launches and bytes moved before and after fusion."""
+        tr = self.trace
+        before = sum(_traffic(tr, s) for s in tr.steps)
+        after = 0
+        for i, s in enumerate(tr.steps):
+            if i in self.folded:
+                continue
+            g = self.groups[i]
+            if g is None:
+                after += _traffic(tr, s)
+            else:
+                item = g.dtype.itemsize
+                after += sum(tr.size(b) * tr.dtype(b).itemsize for b, _, _ in g.leaves)
+                after += tr.size(g.out) * tr.dtype(g.out).itemsize
+                if g.reduce:
+                    after += 2 * g.size * item  # the map result goes through a scratch
+        kernels = len(tr.steps) - len(self.folded)
+        return {"steps": len(tr.steps), "kernels": kernels,
+                "fused_groups": sum(g is not None for g in self.groups),
+                "bytes_before": before, "bytes_after": after,
+                "dead_bytes": sum(n * tr.dtype(b).itemsize for b, n in self.dead.items())}
+
+    def explain(self, before: bool = True, after: bool = True, limit: Optional[int] = None
+                ) -> str:
+        """The tape before fusion and the kernels after, one line each, with totals."""
+        tr, st = self.trace, self.stats()
+        lines = []
+        if before:
+            lines.append(f"== before fusion: {st['steps']} primitive calls, "
+                         f"{st['bytes_before'] / 2**20:.1f} MiB moved ==")
+            for i, s in enumerate(tr.steps[:limit]):
+                lines.append(f"{i:4d}  {_step_text(tr, s)}")
+        if after:
+            lines.append(f"== after fusion: {st['kernels']} kernels ({st['fused_groups']} "
+                         f"fused), {st['bytes_after'] / 2**20:.1f} MiB moved, "
+                         f"{st['dead_bytes'] / 2**20:.1f} MiB of intermediates never "
+                         f"written ==")
+            shown = 0
+            for i, s in enumerate(tr.steps):
+                if i in self.folded:
+                    continue
+                if limit is not None and shown >= limit:
+                    break
+                shown += 1
+                g = self.groups[i]
+                if g is None:
+                    lines.append(f"{i:4d}  {_step_text(tr, s)}")
+                else:
+                    names = "+".join(tr.steps[m].name.replace("ewise_", "")
+                                     .replace("scalar_", "s_") for m in g.members)
+                    red = f" then {g.reduce[0]}" if g.reduce else ""
+                    lines.append(f"{i:4d}  %{g.out} = fused[{names}]{red} "
+                                 f"{g.iter_shape} {g.dtype}: {g.expression()}")
+                    lines.append(f"{'':6}    inputs {g.inputs_text()}")
+        return "\n".join(lines)
+
+
+def _bounds_checked(fn: Any, name: str, to_numpy: Any) -> Any:
+    """``fn`` (take_rows / scatter_add_rows) after the index check eager mode makes."""
+    def run(a: Any, idx: Any, out: Any, row_size: int) -> None:
+        rows = (a.size if name == "take_rows" else out.size) // max(row_size, 1)
+        host = to_numpy(idx, (idx.size,), (1,), 0)
+        if host.size and (host.min() < 0 or host.max() >= rows):
+            raise ValueError(f"{name}: indices must lie in [0, {rows}), got values in "
+                             f"[{host.min()}, {host.max()}]")
+        fn(a, idx, out, row_size)
+    return run
+
+
+def _cstrides(shape: Tuple[int, ...]) -> Tuple[int, ...]:
+    out, acc = [], 1
+    for s in reversed(shape):
+        out.append(acc)
+        acc *= s
+    return tuple(reversed(out))
+
+
+def _traffic(tr: Trace, s: Any) -> int:
+    total = sum(tr.size(b) * tr.dtype(b).itemsize for b, _ in s.reads)
+    if s.write >= 0:
+        total += tr.size(s.write) * tr.dtype(s.write).itemsize
+    return total
+
+
+def _step_text(tr: Trace, s: Any) -> str:
+    args = []
+    for a in s.args:
+        if isinstance(a, Buf):
+            args.append(f"%{int(a)}")
+        elif isinstance(a, np.ndarray):
+            args.append(f"<host {a.shape} {a.dtype}>")
+        else:
+            args.append(repr(a))
+    out = f"%{s.write} = " if s.write >= 0 else ""
+    info = f"  ({tr.size(s.write)},) {tr.dtype(s.write)}" if s.write >= 0 else ""
+    return f"{out}{s.name}({', '.join(args)}){info}"
+

@@ -1,0 +1,287 @@
+"""needle.compile: compiled == eager (values and gradients), guards, fallbacks, explain, lazy.
+
+Every comparison runs the same function eagerly on one copy of the inputs/model and compiled
+on another; the compiled function is called three times (record, record and compare, then
+replay) and the *replay* is what is checked. Fused kernels keep NumPy's order of operations
+(reductions stay NumPy reductions), so float64 results agree to 1e-12; the only differences
+are last-bit ones from exp/log/tanh evaluated by another math library inside a kernel.
+"""
+import importlib
+
+import numpy as np
+import pytest
+
+import needle as ndl
+from needle import nn
+from needle.backend_ndarray import fused_expr
+from needle.compiler import DataDependentError
+from needle.compiler.fusion import fuse
+
+test_ops = importlib.import_module("ops.test_ops")
+OPS, make_inputs = test_ops.OPS, test_ops.make_inputs
+TOL = dict(rtol=1e-12, atol=1e-12)
+
+
+def _as_list(out):
+    return list(out) if isinstance(out, (tuple, list, ndl.TensorTuple)) else [out]
+
+
+def _op_params():
+    return [pytest.param(name, case, id=f"{name}-{i}")
+            for name, spec in OPS.items() for i, case in enumerate(spec.cases)]
+
+
+def _loss_fn(name, case, weights):
+    def f(*xs):
+        outs = _as_list(OPS[name].fn(*xs, **case.kw))
+        loss = None
+        for o, w in zip(outs, weights):
+            if not ndl.autograd._is_float(o.realize_cached_data()):
+                continue
+            term = (o * ndl.Tensor(w, dtype="float64", requires_grad=False)).sum()
+            loss = term if loss is None else loss + term
+        if loss is not None and loss.requires_grad:
+            loss.backward()
+        return outs
+    return f
+
+
+@pytest.mark.parametrize("name,case", _op_params())
+def test_every_op_compiled_equals_eager(name, case):
+    arrays = make_inputs(name, case)
+    eager_in = [ndl.Tensor(a, dtype="float64") for a in arrays]
+    shapes = [o.shape for o in _as_list(OPS[name].fn(*eager_in, **case.kw))]
+    rng = np.random.default_rng(1)
+    weights = [rng.standard_normal(s) for s in shapes]
+    f = _loss_fn(name, case, weights)
+    want = [o.numpy() for o in f(*eager_in)]
+    want_grads = [None if x.grad is None else x.grad.numpy() for x in eager_in]
+    cf = ndl.compile(f)
+    for _ in range(3):
+        xs = [ndl.Tensor(a, dtype="float64") for a in arrays]
+        got = cf(*xs)
+    assert cf.replays + cf.eager_calls == 1  # the third call replayed (or runs eagerly)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g.numpy(), w, **TOL)
+    for x, wg in zip(xs, want_grads):
+        if wg is None:
+            assert x.grad is None
+        else:
+            np.testing.assert_allclose(x.grad.numpy(), wg, **TOL)
+
+
+def _mlp(seed=0):
+    np.random.seed(seed)
+    return nn.Sequential(nn.Linear(12, 32, dtype="float64"), nn.ReLU(),
+                         nn.Linear(32, 32, dtype="float64"), nn.Tanh(),
+                         nn.Linear(32, 5, dtype="float64"))
+
+
+def _lm(seed=0, layers=2, d=16, seq=8):
+    np.random.seed(seed)
+    emb = nn.Embedding(50, d, gather=True, dtype="float64")
+    body = nn.Transformer(d, 32, layers, num_head=2, dim_head=8, sequence_len=seq,
+                          dtype="float64")
+    head = nn.Linear(d, 50, dtype="float64")
+    return emb, body, head
+
+
+def _params_of(model):
+    return [p for m in model for p in m.parameters()] if isinstance(model, tuple) \
+        else model.parameters()
+
+
+def _step_fn(kind, model):
+    loss_fn = nn.SoftmaxLoss()
+    if kind == "mlp":
+        def f(x, y):
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            return loss
+    else:
+        emb, body, head = model
+
+        def f(x, y):
+            out, _ = body(emb(x))
+            t, b = x.shape
+            loss = loss_fn(head(out.reshape((t * b, out.shape[-1]))), y)
+            loss.backward()
+            return loss
+    return f
+
+
+@pytest.mark.parametrize("kind", ["mlp", "transformer"])
+def test_training_steps_compiled_equal_eager(kind):
+    """Three Adam steps: losses, gradients and updated weights agree (float64, 1e-12)."""
+    rng = np.random.default_rng(0)
+    if kind == "mlp":
+        models = [_mlp(), _mlp()]
+        data = [(rng.standard_normal((16, 12)), rng.integers(0, 5, 16)) for _ in range(4)]
+    else:
+        models = [_lm(), _lm()]
+        data = [(rng.integers(0, 50, (8, 3)), rng.integers(0, 50, 24)) for _ in range(4)]
+    fns = [_step_fn(kind, models[0]), ndl.compile(_step_fn(kind, models[1]))]
+    opts = [ndl.optim.Adam(_params_of(m), lr=1e-2) for m in models]
+    for x, y in data:
+        losses = []
+        for fn, opt in zip(fns, opts):
+            opt.reset_grad()
+            xt = ndl.Tensor(x, dtype="float64" if kind == "mlp" else "int64",
+                            requires_grad=False)
+            losses.append(fn(xt, ndl.Tensor(y, dtype="int64")).numpy())
+            opt.step()
+        np.testing.assert_allclose(losses[1], losses[0], **TOL)
+        for pe, pc in zip(_params_of(models[0]), _params_of(models[1])):
+            np.testing.assert_allclose(pc.grad.numpy(), pe.grad.numpy(), **TOL)
+            np.testing.assert_allclose(pc.numpy(), pe.numpy(), **TOL)
+    assert fns[1].replays == 2 and fns[1].compiles == 1
+    assert fns[1].plan().stats()["fused_groups"] > 0
+
+
+def test_recompiles_on_a_new_shape_only():
+    model = _mlp()
+    cf = ndl.compile(_step_fn("mlp", model))
+    rng = np.random.default_rng(0)
+
+    def call(n):
+        return cf(ndl.Tensor(rng.standard_normal((n, 12)), dtype="float64"),
+                  ndl.Tensor(rng.integers(0, 5, n), dtype="int64"))
+    for _ in range(5):
+        call(8)
+    assert (cf.compiles, cf.recordings, cf.replays) == (1, 2, 3)
+    for _ in range(3):
+        call(4)
+    assert (cf.compiles, cf.recordings, cf.replays) == (2, 4, 4)
+    call(8)  # the first plan is still cached
+    assert (cf.compiles, cf.replays) == (2, 5)
+
+
+def test_new_batch_values_replay_correctly():
+    """A replay computes from the new inputs, not the traced ones."""
+    f = ndl.compile(lambda x: (ndl.ops.exp(x) * 2 + 1).sum(axes=(1,)))
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        a = rng.standard_normal((4, 6))
+        got = f(ndl.Tensor(a, dtype="float64")).numpy()
+        np.testing.assert_allclose(got, (np.exp(a) * 2 + 1).sum(1), **TOL)
+    assert f.replays == 2
+
+
+def test_debug_says_why_it_recompiles(capsys):
+    f = ndl.compile(lambda x: x * 2 + 1, debug=True)
+    f(ndl.Tensor(np.ones((2, 3))))
+    f(ndl.Tensor(np.ones((5, 3))))
+    assert "new signature" in capsys.readouterr().out
+
+
+def _data_dependent(x):
+    if x.sum().numpy() > 0:  # Python control flow on tensor data
+        return x * 2
+    return x * 3
+
+
+def test_data_dependent_control_flow_falls_back_to_eager():
+    f = ndl.compile(_data_dependent)
+    for sign in (1, -1, 1, -1):
+        a = np.full((3,), float(sign))
+        np.testing.assert_array_equal(f(ndl.Tensor(a)).numpy(), a * (2 if sign > 0 else 3))
+    assert f.compiles == 0 and "reads tensor data" in f.explain()
+
+
+def test_data_dependent_control_flow_refused_when_strict():
+    f = ndl.compile(_data_dependent, fallback=False)
+    with pytest.raises(DataDependentError, match="reads tensor data"):
+        f(ndl.Tensor(np.ones(3)))
+
+
+def test_random_draws_are_never_replayed():
+    """Dropout draws a new mask each call: recordings differ, so it keeps running eagerly."""
+    drop = nn.Dropout(0.5)
+    f = ndl.compile(lambda x: drop(x))
+    masks = {tuple(f(ndl.Tensor(np.ones(64))).numpy() > 0) for _ in range(6)}
+    assert len(masks) > 1 and f.compiles == 0
+
+
+def test_attribute_state_is_replayed():
+    """Tensors a function stores on an object (attention probs) are updated by replays."""
+    model = _lm()
+    f = ndl.compile(_step_fn("transformer", model))
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        f(ndl.Tensor(rng.integers(0, 50, (8, 3)), dtype="int64"),
+          ndl.Tensor(rng.integers(0, 50, 24), dtype="int64"))
+    attn = [m for m in model[1].modules() if hasattr(m, "probs")]
+    before = [a.probs for a in attn]
+    x = rng.integers(0, 50, (8, 3))
+    f(ndl.Tensor(x, dtype="int64"), ndl.Tensor(rng.integers(0, 50, 24), dtype="int64"))
+    assert f.replays == 2 and len(attn) == 2
+    for a, old in zip(attn, before):
+        assert a.probs is not old  # rebound by the replay, as the eager call does
+        np.testing.assert_allclose(a.probs.numpy().sum(-1), 1.0, rtol=1e-12)
+
+
+def test_explain_shows_the_graph_before_and_after_fusion():
+    f = ndl.compile(lambda x, w: ndl.ops.relu(x @ w + 1.0).sum(axes=(1,)))
+    x, w = ndl.Tensor(np.ones((4, 8))), ndl.Tensor(np.ones((8, 8)))
+    for _ in range(2):
+        f(x, w)
+    text = f.explain()
+    assert "== before fusion: 4 primitive calls" in text
+    assert "== after fusion: 2 kernels (1 fused)" in text
+    assert "fused[s_add+s_maximum+reduce_sum] then sum" in text
+
+
+def test_fusion_keeps_visible_buffers():
+    """A value the caller can see (an output) is never inlined away."""
+    def f(x):
+        y = x * 2
+        return y + 1, y
+    f = ndl.compile(f)
+    x = ndl.Tensor(np.arange(6.0))
+    for _ in range(3):
+        a, b = f(x)
+    np.testing.assert_array_equal(a.numpy(), np.arange(6.0) * 2 + 1)
+    np.testing.assert_array_equal(b.numpy(), np.arange(6.0) * 2)
+    plan = f.plan(x)
+    groups, _, _ = fuse(plan.trace, set(plan.outputs) | set(plan.inputs))
+    assert all(g is None or len(g.members) == 1 for g in groups)
+
+
+def test_results_of_earlier_calls_are_not_overwritten():
+    f = ndl.compile(lambda x: x * 2 + 1)
+    outs = [f(ndl.Tensor(np.full(3, float(i)))) for i in range(4)]
+    for i, o in enumerate(outs):
+        np.testing.assert_array_equal(o.numpy(), np.full(3, 2.0 * i + 1))
+
+
+def test_lazy_block_fuses_and_matches_eager():
+    a = np.random.default_rng(0).standard_normal((5, 7))
+    with ndl.lazy() as lz:
+        x = ndl.Tensor(a, dtype="float64", requires_grad=False)  # no graph holds temporaries
+        y = ndl.ops.tanh(x * 3 + 1) * x
+        s = y.sum(axes=(1,))
+    np.testing.assert_allclose(s.numpy(), (np.tanh(a * 3 + 1) * a).sum(1), **TOL)
+    np.testing.assert_allclose(y.numpy(), np.tanh(a * 3 + 1) * a, **TOL)
+    assert "fused[" in lz.explain()
+
+
+def test_lazy_block_flushes_on_a_read():
+    with ndl.lazy():
+        x = ndl.Tensor(np.arange(4.0), dtype="float64")
+        y = x * 2 + 1
+        first = y.numpy()  # forces the queued kernels to run
+        z = y * y
+    np.testing.assert_array_equal(first, np.arange(4.0) * 2 + 1)
+    np.testing.assert_array_equal(z.numpy(), (np.arange(4.0) * 2 + 1) ** 2)
+
+
+@pytest.mark.parametrize("engine", ["numpy", "numba", "numexpr"])
+def test_fused_elementwise_engines_agree(engine):
+    pytest.importorskip(engine)
+    rng = np.random.default_rng(0)
+    expr = "t0 = x0 - x1; t1 = where((t0 >= c0) | (t0 != t0), t0, c0); out = t1 * x1 + c1"
+    a, b = rng.standard_normal((6, 5)), rng.standard_normal((5, 6)).T  # b is transposed
+    views = [a, b, np.float64(0.0), np.float64(1.5)]
+    out = np.empty((6, 5))
+    fused_expr.kernel_for(expr, views, out, engine=engine)(views, out)
+    np.testing.assert_allclose(out, np.maximum(a - b, 0) * b + 1.5, **TOL)
