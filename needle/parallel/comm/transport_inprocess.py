@@ -210,7 +210,3 @@ class InProcessTransport:
         """End every rank of the virtual cluster: they raise ``CommAbortedError``."""
         self.world.sched.abort(self.me, code)
 
-    def barrier(self) -> None:
-        """Not needed: benchmarks use MPI."""
-        raise NotImplementedError("barrier: use Communicator.barrier()")
-

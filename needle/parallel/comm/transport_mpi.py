@@ -50,10 +50,6 @@ class MPITransport:
         """End every rank of the job (``MPI_Abort``)."""
         self.comm.Abort(code)
 
-    def barrier(self) -> None:
-        """MPI's own barrier (benchmarks only)."""
-        self.comm.Barrier()
-
     def poll(self, item: Any) -> Optional[bool]:
         """Test ``item`` (requests, or ``(requests, statuses)``) once: None if still in flight,
         else whether a receive was truncated.
