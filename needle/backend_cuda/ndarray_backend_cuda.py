@@ -16,6 +16,7 @@ from . import _runtime as rt
 from . import fused
 from . import kernel_specs as K
 from ._runtime import memory_stats, reset_peak_memory  # noqa: F401
+from .fused_elementwise import fused_elementwise
 
 __device_name__ = "cuda"
 
@@ -478,5 +479,7 @@ _PRIMITIVES.update({name: globals()[name] for name in (
 _PRIMITIVES.update({name: getattr(fused, name) for name in (
     "softmax_rows", "logsumexp_rows", "layer_norm_fwd", "layer_norm_bwd", "adam_update",
     "dropout", "dropout_backward")})
+# needle.compile's fused kernels: the CPU primitive's expressions as ElementwiseKernels
+_PRIMITIVES.update(fused_elementwise=fused_elementwise)
 _PRIMITIVES.update(__device_name__=__device_name__, EWISE_BINARY=EWISE_BINARY,
                    EWISE_UNARY=EWISE_UNARY)

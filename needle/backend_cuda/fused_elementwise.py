@@ -1,0 +1,117 @@
+"""The CUDA backend's ``fused_elementwise``: a CuPy ElementwiseKernel from the same expression.
+
+``expr`` is the CPU primitive's statement list (``backend_ndarray/fused_expr.py``):
+``t0 = x0 - x1; out = exp(t0) * c0``. Each statement becomes one line of CUDA C
+(``auto t0 = (x0 - x1);``), ``where(c, a, b)`` a conditional and ``a ** b`` ``pow(a, b)``;
+CuPy's ElementwiseKernel does the indexing of strided/broadcast views. A reduction runs the
+kernel into a scratch array and reduces it with CuPy over the middle axis, as the CPU does.
+``standalone_source`` writes the same body as a plain ``__global__`` kernel over contiguous
+arrays, which CI compiles with NVRTC (tests/backend_cuda/test_cuda_compile_fused.py).
+"""
+import ast
+import math
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+_CTYPE = {np.dtype("float32"): "float", np.dtype("float64"): "double",
+          np.dtype("bool"): "bool"}
+_FUNCS = {"exp": "exp", "log": "log", "tanh": "tanh", "sqrt": "sqrt", "abs": "fabs",
+          "sin": "sin", "cos": "cos"}
+_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.BitOr: "|",
+        ast.BitAnd: "&"}
+_CMPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">",
+         ast.GtE: ">="}
+
+
+def to_c(node: ast.AST) -> str:
+    """CUDA C for one expression of the statement language."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.BinOp):
+        a, b = to_c(node.left), to_c(node.right)
+        if isinstance(node.op, ast.Pow):
+            return f"pow({a}, {b})"
+        return f"({a} {_OPS[type(node.op)]} {b})"
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return f"(-{to_c(node.operand)})"
+    if isinstance(node, ast.Compare):
+        return f"({to_c(node.left)} {_CMPS[type(node.ops[0])]} {to_c(node.comparators[0])})"
+    if isinstance(node, ast.Call):
+        args = [to_c(a) for a in node.args]
+        if node.func.id == "where":
+            return f"({args[0]} ? {args[1]} : {args[2]})"
+        return f"{_FUNCS[node.func.id]}({args[0]})"
+    raise ValueError(f"fused_elementwise: unsupported expression {ast.dump(node)}")
+
+
+def body_lines(expr: str) -> List[str]:
+    """The statements as CUDA C lines (temporaries as ``auto``; ``out`` assigned last)."""
+    lines = []
+    for stmt in ast.parse(expr.replace("; ", "\n")).body:
+        name = stmt.targets[0].id
+        rhs = to_c(stmt.value)
+        lines.append(f"out = {rhs};" if name == "out" else f"auto {name} = {rhs};")
+    return lines
+
+
+def kernel_parts(expr: str, in_types: Sequence[np.dtype], n_arrays: int,
+                 out_type: np.dtype) -> Tuple[str, str, str]:
+    """(in_params, out_params, body) for ``cupy.ElementwiseKernel``."""
+    names = [f"x{j}" for j in range(n_arrays)] + \
+        [f"c{j}" for j in range(len(in_types) - n_arrays)]
+    params = ", ".join(f"{_CTYPE[np.dtype(t)]} {n}" for n, t in zip(names, in_types))
+    return params, f"{_CTYPE[np.dtype(out_type)]} out", "\n".join(body_lines(expr))
+
+
+def standalone_source(expr: str, in_types: Sequence[np.dtype], n_arrays: int,
+                      out_type: np.dtype, name: str = "fused") -> str:
+    """A ``__global__`` kernel over contiguous arrays with the same body (for NVRTC checks)."""
+    params, loads = [], []
+    for j, t in enumerate(in_types):
+        ct = _CTYPE[np.dtype(t)]
+        if j < n_arrays:
+            params.append(f"const {ct}* __restrict__ p_x{j}")
+            loads.append(f"    const {ct} x{j} = p_x{j}[i];")
+        else:
+            params.append(f"const {ct} c{j - n_arrays}")
+    oc = _CTYPE[np.dtype(out_type)]
+    params += [f"{oc}* __restrict__ p_out", "const long long n"]
+    body = "\n".join("    " + line for line in body_lines(expr))
+    return (f'extern "C" __global__ void {name}({", ".join(params)}) {{\n'
+            f"    const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
+            f"    if (i >= n) return;\n" + "\n".join(loads) +
+            f"\n    {oc} out;\n{body}\n    p_out[i] = out;\n}}\n")
+
+
+_KERNELS: Dict[Tuple, Any] = {}
+
+
+def fused_elementwise(expr: str, inputs: Sequence[Any], out: Any, shape: Tuple[int, ...],
+                      reduce: Optional[Tuple[str, int, int]] = None) -> None:
+    """The CPU primitive's contract (see backend_ndarray/fused_expr.py) on a GPU."""
+    import cupy as cp
+    arrays = [x for x in inputs if isinstance(x, tuple)]
+    scalars = [x for x in inputs if not isinstance(x, tuple)]
+    views = []
+    for arr, vshape, strides, offset in arrays:
+        base = arr.array
+        item = base.dtype.itemsize
+        views.append(cp.lib.stride_tricks.as_strided(
+            base[offset:], shape=vshape, strides=tuple(s * item for s in strides)))
+    out_dtype = np.dtype(out.array.dtype)
+    types = [v.dtype for v in views] + [np.asarray(s).dtype for s in scalars]
+    key = (expr, tuple(str(t) for t in types), str(out_dtype))
+    kernel = _KERNELS.get(key)
+    if kernel is None:
+        kernel = _KERNELS[key] = cp.ElementwiseKernel(
+            *kernel_parts(expr, types, len(views), out_dtype), "needle_fused")
+    if reduce is None:
+        kernel(*views, *scalars, out.array[: math.prod(shape)].reshape(shape))
+        return
+    op, reduce_size, inner = reduce
+    scratch = cp.empty(shape, out_dtype)
+    kernel(*views, *scalars, scratch)
+    src = scratch.reshape(-1, reduce_size, inner)
+    res = src.sum(axis=1) if op == "sum" else src.max(axis=1)
+    out.array[...] = res.reshape(-1)
