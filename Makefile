@@ -34,6 +34,10 @@ bench: install
 	$(PYTHON) benchmarks/bench_train.py
 	$(PYTHON) benchmarks/bench_memory.py
 	$(PYTHON) -m needle.parallel.launch -n 2 --no-prefix benchmarks/bench_collectives.py
+	$(PYTHON) -m needle.parallel.launch -n 2 --no-prefix benchmarks/bench_data_parallel.py
+	$(PYTHON) -m needle.parallel.launch -n 4 --no-prefix benchmarks/bench_data_parallel.py --zero
+	$(PYTHON) -m needle.parallel.launch -n 4 --no-prefix benchmarks/bench_data_parallel.py --ps \
+		--plot benchmarks/param_server.png
 
 student:
 	$(PYTHON) -m course.make_student --out build/student

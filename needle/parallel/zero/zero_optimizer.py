@@ -11,7 +11,8 @@ optimizer state per parameter, per-rank model states drop from (P + G + K) Psi t
 
 * Stage 1 wraps a DDP model, whose gradients are already averaged: each rank's optimizer updates
   only the pieces of parameters it owns (``sharding.py``), then an allgather per bucket gives
-  every rank all updated parameters (the same bytes as the second half of a ring allreduce).
+  every rank all updated parameters. DDP's allreduce plus this allgather send 1.5x DDP's bytes;
+  the paper's stage 1 reduce-scatters instead of allreducing, which is what stage 2 does here.
 * Stage 2 takes a plain model: each bucket of gradients is reduce-scattered (averaged) from the
   gradient hooks as soon as it is full, so a rank only ever keeps its own shard of the gradient;
   ``step()`` updates the shard and allgathers. There is no allreduce anywhere.
