@@ -8,7 +8,13 @@ from typing import Any, Optional
 import numpy as np
 
 from ..autograd import Tensor
-from ..backend_ndarray import BackendDevice, NDArray, default_device, to_numpy_dtype
+from ..backend_ndarray import (
+    BackendDevice,
+    NDArray,
+    default_device,
+    take_rows,
+    to_numpy_dtype,
+)
 
 
 def _device(device: Optional[BackendDevice]) -> BackendDevice:
@@ -85,12 +91,11 @@ def one_hot(n: int, i: Any, device: Optional[BackendDevice] = None, dtype: str =
     device = _device(device)
     data = i.realize_cached_data() if isinstance(i, Tensor) else i
     if isinstance(data, NDArray) and data.dtype in ("int32", "int64") and data.device == device:
-        # integer labels already on the device: compare with 0..n-1 there, so no data goes to
-        # the host (a step stays traceable by needle.compile); out-of-range rows are all zero
-        cols = NDArray(np.arange(n, dtype=data.dtype), device=device)
-        shape = data.shape + (n,)
-        hot = data.reshape(data.shape + (1,)).broadcast_to(shape) == cols.broadcast_to(shape)
-        return Tensor(hot.astype(dtype), device=device, dtype=dtype, requires_grad=requires_grad)
+        # integer labels already on the device: gather rows of the identity there, so no data
+        # goes to the host (a step stays traceable by needle.compile); take_rows checks range
+        eye = NDArray(np.eye(n, dtype=to_numpy_dtype(dtype)), device=device)
+        return Tensor(take_rows(eye, data), device=device, dtype=dtype,
+                      requires_grad=requires_grad)
     if isinstance(i, (Tensor, NDArray)):
         i = i.numpy()
     idx = np.asarray(i)

@@ -46,8 +46,15 @@ def _loss_fn(name, case, weights):
     return f
 
 
+@pytest.fixture
+def numpy_engine(monkeypatch):
+    """The NumPy kernel engine: ~200 distinct op kernels would each cost numba ~0.2 s to
+    build on a fresh machine; numba's kernels are checked by the model steps below."""
+    monkeypatch.setattr(fused_expr, "ENGINE", "numpy")
+
+
 @pytest.mark.parametrize("name,case", _op_params())
-def test_every_op_compiled_equals_eager(name, case):
+def test_every_op_compiled_equals_eager(name, case, numpy_engine):
     arrays = make_inputs(name, case)
     eager_in = [ndl.Tensor(a, dtype="float64") for a in arrays]
     shapes = [o.shape for o in _as_list(OPS[name].fn(*eager_in, **case.kw))]
@@ -285,3 +292,15 @@ def test_fused_elementwise_engines_agree(engine):
     out = np.empty((6, 5))
     fused_expr.kernel_for(expr, views, out, engine=engine)(views, out)
     np.testing.assert_allclose(out, np.maximum(a - b, 0) * b + 1.5, **TOL)
+
+
+def test_index_checks_run_on_every_replay():
+    """Label/embedding bounds are checked by each replay, as eager checks them."""
+    model = _mlp()
+    cf = ndl.compile(_step_fn("mlp", model))
+    x = ndl.Tensor(np.ones((4, 12)), dtype="float64")
+    for _ in range(3):
+        cf(x, ndl.Tensor(np.array([0, 1, 2, 3]), dtype="int64"))
+    assert cf.replays == 1
+    with pytest.raises(ValueError, match=r"\[0, 5\)"):
+        cf(x, ndl.Tensor(np.array([0, 1, 2, 5]), dtype="int64"))
