@@ -29,6 +29,7 @@ class MPITransport:
         self.ANY_SOURCE, self.ANY_TAG, self.byte = MPI.ANY_SOURCE, MPI.ANY_TAG, MPI.BYTE
         self.tag_ub = min(mpi_comm.Get_attr(MPI.TAG_UB) or 32767, 1 << 29)
         self.spin = _spin_polls(mpi_comm) if spin is None else spin
+        self._testall, self._error = MPI.Request.Testall, MPI.Exception
 
     def new_status(self) -> Any:
         """A status object for ``poll((requests, statuses))``."""
@@ -58,13 +59,16 @@ class MPITransport:
         arguments).  We finish the remaining requests and report it, so the algorithm can run to
         the end and every rank learns of the mismatch, instead of some raising and others hanging.
         """
-        MPI = mpi()
-        reqs, statuses = item if isinstance(item, tuple) else (item, None)
+        reqs, statuses = item if type(item) is tuple else (item, None)
         try:
-            return False if MPI.Request.Testall(reqs, statuses) else None
-        except MPI.Exception as err:
-            if err.Get_error_class() not in (MPI.ERR_IN_STATUS, MPI.ERR_TRUNCATE):
-                raise
+            return False if self._testall(reqs, statuses) else None
+        except self._error as err:
+            return self._truncated(err, reqs)
+
+    def _truncated(self, err: Any, reqs: list) -> bool:
+        MPI = mpi()
+        if err.Get_error_class() not in (MPI.ERR_IN_STATUS, MPI.ERR_TRUNCATE):
+            raise err
         rest = [r for r in reqs if r != MPI.REQUEST_NULL]
         while rest and self.poll(rest) is None:
             pass
@@ -73,20 +77,22 @@ class MPITransport:
     def wait(self, item: Any, timeout: float, describe: Callable[[], str]) -> bool:
         """Wait for ``item``, raising ``CommTimeoutError`` after ``timeout`` seconds; after
         ``spin`` empty polls, give the core away between polls."""
-        poll = self.poll
-        done = poll(item)
-        if done is not None:
-            return done
-        polls, deadline, spin = 0, time.monotonic() + timeout, self.spin
-        while True:
-            done = poll(item)
-            if done is not None:
-                return done
-            polls += 1
-            if polls > spin:
-                os.sched_yield()  # let a peer sharing our core run (oversubscribed jobs)
-            if polls & 63 == 0 and time.monotonic() > deadline:
-                raise CommTimeoutError(describe())
+        reqs, statuses = item if type(item) is tuple else (item, None)
+        testall = self._testall
+        polls, deadline, spin = 0, None, self.spin
+        try:
+            while not testall(reqs, statuses):  # the hot loop: nothing but Testall
+                polls += 1
+                if polls > spin:
+                    os.sched_yield()  # let a peer sharing our core run (oversubscribed jobs)
+                if polls & 63 == 0:
+                    now = time.monotonic()
+                    deadline = deadline or now + timeout
+                    if now > deadline:
+                        raise CommTimeoutError(describe())
+        except self._error as err:
+            return self._truncated(err, reqs)
+        return False
 
     def idle(self) -> None:
         """A nonblocking test found nothing: MPI progresses by itself."""
