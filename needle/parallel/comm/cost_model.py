@@ -18,8 +18,8 @@ from typing import Dict, Iterable, NamedTuple, Sequence
 
 import numpy as np
 
-ALPHA = 2.0e-6  # seconds per message (measured: see benchmarks/README.md, "Collectives")
-BETA = 1.0e-10  # seconds per byte (about 10 GB/s)
+ALPHA = 3.6e-6  # seconds per message (2 ranks, fitted by the benchmark: benchmarks/README.md,
+BETA = 7.0e-11  # seconds per byte (14.3 GB/s)           "Collectives")
 
 
 class CostModel(NamedTuple):
