@@ -38,6 +38,8 @@ bench: install
 	$(PYTHON) -m needle.parallel.launch -n 4 --no-prefix benchmarks/bench_data_parallel.py --zero
 	$(PYTHON) -m needle.parallel.launch -n 4 --no-prefix benchmarks/bench_data_parallel.py --ps \
 		--plot benchmarks/param_server.png
+	$(PYTHON) benchmarks/bench_model_parallel.py --figures
+	cd benchmarks && $(PYTHON) bench_compile.py --steps 9
 
 student:
 	$(PYTHON) -m course.make_student --out build/student
