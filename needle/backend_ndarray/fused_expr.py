@@ -49,6 +49,13 @@ def _pick_engine() -> str:
 
 
 ENGINE = _pick_engine()
+# NEEDLE_FUSED_PARALLEL_MIN=n: numba kernels over at least n elements run on all of numba's
+# threads (a prange over the outer loop). Off by default: alone, a 1M-element float32 add
+# runs 1.8x faster on 2 cores (328 -> 178 us), but inside a training step numba's OpenMP
+# threads spin after each kernel and take the cores from OpenBLAS: the transformer step
+# went from 353 to 877 ms (346 ms with OMP_WAIT_POLICY=passive, which must be set before
+# the process starts). See benchmarks/README.md, Graph compilation.
+PARALLEL_MIN = int(os.environ.get("NEEDLE_FUSED_PARALLEL_MIN", 0))
 _CACHE: Dict[Tuple, Callable] = {}
 
 
@@ -67,19 +74,44 @@ def _views(inputs: Sequence[Any], shape: Tuple[int, ...]) -> list:
     return out
 
 
+BLOCK = 16384  # elements per block of the NumPy engine: its temporaries stay in cache
+
+
+def _blocks(shape: Tuple[int, ...]) -> list:
+    """Index tuples cutting ``shape`` into C-order blocks of about BLOCK elements."""
+    k, inner = len(shape) - 1, 1
+    while k > 0 and inner * shape[k] <= BLOCK:  # the last axes fit in a block: keep them whole
+        inner *= shape[k]
+        k -= 1
+    if k == 0 and inner * shape[0] <= BLOCK:
+        return [()]
+    step = max(1, BLOCK // inner)
+    return [idx + (slice(s, s + step),) for idx in np.ndindex(*shape[:k])
+            for s in range(0, shape[k], step)]
+
+
 def _numpy_kernel(expr: str) -> Callable:
+    """The statements as NumPy array expressions, run block by block.
+
+    Each statement is one ufunc pass, as in eager mode, but over a block of ~16K elements
+    at a time, so the temporaries are small, cache-resident and never page-faulted in (a
+    4 MiB temporary costs ~1 ms of page faults on these VMs). Values equal the unblocked
+    (and the eager) ones bit for bit: every element sees the same operations."""
     code = compile(expr.replace("; ", "\n"), "<fused>", "exec")
 
     def run(args: list, out: np.ndarray) -> None:
         env = dict(_FUNCS)
-        env.update({f"x{j}": a for j, a in enumerate(args) if isinstance(a, np.ndarray)})
+        arrays = [(f"x{j}", a) for j, a in enumerate(args) if isinstance(a, np.ndarray)]
         k = 0
         for a in args:
             if not isinstance(a, np.ndarray):
                 env[f"c{k}"] = a
                 k += 1
-        exec(code, env)
-        np.copyto(out, env["out"], casting="unsafe")
+        for idx in _blocks(out.shape):
+            for name, a in arrays:
+                env[name] = a[idx]
+            exec(code, env)
+            np.copyto(out[idx], env["out"], casting="unsafe")
     return run
 
 
@@ -105,29 +137,130 @@ class _ToElement(ast.NodeTransformer):
         return node
 
 
-def numba_source(expr: str, n_arrays: int, n_scalars: int, ndim: int) -> str:
-    """The Python source of the numba loop kernel for ``expr`` over ``ndim``-D views."""
-    arrays = [f"x{j}" for j in range(n_arrays)]
-    index = ", ".join(f"i{d}" for d in range(ndim))
+def _element_body(expr: str, arrays: Sequence[str], index: str, result: str) -> list:
+    """The statements of ``expr`` for the element at ``index``, the value assigned to ``result``."""
     body = []
     for stmt in ast.parse(expr.replace("; ", "\n")).body:
         stmt = ast.fix_missing_locations(_ToElement(arrays, index).visit(stmt))
         line = ast.unparse(stmt)
         if line.startswith("out = "):
-            line = f"out[{index}] = " + line[6:]
+            line = result + " = " + line[6:]
         body.append(line)
+    return body
+
+
+_HEADER = "import numpy as np\nimport numba\n\n\n@numba.njit(cache=True, nogil=True{})\n"
+
+
+def numba_source(expr: str, n_arrays: int, n_scalars: int, ndim: int,
+                 parallel: bool = False) -> str:
+    """The Python source of the numba loop kernel for ``expr`` over ``ndim``-D views.
+
+    ``parallel``: the outermost loop is a ``numba.prange``, split across numba's threads
+    (each element is still computed by the same statements, so values do not change).
+    """
+    arrays = [f"x{j}" for j in range(n_arrays)]
+    index = ", ".join(f"i{d}" for d in range(ndim))
+    body = _element_body(expr, arrays, index, f"out[{index}]")
     params = ", ".join(arrays + [f"c{j}" for j in range(n_scalars)] + ["out"])
     lines = [f"def kernel({params}):"]
     for d in range(ndim):
-        lines.append("    " * (d + 1) + f"for i{d} in range(out.shape[{d}]):")
+        rng = "numba.prange" if parallel and d == 0 else "range"
+        lines.append("    " * (d + 1) + f"for i{d} in {rng}(out.shape[{d}]):")
     lines += ["    " * (ndim + 1) + b for b in body]
-    return "import numpy as np\nimport numba\n\n\n@numba.njit(cache=True, nogil=True)\n" + \
-        "\n".join(lines) + "\n"
+    return _HEADER.format(", parallel=True" if parallel else "") + "\n".join(lines) + "\n"
 
 
-def _numba_kernel(expr: str, n_arrays: int, n_scalars: int, ndim: int) -> Callable:
-    """Compile (or load from the on-disk cache) the loop kernel for ``expr``."""
-    src = numba_source(expr, n_arrays, n_scalars, ndim)
+_PAIRWISE = """
+@numba.njit(cache=True, nogil=True)
+def pairwise(a, lo, n, neg_zero):
+    # NumPy's pairwise summation (loops_utils.h), step for step: equal sums bit for bit
+    if n < 8:
+        res = neg_zero  # -0.0: a sum of -0.0s stays -0.0, as in NumPy
+        for i in range(lo, lo + n):
+            res += a[i]
+        return res
+    if n <= 128:
+        r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
+        r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+        end = lo + n - n % 8
+        for i in range(lo + 8, end, 8):
+            r0 += a[i]
+            r1 += a[i + 1]
+            r2 += a[i + 2]
+            r3 += a[i + 3]
+            r4 += a[i + 4]
+            r5 += a[i + 5]
+            r6 += a[i + 6]
+            r7 += a[i + 7]
+        res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+        for i in range(end, lo + n):
+            res += a[i]
+        return res
+    n2 = n // 2
+    n2 -= n2 % 8
+    return pairwise(a, lo, n2, neg_zero) + pairwise(a, lo + n2, n - n2, neg_zero)
+
+
+"""
+
+
+def _combine(op: str, acc: str, val: str) -> str:
+    if op == "sum":
+        return f"{acc} + {val}"
+    return f"{acc} if ({acc} >= {val}) | ({acc} != {acc}) else {val}"  # NaN-propagating max
+
+
+def numba_reduce_source(expr: str, n_arrays: int, n_scalars: int, op: str, inner: int,
+                        parallel: bool = False) -> str:
+    """The numba kernel evaluating ``expr`` and reducing it (sum or max) in one pass.
+
+    The views are (outer, reduce_size, inner); ``out`` is (outer, inner). The sums are
+    NumPy's, in NumPy's order, so a fused reduction equals the unfused steps bit for bit:
+    with ``inner > 1`` each output element adds its rows in order, as NumPy's reduction
+    over a middle axis does; with ``inner == 1`` (over the last axis) a row's values are
+    mapped into a small buffer that stays in cache and summed pairwise exactly as NumPy
+    does (``pairwise`` below). Max is exact in any order.
+    """
+    arrays = [f"x{j}" for j in range(n_arrays)]
+    params = ", ".join(arrays + [f"c{j}" for j in range(n_scalars)]
+                       + ["out", "init", "n_red", "n_blocks"])
+    rng = "numba.prange" if parallel else "range"
+    lines = [f"def kernel({params}):", "    n_outer = out.shape[0]"]
+    if inner == 1:
+        if op == "sum":
+            lines += [f"    for o in {rng}(n_outer):",
+                      "        buf = np.empty(n_red, out.dtype)",  # per row: thread-safe
+                      "        for r in range(n_red):"]
+            lines += ["            " + b for b in _element_body(expr, arrays, "o, r", "buf[r]")]
+            lines += ["        out[o, 0] = init + pairwise(buf, 0, n_red, -init)"]
+        else:
+            lines += [f"    for o in {rng}(n_outer):",
+                      "        acc = init",
+                      "        for r in range(n_red):"]
+            lines += ["            " + b for b in _element_body(expr, arrays, "o, r", "v")]
+            lines += [f"            acc = {_combine(op, 'acc', 'v')}",
+                      "        out[o, 0] = acc"]
+    else:
+        lines += ["    n_inner = out.shape[1]",
+                  "    block = (n_inner + n_blocks - 1) // n_blocks",
+                  f"    for task in {rng}(n_outer * n_blocks):",
+                  "        o = task // n_blocks",
+                  "        j0 = (task % n_blocks) * block",
+                  "        j1 = min(n_inner, j0 + block)",
+                  "        for j in range(j0, j1):",
+                  "            out[o, j] = init",
+                  "        for r in range(n_red):",
+                  "            for j in range(j0, j1):"]
+        lines += ["                " + b for b in _element_body(expr, arrays, "o, r, j", "v")]
+        lines += [f"                out[o, j] = {_combine(op, 'out[o, j]', 'v')}"]
+    header = _HEADER.format(", parallel=True" if parallel else "")
+    return header.split("@numba")[0] + _PAIRWISE + "\n" + "@numba" + \
+        header.split("@numba", 1)[1] + "\n".join(lines) + "\n"
+
+
+def _load_kernel(src: str) -> Callable:
+    """The ``kernel`` function of numba source ``src`` (compiled, or loaded from disk)."""
     cache_dir = os.environ.get("NEEDLE_KERNEL_CACHE",
                                os.path.join(os.path.expanduser("~"), ".cache", "needle"))
     os.makedirs(cache_dir, exist_ok=True)
@@ -144,11 +277,27 @@ def _numba_kernel(expr: str, n_arrays: int, n_scalars: int, ndim: int) -> Callab
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod  # numba's on-disk cache finds the function's module by name
         spec.loader.exec_module(mod)
-    kernel = mod.kernel
+    return mod.kernel
+
+
+def _numba_kernel(expr: str, n_arrays: int, n_scalars: int, ndim: int,
+                  parallel: bool = False) -> Callable:
+    """Compile (or load from the on-disk cache) the loop kernel for ``expr``."""
+    kernel = _load_kernel(numba_source(expr, n_arrays, n_scalars, ndim, parallel))
 
     def run(args: list, out: np.ndarray) -> None:
         kernel(*args, out)
     return run
+
+
+def _threads() -> int:
+    import numba
+    return numba.get_num_threads()
+
+
+def parallel_worth(size: int) -> bool:
+    """Split a kernel over ``size`` elements across threads? (numba engine only)"""
+    return 0 < PARALLEL_MIN <= size and _threads() > 1
 
 
 def _collapse(views: list, out: np.ndarray) -> Tuple[list, np.ndarray]:
@@ -166,11 +315,12 @@ def kernel_for(expr: str, views: list, out: np.ndarray, engine: Optional[str] = 
     if engine == "numba" and any(f in expr for f in _TRANSCENDENTAL):
         engine = "numpy"  # numba calls scalar libm here; NumPy's SIMD versions win
     n_arr = sum(isinstance(v, np.ndarray) for v in views)
-    key = (engine, expr, n_arr, len(views) - n_arr, out.ndim)
+    parallel = engine == "numba" and parallel_worth(out.size)
+    key = (engine, expr, n_arr, len(views) - n_arr, out.ndim, parallel)
     fn = _CACHE.get(key)
     if fn is None:
         if engine == "numba":
-            fn = _numba_kernel(expr, n_arr, len(views) - n_arr, out.ndim)
+            fn = _numba_kernel(expr, n_arr, len(views) - n_arr, out.ndim, parallel)
         elif engine == "numexpr":
             fn = _numexpr_kernel(expr, views)
         else:
@@ -237,6 +387,11 @@ def fused_elementwise(expr: str, inputs: Sequence[Any], out: Any, shape: Tuple[i
         kernel_for(expr, views, target)(views, target)
         return
     op, reduce_size, inner = reduce
+    if ENGINE == "numba" and not any(f in expr for f in _TRANSCENDENTAL):
+        if _numba_reduce(expr, views, out, shape, op, reduce_size, inner):
+            return
+    if _blocked_reduce(expr, views, out, shape, op, reduce_size, inner):
+        return
     scratch = np.empty(shape, out.array.dtype)
     views, flat = _collapse(views, scratch)
     kernel_for(expr, views, flat)(views, flat)
@@ -246,3 +401,69 @@ def fused_elementwise(expr: str, inputs: Sequence[Any], out: Any, shape: Tuple[i
         ufunc.reduce(src.reshape(-1, reduce_size), axis=1, out=out.array)
     else:
         ufunc.reduce(src, axis=1, out=out.array.reshape(-1, inner))
+
+
+def _as_rows(views: list, outer: int, rest: Tuple[int, ...]) -> Optional[list]:
+    """The views seen as (outer, *rest) without a copy, or None where that needs one."""
+    out = []
+    for v in views:
+        if isinstance(v, np.ndarray):
+            w = v.view()
+            try:
+                w.shape = (outer,) + rest  # raises instead of copying
+            except AttributeError:
+                return None
+            v = w
+        out.append(v)
+    return out
+
+
+def _blocked_reduce(expr: str, views: list, out: Any, shape: Tuple[int, ...], op: str,
+                    reduce_size: int, inner: int) -> bool:
+    """Map and reduce a block of whole rows at a time through a small scratch (NumPy
+    engine). Each row is reduced by the same NumPy call as unblocked, so bit for bit equal."""
+    outer = math.prod(shape) // (reduce_size * inner)
+    rows = _as_rows(views, outer, (reduce_size, inner))
+    if rows is None:
+        return False
+    step = max(1, BLOCK // (reduce_size * inner))
+    scratch = np.empty((step, reduce_size, inner), out.array.dtype)
+    target = out.array[:outer * inner].reshape(outer, inner)
+    kernel = kernel_for(expr, rows, scratch, engine="numpy")
+    ufunc = np.add if op == "sum" else np.maximum
+    for s in range(0, outer, step):
+        n = min(step, outer - s)
+        part = scratch[:n]
+        kernel([v[s:s + n] if isinstance(v, np.ndarray) else v for v in rows], part)
+        if inner == 1:
+            ufunc.reduce(part.reshape(n, reduce_size), axis=1, out=target[s:s + n, 0])
+        else:
+            ufunc.reduce(part, axis=1, out=target[s:s + n])
+    return True
+
+
+def _numba_reduce(expr: str, views: list, out: Any, shape: Tuple[int, ...], op: str,
+                  reduce_size: int, inner: int) -> bool:
+    """Map and reduce in one numba pass; False when a view cannot be seen as
+    (outer, reduce_size, inner) without a copy (the caller then takes the scratch path)."""
+    outer = math.prod(shape) // (reduce_size * inner)
+    dims = (outer, reduce_size) if inner == 1 else (outer, reduce_size, inner)
+    rows = _as_rows(views, outer, dims[1:])
+    arrays = [v for v in rows or [] if isinstance(v, np.ndarray)]
+    if not arrays:
+        return False
+    scalars = [v for v in views if not isinstance(v, np.ndarray)]
+    size = math.prod(shape)
+    parallel = parallel_worth(size)
+    key = ("numba-reduce", expr, len(arrays), len(scalars), op, inner == 1, parallel)
+    kernel = _CACHE.get(key)
+    if kernel is None:
+        kernel = _CACHE[key] = _load_kernel(numba_reduce_source(
+            expr, len(arrays), len(scalars), op, inner, parallel))
+    dtype = out.array.dtype
+    init = dtype.type(0 if op == "sum" else -np.inf)
+    # split the inner axis into blocks when there are too few outer rows to share out
+    blocks = 1 if outer >= 8 or inner < 64 else min(8, inner // 32)
+    kernel(*arrays, *scalars, out.array[:outer * inner].reshape(outer, inner), init,
+           reduce_size, blocks)
+    return True
