@@ -36,11 +36,9 @@ class Plan:
             self.groups, self.dead, self.folded = fuse(trace, protected)
         else:
             self.groups, self.dead, self.folded = [None] * len(trace.steps), {}, set()
-        for i, g in enumerate(self.groups):  # a lone step runs as its own primitive,
-            # except a strided copy or operation (a transpose): the fused kernel runs it in
-            # parallel where the backend's NumPy primitive would use one core
-            if g is not None and len(g.members) == 1 and g.reduce is None and (
-                    g.shape is None or trace.steps[i].name not in ("compact", "ewise_strided")):
+        for i, g in enumerate(self.groups):  # a lone step runs as its own primitive
+            # (a lone strided copy too: NumPy's copy was measured faster than a numba loop)
+            if g is not None and len(g.members) == 1:
                 self.groups[i] = None
         self._build()
 

@@ -304,3 +304,57 @@ def test_index_checks_run_on_every_replay():
     assert cf.replays == 1
     with pytest.raises(ValueError, match=r"\[0, 5\)"):
         cf(x, ndl.Tensor(np.array([0, 1, 2, 5]), dtype="int64"))
+
+
+@pytest.mark.parametrize("shape", [(5,), (3, 7), (40000,), (3, 50000), (2, 3, 128, 130),
+                                   (70000, 1)])
+def test_numpy_engine_blocks_cover_every_element_once(shape):
+    hits = np.zeros(shape, dtype=np.int64)
+    for idx in fused_expr._blocks(shape):
+        hits[idx] += 1
+        assert hits[idx].size <= max(fused_expr.BLOCK, shape[-1])
+    np.testing.assert_array_equal(hits, 1)
+
+
+@pytest.mark.parametrize("engine", ["numpy", "numba"])
+def test_blocked_kernels_equal_unfused_numpy_bit_for_bit(engine, monkeypatch):
+    """Many blocks, a transposed and a broadcast input, exp: the same bits as one NumPy
+    pass per op (blocking and fusion change no operation, only where results live)."""
+    pytest.importorskip(engine)
+    monkeypatch.setattr(fused_expr, "ENGINE", engine)
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((300, 257)).astype(np.float32)
+    b = rng.standard_normal((257, 300)).astype(np.float32).T       # transposed
+    m = rng.standard_normal(300).astype(np.float32)[:, None]       # broadcast over columns
+    for expr, ref in [
+            ("t0 = x0 - x2; t1 = exp(t0); out = t1 * x1 + c0",
+             np.exp(a - m) * b + np.float32(0.5)),
+            ("t0 = x0 * x1; out = t0 - x2 + c0", a * b - m + np.float32(0.5))]:
+        out = np.empty_like(a)
+        views = [a, b, np.broadcast_to(m, a.shape), np.float32(0.5)]
+        fused_expr.kernel_for(expr, views, out)(views, out)
+        np.testing.assert_array_equal(out, ref)
+
+
+@pytest.mark.parametrize("op", ["sum", "max"])
+@pytest.mark.parametrize("rows,cols,inner", [(3000, 128, 1), (7, 1000, 1), (1, 1024, 33),
+                                             (5, 3, 1), (600, 130, 4)])
+def test_fused_reduction_equals_map_then_numpy_reduce_bit_for_bit(op, rows, cols, inner):
+    """A fused reduction sums in NumPy's (pairwise) order: the same bits as unfused steps."""
+    from needle.backend_ndarray.ndarray_backend_numpy import Array
+    rng = np.random.default_rng(2)
+    n = rows * cols * inner
+    arrays = []
+    for _ in range(2):
+        x = Array(n, dtype=np.float64)
+        x.array[:] = rng.standard_normal(n)
+        arrays.append(x)
+    out = Array(rows * inner, dtype=np.float64)
+    for expr, fn in [("t0 = x0 * x1; out = t0 + c0", lambda p, q: p * q + 0.25),
+                     ("t0 = x0 - x1; out = exp(t0)", lambda p, q: np.exp(p - q))]:
+        fused_expr.fused_elementwise(expr, [(x, (n,), (1,), 0) for x in arrays]
+                                     + [np.float64(0.25)], out, (n,), (op, cols, inner))
+        mapped = fn(arrays[0].array, arrays[1].array).reshape(rows, cols, inner)
+        ufunc = np.add if op == "sum" else np.maximum
+        np.testing.assert_array_equal(out.array.reshape(rows, inner),
+                                      ufunc.reduce(mapped, axis=1))
