@@ -12,6 +12,7 @@ Reported: ms per step and ratios (targets: compiled / torch eager <= 1.0), the c
 speed-up comes from (primitive calls and bytes moved before/after fusion, from the plan).
 
     python benchmarks/bench_compile.py [--steps 9] [--threads 2] [--only mlp|transformer]
+                                       [--no-torch-compile] [--breakdown]
 """
 import argparse
 import os
@@ -93,13 +94,17 @@ def torch_compiled(make: Callable[[], Callable[[], None]]) -> "tuple[Optional[Ca
         return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
 
 
-def time_blocks(steps: Dict[str, Callable[[], None]], n: int, rounds: int = 3
-                ) -> Dict[str, float]:
-    """Median ms per step of each step, timed in alternating blocks (first of each untimed)."""
+def time_blocks(steps: Dict[str, Callable[[], None]], n: int, rounds: int = 3,
+                settle: float = 0.0) -> Dict[str, float]:
+    """Median ms per step of each step, timed in alternating blocks (first of each untimed).
+
+    ``settle``: seconds to sleep before each block, so the BLAS/OpenMP worker threads the
+    previous block left spinning go to sleep and do not take the cores from this one."""
     times: Dict[str, List[float]] = {k: [] for k in steps}
     block = max(1, n // rounds)
     for _ in range(rounds):
         for name, step in steps.items():
+            time.sleep(settle)
             step()
             for _ in range(block):
                 t0 = time.perf_counter()
@@ -108,12 +113,92 @@ def time_blocks(steps: Dict[str, Callable[[], None]], n: int, rounds: int = 3
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+def _kind(fn: Callable, flat: list) -> str:
+    """The class of one plan entry, for the time breakdown."""
+    name = getattr(fn, "__name__", "")
+    if name == "fused_elementwise":
+        from needle.backend_ndarray import fused_expr
+        numpy_engine = any(f in flat[0] for f in fused_expr._TRANSCENDENTAL)
+        return "fused reduction" if flat[4] else (
+            "fused, NumPy engine (exp/log/sqrt)" if numpy_engine else "fused, numba")
+    if name in ("matmul", "matmul_tiled"):
+        return "matmul (BLAS)"
+    if name.startswith("reduce_"):
+        return "unfused reduction"
+    if name in ("compact", "ewise_strided"):
+        return "strided copy / broadcast op"
+    return "other (gather, scatter, small ops)"
+
+
+def breakdown(step: Callable[[], None], cf: object, torch: object, reps: int = 3) -> None:
+    """Where the compiled step's time goes, and the same matmuls run by NumPy and by torch.
+
+    Every kernel of the plan is timed over ``reps`` steps; then the step's matrix products
+    (same shapes and transposes, in order) run alone with NumPy's BLAS and with torch's,
+    alternating, median of 5: the BLAS floor each framework starts from.
+    """
+    plan = cf.plan()
+    saved, totals, products = plan.bound, {}, []
+
+    def timed(fn: Callable, kind: str) -> Callable:
+        def run(*a: object) -> None:
+            t0 = time.perf_counter()
+            fn(*a)
+            totals[kind] = totals.get(kind, 0.0) + time.perf_counter() - t0
+        return run
+    plan.bound = [(timed(fn, _kind(fn, flat)), flat, holes) for fn, flat, holes in saved]
+    for fn, flat, _ in saved:
+        if getattr(fn, "__name__", "") == "matmul":
+            dt = plan.trace.dtype(int(flat[2])) if not hasattr(flat[2], "array") \
+                else flat[2].array.dtype  # the output is a per-call buffer or a static one
+            products.append(tuple(flat[3:9]) + (dt,))
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        step()
+    total = (time.perf_counter() - t0) / reps * 1e3
+    plan.bound = saved
+    print(f"  breakdown of the compiled step ({total:.1f} ms, {reps} instrumented steps):")
+    for kind, sec in sorted(totals.items(), key=lambda kv: -kv[1]):
+        print(f"    {kind:38s} {sec / reps * 1e3:7.1f} ms")
+    print(f"    {'outside the plan (Adam, Python)':38s} "
+          f"{total - sum(totals.values()) / reps * 1e3:7.1f} ms")
+    if torch is None or not products:
+        return
+    rng = np.random.default_rng(0)
+    np_ops, t_ops = [], []
+    for batch, m, n, p, ta, tb, dt in products:
+        a = rng.standard_normal((batch, n, m) if ta else (batch, m, n)).astype(dt)
+        b = rng.standard_normal((batch, p, n) if tb else (batch, n, p)).astype(dt)
+        x = a.transpose(0, 2, 1) if ta else a
+        y = b.transpose(0, 2, 1) if tb else b
+        out = np.empty((batch, m, p), dt)
+        np_ops.append((x[0], y[0], out[0]) if batch == 1 else (x, y, out))
+        tx, ty = torch.from_numpy(a), torch.from_numpy(b)
+        t_ops.append(((tx.transpose(1, 2) if ta else tx), (ty.transpose(1, 2) if tb else ty)))
+
+    def run_np() -> None:
+        for x, y, out in np_ops:
+            np.matmul(x, y, out=out)
+
+    def run_torch() -> None:
+        for x, y in t_ops:
+            torch.matmul(x, y)
+    ms = time_blocks({"numpy": run_np, "torch": run_torch}, 5, rounds=5, settle=0.5)
+    flops = sum(2 * b * m * n * p for b, m, n, p, *_ in products)
+    print(f"  the step's {len(products)} matmuls alone: NumPy (OpenBLAS) {ms['numpy']:.1f} ms "
+          f"({flops / ms['numpy'] / 1e6:.0f} GFLOP/s), torch {ms['torch']:.1f} ms "
+          f"({flops / ms['torch'] / 1e6:.0f} GFLOP/s)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=9)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--only", choices=["mlp", "transformer"], default=None)
     parser.add_argument("--no-torch-compile", action="store_true")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="time each class of kernel in the compiled step, and its matmuls "
+                             "alone in NumPy and torch")
     args = parser.parse_args()
     threads = blas_threads(args.threads)
     try:
@@ -168,6 +253,8 @@ def main() -> None:
         if "torch.compile" in ms:
             print(f"  compiled needle / torch.compile: "
                   f"{ms['needle compiled'] / ms['torch.compile']:.2f}x")
+        if args.breakdown and cf.plan() is not None:
+            breakdown(comp, cf, torch)
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
     raise SystemExit(1 if failed else 0)
 
