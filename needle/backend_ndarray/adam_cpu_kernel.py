@@ -3,7 +3,7 @@ import numba
 import numpy as np
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, error_model="numpy")  # x / 0 is inf, as in NumPy
 def adam_step(p, g, m, v, lr, wd, b1, one_m_b1, b2, one_m_b2, bc1, bc2, eps, decoupled):
     """Adam/AdamW on flat arrays in place; scalars in the accumulator dtype (adam.cu's order)."""
     for i in range(p.shape[0]):

@@ -154,7 +154,8 @@ def _element_body(expr: str, arrays: Sequence[str], index: str, result: str) -> 
     return body
 
 
-_HEADER = "import numpy as np\nimport numba\n\n\n@numba.njit(cache=True, nogil=True{})\n"
+_HEADER = ("import numpy as np\nimport numba\n\n\n"
+           "@numba.njit(cache=True, nogil=True, error_model=\"numpy\"{})\n")
 
 
 def numba_source(expr: str, n_arrays: int, n_scalars: int, ndim: int,

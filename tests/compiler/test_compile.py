@@ -358,3 +358,18 @@ def test_fused_reduction_equals_map_then_numpy_reduce_bit_for_bit(op, rows, cols
         ufunc = np.add if op == "sum" else np.maximum
         np.testing.assert_array_equal(out.array.reshape(rows, inner),
                                       ufunc.reduce(mapped, axis=1))
+
+
+def test_division_by_zero_in_a_fused_kernel_gives_inf_and_nan_as_eager(monkeypatch):
+    """numba's default error model raises ZeroDivisionError; NumPy's (and eager's) gives inf."""
+    pytest.importorskip("numba")
+    monkeypatch.setattr(fused_expr, "ENGINE", "numba")
+    f = ndl.compile(lambda x, y: (x / y) * 2.0 + 1.0)
+    x = ndl.Tensor(np.array([1.0, 0.0, -1.0, 2.0]))
+    y = ndl.Tensor(np.array([0.0, 0.0, 0.0, 4.0]))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        eager = ((x / y) * 2.0 + 1.0).numpy()
+        for _ in range(3):
+            got = f(x, y).numpy()
+    assert f.replays == 1 and "fused[div+s_mul+s_add]" in f.explain()
+    np.testing.assert_array_equal(got, eager)  # [inf, nan, -inf, 2.0]
