@@ -6,9 +6,7 @@ are what the fused kernels are tested and benchmarked against). A device whose b
 the optional primitive (``softmax_rows``, ``logsumexp_rows``, ``layer_norm_fwd``,
 ``layer_norm_bwd``, ``adam_update``, ``dropout``, ``dropout_backward``; the CUDA backend's
 ``backend_cuda/fused.py``) runs the whole operation as one kernel instead. The CPU backend
-offers the row primitives as blocked NumPy (``rows_cpu.py``: the composed operations on a
-block of rows at a time, equal bit for bit) and ``adam_update`` where numba is installed
-(``adam_cpu.py``); dropout stays composed there. The public
+offers ``adam_update`` alone, where numba is installed (``adam_cpu.py``). The public
 functions here choose between the two, so ops, layers and optimizers never name a backend.
 """
 import math

@@ -13,9 +13,8 @@ A new backend (see ``needle/backend_cuda``) implements exactly this list:
     take_rows(a, idx, out, row_size), scatter_add_rows(src, idx, out, row_size) (embeddings),
     from_numpy(a, out), to_numpy(a, shape, strides, offset);
     optionally ewise_strided(name, a, a_view, b, b_view, out) (see its docstring),
-    fused_elementwise(expr, inputs, out, shape, reduce) (fused_expr.py), fused.py's
-    softmax_rows, logsumexp_rows, layer_norm_fwd, layer_norm_bwd (rows_cpu.py) and
-    adam_update (adam_cpu.py, where numba is installed), and the course's
+    fused_elementwise(expr, inputs, out, shape, reduce) (fused_expr.py), adam_update
+    (adam_cpu.py, where numba is installed; see fused.py) and the course's
     matmul_tiled(a, b, out, m, n, p) with ``__tile_size__``.
 
 Strides and offsets are counted in elements, not bytes. The ``out`` of an elementwise or
@@ -27,14 +26,8 @@ import numpy as np
 
 from . import adam_cpu
 from .fused_expr import fused_elementwise  # noqa: F401  (optional primitive; see there)
-from .rows_cpu import (  # noqa: F401  (fused.py's optional row primitives; see there)
-    layer_norm_bwd,
-    layer_norm_fwd,
-    logsumexp_rows,
-    softmax_rows,
-)
 
-if adam_cpu.AVAILABLE:  # fused.py's Adam primitive, where numba is installed
+if adam_cpu.AVAILABLE:  # the one fused primitive of fused.py this backend offers
     adam_update = adam_cpu.adam_update
 
 __device_name__ = "cpu"
@@ -51,8 +44,7 @@ PRIMITIVES = ("fill", "compact", "ewise_setitem", "scalar_setitem", "ewise_astyp
               "ewise_where", "matmul", "reduce_sum", "reduce_max", "take_rows",
               "scatter_add_rows", "from_numpy", "to_numpy")
 # Primitives a backend may offer (NDArray falls back to the ones above without them).
-OPTIONAL_PRIMITIVES = ("ewise_strided", "matmul_tiled", "fused_elementwise", "adam_update",
-                       "softmax_rows", "logsumexp_rows", "layer_norm_fwd", "layer_norm_bwd")
+OPTIONAL_PRIMITIVES = ("ewise_strided", "matmul_tiled", "fused_elementwise", "adam_update")
 EWISE_BINARY = ("add", "sub", "mul", "div", "pow", "maximum", "eq", "ne", "lt", "le", "gt", "ge")
 EWISE_UNARY = ("neg", "log", "exp", "tanh", "sqrt", "abs", "sin", "cos")
 
