@@ -5,7 +5,10 @@ The models and step are bench_train.py's (MLP 784-1024-1024-10 batch 256; Transf
 compiled step is ``needle.compile`` over forward + loss + backward (Adam stays eager: its
 bias corrections change every step, so recordings of it would differ and never compile).
 Eager needle, compiled needle and PyTorch eager are timed in the same run, in alternating
-blocks, with the same thread count; ``torch.compile`` is timed too where it runs.
+blocks, with the same thread count, each block after a 0.5 s pause (so OpenBLAS's or
+OpenMP's worker threads left spinning by the previous block are asleep: without it torch's
+median moved between 15 and 31 ms on the MLP from run to run); ``torch.compile`` is timed
+too where it runs.
 
 Reported: ms per step and ratios (targets: compiled / torch eager <= 1.0), the compile time
 (trace + check + fusion + kernel build: the first calls minus an eager call), and where a
@@ -231,7 +234,7 @@ def main() -> None:
                 tc, note = torch_compiled(make_torch)
                 if tc is not None:
                     steps["torch.compile"] = tc
-        ms = time_blocks(steps, args.steps)
+        ms = time_blocks(steps, args.steps, settle=0.5)
         st = cf.plan().stats() if cf.plan() is not None else {}
         print(f"\n[{kind}] " + ", ".join(f"{k} {v:.1f} ms" for k, v in ms.items()))
         print(f"  compile: {max(0.0, t_first - 3 * t_eager):.2f} s beyond three eager steps "
