@@ -18,7 +18,10 @@ Engines, chosen once per process (``NEEDLE_FUSED_ENGINE`` overrides):
   exp/log/tanh (NumPy's own SIMD versions are 7x faster: 1M float32 exps, 0.65 ms against
   4.8 ms), so a group with a transcendental function, sqrt or ``**`` runs on the NumPy
   engine (which also keeps those results equal to the unfused steps bit for bit: numba's
-  pow differs in the last bit).
+  pow differs in the last bit). Kernels run on one core: a ``numba.prange`` version ran a
+  lone 1M-element add 1.8x faster on 2 cores, but slowed the transformer step (261 -> 348
+  ms with OpenMP threads spinning against OpenBLAS's, 247 -> 257 ms with numba's
+  workqueue threads), so it was taken out.
 * ``numexpr``: the same expression, evaluated blockwise by numexpr's virtual machine.
 * ``numpy`` (the fallback, always available): the statements run as NumPy array expressions,
   one ufunc pass each, over blocks of ~16K elements (``BLOCK``), so the temporaries stay in
@@ -54,13 +57,6 @@ def _pick_engine() -> str:
 
 
 ENGINE = _pick_engine()
-# NEEDLE_FUSED_PARALLEL_MIN=n: numba kernels over at least n elements run on all of numba's
-# threads (a prange over the outer loop). Off by default: alone, a 1M-element float32 add
-# runs 1.8x faster on 2 cores (328 -> 178 us), but inside a training step numba's OpenMP
-# threads spin after each kernel and take the cores from OpenBLAS: the transformer step
-# went from 353 to 877 ms (346 ms with OMP_WAIT_POLICY=passive, which must be set before
-# the process starts). See benchmarks/README.md, Graph compilation.
-PARALLEL_MIN = int(os.environ.get("NEEDLE_FUSED_PARALLEL_MIN", 0))
 _CACHE: Dict[Tuple, Callable] = {}
 
 
@@ -154,27 +150,23 @@ def _element_body(expr: str, arrays: Sequence[str], index: str, result: str) -> 
     return body
 
 
+# error_model="numpy": x / 0 gives inf as in NumPy (numba's default raises, and its zero
+# checks keep divisions from vectorizing)
 _HEADER = ("import numpy as np\nimport numba\n\n\n"
-           "@numba.njit(cache=True, nogil=True, error_model=\"numpy\"{})\n")
+           "@numba.njit(cache=True, nogil=True, error_model=\"numpy\")\n")
 
 
-def numba_source(expr: str, n_arrays: int, n_scalars: int, ndim: int,
-                 parallel: bool = False) -> str:
-    """The Python source of the numba loop kernel for ``expr`` over ``ndim``-D views.
-
-    ``parallel``: the outermost loop is a ``numba.prange``, split across numba's threads
-    (each element is still computed by the same statements, so values do not change).
-    """
+def numba_source(expr: str, n_arrays: int, n_scalars: int, ndim: int) -> str:
+    """The Python source of the numba loop kernel for ``expr`` over ``ndim``-D views."""
     arrays = [f"x{j}" for j in range(n_arrays)]
     index = ", ".join(f"i{d}" for d in range(ndim))
     body = _element_body(expr, arrays, index, f"out[{index}]")
     params = ", ".join(arrays + [f"c{j}" for j in range(n_scalars)] + ["out"])
     lines = [f"def kernel({params}):"]
     for d in range(ndim):
-        rng = "numba.prange" if parallel and d == 0 else "range"
-        lines.append("    " * (d + 1) + f"for i{d} in {rng}(out.shape[{d}]):")
+        lines.append("    " * (d + 1) + f"for i{d} in range(out.shape[{d}]):")
     lines += ["    " * (ndim + 1) + b for b in body]
-    return _HEADER.format(", parallel=True" if parallel else "") + "\n".join(lines) + "\n"
+    return _HEADER + "\n".join(lines) + "\n"
 
 
 def _load_kernel(src: str) -> Callable:
@@ -198,24 +190,13 @@ def _load_kernel(src: str) -> Callable:
     return mod.kernel
 
 
-def _numba_kernel(expr: str, n_arrays: int, n_scalars: int, ndim: int,
-                  parallel: bool = False) -> Callable:
+def _numba_kernel(expr: str, n_arrays: int, n_scalars: int, ndim: int) -> Callable:
     """Compile (or load from the on-disk cache) the loop kernel for ``expr``."""
-    kernel = _load_kernel(numba_source(expr, n_arrays, n_scalars, ndim, parallel))
+    kernel = _load_kernel(numba_source(expr, n_arrays, n_scalars, ndim))
 
     def run(args: list, out: np.ndarray) -> None:
         kernel(*args, out)
     return run
-
-
-def _threads() -> int:
-    import numba
-    return numba.get_num_threads()
-
-
-def parallel_worth(size: int) -> bool:
-    """Split a kernel over ``size`` elements across threads? (numba engine only)"""
-    return 0 < PARALLEL_MIN <= size and _threads() > 1
 
 
 def _collapse(views: list, out: np.ndarray) -> Tuple[list, np.ndarray]:
@@ -233,12 +214,11 @@ def kernel_for(expr: str, views: list, out: np.ndarray, engine: Optional[str] = 
     if engine == "numba" and any(f in expr for f in _TRANSCENDENTAL):
         engine = "numpy"  # numba calls scalar libm here; NumPy's SIMD versions win
     n_arr = sum(isinstance(v, np.ndarray) for v in views)
-    parallel = engine == "numba" and parallel_worth(out.size)
-    key = (engine, expr, n_arr, len(views) - n_arr, out.ndim, parallel)
+    key = (engine, expr, n_arr, len(views) - n_arr, out.ndim)
     fn = _CACHE.get(key)
     if fn is None:
         if engine == "numba":
-            fn = _numba_kernel(expr, n_arr, len(views) - n_arr, out.ndim, parallel)
+            fn = _numba_kernel(expr, n_arr, len(views) - n_arr, out.ndim)
         elif engine == "numexpr":
             fn = _numexpr_kernel(expr, views)
         else:
