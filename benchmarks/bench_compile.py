@@ -33,6 +33,7 @@ from bench_train import (
     D,
     blas_threads,
     torch_mlp_step,
+    torch_threads,
     torch_transformer_step,
 )
 
@@ -204,11 +205,7 @@ def main() -> None:
                              "alone in NumPy and torch")
     args = parser.parse_args()
     threads = blas_threads(args.threads)
-    try:
-        import torch
-        torch.set_num_threads(threads)
-    except ImportError:
-        torch = None
+    torch = torch_threads(threads)
     from needle.backend_ndarray import fused_expr
     print(f"threads {threads}; fused engine {fused_expr.ENGINE}; load average "
           f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")

@@ -21,7 +21,7 @@ import os
 import pstats
 import statistics
 import time
-from typing import Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 
@@ -43,6 +43,16 @@ def blas_threads(requested: Optional[int]) -> int:
         threadpool_limits(limits=requested, user_api="blas")
     counts = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
     return max(counts) if counts else 1
+
+
+def torch_threads(threads: int) -> Any:
+    """The torch module set to ``threads`` threads, or None where torch is not installed."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(threads)
+    return torch
 
 
 # ------------------------------------------------------------------------- needle steps
@@ -233,11 +243,7 @@ def main() -> None:
     args = parser.parse_args()
 
     threads = blas_threads(args.threads)
-    try:
-        import torch
-        torch.set_num_threads(threads)
-    except ImportError:
-        torch = None
+    torch = torch_threads(threads)
     print(f"threads: numpy BLAS {threads}, torch "
           f"{torch.get_num_threads() if torch else 'not installed'}; "
           f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
