@@ -188,8 +188,8 @@ def _apply(g: Group, name: str, args: tuple, ops: List[str]) -> str:
     if op in _UNARY:
         return g.tmp(_UNARY[op].format(ops[0]))
     x, y = ops
-    if op == "maximum":  # NaN-propagating max, as np.maximum
-        return g.tmp(f"where(({x} >= {y}) | ({x} != {x}), {x}, {y})")
+    if op == "maximum":  # np.maximum: x if x > y or x is NaN, else y (so max(-0., 0.) is 0.)
+        return g.tmp(f"where(({x} > {y}) | ({x} != {x}), {x}, {y})")
     return g.tmp(f"{x} {_BINOP[op]} {y}")
 
 
