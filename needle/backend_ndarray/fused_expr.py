@@ -138,18 +138,6 @@ class _ToElement(ast.NodeTransformer):
         return node
 
 
-def _element_body(expr: str, arrays: Sequence[str], index: str, result: str) -> list:
-    """The statements of ``expr`` for the element at ``index``, the value assigned to ``result``."""
-    body = []
-    for stmt in ast.parse(expr.replace("; ", "\n")).body:
-        stmt = ast.fix_missing_locations(_ToElement(arrays, index).visit(stmt))
-        line = ast.unparse(stmt)
-        if line.startswith("out = "):
-            line = result + " = " + line[6:]
-        body.append(line)
-    return body
-
-
 # error_model="numpy": x / 0 gives inf as in NumPy (numba's default raises, and its zero
 # checks keep divisions from vectorizing)
 _HEADER = ("import numpy as np\nimport numba\n\n\n"
@@ -160,7 +148,13 @@ def numba_source(expr: str, n_arrays: int, n_scalars: int, ndim: int) -> str:
     """The Python source of the numba loop kernel for ``expr`` over ``ndim``-D views."""
     arrays = [f"x{j}" for j in range(n_arrays)]
     index = ", ".join(f"i{d}" for d in range(ndim))
-    body = _element_body(expr, arrays, index, f"out[{index}]")
+    body = []
+    for stmt in ast.parse(expr.replace("; ", "\n")).body:
+        stmt = ast.fix_missing_locations(_ToElement(arrays, index).visit(stmt))
+        line = ast.unparse(stmt)
+        if line.startswith("out = "):
+            line = f"out[{index}] = " + line[6:]
+        body.append(line)
     params = ", ".join(arrays + [f"c{j}" for j in range(n_scalars)] + ["out"])
     lines = [f"def kernel({params}):"]
     for d in range(ndim):
@@ -169,8 +163,9 @@ def numba_source(expr: str, n_arrays: int, n_scalars: int, ndim: int) -> str:
     return _HEADER + "\n".join(lines) + "\n"
 
 
-def _load_kernel(src: str) -> Callable:
-    """The ``kernel`` function of numba source ``src`` (compiled, or loaded from disk)."""
+def _numba_kernel(expr: str, n_arrays: int, n_scalars: int, ndim: int) -> Callable:
+    """Compile (or load from the on-disk cache) the loop kernel for ``expr``."""
+    src = numba_source(expr, n_arrays, n_scalars, ndim)
     cache_dir = os.environ.get("NEEDLE_KERNEL_CACHE",
                                os.path.join(os.path.expanduser("~"), ".cache", "needle"))
     os.makedirs(cache_dir, exist_ok=True)
@@ -187,12 +182,7 @@ def _load_kernel(src: str) -> Callable:
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod  # numba's on-disk cache finds the function's module by name
         spec.loader.exec_module(mod)
-    return mod.kernel
-
-
-def _numba_kernel(expr: str, n_arrays: int, n_scalars: int, ndim: int) -> Callable:
-    """Compile (or load from the on-disk cache) the loop kernel for ``expr``."""
-    kernel = _load_kernel(numba_source(expr, n_arrays, n_scalars, ndim))
+    kernel = mod.kernel
 
     def run(args: list, out: np.ndarray) -> None:
         kernel(*args, out)
@@ -234,7 +224,7 @@ def _numexpr_kernel(expr: str, views: list) -> Callable:
     names: Dict[str, str] = {}
     for lhs, rhs in stmts:  # substitute the temporaries: numexpr takes one expression
         for k, v in names.items():
-            rhs = _sub_name(rhs, k, f"({v})")
+            rhs = rename(rhs, {k: f"({v})"})
         names[lhs] = rhs
     text = names["out"]
     arrays = [v for v in views if isinstance(v, np.ndarray)]
@@ -254,14 +244,15 @@ def _numexpr_kernel(expr: str, views: list) -> Callable:
     return run
 
 
-def _sub_name(text: str, name: str, repl: str) -> str:
+def rename(expr: str, names: Dict[str, str]) -> str:
+    """``expr`` with each name token (``x0``, ``t3``, ...) found in ``names`` replaced."""
     out, tok = [], ""
-    for ch in text + " ":
+    for ch in expr + " ":
         if ch.isalnum() or ch == "_":
             tok += ch
             continue
         if tok:
-            out.append(repl if tok == name else tok)
+            out.append(names.get(tok, tok))
             tok = ""
         out.append(ch)
     return "".join(out)[:-1]

@@ -20,6 +20,8 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 import numpy as np
 
+from ..backend_ndarray import NDArray
+from ..backend_ndarray.fused_expr import rename
 from .capture import Trace, View
 
 _BINOP = {"add": "+", "sub": "-", "mul": "*", "div": "/", "pow": "**", "eq": "==",
@@ -79,7 +81,7 @@ class Group:
             names[f"c{j}"] = self.scalar(s)
         for stmt in other.stmts:
             lhs, rhs = stmt.split(" = ", 1)
-            names[lhs] = self.tmp(_rename(rhs, names))
+            names[lhs] = self.tmp(rename(rhs, names))
         self.members = other.members + self.members
         if other.shape is not None:
             self.shape = other.shape
@@ -101,34 +103,13 @@ def _view_text(v: View) -> str:
     return f"shape={shape} strides={strides}" + (f" +{offset}" if offset else "")
 
 
-def _rename(expr: str, names: Dict[str, str]) -> str:
-    out, tok = [], ""
-    for ch in expr + " ":
-        if ch.isalnum() or ch == "_":
-            tok += ch
-            continue
-        if tok:
-            out.append(names.get(tok, tok))
-            tok = ""
-        out.append(ch)
-    return "".join(out)[:-1]
-
-
-def _compact_strides(shape: Tuple[int, ...]) -> Tuple[int, ...]:
-    out, acc = [], 1
-    for s in reversed(shape):
-        out.append(acc)
-        acc *= s
-    return tuple(reversed(out))
-
-
 def _is_flat(view: View, size: int) -> bool:
     """True when ``view`` reads a buffer of ``size`` elements in order (no re-indexing)."""
     if view is None:
         return True
     shape, strides, offset = view
     return (offset == 0 and math.prod(shape) == size
-            and all(st == c for st, c, n in zip(strides, _compact_strides(shape), shape)
+            and all(st == c for st, c, n in zip(strides, NDArray.compact_strides(shape), shape)
                     if n != 1))
 
 

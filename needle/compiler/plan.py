@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..backend_ndarray import NDArray
 from .capture import Buf, Trace
 from .fusion import fuse
 
@@ -72,7 +73,8 @@ class Plan:
                 args = []
                 for b, v in leaves:
                     if v[0] != shape and math.prod(v[0]) == math.prod(shape):
-                        v = (shape, _cstrides(shape), v[2])  # a flat read seen in group shape
+                        # a flat read seen in group shape
+                        v = (shape, NDArray.compact_strides(shape), v[2])
                     args.append((Buf(b), *v))
                 args += list(g.scalars)
                 self.program.append((fused_prim, (g.expression(), args, Buf(g.out), shape,
@@ -199,14 +201,6 @@ def _bounds_checked(fn: Any, name: str, to_numpy: Any) -> Any:
                              f"[{host.min()}, {host.max()}]")
         fn(a, idx, out, row_size)
     return run
-
-
-def _cstrides(shape: Tuple[int, ...]) -> Tuple[int, ...]:
-    out, acc = [], 1
-    for s in reversed(shape):
-        out.append(acc)
-        acc *= s
-    return tuple(reversed(out))
 
 
 def _traffic(tr: Trace, s: Any) -> int:
