@@ -9,13 +9,11 @@ bench_train's MLP (1.9M parameters) the step outside the compiled graph went fro
 to ~4 ms (benchmarks/README.md, Graph compilation).
 
 Offered only where numba is installed (``AVAILABLE``); numba itself is imported on the first
-call, not with needle. Parameters of other dtypes (float16, bfloat16) are updated with NumPy
-in the float32 accumulator, in the same order of operations.
+call, not with needle. Parameters of other dtypes (float16, bfloat16) are stepped as a float32
+copy (the accumulator's dtype) and rounded back, as the CUDA kernel does in registers.
 """
 import importlib.util
 from typing import Any, Callable, Optional
-
-import numpy as np
 
 AVAILABLE = importlib.util.find_spec("numba") is not None
 _KERNEL: Optional[Callable] = None
@@ -29,28 +27,15 @@ def _kernel() -> Callable:
     return _KERNEL
 
 
-def _step_numpy(p: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray, c: tuple,
-                decoupled: bool) -> None:
-    lr, wd, b1, one_m_b1, b2, one_m_b2, bc1, bc2, eps = c
-    w = p.astype(m.dtype)
-    gi = g.astype(m.dtype)
-    if decoupled:
-        w -= lr * wd * w
-    else:
-        gi = gi + wd * w
-    m[:] = b1 * m + one_m_b1 * gi
-    v[:] = b2 * v + one_m_b2 * gi * gi
-    w -= lr * (m / bc1) / (np.sqrt(v / bc2) + eps)
-    p[:] = w.astype(p.dtype)
-
-
 def adam_update(p: Any, g: Any, m: Any, v: Any, lr: float, beta1: float, beta2: float,
                 eps: float, weight_decay: float, step: int, decoupled: bool) -> None:
     """One Adam/AdamW step in place on p (gradient g of p's dtype), m and v (accumulators)."""
     acc = m.array.dtype.type
     consts = (acc(lr), acc(weight_decay), acc(beta1), acc(1 - beta1), acc(beta2),
               acc(1 - beta2), acc(1 - beta1 ** step), acc(1 - beta2 ** step), acc(eps))
-    if p.array.dtype == m.array.dtype and p.array.dtype in (np.float32, np.float64):
+    if p.array.dtype == m.array.dtype:
         _kernel()(p.array, g.array, m.array, v.array, *consts, bool(decoupled))
-    else:
-        _step_numpy(p.array, g.array, m.array, v.array, consts, bool(decoupled))
+        return
+    w = p.array.astype(m.array.dtype)  # float16/bfloat16: step a float32 copy, round back
+    _kernel()(w, g.array.astype(w.dtype), m.array, v.array, *consts, bool(decoupled))
+    p.array[:] = w.astype(p.array.dtype)
