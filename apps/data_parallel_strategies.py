@@ -187,12 +187,7 @@ def run_data_parallel(comm: Any, args: Any) -> Dict[str, Any]:
                        disable=True if comm.rank != 0 or args.no_progress else None)
         for _ in bar:
             x, y = next(batches)
-            t0 = time.perf_counter()
-            loss = task.loss(net, x, y)
-            opt.reset_grad()
-            loss.backward(create_graph=False)
-            opt.step()
-            times.append(time.perf_counter() - t0)
+            loss = _timed_step(task, net, opt, x, y, times)
             losses.append(float(loss.numpy()))
             bar.update(losses[-1], x.shape[0] if args.task == "digits" else x.shape[1])
         bar.close()
@@ -206,6 +201,17 @@ def run_data_parallel(comm: Any, args: Any) -> Dict[str, Any]:
         if args.check:
             out.update(_check_single_process(task, args, state, comm.size))
     return out
+
+
+def _timed_step(task: Any, model: Any, opt: Any, x: Any, y: Any, times: List[float]) -> Any:
+    """One training step (loss, backward, optimizer step); its seconds go to ``times``."""
+    t0 = time.perf_counter()
+    loss = task.loss(model, x, y)
+    opt.reset_grad()
+    loss.backward(create_graph=False)
+    opt.step()
+    times.append(time.perf_counter() - t0)
+    return loss
 
 
 def _figures(comm: Any, args: Any, losses: List[float], times: List[float], peak: int,
@@ -237,12 +243,7 @@ def _check_single_process(task: Any, args: Any, state: Dict[str, np.ndarray],
         x = ndl.Tensor(x, device=args.device, dtype=args.dtype, requires_grad=False)
         y = ndl.Tensor(np.concatenate(ys, axis=axis).reshape(-1), device=args.device,
                        dtype="int64", requires_grad=False)
-        t0 = time.perf_counter()
-        loss = task.loss(model, x, y)
-        opt.reset_grad()
-        loss.backward(create_graph=False)
-        opt.step()
-        times.append(time.perf_counter() - t0)
+        _timed_step(task, model, opt, x, y, times)
     diff = max(float(np.abs(model.state_dict()[k] - v).max()) for k, v in state.items())
     return {"max_param_diff_vs_single_process": diff,
             "single_process_step_ms": 1000 * float(np.median(times[1:] or times))}
