@@ -1,11 +1,23 @@
-"""Test-suite configuration: a fast, deterministic hypothesis profile and per-test seeding."""
+"""Test-suite configuration: a fast, deterministic hypothesis profile and per-test seeding.
+
+Without a GPU the CUDA copies of tests run on the CUDA emulator (the backend's own kernels built
+with the host compiler, ``needle/backend_cuda/emulator``): ``NEEDLE_CUDA_EMULATOR`` defaults to 1
+here (ignored where a GPU is present); set it to 0 to skip them instead. Each test marked
+``cuda`` that runs emulated has a wall-clock bound (``NEEDLE_CUDA_TEST_TIMEOUT`` seconds).
+"""
+import faulthandler
 import os
+import signal
 
-import numpy as np
-import pytest
-from hypothesis import HealthCheck, settings
+os.environ.setdefault("NEEDLE_CUDA_EMULATOR", "1")  # before needle is imported: see above
 
-import needle as ndl
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+import needle as ndl  # noqa: E402
+
+CUDA_TEST_TIMEOUT = float(os.environ.get("NEEDLE_CUDA_TEST_TIMEOUT", "300"))
 
 # ~50 examples per property and no per-example deadline (the CI machine is shared and slow).
 # CI runs the same examples every time; HYPOTHESIS_PROFILE=explore searches afresh each run.
@@ -25,3 +37,26 @@ def _seed_and_restore_modes():
     yield
     ndl.autograd.LAZY_MODE = lazy
     ndl.autograd._GRAD_ENABLED = grad_enabled
+
+
+def _timed_out(signum: int, frame: object) -> None:
+    raise TimeoutError(f"an emulated CUDA test ran past {CUDA_TEST_TIMEOUT:.0f} s "
+                       f"(NEEDLE_CUDA_TEST_TIMEOUT)")
+
+
+@pytest.fixture(autouse=True)
+def _bound_emulated_cuda_tests(request: pytest.FixtureRequest):
+    """Fail an emulated ``cuda`` test past the bound; kill the run if a kernel never returns."""
+    emulated = getattr(ndl.cuda().mod, "EMULATED", False)
+    if not emulated or request.node.get_closest_marker("cuda") is None:
+        yield
+        return
+    old = signal.signal(signal.SIGALRM, _timed_out)  # raises once control is back in Python
+    signal.setitimer(signal.ITIMER_REAL, CUDA_TEST_TIMEOUT)
+    faulthandler.dump_traceback_later(CUDA_TEST_TIMEOUT + 60, exit=True)  # stuck in a kernel
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)

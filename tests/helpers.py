@@ -14,7 +14,8 @@ DEVICES = [
     pytest.param(ndl.cpu(), id="cpu"),
     pytest.param(ndl.cuda(), id="cuda", marks=[
         pytest.mark.cuda,
-        pytest.mark.skipif(not ndl.cuda().enabled(), reason="no GPU"),
+        pytest.mark.skipif(not ndl.cuda().enabled(),
+                           reason="no GPU (NEEDLE_CUDA_EMULATOR=1 runs the emulator instead)"),
     ]),
 ]
 

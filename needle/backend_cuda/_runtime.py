@@ -8,11 +8,13 @@ import functools
 import os
 from typing import Any, Dict, Sequence, Tuple
 
-import cupy as cp
 import ml_dtypes
 import numpy as np
 
 from . import kernel_specs
+from .emulator import cupy_module
+
+cp = cupy_module()  # CuPy, or the emulator's stand-in under NEEDLE_CUDA_EMULATOR
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 _META_CACHE: Dict[Tuple[int, Tuple[int, ...]], Any] = {}

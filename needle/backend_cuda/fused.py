@@ -62,9 +62,8 @@ def layer_norm_bwd(dy: Any, x: Any, w: Any, mean: Any, rstd: Any, dx: Any, dw: A
     _launch_rows("layernorm.cu", "layernorm_bwd_dx", x, rows, cols,
                  (dy.array, x.array, w.array, mean.array, rstd.array, dx.array,
                   np.int64(rows), np.int64(cols)))
-    import cupy as cp
-
     from . import _runtime as rt
+    cp = rt.cp
     idx = x.device_index
     with rt.device(idx):
         if rows == 0 or cols == 0:

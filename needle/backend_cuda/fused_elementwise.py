@@ -57,11 +57,22 @@ def body_lines(expr: str) -> List[str]:
 
 def kernel_parts(expr: str, in_types: Sequence[np.dtype], n_arrays: int,
                  out_type: np.dtype) -> Tuple[str, str, str]:
-    """(in_params, out_params, body) for ``cupy.ElementwiseKernel``."""
+    """(in_params, out_params, body) for ``cupy.ElementwiseKernel``.
+
+    Parameter types are NumPy dtype names (``float32 x0``): CuPy reads ``float`` as float64's
+    alias and refuses it ("Wrong type float").
+    """
     names = [f"x{j}" for j in range(n_arrays)] + \
         [f"c{j}" for j in range(len(in_types) - n_arrays)]
-    params = ", ".join(f"{_CTYPE[np.dtype(t)]} {n}" for n, t in zip(names, in_types))
-    return params, f"{_CTYPE[np.dtype(out_type)]} out", "\n".join(body_lines(expr))
+    params = ", ".join(f"{_dtype_name(t)} {n}" for n, t in zip(names, in_types))
+    return params, f"{_dtype_name(out_type)} out", "\n".join(body_lines(expr))
+
+
+def _dtype_name(t: np.dtype) -> str:
+    t = np.dtype(t)
+    if t not in _CTYPE:
+        raise TypeError(f"fused_elementwise: no CUDA kernel for dtype {t}")
+    return t.name
 
 
 def standalone_source(expr: str, in_types: Sequence[np.dtype], n_arrays: int,
@@ -90,7 +101,7 @@ _KERNELS: Dict[Tuple, Any] = {}
 def fused_elementwise(expr: str, inputs: Sequence[Any], out: Any, shape: Tuple[int, ...],
                       reduce: Optional[Tuple[str, int, int]] = None) -> None:
     """The CPU primitive's contract (see backend_ndarray/fused_expr.py) on a GPU."""
-    import cupy as cp
+    from ._runtime import cp
     arrays = [x for x in inputs if isinstance(x, tuple)]
     scalars = [x for x in inputs if not isinstance(x, tuple)]
     views = []

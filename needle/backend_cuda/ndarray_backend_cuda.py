@@ -9,16 +9,18 @@ buffers (indices, masks) use CuPy's ufuncs. Matmul goes to cuBLAS by default; se
 import math
 from typing import Any, Dict, Tuple
 
-import cupy as cp
 import numpy as np
 
 from . import _runtime as rt
-from . import fused
+from . import emulator, fused
 from . import kernel_specs as K
-from ._runtime import memory_stats, reset_peak_memory  # noqa: F401
+from ._runtime import cp, memory_stats, reset_peak_memory  # noqa: F401
+from .emulator import cupy_module
 from .fused_elementwise import fused_elementwise
 
 __device_name__ = "cuda"
+# True when kernels run on the CPU (NEEDLE_CUDA_EMULATOR, see emulator/): ndl.cuda()'s repr says so
+EMULATED = emulator.active()
 
 EWISE_BINARY = tuple(K.BINARY_FUNCTOR)
 EWISE_UNARY = tuple(K.UNARY_FUNCTOR)
@@ -247,7 +249,7 @@ def _gemm_bf16(a: Array, b: Array, out: Array, batch: int, m: int, n: int, p: in
 
     Row-major C = A @ B is column-major C^T = B^T @ A^T, so B is passed first.
     """
-    from cupy_backends.cuda.libs import cublas
+    cublas = cupy_module("cupy_backends.cuda.libs.cublas")
     r16bf, compute_32f, op_n, gemm_default = 14, 68, 0, -1  # cudaDataType / cublas enums
     one, zero = np.ones((), np.float32), np.zeros((), np.float32)
     handle = cp.cuda.device.get_cublas_handle()
@@ -398,7 +400,7 @@ def scatter_add_rows(src: Array, idx: Array, out: Array, row_size: int) -> None:
     if out.dtype == rt.BF16:
         raise TypeError("scatter_add_rows: bfloat16 tables are not supported on cuda (CuPy has "
                         "no bfloat16 atomics); keep embedding tables in float32")
-    import cupyx
+    cupyx = cupy_module("cupyx")
     with _on(out):
         cupyx.scatter_add(out.array.reshape(-1, row_size), idx.array,
                           src.array.reshape(-1, row_size))
@@ -481,5 +483,5 @@ _PRIMITIVES.update({name: getattr(fused, name) for name in (
     "dropout", "dropout_backward")})
 # needle.compile's fused kernels: the CPU primitive's expressions as ElementwiseKernels
 _PRIMITIVES.update(fused_elementwise=fused_elementwise)
-_PRIMITIVES.update(__device_name__=__device_name__, EWISE_BINARY=EWISE_BINARY,
+_PRIMITIVES.update(__device_name__=__device_name__, EMULATED=EMULATED, EWISE_BINARY=EWISE_BINARY,
                    EWISE_UNARY=EWISE_UNARY)

@@ -26,7 +26,10 @@ class BackendDevice:
         return hash((self.name, self.index))
 
     def __repr__(self) -> str:
-        return f"{self.name}({self.index})" if self.name == "cuda" else self.name + "()"
+        if self.name != "cuda":
+            return self.name + "()"
+        emulated = getattr(self.__dict__.get("mod"), "EMULATED", False)  # NEEDLE_CUDA_EMULATOR
+        return f"cuda({self.index}, emulated)" if emulated else f"cuda({self.index})"
 
     def __getattr__(self, name: str) -> Any:
         mod = self.__dict__.get("mod")

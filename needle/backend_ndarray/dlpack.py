@@ -24,7 +24,7 @@ def to_dlpack(a: Any) -> Any:
         a = a.compact()  # consumers (torch) reject negative strides: the one case that copies
     handle, item = a._handle, a._handle.array.itemsize
     if a.device.name == "cuda":
-        import cupy as cp
+        from needle.backend_cuda._runtime import cp  # CuPy or the emulator's
         mem = handle.array.data + a.offset * item
         view = cp.ndarray(a.shape, dtype=handle.array.dtype, memptr=mem,
                           strides=tuple(s * item for s in a.strides))
@@ -54,7 +54,7 @@ def from_dlpack(obj: Any, device: Optional[Any] = None) -> Any:
         import torch
         obj = obj.view(torch.int16)
     if dev_type == _CUDA:
-        import cupy as cp
+        from needle.backend_cuda._runtime import cp
         view = cp.from_dlpack(obj)
         target = cuda(dev_id)
         if is_bf16:
@@ -93,8 +93,7 @@ def _elem_strides(x: Any) -> tuple:
 
 
 def _wrap_cuda(view: Any, dtype: np.dtype, dev_id: int) -> tuple:
-    import cupy as cp
-
+    from needle.backend_cuda._runtime import cp
     from needle.backend_cuda.ndarray_backend_cuda import Array
     strides = _elem_strides(view)
     offset, size = _span(view.shape, strides)

@@ -1,0 +1,61 @@
+"""CUDA on the CPU: the backend's own ``.cu`` kernels, built with the host C++ compiler.
+
+Set ``NEEDLE_CUDA_EMULATOR=1`` and, on a machine without a GPU, ``ndl.cuda()`` is enabled: the
+whole CUDA backend (``ndarray_backend_cuda.py``, ``fused.py``, ``fused_elementwise.py``) runs
+unchanged, with host memory standing in for device memory and ``fake_cupy`` (the part of CuPy
+the backend uses, over NumPy) standing in for CuPy. Kernels run through ``module.load_module``.
+On a machine with a GPU the variable is ignored unless it says ``force``.
+
+``cupy_module(name)`` is the one switch: the backend imports CuPy (and ``cupyx``, cuBLAS)
+through it, so the code path is the one a GPU runs.
+"""
+import functools
+import importlib
+import os
+from types import ModuleType
+
+ENV = "NEEDLE_CUDA_EMULATOR"
+_ON = ("1", "true", "yes", "on")
+_OFF = ("", "0", "false", "no", "off")
+# the real module -> the attribute of fake_cupy standing in for it
+_STAND_INS = {"cupy": None, "cupyx": "cupyx", "cupy_backends.cuda.libs.cublas": "cublas"}
+
+
+def setting() -> str:
+    """``off``, ``on`` or ``force``: what NEEDLE_CUDA_EMULATOR asks for."""
+    raw = os.environ.get(ENV, "").strip().lower()
+    if raw in _OFF:
+        return "off"
+    if raw in _ON:
+        return "on"
+    if raw == "force":
+        return "force"
+    raise ValueError(f"{ENV}={raw!r}; expected 1 (emulate CUDA when no GPU is present), "
+                     f"force (emulate even with a GPU) or 0")
+
+
+def real_gpu_count() -> int:
+    """GPUs the real CuPy sees (0 without CuPy, a driver or a GPU)."""
+    try:
+        import cupy
+        return int(cupy.cuda.runtime.getDeviceCount())
+    except Exception:  # no CuPy, no driver, or a runtime/driver mismatch
+        return 0
+
+
+@functools.lru_cache(maxsize=None)
+def active() -> bool:
+    """True when this process emulates CUDA (decided once, at the first CUDA import)."""
+    mode = setting()
+    return mode == "force" or (mode == "on" and real_gpu_count() == 0)
+
+
+def cupy_module(name: str = "cupy") -> ModuleType:
+    """The real ``cupy`` / ``cupyx`` / ``cupy_backends.cuda.libs.cublas``, or its stand-in."""
+    if name not in _STAND_INS:
+        raise ValueError(f"cupy_module: no stand-in for {name!r}; known: {sorted(_STAND_INS)}")
+    if not active():
+        return importlib.import_module(name)  # ImportError without CuPy: cuda stays disabled
+    from . import fake_cupy
+    attr = _STAND_INS[name]
+    return fake_cupy if attr is None else getattr(fake_cupy, attr)

@@ -1,0 +1,301 @@
+"""The part of CuPy needle's CUDA backend uses, over NumPy on host memory (the emulator's CuPy).
+
+Only what ``needle/backend_cuda/*.py`` and ``backend_ndarray/dlpack.py`` call is here. Device
+buffers are NumPy arrays of the ``ndarray`` subclass below: ``.data.ptr`` is their host address,
+which ``module.load_module``'s kernels read and write as a GPU kernel reads device memory.
+CuPy's own checks that catch host-code bugs are kept: a NumPy array passed where a device array
+is expected raises TypeError, ``set`` checks dtype and shape, ``ElementwiseKernel`` checks its
+parameter types (see ``elementwise.py``). cuBLAS and CuPy's ufuncs are NumPy's: they run on the
+CPU's math library, not the GPU's.
+"""
+import ctypes
+import types
+import weakref
+from typing import Any, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .elementwise import ElementwiseKernel  # noqa: F401
+
+# CuPy's ufuncs and reductions are NumPy's (``ndarray.__array_ufunc__`` checks the operands)
+_NUMPY_FUNCTIONS = ("abs", "add", "cos", "equal", "exp", "greater", "greater_equal", "less",
+                    "less_equal", "log", "matmul", "max", "maximum", "multiply", "negative",
+                    "not_equal", "power", "sin", "sqrt", "subtract", "sum", "take", "tanh",
+                    "true_divide")
+globals().update({name: getattr(np, name) for name in _NUMPY_FUNCTIONS})
+
+# Device 0 of the emulator: an H100-like device (sm_90, 132 SMs); kernels see only these numbers.
+_ATTRIBUTES = {"MultiProcessorCount": 132, "MaxThreadsPerBlock": 1024,
+               "MaxSharedMemoryPerBlock": 48 * 1024, "WarpSize": 32}
+_COMPUTE_CAPABILITY = "90"
+
+
+class MemoryPool:
+    """Bytes of live stand-in buffers (no caching: freed bytes go back to the OS at once)."""
+
+    def __init__(self) -> None:
+        self._used = 0
+
+    def _track(self, owner: np.ndarray) -> None:
+        self._used += owner.nbytes
+        weakref.finalize(owner, self._release, owner.nbytes)
+
+    def _release(self, nbytes: int) -> None:
+        self._used -= nbytes
+
+    def used_bytes(self) -> int:
+        """Bytes held by live buffers."""
+        return self._used
+
+    def total_bytes(self) -> int:
+        """Bytes reserved by the pool (== used: nothing is cached)."""
+        return self._used
+
+    def free_bytes(self) -> int:
+        """Cached free bytes (always 0)."""
+        return 0
+
+    def free_all_blocks(self) -> None:
+        """Nothing is cached, so nothing to free."""
+
+
+_POOL = MemoryPool()
+
+
+def get_default_memory_pool() -> MemoryPool:
+    """The pool every stand-in buffer is counted in."""
+    return _POOL
+
+
+class MemoryPointer:
+    """A device address (here a host address) inside an owning buffer."""
+
+    def __init__(self, owner: np.ndarray, ptr: int):
+        self.mem, self.ptr, self.device_id = owner, ptr, 0
+
+    def __add__(self, offset: int) -> "MemoryPointer":
+        return MemoryPointer(self.mem, self.ptr + int(offset))
+
+
+def _root(a: np.ndarray) -> np.ndarray:
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
+def _address(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+class ndarray(np.ndarray):
+    """A device array: a NumPy array on host memory with CuPy's ``.data.ptr``, get and set."""
+
+    def __new__(cls, shape: Any, dtype: Any = float, memptr: Optional[MemoryPointer] = None,
+                strides: Optional[Sequence[int]] = None) -> "ndarray":
+        if memptr is None:
+            return np.ndarray.__new__(cls, shape, dtype, strides=strides)
+        root = memptr.mem
+        flat = np.ndarray.__new__(np.ndarray, (root.nbytes,), np.uint8, buffer=root)
+        return np.ndarray.__new__(cls, shape, dtype, buffer=flat,
+                                  offset=memptr.ptr - _address(root), strides=strides)
+
+    def __array_finalize__(self, obj: Any) -> None:
+        if self.base is None:  # a new allocation (not a view): count it in the pool
+            _POOL._track(self)
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        out = kwargs.get("out", ())
+        for x in inputs + tuple(out):
+            _check_device(x, f"cupy.{ufunc.__name__}")
+        inputs = tuple(x.view(np.ndarray) if isinstance(x, ndarray) else x for x in inputs)
+        if out:
+            kwargs["out"] = tuple(x.view(np.ndarray) for x in out)
+        res = getattr(ufunc, method)(*inputs, **kwargs)
+        if out:
+            return out[0] if len(out) == 1 else out
+        return _to_device(res)
+
+    @property
+    def data(self) -> MemoryPointer:  # type: ignore[override]
+        """The buffer's address (CuPy's ``MemoryPointer``)."""
+        return MemoryPointer(_root(self), _address(self))
+
+    @property
+    def device(self) -> "Device":  # type: ignore[override]
+        """The device holding the buffer (always device 0)."""
+        return Device(0)
+
+    def get(self) -> np.ndarray:
+        """A NumPy copy on the host."""
+        return np.array(self.view(np.ndarray), copy=True)
+
+    def set(self, arr: np.ndarray) -> None:
+        """Copy the host array ``arr`` in (CuPy's checks: a NumPy array, same dtype and shape)."""
+        if not isinstance(arr, np.ndarray) or isinstance(arr, ndarray):
+            raise TypeError("Only numpy.ndarray can be set to cupy.ndarray")
+        if self.dtype != arr.dtype:
+            raise TypeError(f"{arr.dtype} array cannot be set to {self.dtype} array")
+        if self.shape != arr.shape:
+            raise ValueError(f"Shape mismatch. Old shape: {self.shape}, new shape: {arr.shape}")
+        self.view(np.ndarray)[...] = arr
+
+
+def _check_device(x: Any, where: str) -> None:
+    """CuPy refuses host arrays where device arrays go (implicit transfers are errors)."""
+    if isinstance(x, np.ndarray) and not isinstance(x, ndarray):
+        raise TypeError(f"{where}: Unsupported type {type(x)} (a host array where a device "
+                        f"array is expected)")
+
+
+def _to_device(res: Any) -> Any:
+    if isinstance(res, tuple):
+        return tuple(_to_device(r) for r in res)
+    if isinstance(res, np.ndarray) and not isinstance(res, ndarray):
+        if res.base is None:
+            _POOL._track(res)
+        return res.view(ndarray)
+    return res
+
+
+def empty(shape: Any, dtype: Any = float) -> ndarray:
+    """An uninitialised device array."""
+    return ndarray(shape, dtype)
+
+
+def asarray(a: Any, dtype: Any = None) -> ndarray:
+    """``a`` on the device (a copy of a host array, ``a`` itself for a device array)."""
+    if isinstance(a, ndarray) and (dtype is None or a.dtype == dtype):
+        return a
+    host = np.asarray(a, dtype=dtype)
+    out = empty(host.shape, host.dtype)
+    out.view(np.ndarray)[...] = host
+    return out
+
+
+def copyto(dst: ndarray, src: Any, where: Any = True) -> None:
+    """``numpy.copyto`` between device arrays."""
+    for x in (dst, src, where):
+        _check_device(x, "cupy.copyto")
+    np.copyto(dst, src, where=where)
+
+
+def from_dlpack(obj: Any) -> ndarray:
+    """A device array over a DLPack producer's host memory (kDLCPU only: the device is host)."""
+    return np.from_dlpack(obj).view(ndarray)
+
+
+def _as_strided(x: ndarray, shape: Tuple[int, ...], strides: Tuple[int, ...]) -> ndarray:
+    return np.lib.stride_tricks.as_strided(x, shape=shape, strides=strides, subok=True)
+
+
+lib = types.SimpleNamespace(stride_tricks=types.SimpleNamespace(as_strided=_as_strided))
+
+
+# ---------------------------------------------------------------------- cupy.cuda
+class Device:
+    """``cupy.cuda.Device``: a context manager selecting the (single) emulated device."""
+
+    def __init__(self, index: int = 0):
+        if index != 0:
+            raise RuntimeError(f"cudaErrorInvalidDevice: invalid device ordinal {index} "
+                               f"(the emulator has one device)")
+        self.id = index
+        self.attributes = dict(_ATTRIBUTES)
+        self.compute_capability = _COMPUTE_CAPABILITY
+
+    def __enter__(self) -> "Device":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def use(self) -> None:
+        """Make this the current device (it always is)."""
+
+
+class _Stream:
+    ptr = 0  # the default stream
+
+
+def _device_count() -> int:
+    return 1
+
+
+cuda = types.SimpleNamespace(
+    Device=Device, runtime=types.SimpleNamespace(getDeviceCount=_device_count),
+    get_current_stream=_Stream, device=types.SimpleNamespace(get_cublas_handle=lambda: 0))
+
+
+# ---------------------------------------------------------------------- cupyx, cuBLAS
+def _scatter_add(a: ndarray, slices: Any, value: Any) -> None:
+    for x in (a, slices, value):
+        _check_device(x, "cupyx.scatter_add")
+    np.add.at(a.view(np.ndarray), np.asarray(slices), np.asarray(value))
+
+
+cupyx = types.SimpleNamespace(scatter_add=_scatter_add)
+
+_R16BF, _COMPUTE_32F, _OP_N, _OP_T = 14, 68, 0, 1
+
+
+def _host_matrices(ptr: int, rows: int, cols: int, ld: int, stride: int, batch: int
+                   ) -> np.ndarray:
+    """Column-major bfloat16 (rows, cols) matrices at ``ptr`` as a (batch, cols, rows) view."""
+    import ml_dtypes
+    count = (batch - 1) * stride + (cols - 1) * ld + rows if batch and cols and rows else 0
+    buf = np.ctypeslib.as_array((ctypes.c_uint16 * count if count > 0 else 1).from_address(ptr))
+    return np.lib.stride_tricks.as_strided(buf.view(ml_dtypes.bfloat16), (batch, cols, rows),
+                                           (stride * 2, ld * 2, 2))
+
+
+def _gemm_strided_batched_ex(handle: int, transa: int, transb: int, m: int, n: int, k: int,
+                             alpha: int, a: int, atype: int, lda: int, stride_a: int, b: int,
+                             btype: int, ldb: int, stride_b: int, beta: int, c: int,
+                             ctype: int, ldc: int, stride_c: int, batch: int, compute: int,
+                             algo: int) -> None:
+    """cublasGemmStridedBatchedEx for bfloat16 in, float32 compute (column-major), in NumPy."""
+    if (atype, btype, ctype, compute) != (_R16BF, _R16BF, _R16BF, _COMPUTE_32F):
+        raise NotImplementedError("the emulator's cuBLAS does bfloat16 GEMM with fp32 compute")
+    if transa != _OP_N or transb != _OP_N:
+        raise NotImplementedError("the emulator's cuBLAS GEMM takes untransposed operands")
+    al = np.ctypeslib.as_array((ctypes.c_float * 1).from_address(alpha))[0]
+    be = np.ctypeslib.as_array((ctypes.c_float * 1).from_address(beta))[0]
+    # column-major (rows, cols) = row-major (cols, rows): C^T = B^T @ A^T
+    at = _host_matrices(a, m, k, lda, stride_a, batch).astype(np.float32)  # (batch, k, m)
+    bt = _host_matrices(b, k, n, ldb, stride_b, batch).astype(np.float32)  # (batch, n, k)
+    ct = _host_matrices(c, m, n, ldc, stride_c, batch)  # (batch, n, m)
+    res = al * (bt @ at)
+    if be != 0:
+        res += be * ct.astype(np.float32)
+    ct[...] = res.astype(ct.dtype)
+
+
+cublas = types.SimpleNamespace(setStream=lambda handle, stream: None,
+                               gemmStridedBatchedEx=_gemm_strided_batched_ex)
+
+
+# ---------------------------------------------------------------------- kernels
+class RawKernel:
+    """A compiled kernel: ``k(grid, block, args, shared_mem=0)`` runs it on the CPU."""
+
+    def __init__(self, function: Any, name: str):
+        self._function, self.name = function, name
+
+    def __call__(self, grid: Sequence[int], block: Sequence[int], args: Sequence[Any],
+                 shared_mem: int = 0) -> None:
+        for x in args:
+            _check_device(x, f"kernel {self.name}")
+        self._function(tuple(grid), tuple(block), tuple(args), shared_mem=shared_mem)
+
+
+class RawModule:
+    """``cupy.RawModule(code=..., options=..., name_expressions=...)`` built by the emulator."""
+
+    def __init__(self, code: str, options: Sequence[str] = (),
+                 name_expressions: Sequence[str] = ()):
+        from .module import load_module
+        self._module = load_module(code, tuple(name_expressions), options=tuple(options))
+
+    def get_function(self, name: str) -> RawKernel:
+        """The kernel ``name`` (a name expression or an ``extern "C"`` name)."""
+        return RawKernel(self._module.get_function(name), name)
