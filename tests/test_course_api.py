@@ -3,6 +3,7 @@ defaults, in order. needle may add parameters after the course's ones, never ren
 them. The table is written from the homework handouts, not read from needle's code.
 """
 import inspect
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -253,12 +254,22 @@ def test_add_is_hw0s_first_exercise():
     np.testing.assert_array_equal(simple_ml.add(np.eye(2), np.ones((2, 2))), np.eye(2) + 1)
 
 
-def test_cuda_device_is_listed_and_skippable_on_a_cpu_only_machine():
-    """The course's test header: ``pytest.param(ndl.cuda(), marks=skipif(not enabled))``."""
+@pytest.mark.parametrize("emulator", ["0", "1"])
+def test_cuda_device_is_listed_and_skippable_on_a_cpu_only_machine(emulator):
+    """The course's test header: ``pytest.param(ndl.cuda(), marks=skipif(not enabled))``;
+    with NEEDLE_CUDA_EMULATOR=1 and no GPU the device is enabled and says it is emulated."""
     code = ("import needle as ndl\n"
             "d = ndl.cuda()\n"
-            "print(d.enabled(), repr(d), hasattr(d, 'ewise_add') == d.enabled())\n")
+            "print(d.enabled(), repr(d).replace(' ', ''),\n"
+            "      hasattr(d, 'ewise_add') == d.enabled())\n")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=Path(__file__).resolve().parents[1], timeout=120)
+                         cwd=Path(__file__).resolve().parents[1], timeout=120,
+                         env={**os.environ, "NEEDLE_CUDA_EMULATOR": emulator})
     assert res.returncode == 0, res.stderr
-    assert res.stdout.split()[1:] == ["cuda(0)", "True"]
+    from needle.backend_cuda.emulator import real_gpu_count
+    if real_gpu_count():
+        assert res.stdout.split() == ["True", "cuda(0)", "True"]
+    elif emulator == "1":
+        assert res.stdout.split() == ["True", "cuda(0,emulated)", "True"]
+    else:
+        assert res.stdout.split()[1:] == ["cuda(0)", "True"]
