@@ -1,0 +1,317 @@
+// The two engines that run a block's CUDA threads, and the launch loop over the grid.
+//
+// FiberEngine (default): every CUDA thread of a block is a cooperative fiber (ucontext) on the
+//   calling OS thread. A fiber runs until it finishes or waits at a barrier / warp operation;
+//   the scheduler then runs the next one. Stacks are pooled and reused, so a kernel without
+//   barriers touches one hot stack. Deterministic, and fast enough for the test suite.
+// ThreadEngine: one OS thread per CUDA thread, meeting under a mutex and condition variable.
+//   Slow (~10x), but ThreadSanitizer and AddressSanitizer see every CUDA thread's accesses.
+// Blocks run one after another, which is why one static copy of each __shared__ variable is
+// enough (a block's shared memory is uninitialized on a GPU too).
+#pragma once
+#include <pthread.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <exception>
+#include <memory>
+#include <vector>
+
+namespace cuda_emu {
+
+typedef void (*Invoker)(void* fn, void** args);
+
+struct Launch {
+  Invoker invoke;
+  void* fn;
+  void** args;
+};
+
+// Run one CUDA thread's kernel body, then account for its exit.
+static void run_thread(Thread* t, const Launch* l) {
+  Block* b = t->block;
+  try {
+    l->invoke(l->fn, l->args);
+  } catch (KernelAbort&) {
+  } catch (std::exception& e) {
+    std::unique_lock<std::mutex> lock(b->mu);
+    set_error(b, where(b, t) + " threw " + e.what());
+  } catch (...) {
+    std::unique_lock<std::mutex> lock(b->mu);
+    set_error(b, where(b, t) + " threw an exception");
+  }
+  thread_exit(t);
+}
+
+// ------------------------------------------------------------------ fibers
+static const size_t FIBER_STACK = 256 * 1024;
+
+// mmap'd stacks with a guard page below, reused across blocks and launches.
+struct StackPool {
+  std::vector<char*> free_;
+  char* get() {
+    if (!free_.empty()) {
+      char* s = free_.back();
+      free_.pop_back();
+      return s;
+    }
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    void* m = mmap(nullptr, FIBER_STACK + page, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) return nullptr;
+    mprotect(m, page, PROT_NONE);  // a stack overflow faults instead of corrupting memory
+    return static_cast<char*>(m) + page;
+  }
+  void put(char* s) { free_.push_back(s); }
+};
+
+static thread_local StackPool tls_stacks;
+static thread_local const Launch* tls_launch = nullptr;
+
+static void fiber_main() { run_thread(tls_thread, tls_launch); }
+
+struct FiberEngine : Engine {
+  ucontext_t sched;
+  std::vector<ucontext_t> ctx;
+  std::vector<char*> stack;
+
+  void wait(Thread* t, std::unique_lock<std::mutex>& lock) override {
+    lock.unlock();
+    swapcontext(&ctx[t->linear], &sched);  // back to run(); it resumes us once released
+    lock.lock();
+  }
+  void wake_all() override {}
+
+  bool start(Block* b, Thread* t) {
+    char* s = tls_stacks.get();
+    if (s == nullptr) {
+      set_error(b, "out of memory for fiber stacks");
+      return false;
+    }
+    stack[t->linear] = s;
+    ucontext_t& c = ctx[t->linear];
+    getcontext(&c);
+    c.uc_stack.ss_sp = s;
+    c.uc_stack.ss_size = FIBER_STACK;
+    c.uc_link = &sched;
+    makecontext(&c, fiber_main, 0);
+    resume(t);
+    return true;
+  }
+  void resume(Thread* t) {
+    t->state = RUNNING;
+    tls_thread = t;
+    swapcontext(&sched, &ctx[t->linear]);
+    tls_thread = nullptr;
+    if (t->state == DONE) {
+      tls_stacks.put(stack[t->linear]);
+      stack[t->linear] = nullptr;
+    }
+  }
+
+  void run(Block* b, const Launch* l) {
+    ctx.resize(b->n);
+    stack.assign(b->n, nullptr);
+    tls_launch = l;
+    for (;;) {
+      bool progress = false;
+      for (unsigned i = 0; i < b->n && !b->failed; ++i) {
+        Thread* t = &b->threads[i];
+        if (t->state == NOT_STARTED) {
+          progress = start(b, t);
+        } else if (t->state == RUNNABLE) {
+          resume(t);
+          progress = true;
+        }
+      }
+      if (b->done == b->n) return;
+      if (b->failed) break;
+      if (!progress) {
+        set_error(b, "no CUDA thread can run (emulator scheduling error)");
+        break;
+      }
+    }
+    for (unsigned i = 0; i < b->n; ++i) {  // unwind the suspended fibers of a failed block
+      Thread* t = &b->threads[i];
+      if (t->state == WAITING || t->state == RUNNABLE) resume(t);
+    }
+  }
+};
+
+// ------------------------------------------------------------------ OS threads
+struct ThreadEngine : Engine {
+  std::condition_variable cv;
+  const Launch* launch = nullptr;
+
+  void wait(Thread* t, std::unique_lock<std::mutex>& lock) override {
+    cv.wait(lock, [&] { return t->state != WAITING || t->block->failed; });
+    if (t->state == RUNNABLE) t->state = RUNNING;
+  }
+  void wake_all() override { cv.notify_all(); }
+
+  struct Arg {
+    ThreadEngine* self;
+    Thread* t;
+  };
+  static void* main(void* p) {
+    Arg* a = static_cast<Arg*>(p);
+    tls_thread = a->t;
+    a->t->state = RUNNING;
+    run_thread(a->t, a->self->launch);
+    tls_thread = nullptr;
+    return nullptr;
+  }
+
+  void run(Block* b, const Launch* l) {
+    launch = l;
+    std::vector<pthread_t> ids(b->n);
+    std::vector<Arg> args(b->n);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 1 << 20);
+    unsigned started = 0;
+    for (; started < b->n; ++started) {
+      args[started] = Arg{this, &b->threads[started]};
+      if (pthread_create(&ids[started], &attr, &ThreadEngine::main, &args[started]) != 0) {
+        std::unique_lock<std::mutex> lock(b->mu);
+        set_error(b, format("could not start OS thread %u of %u (threads engine)", started,
+                            b->n));
+        b->n = started;  // the others never ran: count only the started ones
+        break;
+      }
+    }
+    for (unsigned i = 0; i < started; ++i) pthread_join(ids[i], nullptr);
+    pthread_attr_destroy(&attr);
+  }
+};
+
+// ------------------------------------------------------------------ launch
+enum EngineKind { ENGINE_FIBER = 0, ENGINE_THREADS = 1 };
+
+static void init_block(Block* b, const char* kernel, unsigned x, unsigned y, unsigned z,
+                       const dim3& grid, const dim3& block, Thread* threads, WarpGroup* warps,
+                       void* dyn) {
+  b->kernel = kernel;
+  b->bidx = make_uint3(x, y, z);
+  b->gdim = grid;
+  b->bdim = block;
+  b->n = block.x * block.y * block.z;
+  b->threads = threads;
+  b->warps = warps;
+  b->dyn_shared = dyn;
+  for (unsigned i = 0; i < b->n; ++i) {
+    Thread& t = threads[i];
+    t.idx = make_uint3(i % block.x, (i / block.x) % block.y, i / (block.x * block.y));
+    t.linear = i;
+    t.block = b;
+    t.state = NOT_STARTED;
+    t.wait_kind = 0;
+  }
+  for (unsigned w = 0; w < (b->n + 31) / 32; ++w) {
+    warps[w].count = 0;
+    warps[w].gen = 0;
+  }
+}
+
+// Run every block of the grid; returns 0, or 1 with the error message in err.
+static int run_launch(const char* kernel, const Launch& l, const unsigned* g3, const unsigned* b3,
+                      size_t dyn_bytes, int engine, char* err, size_t errlen) {
+  static std::mutex module_mu;  // one launch at a time: __shared__ storage is per module
+  std::lock_guard<std::mutex> guard(module_mu);
+  const dim3 grid(g3[0], g3[1], g3[2]), block(b3[0], b3[1], b3[2]);
+  const unsigned n = block.x * block.y * block.z;
+  std::vector<Thread> threads(n);
+  std::vector<WarpGroup> warps((n + 31) / 32);
+  void* dyn = dyn_bytes ? std::malloc(dyn_bytes) : nullptr;  // exact size: ASan sees overruns
+  std::unique_ptr<FiberEngine> fibers(engine == ENGINE_FIBER ? new FiberEngine : nullptr);
+  std::unique_ptr<ThreadEngine> oss(engine == ENGINE_FIBER ? nullptr : new ThreadEngine);
+  int rc = 0;
+  for (unsigned z = 0; z < grid.z && !rc; ++z)
+    for (unsigned y = 0; y < grid.y && !rc; ++y)
+      for (unsigned x = 0; x < grid.x && !rc; ++x) {
+        Block b;
+        init_block(&b, kernel, x, y, z, grid, block, threads.data(), warps.data(), dyn);
+        if (fibers) {
+          b.engine = fibers.get();
+          fibers->run(&b, &l);
+        } else {
+          b.engine = oss.get();
+          oss->run(&b, &l);
+        }
+        if (b.failed) {
+          std::snprintf(err, errlen, "%s", b.error.c_str());
+          rc = 1;
+        }
+      }
+  std::free(dyn);
+  return rc;
+}
+
+// ------------------------------------------------------------------ the kernel table
+struct Entry {
+  const char* name;
+  const char* signature;  // parameter type codes, e.g. "p,p,i8,i8"
+  void* fn;
+  Invoker invoke;
+};
+
+template <typename T> static void type_code(std::string& s) {
+  if (!s.empty()) s += ",";
+  if (std::is_pointer<T>::value) s += "p";
+  else if (std::is_same<T, bool>::value) s += "?";
+  else if (std::is_same<T, __half>::value) s += "f2";
+  else if (std::is_same<T, __nv_bfloat16>::value) s += "bf2";
+  else if (std::is_floating_point<T>::value) s += format("f%zu", sizeof(T));
+  else if (std::is_integral<T>::value && std::is_signed<T>::value) s += format("i%zu", sizeof(T));
+  else if (std::is_integral<T>::value) s += format("u%zu", sizeof(T));
+  else s += format("V%zu", sizeof(T));
+}
+
+template <typename... A> static const char* signature() {
+  static const std::string s = [] {
+    std::string r;
+    (type_code<A>(r), ...);
+    return r;
+  }();
+  return s.c_str();
+}
+
+template <typename... A, size_t... I>
+static void invoke_impl(void* fn, void** args, std::index_sequence<I...>) {
+  (void)args;
+  reinterpret_cast<void (*)(A...)>(fn)(*static_cast<A*>(args[I])...);
+}
+
+template <typename... A> static void invoke(void* fn, void** args) {
+  invoke_impl<A...>(fn, args, std::index_sequence_for<A...>{});
+}
+
+template <typename... A> static Entry entry(const char* name, void (*f)(A...)) {
+  return Entry{name, signature<A...>(), reinterpret_cast<void*>(f), &invoke<A...>};
+}
+
+}  // namespace cuda_emu
+
+// The C API build.py's wrapper exports after its table `cuda_emu_entries`.
+#define CUDA_EMU_API(entries)                                                                 \
+  extern "C" __attribute__((visibility("default"))) int cuda_emu_count() {                    \
+    return (int)(sizeof(entries) / sizeof(entries[0]));                                       \
+  }                                                                                           \
+  extern "C" __attribute__((visibility("default"))) const char* cuda_emu_name(int i) {        \
+    return entries[i].name;                                                                   \
+  }                                                                                           \
+  extern "C" __attribute__((visibility("default"))) const char* cuda_emu_signature(int i) {   \
+    return entries[i].signature;                                                              \
+  }                                                                                           \
+  extern "C" __attribute__((visibility("default"))) void* cuda_emu_address(int i) {           \
+    return entries[i].fn;                                                                     \
+  }                                                                                           \
+  extern "C" __attribute__((visibility("default"))) int cuda_emu_launch(                      \
+      int i, const unsigned* grid, const unsigned* block, size_t dyn_shared, void** args,      \
+      int engine, char* err, size_t errlen) {                                                 \
+    const ::cuda_emu::Launch l{entries[i].invoke, entries[i].fn, args};                       \
+    return ::cuda_emu::run_launch(entries[i].name, l, grid, block, dyn_shared, engine, err,   \
+                                  errlen);                                                    \
+  }
