@@ -70,16 +70,91 @@ struct StackPool {
 static thread_local StackPool tls_stacks;
 static thread_local const Launch* tls_launch = nullptr;
 
-static void fiber_main() { run_thread(tls_thread, tls_launch); }
+#if defined(__x86_64__) && !defined(CUDA_EMU_UCONTEXT)
+// A context switch is a function call that saves the callee-saved registers and the FP control
+// words on the current stack and returns on the other one (~10 ns; glibc's swapcontext also
+// makes a sigprocmask system call, ~1 us, and a block of 1024 threads switches thousands of
+// times). The symbol is local to this library.
+asm(R"(
+  .text
+  .p2align 4
+  .type cuda_emu_switch, @function
+cuda_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size cuda_emu_switch, .-cuda_emu_switch
+)");
+extern "C" __attribute__((visibility("hidden"))) void cuda_emu_switch(void** save, void* to);
+
+struct Context {
+  void* sp = nullptr;
+};
+static thread_local Context* tls_sched_ctx = nullptr;
+
+[[noreturn]] static void fiber_main() {
+  run_thread(tls_thread, tls_launch);
+  Context dead;
+  cuda_emu_switch(&dead.sp, tls_sched_ctx->sp);  // never resumed
+  __builtin_unreachable();
+}
+
+static void make_context(Context* c, char* stack, size_t size) {
+  uintptr_t top = (reinterpret_cast<uintptr_t>(stack) + size) & ~uintptr_t(15);
+  void** sp = reinterpret_cast<void**>(top);
+  *--sp = nullptr;                                     // fiber_main's return address slot
+  *--sp = reinterpret_cast<void*>(&fiber_main);        // where cuda_emu_switch returns to
+  for (int i = 0; i < 6; ++i) *--sp = nullptr;         // rbp rbx r12 r13 r14 r15
+  uint32_t* cw = reinterpret_cast<uint32_t*>(--sp);
+  cw[0] = 0x1F80;                                      // MXCSR default
+  cw[1] = 0x037F;                                      // x87 control word default
+  c->sp = sp;
+}
+static void switch_context(Context* from, Context* to) { cuda_emu_switch(&from->sp, to->sp); }
+#else
+struct Context {
+  ucontext_t uc;
+};
+static thread_local Context* tls_sched_ctx = nullptr;
+
+static void fiber_main() { run_thread(tls_thread, tls_launch); }  // uc_link: the scheduler
+
+static void make_context(Context* c, char* stack, size_t size) {
+  getcontext(&c->uc);
+  c->uc.uc_stack.ss_sp = stack;
+  c->uc.uc_stack.ss_size = size;
+  c->uc.uc_link = &tls_sched_ctx->uc;
+  makecontext(&c->uc, fiber_main, 0);
+}
+static void switch_context(Context* from, Context* to) { swapcontext(&from->uc, &to->uc); }
+#endif
 
 struct FiberEngine : Engine {
-  ucontext_t sched;
-  std::vector<ucontext_t> ctx;
+  Context sched;
+  std::vector<Context> ctx;
   std::vector<char*> stack;
 
   void wait(Thread* t, std::unique_lock<std::mutex>& lock) override {
     lock.unlock();
-    swapcontext(&ctx[t->linear], &sched);  // back to run(); it resumes us once released
+    switch_context(&ctx[t->linear], &sched);  // back to run(); it resumes us once released
     lock.lock();
   }
   void wake_all() override {}
@@ -91,19 +166,14 @@ struct FiberEngine : Engine {
       return false;
     }
     stack[t->linear] = s;
-    ucontext_t& c = ctx[t->linear];
-    getcontext(&c);
-    c.uc_stack.ss_sp = s;
-    c.uc_stack.ss_size = FIBER_STACK;
-    c.uc_link = &sched;
-    makecontext(&c, fiber_main, 0);
+    make_context(&ctx[t->linear], s, FIBER_STACK);
     resume(t);
     return true;
   }
   void resume(Thread* t) {
     t->state = RUNNING;
     tls_thread = t;
-    swapcontext(&sched, &ctx[t->linear]);
+    switch_context(&sched, &ctx[t->linear]);
     tls_thread = nullptr;
     if (t->state == DONE) {
       tls_stacks.put(stack[t->linear]);
@@ -115,6 +185,7 @@ struct FiberEngine : Engine {
     ctx.resize(b->n);
     stack.assign(b->n, nullptr);
     tls_launch = l;
+    tls_sched_ctx = &sched;
     for (;;) {
       bool progress = false;
       for (unsigned i = 0; i < b->n && !b->failed; ++i) {

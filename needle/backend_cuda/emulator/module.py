@@ -14,6 +14,7 @@ fail with EmulatorLaunchError, whose ``status`` is the CUDA driver's error name.
 import ctypes
 import functools
 import os
+import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -240,13 +241,34 @@ class Module:
 
 
 def load_module(code: str, name_expressions: Sequence[str], options: Sequence[str] = (),
-                engine: Optional[str] = None, filename: str = "kernel.cu") -> Module:
-    """Compile ``code`` (cached) with ``name_expressions`` instantiated and load it."""
+                engine: Optional[str] = None, filename: Optional[str] = None) -> Module:
+    """Compile ``code`` (cached) with ``name_expressions`` instantiated and load it.
+
+    ``filename`` names the source in error messages (default: the kernels/*.cu file whose text
+    ``code`` is, else the first kernel's name).
+    """
     engine = default_engine() if engine is None else engine
     if engine not in ENGINES:
         raise ValueError(f"engine={engine!r}; expected one of {sorted(ENGINES)}")
+    filename = filename or source_name(code)
     return _load(code, tuple(name_expressions), tuple(options), engine, filename,
                  sanitize_mode())
+
+
+def source_name(code: str) -> str:
+    """A name for ``code`` in messages: its kernels/*.cu file name, or its first kernel's."""
+    from .. import kernel_specs
+    for f in kernel_specs.KERNEL_FILES:
+        if _kernel_file_text(f) == code:
+            return f
+    m = re.search(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)", code)
+    return f"{m.group(1)}.cu" if m else "kernel.cu"
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel_file_text(filename: str) -> str:
+    from .. import kernel_specs
+    return kernel_specs.source(filename)
 
 
 @functools.lru_cache(maxsize=None)
