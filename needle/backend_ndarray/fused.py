@@ -73,6 +73,8 @@ def _fusable(x: NDArray, name: str) -> Optional[Any]:
 # ---------------------------------------------------------------------- softmax / logsumexp
 def softmax_naive(x: NDArray, axis: int = -1) -> NDArray:
     """softmax along ``axis`` from max, subtract, exp, sum and divide."""
+    if x.size == 0:  # e.g. rows of no columns: nothing to normalize (and max has no identity)
+        return NDArray.make(x.shape, device=x.device, dtype=x.dtype)
     z = (x - x.max(axis=axis, keepdims=True).broadcast_to(x.shape)).exp()
     return z / z.sum(axis=axis, keepdims=True).broadcast_to(x.shape)
 

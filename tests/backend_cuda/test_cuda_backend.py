@@ -3,10 +3,13 @@ import numpy as np
 import pytest
 
 import needle as ndl
+from needle.backend_cuda import _runtime as rt
+from needle.backend_cuda import kernel_specs as K
 from needle.backend_ndarray import NDArray
 
-cuda_only = pytest.mark.skipif(not ndl.cuda().enabled(), reason="no CUDA GPU / CuPy")
-pytestmark = cuda_only
+cuda_only = pytest.mark.skipif(not ndl.cuda().enabled(), reason="no CUDA GPU / CuPy (or "
+                               "NEEDLE_CUDA_EMULATOR=1 for the emulator)")
+pytestmark = [pytest.mark.cuda, cuda_only]
 
 DTYPES = ["float32", "float16", "float64"]
 TOL = {"float32": 1e-5, "float16": 2e-3, "float64": 1e-12, "bfloat16": 2e-2}
@@ -14,7 +17,7 @@ SHAPES = [(), (0,), (1,), (3, 0, 2), (257,), (33, 65), (2, 3, 1, 5), (2, 1, 3, 1
 
 
 def _rand(shape, dtype="float32", positive=False):
-    x = np.random.randn(*shape)
+    x = np.asarray(np.random.randn(*shape))  # randn() of no shape is a Python float
     x = np.abs(x) + 0.5 if positive else x
     return x.astype(ndl.backend_ndarray.to_numpy_dtype(dtype))
 
@@ -154,11 +157,28 @@ def test_matmul_transposed_operands():
     np.testing.assert_allclose(got, x.T @ y.T, rtol=1e-4, atol=1e-3)
 
 
+# Sizes the emulator runs in seconds that still take every reduce plan on this device: one
+# thread per row (32 * SMs rows or more, of <= 32), one block per row, two passes (few long rows).
+SMS = rt.num_sms(0) if ndl.cuda().enabled() else 132
+REDUCTIONS = [((1,), None), ((100003,), None), ((3, 5000), 1), ((32 * SMS, 3), 1),
+              ((5000, 7), 0), ((2, 3, 4, 5), (0, 2)), ((2, 1, 3, 1, 2, 3, 2), (1, 3, 6)),
+              ((3, 0, 2), 2), ((7, 20000), 1), ((300, 40), 1)]
+
+
+def test_reduction_sizes_take_every_plan():
+    plans = set()
+    for shape, axes in REDUCTIONS:
+        axes = range(len(shape)) if axes is None else np.atleast_1d(axes)
+        size = int(np.prod([shape[i] for i in axes]))
+        rows = int(np.prod(shape)) // max(size, 1)
+        if rows and size:
+            plan = K.reduce_plan(rows, size, SMS)
+            plans.add((plan["kind"], plan["chunks"] > 1))
+    assert plans == {("thread", False), ("block", False), ("block", True)}
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape,axes", [((1,), None), ((10**6 + 3,), None), ((3, 5000), 1),
-                                        ((4099, 3), 1), ((5000, 7), 0), ((2, 3, 4, 5), (0, 2)),
-                                        ((2, 1, 3, 1, 2, 3, 2), (1, 3, 6)), ((3, 0, 2), 2),
-                                        ((7, 70000), 1), ((20000, 40), 1)], ids=str)
+@pytest.mark.parametrize("shape,axes", REDUCTIONS, ids=str)
 def test_reductions(dtype, shape, axes):
     x = _rand(shape, dtype)
     a = _gpu(x)
@@ -179,7 +199,6 @@ def test_reduce_max_propagates_nan_and_sum_of_empty_is_zero():
 
 
 def test_bfloat16_roundtrip_ops_and_matmul():
-    from needle.backend_cuda import _runtime as rt
     if rt.compute_capability(0) < 80:
         with pytest.raises(TypeError, match="compute capability"):
             _gpu(np.ones(3, np.float32), "bfloat16")

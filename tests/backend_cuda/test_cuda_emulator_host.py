@@ -99,9 +99,9 @@ def test_elementwise_kernel_on_strided_and_broadcast_views():
     k = cp.ElementwiseKernel("float64 x, float64 y, float32 c", "float64 z",
                              "z = x * y + c", "axpy")
     x = np.random.randn(4, 6, 5)
-    y = np.random.randn(6, 1)
+    y = np.random.randn(8, 1)
     gx = cp.asarray(x)[:, ::-2, 1:4].transpose(2, 0, 1)  # (3, 4, 3), negative strides
-    gy = cp.asarray(y)[::2]  # (3, 1): broadcast over the last axis
+    gy = cp.asarray(y)[::2]  # (4, 1): broadcast over the first and last axes
     out = cp.empty((3, 4, 3), np.float64)
     k(gx, gy, 0.5, out)
     want = x[:, ::-2, 1:4].transpose(2, 0, 1) * y[::2] + np.float32(0.5)

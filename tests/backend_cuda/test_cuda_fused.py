@@ -12,14 +12,20 @@ from needle.backend_cuda.fused import dropout_uniform_reference
 from needle.backend_ndarray import NDArray
 from needle.backend_ndarray import fused as F
 
-DEVICES = [ndl.cpu(), pytest.param(ndl.cuda(), marks=pytest.mark.skipif(
-    not ndl.cuda().enabled(), reason="no CUDA GPU / CuPy"))]
-cuda_only = pytest.mark.skipif(not ndl.cuda().enabled(), reason="no CUDA GPU / CuPy")
+_NO_CUDA = pytest.mark.skipif(not ndl.cuda().enabled(), reason="no CUDA GPU / CuPy (or "
+                              "NEEDLE_CUDA_EMULATOR=1 for the emulator)")
+DEVICES = [ndl.cpu(), pytest.param(ndl.cuda(), marks=[pytest.mark.cuda, _NO_CUDA])]
+
+
+def cuda_only(test):
+    """Mark ``test`` as a CUDA test, skipped where ndl.cuda() is not enabled."""
+    return pytest.mark.cuda(_NO_CUDA(test))
+
 SHAPES = [(1, 1), (3, 7), (5, 1000), (2, 3, 129), (64, 4097)]
 
 
 def _softmax(x, axis):
-    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    e = np.exp(x - x.max(axis=axis, keepdims=True, initial=-np.inf))  # initial: empty axes
     return e / e.sum(axis=axis, keepdims=True)
 
 
@@ -50,6 +56,16 @@ def test_softmax_and_logsumexp_naive(device, shape):
                                atol=1e-6)
     want = np.log(np.exp(x.astype(np.float64)).sum(-1))
     np.testing.assert_allclose(F.logsumexp_naive(a).numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES, ids=["cpu", "cuda"])
+@pytest.mark.parametrize("shape,axis", [((3, 0), -1), ((3, 0), 0), ((0, 4), 0)], ids=str)
+def test_softmax_of_an_empty_array_is_empty(device, shape, axis):
+    """Like NumPy and torch (the naive version raised: max over an empty axis)."""
+    a = NDArray(np.zeros(shape, np.float32), device=device)
+    for f in (F.softmax, F.softmax_naive):
+        out = f(a, axis)
+        assert out.shape == shape and out.dtype == "float32" and out.device == device
 
 
 @pytest.mark.parametrize("device", DEVICES, ids=["cpu", "cuda"])

@@ -119,5 +119,6 @@ class ElementwiseKernel:
         if key not in self._built:
             from .fake_cupy import RawModule
             src = kernel_source(self.name, self.ins, self.outs, is_array, self.operation, ndim)
-            self._built[key] = RawModule(code=src).get_function(self.name)
+            self._built[key] = RawModule(code=src, name_expressions=(self.name,)).get_function(
+                self.name)
         return self._built[key]
