@@ -135,7 +135,7 @@ def wrapper_source(code: str, name_expressions: Sequence[str], filename: str) ->
 
 def _headers_digest(include_dirs: Sequence[str]) -> str:
     h = hashlib.sha256()
-    for name in HEADERS:
+    for name in (*HEADERS, "build.py"):  # the emulator itself, this file's parsing included
         h.update((EMU_DIR / name).read_bytes())
     for d in include_dirs:  # the headers a source can include from its -I folders
         for p in sorted(Path(d).glob("*")):
@@ -161,7 +161,7 @@ def static_shared(so_path: str) -> Dict[str, object]:
     out = subprocess.run(["objdump", "-t", "-C", so_path], capture_output=True, text=True,
                          check=False).stdout
     funcs: Dict[str, str] = {}
-    statics: Dict[str, int] = {}
+    objects: List[Tuple[str, int]] = []
     anchor = None
     sym = re.compile(r"^([0-9a-f]+)\s+\S+\s+([FO ])\s+(\S+)\s+([0-9a-f]+)\s+(.*)$")
     for line in out.splitlines():
@@ -173,10 +173,15 @@ def static_shared(so_path: str) -> Dict[str, object]:
             anchor = int(addr, 16)
         elif kind == "F" and section == ".text":
             funcs[str(int(addr, 16))] = re.sub(r"^void ", "", name)
-        elif kind == "O" and section in (".bss", ".data") and ")::" in name \
+        elif kind == "O" and section in (".bss", ".data") and "::" in name \
                 and not name.startswith(("cuda_emu::", "guard variable")):
-            owner = name.rsplit("::", 1)[0]
-            statics[owner] = statics.get(owner, 0) + int(size, 16)
+            objects.append((name, int(size, 16)))
+    names = set(funcs.values())
+    statics: Dict[str, int] = {}
+    for name, size in objects:  # function-local statics: C++ "f(args)::x", extern "C" "f::x"
+        owner = name.rsplit("::", 1)[0]
+        if owner.endswith(")") or owner in names:
+            statics[owner] = statics.get(owner, 0) + size
     return {"functions": funcs, "statics": statics, "anchor": anchor}
 
 
