@@ -36,6 +36,24 @@ def test_switch_refuses_unknown_modules_and_serves_real_cupy_when_off(monkeypatc
     assert mod.__name__ == "cupy"
 
 
+def test_emulator_without_a_compiler_stays_off_and_says_why(monkeypatch):
+    from needle.backend_cuda.emulator import build
+
+    def no_compiler():
+        raise build.EmulatorUnavailable("the CUDA emulator needs a C++ compiler: 'g++' not found")
+    monkeypatch.setenv(emulator.ENV, "force")
+    monkeypatch.setattr(build, "compiler", no_compiler)
+    emulator.unavailable_reason.cache_clear()
+    emulator.active.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match="cannot run here: .*'g\\+\\+' not found"):
+            assert emulator.active() is False
+    finally:
+        monkeypatch.undo()
+        emulator.unavailable_reason.cache_clear()
+        emulator.active.cache_clear()
+
+
 def test_kernel_parts_use_numpy_dtype_names():
     """CuPy reads 'float x' as float64 and refuses it: parameters must be dtype names."""
     ins, out, body = kernel_parts("out = x0 * c0", [np.float32, np.float64], 1, np.bool_)

@@ -12,6 +12,7 @@ through it, so the code path is the one a GPU runs.
 import functools
 import importlib
 import os
+import warnings
 from types import ModuleType
 
 ENV = "NEEDLE_CUDA_EMULATOR"
@@ -44,10 +45,28 @@ def real_gpu_count() -> int:
 
 
 @functools.lru_cache(maxsize=None)
+def unavailable_reason() -> str:
+    """Why kernels cannot be built here (no C++ compiler, NVIDIA's header wheels missing), or ""."""
+    from . import build
+    try:
+        build.compiler()
+        build.cuda_include_dirs()
+    except build.EmulatorUnavailable as e:
+        return str(e)
+    return ""
+
+
+@functools.lru_cache(maxsize=None)
 def active() -> bool:
     """True when this process emulates CUDA (decided once, at the first CUDA import)."""
     mode = setting()
-    return mode == "force" or (mode == "on" and real_gpu_count() == 0)
+    wanted = mode == "force" or (mode == "on" and real_gpu_count() == 0)
+    if wanted and unavailable_reason():
+        warnings.warn(f"{ENV}={os.environ[ENV]} but the CUDA emulator cannot run here: "
+                      f"{unavailable_reason()}; ndl.cuda() stays disabled", RuntimeWarning,
+                      stacklevel=2)
+        return False
+    return wanted
 
 
 def cupy_module(name: str = "cupy") -> ModuleType:
