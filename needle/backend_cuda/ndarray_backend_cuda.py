@@ -443,6 +443,19 @@ def _compact_strides(shape: Tuple[int, ...]) -> Tuple[int, ...]:
 
 
 # ---------------------------------------------------------------------- per-GPU binding
+def _array_on(index: int) -> type:
+    """``Array`` allocating on GPU ``index``: a class, as the CPU backend's ``Array`` is, so
+    ``isinstance(x, device.Array)`` works (needle.compile's tracer relies on it)."""
+    class DeviceArray(Array):
+        __slots__ = ()
+
+        def __init__(self, size: int, dtype: Any = np.float32, device_index: int = index):
+            super().__init__(size, dtype, device_index)
+    DeviceArray.__name__ = DeviceArray.__qualname__ = "Array"
+    DeviceArray.__doc__ = f"A new buffer of ``size`` elements on GPU {index}."
+    return DeviceArray
+
+
 class DeviceBackend:
     """This module's primitives bound to GPU ``index``: ``Array`` allocates there."""
 
@@ -450,10 +463,7 @@ class DeviceBackend:
         self.index = index
         self.__name__ = __name__
         self.__dict__.update(_PRIMITIVES)
-
-    def Array(self, size: int, dtype: Any = np.float32) -> Array:
-        """A new buffer of ``size`` elements on this GPU."""
-        return Array(size, dtype, self.index)
+        self.Array = _array_on(index)
 
     def __repr__(self) -> str:
         return f"<needle CUDA backend on GPU {self.index}>"

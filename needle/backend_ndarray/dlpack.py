@@ -94,10 +94,10 @@ def _elem_strides(x: Any) -> tuple:
 
 def _wrap_cuda(view: Any, dtype: np.dtype, dev_id: int) -> tuple:
     from needle.backend_cuda._runtime import cp
-    from needle.backend_cuda.ndarray_backend_cuda import Array
+    from needle.backend_cuda.ndarray_backend_cuda import for_device
     strides = _elem_strides(view)
     offset, size = _span(view.shape, strides)
-    arr = object.__new__(Array)
+    arr = object.__new__(for_device(dev_id).Array)
     item = view.dtype.itemsize
     base = view.data - offset * item if size else view.data
     arr.array = cp.ndarray((size,), dtype=view.dtype, memptr=base)

@@ -184,9 +184,11 @@ class Recorder:
         self._saved: Dict[str, Any] = {}
 
     def _names(self) -> List[str]:
+        # the primitive lists are declared once, by the NumPy backend (a CUDA device has none)
+        from ..backend_ndarray import ndarray_backend_numpy as contract
         mod = self.device.mod
-        names = list(mod.PRIMITIVES) + [n for n in getattr(mod, "OPTIONAL_PRIMITIVES", ())
-                                         if hasattr(mod, n)]
+        names = list(contract.PRIMITIVES) + [n for n in contract.OPTIONAL_PRIMITIVES
+                                             if hasattr(mod, n)]
         names += ["ewise_" + n for n in _BINARY + _UNARY] + ["scalar_" + n for n in _BINARY]
         names += [n for n in ("softmax_rows", "logsumexp_rows", "layer_norm_fwd",
                               "layer_norm_bwd", "adam_update", "dropout", "dropout_backward")
@@ -198,8 +200,9 @@ class Recorder:
         if d.get("_needle_recorder") is not None:
             raise RuntimeError("needle.compile: a trace is already recording on this device "
                                "(nested compile/lazy blocks are not supported)")
+        names = self._names()  # before the device is marked: a failure here must not stick
         d["_needle_recorder"] = self
-        for name in self._names():
+        for name in names:
             self._saved[name] = d[name]
             d[name] = self._wrap(name, d[name])
         self._saved["Array"] = d["Array"]

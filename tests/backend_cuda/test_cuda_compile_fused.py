@@ -60,3 +60,39 @@ def test_bad_expression_fails_to_compile():
                             np.dtype("float32")).replace("x0 + c0", "x0 + undefined_name")
     with pytest.raises(compile_check.NVRTCError):
         compile_check.compile_source(src, "bad.cu")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not ndl.cuda().enabled(), reason="no GPU (NEEDLE_CUDA_EMULATOR=1 runs the "
+                    "emulator instead)")
+def test_compiled_step_runs_its_fused_kernels_on_cuda():
+    """needle.compile on ndl.cuda(): the generated ElementwiseKernels give eager's loss and
+    gradients (eager on the CPU is the reference). Found on the emulator: tracing a CUDA
+    device failed (its backend has no PRIMITIVES list, its Array was not a class)."""
+    dtype = "float64"  # one dtype: each generated kernel is a compiler run on the emulator
+    def run(device, compiled):
+        np.random.seed(0)
+        model = ndl.nn.Sequential(ndl.nn.Linear(8, 16, device=device, dtype=dtype),
+                                  ndl.nn.ReLU(), ndl.nn.Linear(16, 4, device=device, dtype=dtype))
+        loss_fn = ndl.nn.SoftmaxLoss()
+
+        def f(x, y):
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            return loss
+        fn = ndl.compile(f) if compiled else f
+        rng = np.random.default_rng(1)
+        out = []
+        for _ in range(4):  # record, validate, then replay twice
+            for p in model.parameters():
+                p.grad = None
+            x = ndl.Tensor(rng.standard_normal((5, 8)), device=device, dtype=dtype,
+                           requires_grad=False)
+            y = ndl.Tensor(rng.integers(0, 4, 5), device=device, dtype="int64")
+            out.append([fn(x, y).numpy()] + [p.grad.numpy() for p in model.parameters()])
+        return out, fn
+    (want, _), (got, cf) = run(ndl.cpu(), False), run(ndl.cuda(), True)
+    assert cf.plan().stats()["fused_groups"] > 0 and cf.replays == 2
+    for g_step, w_step in zip(got, want):
+        for g, w in zip(g_step, w_step):
+            np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
