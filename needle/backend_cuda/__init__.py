@@ -3,7 +3,8 @@
 DLPack exchange (zero-copy with CuPy, NumPy and PyTorch) is ``needle.backend_ndarray.dlpack``.
 
 Importing this package does not import CuPy; ``ndarray_backend_cuda`` (loaded by
-``ndl.cuda()``) does. Helpers that need CuPy import it when called.
+``ndl.cuda()``) does. Helpers that need CuPy import it when called. Without a GPU,
+``NEEDLE_CUDA_EMULATOR=1`` runs all of it on the CPU (``emulator/``, README "CUDA without a GPU").
 """
 from typing import Any, Dict
 
