@@ -107,6 +107,11 @@ def translate_options(options: Sequence[str]) -> Tuple[List[str], List[str]]:
     return flags, incs
 
 
+def _tool_env() -> Dict[str, str]:
+    """The environment for g++ / objdump: without a sanitizer runtime preloaded into them."""
+    return {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+
+
 def cache_dir() -> Path:
     """Where built libraries are kept ($NEEDLE_CUDA_EMULATOR_CACHE overrides)."""
     env = os.environ.get("NEEDLE_CUDA_EMULATOR_CACHE")
@@ -159,7 +164,7 @@ def static_shared(so_path: str) -> Dict[str, object]:
     "anchor": offset of cuda_emu_count}.
     """
     out = subprocess.run(["objdump", "-t", "-C", so_path], capture_output=True, text=True,
-                         check=False).stdout
+                         check=False, env=_tool_env()).stdout
     funcs: Dict[str, str] = {}
     objects: List[Tuple[str, int]] = []
     anchor = None
@@ -207,7 +212,7 @@ def build(code: str, name_expressions: Sequence[str], options: Sequence[str] = (
         (tmp / "module.cpp").write_text(src)
         cmd = build_command(cxx, flags, incs, sanitize, str(tmp / "module.cpp"),
                             str(tmp / "module.so"))
-        res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        res = subprocess.run(cmd, capture_output=True, text=True, check=False, env=_tool_env())
         if res.returncode != 0:
             raise EmulatorBuildError(f"{filename} failed to compile for the CUDA emulator:\n"
                                      f"{' '.join(cmd)}\n{res.stderr[-20000:]}")

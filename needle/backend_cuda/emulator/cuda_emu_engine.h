@@ -14,7 +14,53 @@
 #include <mutex>
 #include <string>
 
+#if defined(__SANITIZE_THREAD__)
+extern "C" {
+void AnnotateIgnoreReadsBegin(const char* f, int l);
+void AnnotateIgnoreReadsEnd(const char* f, int l);
+void AnnotateIgnoreWritesBegin(const char* f, int l);
+void AnnotateIgnoreWritesEnd(const char* f, int l);
+void AnnotateIgnoreSyncBegin(const char* f, int l);
+void AnnotateIgnoreSyncEnd(const char* f, int l);
+void __tsan_acquire(void* addr);
+void __tsan_release(void* addr);
+}
+#endif
+
 namespace cuda_emu {
+
+// The emulator's bookkeeping is invisible to ThreadSanitizer: its block mutex would otherwise
+// order every CUDA thread after every other and hide the kernel's races. The kernel sees only
+// the orderings CUDA gives: __syncthreads() for the block and __syncwarp() for a warp (shuffles
+// and votes exchange values but do not order memory).
+struct Quiet {
+#if defined(__SANITIZE_THREAD__)
+  Quiet() {
+    AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
+    AnnotateIgnoreWritesBegin(__FILE__, __LINE__);
+    AnnotateIgnoreSyncBegin(__FILE__, __LINE__);
+  }
+  ~Quiet() {
+    AnnotateIgnoreSyncEnd(__FILE__, __LINE__);
+    AnnotateIgnoreWritesEnd(__FILE__, __LINE__);
+    AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
+  }
+#endif
+};
+static inline void happens_before(void* key) {
+#if defined(__SANITIZE_THREAD__)
+  __tsan_release(key);
+#else
+  (void)key;
+#endif
+}
+static inline void happens_after(void* key) {
+#if defined(__SANITIZE_THREAD__)
+  __tsan_acquire(key);
+#else
+  (void)key;
+#endif
+}
 
 enum State { NOT_STARTED, RUNNING, WAITING, RUNNABLE, DONE };
 enum WaitKind { AT_BARRIER = 1, AT_WARP = 2 };
@@ -86,6 +132,7 @@ static void set_error(Block* b, const std::string& msg) {
 }
 
 [[noreturn]] static void fail(const char* what, const char* file, int line) {
+  Quiet quiet;
   Thread* t = tls_thread;
   std::unique_lock<std::mutex> lock(t->block->mu);
   abort_thread(t->block, where(t->block, t) + ": " + what + format(" at %s:%d", file, line));
@@ -134,7 +181,17 @@ static void release(Block* b, int kind, unsigned first, unsigned last) {
   b->engine->wake_all();
 }
 
+static void barrier_arrive(const char* file, int line);
+
 static void syncthreads_at(const char* file, int line) {
+  Block* b = tls_thread->block;
+  happens_before(&b->bar_count);  // everything before the barrier ...
+  barrier_arrive(file, line);
+  happens_after(&b->bar_count);   // ... is seen by everything after it, in every thread
+}
+
+static void barrier_arrive(const char* file, int line) {
+  Quiet quiet;
   Thread* t = tls_thread;
   Block* b = t->block;
   std::unique_lock<std::mutex> lock(b->mu);
@@ -168,6 +225,7 @@ static unsigned warp_lanes(const Block* b, unsigned w) {
 // Arrive at a warp operation; returns the generation whose slots hold every lane's value.
 static unsigned warp_arrive(int kind, unsigned mask, const void* v, size_t size,
                             const char* file, int line) {
+  Quiet quiet;
   Thread* t = tls_thread;
   Block* b = t->block;
   std::unique_lock<std::mutex> lock(b->mu);
@@ -226,14 +284,20 @@ template <typename T> static T warp_op(int kind, unsigned mask, T v, int arg, in
     fail(format("lane %d reads lane %d, which is not in the mask 0x%08x", lane, src, mask)
              .c_str(), file, line);
   T out;
-  std::memcpy(&out, t->block->warps[t->linear >> 5].vals[gen & 1][src], sizeof(T));
+  {
+    Quiet quiet;
+    std::memcpy(&out, t->block->warps[t->linear >> 5].vals[gen & 1][src], sizeof(T));
+  }
   return out;
 }
 
 static unsigned vote_op(int kind, unsigned mask, int pred, const char* file, int line) {
-  const unsigned gen = warp_arrive(kind, mask, &pred, sizeof pred, file, line);
   Thread* t = tls_thread;
-  const WarpGroup& g = t->block->warps[t->linear >> 5];
+  WarpGroup& g = t->block->warps[t->linear >> 5];
+  if (kind == VOTE_SYNC) happens_before(&g);
+  const unsigned gen = warp_arrive(kind, mask, &pred, sizeof pred, file, line);
+  if (kind == VOTE_SYNC) happens_after(&g);
+  Quiet quiet;
   unsigned ballot = 0;
   for (unsigned l = 0; l < 32; ++l) {
     int p = 0;
@@ -247,6 +311,7 @@ static unsigned vote_op(int kind, unsigned mask, int pred, const char* file, int
 
 // A CUDA thread finished its kernel body.
 static void thread_exit(Thread* t) {
+  Quiet quiet;
   Block* b = t->block;
   std::unique_lock<std::mutex> lock(b->mu);
   t->state = DONE;

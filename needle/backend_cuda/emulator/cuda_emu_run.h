@@ -36,9 +36,11 @@ static void run_thread(Thread* t, const Launch* l) {
     l->invoke(l->fn, l->args);
   } catch (KernelAbort&) {
   } catch (std::exception& e) {
+    Quiet quiet;
     std::unique_lock<std::mutex> lock(b->mu);
     set_error(b, where(b, t) + " threw " + e.what());
   } catch (...) {
+    Quiet quiet;
     std::unique_lock<std::mutex> lock(b->mu);
     set_error(b, where(b, t) + " threw an exception");
   }
@@ -228,8 +230,7 @@ struct ThreadEngine : Engine {
   };
   static void* main(void* p) {
     Arg* a = static_cast<Arg*>(p);
-    tls_thread = a->t;
-    a->t->state = RUNNING;
+    tls_thread = a->t;  // its state stays NOT_STARTED until it first waits (under the lock)
     run_thread(a->t, a->self->launch);
     tls_thread = nullptr;
     return nullptr;
