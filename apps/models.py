@@ -25,7 +25,7 @@ class ResNet9(nn.Module):
     def __init__(self, device: Any = None, dtype: str = "float32"):
         super().__init__()
         kw = dict(device=device, dtype=dtype)
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw4.models)
         self.model = nn.Sequential(
             ConvBN(3, 16, 7, 4, **kw),
             ConvBN(16, 32, 3, 2, **kw),
@@ -55,7 +55,7 @@ class LanguageModel(nn.Module):
                  device: Any = None, dtype: str = "float32", **transformer_kw: Any):
         super().__init__()
         kw = dict(device=device, dtype=dtype)
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw4.models)
         self.embedding = nn.Embedding(output_size, embedding_size, gather=True, **kw)
         if seq_model == "rnn":
             self.seq_model = nn.RNN(embedding_size, hidden_size, num_layers, **kw)
@@ -74,7 +74,7 @@ class LanguageModel(nn.Module):
     def forward(self, x: ndl.Tensor, h: Optional[Any] = None) -> Tuple[ndl.Tensor, Any]:
         """Logits (seq_len * bs, output_size) for token ids x (seq_len, bs), and the new state."""
         seq_len, bs = x.shape
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw4.models)
         out, h = self.seq_model(self.embedding(x), h)                 # (T, B, hidden)
         logits = self.linear(out.reshape((seq_len * bs, self.hidden_size)))
         ### END YOUR SOLUTION

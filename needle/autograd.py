@@ -182,7 +182,7 @@ class Value:
     def make_from_op(cls, op: Op, inputs: Tuple["Value", ...]) -> "Value":
         """The node ``op(*inputs)``: computed now, or on first use in LAZY_MODE."""
         value = cls.__new__(cls)
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw1.autograd.make_from_op)
         record = _records_graph(inputs)
         if LAZY_MODE:
             value._init(op, inputs, requires_grad=record)
@@ -570,7 +570,7 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
     ``retain_grad``) keep ``.grad``; an intermediate adjoint is dropped as soon as its node has
     been processed.
     """
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (hw1.autograd.compute_gradient)
     grads: Dict[int, List[Tensor]] = {id(output_tensor): [out_grad]}
     for node in reversed(find_topo_sort([output_tensor])):
         node_grads = grads.pop(id(node), None)
@@ -600,7 +600,7 @@ def find_topo_sort(node_list: List[Value], stop_at_realized: bool = False) -> Li
     An iterative depth-first post-order, so a 100,000-node chain needs no recursion.
     With ``stop_at_realized`` the walk does not enter nodes that already hold data.
     """
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (hw1.autograd.topo_sort)
     visited = set()
     topo_order: List[Value] = []
     for root in node_list:

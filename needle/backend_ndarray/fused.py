@@ -180,7 +180,10 @@ def layer_norm_backward(dy: NDArray, x: NDArray, weight: NDArray, mean: NDArray,
 def adam_update_naive(p: NDArray, grad: NDArray, m: NDArray, v: NDArray, step: int,
                       lr: float, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
                       weight_decay: float = 0.0, decoupled: bool = False) -> None:
-    """One Adam (or AdamW when ``decoupled``) step from composed ops; updates p, m, v in place."""
+    """One Adam (or AdamW when ``decoupled``) step from composed ops; updates p, m, v in place.
+
+    The answer of exercise hw2.optim.adam (``Adam.step``): stubbed in the student release."""
+    ### BEGIN YOUR SOLUTION (hw2.optim.adam)
     w = p.astype(m.dtype)
     g = grad.astype(m.dtype)
     if decoupled:
@@ -195,6 +198,7 @@ def adam_update_naive(p: NDArray, grad: NDArray, m: NDArray, v: NDArray, step: i
     m[...] = m_new
     v[...] = v_new
     p[...] = w.astype(p.dtype)
+    ### END YOUR SOLUTION
 
 
 def adam_update(p: NDArray, grad: NDArray, m: NDArray, v: NDArray, step: int, lr: float,

@@ -104,7 +104,7 @@ class DataLoader:
             order = rng.permutation(n)
         else:
             order = np.arange(n)
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw2.data.dataloader)
         batches = np.array_split(order, range(self.batch_size, n, self.batch_size))
         if self.drop_last and batches and len(batches[-1]) < self.batch_size:
             batches = batches[:-1]

@@ -31,7 +31,7 @@ class Linear(Module):
         super().__init__()
         self.in_features = in_features
         self.out_features = out_features
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw2.nn.linear)
         self.weight = Parameter(init.kaiming_uniform(in_features, out_features,
                                                      device=device, dtype=dtype))
         self.bias = None
@@ -45,7 +45,7 @@ class Linear(Module):
         if X.shape[-1] != self.in_features:
             raise ValueError(f"Linear({self.in_features}, {self.out_features}) got input of "
                              f"shape {X.shape}")
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw2.nn.linear)
         out = X @ self.weight
         if self.bias is not None:
             out = out + self.bias.broadcast_to(out.shape)
@@ -107,7 +107,7 @@ class Sequential(Module):
         self.layers = list(modules)
 
     def forward(self, x: Any) -> Any:
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw2.nn.sequential)
         for module in self.layers:
             x = module(x)
         return x
@@ -141,7 +141,7 @@ class SoftmaxLoss(Module):
         if logits.ndim != 2 or tuple(y.shape) != (logits.shape[0],):
             raise ValueError(f"SoftmaxLoss expects logits (B, C) and labels (B,), got "
                              f"{logits.shape} and {tuple(y.shape)}")
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw2.nn.softmax_loss)
         n, k = logits.shape
         y_one_hot = init.one_hot(k, y, device=logits.device, dtype=logits.dtype)
         z_y = (logits * y_one_hot).sum((1,))
@@ -171,7 +171,7 @@ class BatchNorm1d(Module):
     def forward(self, x: Tensor) -> Tensor:
         if x.ndim != 2 or x.shape[1] != self.dim:
             raise ValueError(f"{type(self).__name__}({self.dim}) got input of shape {x.shape}")
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw2.nn.batchnorm1d)
         n = x.shape[0]
         if self.training:
             mean = x.sum((0,)) / n                                    # (dim,)
@@ -228,7 +228,7 @@ class LayerNorm1d(Module):
             raise ValueError(f"LayerNorm1d({self.dim}) got input of shape {x.shape}")
         if self.fused:
             return ops.layer_norm(x, self.weight, self.bias, self.eps)
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw2.nn.layernorm1d)
         keep = tuple(x.shape[:-1]) + (1,)
         mean = (x.sum((x.ndim - 1,)) / self.dim).reshape(keep).broadcast_to(x.shape)
         centered = x - mean
@@ -260,7 +260,7 @@ class Dropout(Module):
     def forward(self, x: Tensor) -> Tensor:
         if self.training and self.p and has_primitive(x.device, "dropout"):
             return ops.dropout(x, self.p)
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw2.nn.dropout)
         if not self.training or self.p == 0.0:
             return x
         mask = init.randb(*x.shape, p=1 - self.p, device=x.device, dtype=x.dtype)

@@ -32,7 +32,7 @@ class Conv(Module):
         self.stride = stride
         self.padding = kernel_size // 2 if padding is None else padding
         k = kernel_size
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw4.nn.conv)
         self.weight = Parameter(init.kaiming_uniform(
             in_channels * k * k, out_channels * k * k, shape=(k, k, in_channels, out_channels),
             device=device, dtype=dtype))
@@ -47,7 +47,7 @@ class Conv(Module):
         if x.ndim != 4 or x.shape[1] != self.in_channels:
             raise ValueError(f"Conv({self.in_channels}, {self.out_channels}) expects NCHW input "
                              f"with {self.in_channels} channels, got {x.shape}")
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw4.nn.conv)
         nhwc = x.transpose((1, 2)).transpose((2, 3))                 # (N, H, W, C_in)
         out = ops.conv(nhwc, self.weight, stride=self.stride, padding=self.padding)
         if self.bias is not None:

@@ -37,7 +37,7 @@ class Dilate(TensorOp):
         self.dilation = dilation
 
     def compute(self, a: NDArray) -> NDArray:
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw4.ops.dilate)
         axes = normalize_axes(self.axes, a.ndim)
         step = self.dilation + 1
         shape = tuple(s * step if i in axes else s for i, s in enumerate(a.shape))
@@ -118,7 +118,7 @@ class Conv(TensorOp):
         if A.shape[3] != B.shape[2]:
             raise ValueError(f"conv: input has {A.shape[3]} channels but weights {B.shape} "
                              f"expect {B.shape[2]}")
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw4.ops.conv)
         p, s = self.padding, self.stride
         if p:
             A = A.pad(((0, 0), (p, p), (p, p), (0, 0)))
@@ -137,7 +137,7 @@ class Conv(TensorOp):
         ### END YOUR SOLUTION
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tuple[Tensor, Tensor]:
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw4.ops.conv)
         X, W = node.inputs
         K = W.shape[0]
         p, s = self.padding, self.stride

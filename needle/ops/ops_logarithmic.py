@@ -32,7 +32,7 @@ class LogSumExp(TensorOp):
         out = _one_kernel_logsumexp(Z, self.axes)
         if out is not None:
             return out
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw2.ops.logsumexp)
         axes = normalize_axes(self.axes, Z.ndim)
         z_max = Z.max(axis=axes, keepdims=True)
         shifted = (Z - z_max.broadcast_to(Z.shape)).exp().sum(axis=axes, keepdims=True)
@@ -41,7 +41,7 @@ class LogSumExp(TensorOp):
         ### END YOUR SOLUTION
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw2.ops.logsumexp)
         Z = node.inputs[0]
         keep = keepdims_shape(Z.shape, self.axes)
         lse = broadcast_to(reshape(node, keep), Z.shape)
@@ -61,14 +61,14 @@ class LogSoftmax(TensorOp):
         self.axis = axis
 
     def compute(self, Z: NDArray) -> NDArray:
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw2.ops.logsoftmax)
         lse = LogSumExp((self.axis,)).compute(Z)
         keep = keepdims_shape(Z.shape, self.axis)
         return Z - lse.reshape(keep).broadcast_to(Z.shape)
         ### END YOUR SOLUTION
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw2.ops.logsoftmax)
         Z = node.inputs[0]
         total = broadcast_to(summation(out_grad, self.axis, keepdims=True), Z.shape)
         return out_grad - exp(node) * total

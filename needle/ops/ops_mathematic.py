@@ -69,7 +69,7 @@ class EWiseMul(TensorOp):
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tuple[Tensor, Tensor]:
         a, b = node.inputs
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw1.ops.multiply)
         return unbroadcast(out_grad * b, a.shape), unbroadcast(out_grad * a, b.shape)
         ### END YOUR SOLUTION
 
@@ -102,7 +102,7 @@ class EWisePow(TensorOp):
         return a ** b
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tuple[Tensor, Tensor]:
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw1.ops.power)
         a, b = node.inputs
         grad_a = out_grad * b * a ** (b - 1)
         grad_b = out_grad * node * log(a)
@@ -122,12 +122,12 @@ class PowerScalar(TensorOp):
         self.scalar = scalar
 
     def compute(self, a: NDArray) -> NDArray:
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw1.ops.power_scalar)
         return a ** self.scalar
         ### END YOUR SOLUTION
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw1.ops.power_scalar)
         a = node.inputs[0]
         return out_grad * (a ** (self.scalar - 1)) * self.scalar
         ### END YOUR SOLUTION
@@ -142,12 +142,12 @@ class EWiseDiv(TensorOp):
     """a / b elementwise."""
 
     def compute(self, a: NDArray, b: NDArray) -> NDArray:
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw1.ops.divide)
         return a / b
         ### END YOUR SOLUTION
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tuple[Tensor, Tensor]:
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw1.ops.divide)
         a, b = node.inputs
         grad_a = out_grad / b
         grad_b = -out_grad * a / (b * b)
@@ -165,12 +165,12 @@ class DivScalar(TensorOp):
         self.scalar = scalar
 
     def compute(self, a: NDArray) -> NDArray:
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw1.ops.divide_scalar)
         return a / self.scalar
         ### END YOUR SOLUTION
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw1.ops.divide_scalar)
         return out_grad / self.scalar
         ### END YOUR SOLUTION
 
@@ -198,7 +198,7 @@ class Log(TensorOp):
         return a.log()
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw1.ops.log)
         return out_grad / node.inputs[0]
         ### END YOUR SOLUTION
 
@@ -213,7 +213,7 @@ class Exp(TensorOp):
         return a.exp()
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw1.ops.exp)
         return out_grad * node
         ### END YOUR SOLUTION
 
@@ -228,7 +228,7 @@ class ReLU(TensorOp):
         return a.maximum(0)
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw1.ops.relu)
         mask = node.realize_cached_data() > 0
         return out_grad * Tensor.make_const(mask)
         ### END YOUR SOLUTION
@@ -244,7 +244,7 @@ class Tanh(TensorOp):
         return a.tanh()
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw1.ops.tanh)
         return out_grad * (1 - node * node)
         ### END YOUR SOLUTION
 
@@ -277,7 +277,7 @@ class Transpose(TensorOp):
         self.axes = axes
 
     def compute(self, a: NDArray) -> NDArray:
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw1.ops.transpose)
         if a.ndim < 2:
             raise ValueError(f"transpose needs >= 2 dims, got shape {a.shape}")
         i, j = self.axes if self.axes is not None else (-2, -1)
@@ -289,7 +289,7 @@ class Transpose(TensorOp):
         ### END YOUR SOLUTION
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw1.ops.transpose)
         return transpose(out_grad, self.axes)
         ### END YOUR SOLUTION
 
@@ -304,12 +304,12 @@ class Reshape(TensorOp):
         self.shape = tuple(shape)
 
     def compute(self, a: NDArray) -> NDArray:
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw1.ops.reshape)
         return a.reshape(self.shape)
         ### END YOUR SOLUTION
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw1.ops.reshape)
         return reshape(out_grad, node.inputs[0].shape)
         ### END YOUR SOLUTION
 
@@ -327,7 +327,7 @@ class BroadcastTo(TensorOp):
         return a.broadcast_to(self.shape)
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw1.ops.broadcast_to)
         return unbroadcast(out_grad, node.inputs[0].shape)
         ### END YOUR SOLUTION
 
@@ -342,7 +342,7 @@ class MatMul(TensorOp):
         return a @ b
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tuple[Tensor, Tensor]:
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw1.ops.matmul)
         a, b = node.inputs
         grad_a = grad_b = None  # an input that needs no gradient costs no matmul
         if a.requires_grad:

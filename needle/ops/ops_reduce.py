@@ -17,7 +17,7 @@ class Summation(TensorOp):
         return a.sum(axis=self.axes, keepdims=self.keepdims)
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw1.ops.summation)
         shape = node.inputs[0].shape
         kept = keepdims_shape(shape, self.axes)
         return out_grad.reshape(kept).broadcast_to(shape)
