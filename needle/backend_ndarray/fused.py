@@ -72,9 +72,12 @@ def _fusable(x: NDArray, name: str) -> Optional[Any]:
 
 # ---------------------------------------------------------------------- softmax / logsumexp
 def softmax_naive(x: NDArray, axis: int = -1) -> NDArray:
-    """softmax along ``axis`` from max, subtract, exp, sum and divide."""
+    """softmax along ``axis`` from max, subtract, exp, sum and divide (hw2.ops.logsumexp's
+    answer but for a log: stubbed in the student release)."""
+    ### BEGIN YOUR SOLUTION (hw2.ops.logsumexp)
     z = (x - x.max(axis=axis, keepdims=True).broadcast_to(x.shape)).exp()
     return z / z.sum(axis=axis, keepdims=True).broadcast_to(x.shape)
+    ### END YOUR SOLUTION
 
 
 def softmax(x: NDArray, axis: int = -1) -> NDArray:
@@ -90,10 +93,13 @@ def softmax(x: NDArray, axis: int = -1) -> NDArray:
 
 
 def logsumexp_naive(x: NDArray, axis: int = -1) -> NDArray:
-    """log(sum(exp(x - max))) + max along ``axis`` (the axis is removed)."""
+    """log(sum(exp(x - max))) + max along ``axis`` (the axis is removed): hw2.ops.logsumexp's
+    answer, stubbed in the student release."""
+    ### BEGIN YOUR SOLUTION (hw2.ops.logsumexp)
     m = x.max(axis=axis, keepdims=True)
     s = (x - m.broadcast_to(x.shape)).exp().sum(axis=axis, keepdims=True)
     return (s.log() + m).reshape(tuple(d for i, d in enumerate(x.shape) if i != axis % x.ndim))
+    ### END YOUR SOLUTION
 
 
 def logsumexp(x: NDArray, axis: int = -1) -> NDArray:
@@ -111,7 +117,9 @@ def logsumexp(x: NDArray, axis: int = -1) -> NDArray:
 # ---------------------------------------------------------------------- layer norm
 def layer_norm_naive(x: NDArray, weight: NDArray, bias: NDArray, eps: float = 1e-5
                      ) -> Tuple[NDArray, NDArray, NDArray]:
-    """(y, mean, rstd) over the last axis from composed ops, as the course's LayerNorm1d."""
+    """(y, mean, rstd) over the last axis from composed ops, as the course's LayerNorm1d
+    (hw2.nn.layernorm1d's answer: stubbed in the student release)."""
+    ### BEGIN YOUR SOLUTION (hw2.nn.layernorm1d)
     keep = x.shape[:-1] + (1,)
     cols = x.shape[-1]
     mean = x.sum(axis=-1, keepdims=True) / cols  # (..., 1)
@@ -122,6 +130,7 @@ def layer_norm_naive(x: NDArray, weight: NDArray, bias: NDArray, eps: float = 1e
     w, b = weight.reshape(row), bias.reshape(row)
     y = xhat * w.broadcast_to(x.shape) + b.broadcast_to(x.shape)
     return y, mean.reshape(keep[:-1]), rstd.reshape(keep[:-1])
+    ### END YOUR SOLUTION
 
 
 def layer_norm(x: NDArray, weight: NDArray, bias: NDArray, eps: float = 1e-5
@@ -145,7 +154,9 @@ def layer_norm(x: NDArray, weight: NDArray, bias: NDArray, eps: float = 1e-5
 
 def layer_norm_backward_naive(dy: NDArray, x: NDArray, weight: NDArray, mean: NDArray,
                               rstd: NDArray) -> Tuple[NDArray, NDArray, NDArray]:
-    """(dx, dweight, dbias) of layer_norm from composed ops."""
+    """(dx, dweight, dbias) of layer_norm from composed ops (the gradient of hw2.nn.layernorm1d's
+    answer: stubbed in the student release)."""
+    ### BEGIN YOUR SOLUTION (hw2.nn.layernorm1d)
     cols = x.shape[-1]
     lead = tuple(range(x.ndim - 1))
     col = x.shape[:-1] + (1,)
@@ -156,6 +167,7 @@ def layer_norm_backward_naive(dy: NDArray, x: NDArray, weight: NDArray, mean: ND
     mgx = ((g * xhat).sum(axis=-1, keepdims=True) / cols).broadcast_to(x.shape)
     dx = r * (g - mg - xhat * mgx)
     return dx, (dy * xhat).sum(axis=lead), dy.sum(axis=lead)
+    ### END YOUR SOLUTION
 
 
 def layer_norm_backward(dy: NDArray, x: NDArray, weight: NDArray, mean: NDArray,

@@ -83,11 +83,21 @@ def logsoftmax(a: Tensor, axis: int = -1) -> Tensor:
 class Softmax(TensorOp):
     """exp(z - max) / sum(exp(z - max)) along ``axis``."""
 
+    # on a device without the softmax_rows kernel: the composed fused.softmax_naive (tested
+    # against exp(logsoftmax)) in the reference; the student release keeps False and runs the
+    # student's exp(LogSoftmax) instead
+    composed_fused = False
+    ### BEGIN YOUR SOLUTION (hw2.ops.logsumexp)
+    composed_fused = True
+    ### END YOUR SOLUTION
+
     def __init__(self, axis: int = -1):
         self.axis = axis
 
     def compute(self, Z: NDArray) -> NDArray:
-        return fused.softmax(Z, self.axis)
+        if self.composed_fused or fused.has_primitive(Z.device, "softmax_rows"):
+            return fused.softmax(Z, self.axis)
+        return LogSoftmax(self.axis).compute(Z).exp()
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
         # d softmax: s * (g - sum(g * s))

@@ -22,15 +22,24 @@ __all__ = [
 
 
 def unbroadcast(grad: Tensor, shape: Tuple[int, ...]) -> Tensor:
-    """Sum ``grad`` over the axes along which an input of ``shape`` was broadcast."""
+    """Sum ``grad`` over the axes along which an input of ``shape`` was broadcast.
+
+    Exercise hw1.ops.broadcast_to: this is ``BroadcastTo.gradient`` (every broadcasting binary
+    op's gradient uses it too). NumPy's rules: ``shape`` was padded with leading 1s to
+    ``grad``'s rank, then each axis of size 1 was stretched. Sum the leading axes away and the
+    stretched axes with keepdims, so the result has exactly ``shape`` (a Tensor op: the gradient
+    is itself differentiable). Called only when the shapes differ.
+    """
     if grad.shape == shape:
         return grad
+    ### BEGIN YOUR SOLUTION (hw1.ops.broadcast_to)
     lead = len(grad.shape) - len(shape)
     axes = tuple(range(lead)) + tuple(
         i + lead for i, s in enumerate(shape) if s == 1 and grad.shape[i + lead] != 1)
     if axes:
         grad = summation(grad, axes)
     return reshape(grad, shape)
+    ### END YOUR SOLUTION
 
 
 class EWiseAdd(TensorOp):
@@ -327,9 +336,8 @@ class BroadcastTo(TensorOp):
         return a.broadcast_to(self.shape)
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
-        ### BEGIN YOUR SOLUTION (hw1.ops.broadcast_to)
+        """``out_grad`` summed back to the input's shape: ``unbroadcast`` (hw1.ops.broadcast_to)."""
         return unbroadcast(out_grad, node.inputs[0].shape)
-        ### END YOUR SOLUTION
 
 
 def broadcast_to(a: Tensor, shape: Tuple[int, ...]) -> Tensor:

@@ -119,6 +119,11 @@ class SGD(Optimizer):
         return {i: s["u"] for i, s in self.state.items() if "u" in s}
 
     def step(self) -> None:
+        """Exercise hw2.optim.sgd: one step of the rule above for each ``(i, p, w, g)`` of
+        ``self._grads()`` (index, parameter, its data and gradient as NDArrays; parameters
+        without a gradient are skipped there). Keep u in ``self.state[i]["u"]`` (created on the
+        first step, only when momentum is nonzero); rebind ``p.cached_data`` to the new weight
+        (no graph is recorded)."""
         ### BEGIN YOUR SOLUTION (hw2.optim.sgd)
         for i, p, w, g in self._grads():
             if self.weight_decay:
@@ -182,6 +187,11 @@ class Adam(Optimizer):
         return w, g
 
     def step(self) -> None:
+        """Exercise hw2.optim.adam: one step of the rule above for each ``(i, p, w, g)`` of
+        ``self._grads()``. ``w, g = self._decay(w, g)`` applies the weight decay (AdamW
+        overrides it). State per parameter in ``self.state[i]``: ``{"step", "m", "v"}``, m and
+        v starting at zeros like g, "step" counting this parameter's steps (the t of the bias
+        corrections). Rebind ``p.cached_data`` to the new weight."""
         self.t += 1
         if self.tuned:
             self._step_tuned()
