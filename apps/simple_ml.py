@@ -100,7 +100,12 @@ def softmax_loss(Z: ndl.Tensor, y_one_hot: ndl.Tensor) -> ndl.Tensor:
 
 def nn_epoch(X: np.ndarray, y: np.ndarray, W1: ndl.Tensor, W2: ndl.Tensor, lr: float = 0.1,
              batch: int = 100) -> Tuple[ndl.Tensor, ndl.Tensor]:
-    """One SGD epoch of the two-layer net using needle autodiff; returns the new (W1, W2)."""
+    """One SGD epoch of the two-layer net using needle autodiff; returns the new (W1, W2).
+
+    Exercise hw1.simple_ml.nn_epoch. X (n, d) float32, y (n,) integer labels, W1 (d, h) and
+    W2 (h, k) Tensors. Minibatches X[i:i + batch] in order (the last may be short); loss
+    ``softmax_loss(relu(Xb @ W1) @ W2, one-hot yb)``; after its backward, W = W - lr * W.grad
+    as new detached Tensors (on the NDArray data: no graph across steps)."""
     ### BEGIN YOUR SOLUTION (hw1.simple_ml.nn_epoch)
     k = W2.shape[1]
     for i in range(0, X.shape[0], batch):

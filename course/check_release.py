@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from .exercises import EXERCISES, UNTRACED, Exercise
+from .exercises import EXERCISES, UNTRACED, Exercise, test_files
 from .grading import select_exercises
 from .make_student import ROOT, Region, all_regions, make_release, stub_file
 
@@ -110,13 +110,6 @@ def check_reference(workdir: Path, root: Path = ROOT) -> Dict[str, List[str]]:
     return {"failing": failing, "uncovered": uncovered, "stale": stale}
 
 
-def _test_files(ex: Exercise, root: Path) -> List[str]:
-    """The test modules (paths relative to ``root``) the rubric names for ``ex``."""
-    stems = {pattern.partition("::")[0] for pattern in ex.tests}
-    return sorted(str(p.relative_to(root)) for p in (root / "tests").rglob("test_*.py")
-                  if p.stem in stems and "__pycache__" not in p.parts)
-
-
 def _isolated_run(ex: Exercise, copy: Path, root: Path, regions: List[Region],
                   workdir: Path) -> Dict[str, Any]:
     """The graded report of ``ex``'s tests in ``copy`` with only ``ex``'s regions stubbed."""
@@ -126,7 +119,7 @@ def _isolated_run(ex: Exercise, copy: Path, root: Path, regions: List[Region],
             (copy / rel).write_text(stub_file(root / rel, root, only=[ex.name])[0])
         return _graded_run(copy, workdir / f"isolation-{ex.name}.json", timeout=600,
                            env={"HYPOTHESIS_PROFILE": "grade-failfast"},
-                           args=[f"--exercise={ex.name}", *_test_files(ex, copy)])
+                           args=[f"--exercise={ex.name}", *test_files([ex.name], copy)])
     finally:
         for rel in files:
             shutil.copy2(root / rel, copy / rel)

@@ -12,7 +12,8 @@ the student release (``make student``) and passes here, and every ``### BEGIN YO
 region runs under at least one graded test. Regions that only run on a GPU or inside mpiexec
 workers are named in ``UNTRACED`` with the exercise that grades them.
 """
-from typing import Dict, List, NamedTuple, Tuple
+from pathlib import Path
+from typing import Dict, List, NamedTuple, Sequence, Tuple
 
 
 class Exercise(NamedTuple):
@@ -163,3 +164,11 @@ UNTRACED: Dict[str, str] = {
     "needle/parallel/comm/latency_bound.py::binomial_broadcast": "collectives.mpi",
     "needle/parallel/comm/latency_bound.py::binomial_reduce": "collectives.mpi",
 }
+
+
+def test_files(names: Sequence[str], root: Path) -> List[str]:
+    """The test modules (paths relative to ``root``) the rubric names for the exercises."""
+    stems = {pattern.partition("::")[0] for ex in EXERCISES if ex.name in names
+             for pattern in ex.tests}
+    return sorted(str(p.relative_to(root)) for p in (root / "tests").rglob("test_*.py")
+                  if p.stem in stems and "__pycache__" not in p.parts)
