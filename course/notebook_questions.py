@@ -46,7 +46,8 @@ OPS = "needle/ops/ops_mathematic.py"
 HW1: List[Q] = [
     ("hw1.ops.multiply", OPS, "EWiseMul.gradient",
      "d(a*b) is (out_grad * b, out_grad * a); each summed back to its input's shape with "
-     "`unbroadcast` (inputs may broadcast).", "print(gradcheck(lambda a, b: a * b, (3, 4), (3, 4)))"),
+     "`unbroadcast` (inputs may broadcast).",
+     "print(gradcheck(lambda a, b: a * b, (3, 4), (3, 4)))"),
     ("hw1.ops.power", OPS, "EWisePow.gradient",
      "a ** b for tensors: (b * a ** (b - 1) * out_grad, a ** b * log(a) * out_grad), each "
      "unbroadcast to its input's shape.", "print(gradcheck(lambda a, b: a ** b, (3,), (3,)))"),

@@ -214,3 +214,17 @@ def test_isolation_copy_stubs_only_the_named_exercise(tmp_path):
     text = (ref / "needle/optim/optimizer.py").read_text()
     assert "hw2.optim.adam: write Adam.step in needle/optim/optimizer.py" in text
     assert "hw2.optim.sgd" in text and "s[\"u\"] *= self.momentum" in text  # SGD kept
+
+
+@pytest.mark.slow
+def test_every_exercise_is_isolated(tmp_path):
+    """Issue 21, item 2 (`python -m course.check_release` runs the same): for each exercise,
+    the reference with only its regions stubbed fails every graded test of it with the
+    NotImplementedError naming it. Only each exercise's graded tests run (about 2 CPU-minutes;
+    CUDA exercises are reported unchecked where no GPU runs them)."""
+    res = check_release.check_isolation(tmp_path)
+    assert res["no_region"] == [], res["no_region"]
+    assert res["not_isolated"] == [], "\n".join(res["not_isolated"])
+    assert set(res["isolation_unchecked"]) <= {
+        f"hw3.cuda.backend: none of its {n} tests ran"
+        for n in range(1000)}, res["isolation_unchecked"]
