@@ -23,6 +23,10 @@ class ResNet9(nn.Module):
     """The course's small ResNet for 32x32 CIFAR-10 images (N, 3, 32, 32) -> logits (N, 10)."""
 
     def __init__(self, device: Any = None, dtype: str = "float32"):
+        """Exercise hw4.models: ``self.model``, as the course: ConvBN(3,16,7,4), ConvBN(16,32,3,2),
+        Residual(ConvBN(32,32,3,1), ConvBN(32,32,3,1)), ConvBN(32,64,3,2), ConvBN(64,128,3,2),
+        Residual(two ConvBN(128,128,3,1)), Flatten, Linear(128,128), ReLU, Linear(128,10); the
+        layers built in this order (the RNG draws follow it)."""
         super().__init__()
         kw = dict(device=device, dtype=dtype)
         ### BEGIN YOUR SOLUTION (hw4.models)
@@ -53,6 +57,10 @@ class LanguageModel(nn.Module):
     def __init__(self, embedding_size: int, output_size: int, hidden_size: int,
                  num_layers: int = 1, seq_model: str = "rnn", seq_len: int = 40,
                  device: Any = None, dtype: str = "float32", **transformer_kw: Any):
+        """Exercise hw4.models: in order ``self.embedding`` = Embedding(output_size, embedding_size,
+        gather=True), ``self.seq_model`` (RNN, LSTM or Transformer by ``seq_model``; else
+        ValueError), ``self.hidden_size`` (embedding_size for the transformer, which keeps the
+        embedding width) and ``self.linear`` = Linear(hidden_size, output_size)."""
         super().__init__()
         kw = dict(device=device, dtype=dtype)
         ### BEGIN YOUR SOLUTION (hw4.models)

@@ -151,7 +151,10 @@ EXERCISES: List[Exercise] = [
     Exercise("collectives.mpi", 3, ("test_collectives::test_collectives_match_references*",)),
 ]
 
-# Regions no in-process trace can see, with the exercise whose tests run them.
+# Regions no graded test runs in-process on a CPU machine, with the exercise that grades them
+# (the isolation check stubs them with it): GPU-only code, mpiexec workers, numba-compiled loops,
+# and fallbacks of fused paths that the CPU backend never takes (copies of an answer, stubbed
+# in the release so that they give nothing away).
 UNTRACED: Dict[str, str] = {
     "needle/backend_cuda/ndarray_backend_cuda.py::compact": "hw3.cuda.backend",
     "needle/backend_cuda/ndarray_backend_cuda.py::ewise_setitem": "hw3.cuda.backend",
@@ -160,6 +163,8 @@ UNTRACED: Dict[str, str] = {
     "needle/backend_cuda/ndarray_backend_cuda.py::_reduce": "hw3.cuda.backend",
     "needle/backend_ndarray/adam_cpu_kernel.py::adam_step": "hw2.optim.adam",  # numba
     "needle/backend_ndarray/fused.py::logsumexp_naive": "hw2.ops.logsumexp",  # GPU fallback
+    "needle/backend_ndarray/fused.py::adam_update_naive": "hw2.optim.adam",  # no numba
+    "needle/backend_ndarray/fused.py::dropout_naive": "hw2.nn.dropout",  # ops.dropout on CPU
     "needle/parallel/comm/ring.py::ring_reduce_scatter": "collectives.mpi",
     "needle/parallel/comm/ring.py::ring_gather": "collectives.mpi",
     "needle/parallel/comm/latency_bound.py::recursive_doubling_allreduce": "collectives.mpi",

@@ -15,12 +15,18 @@ ROOT = Path(__file__).resolve().parents[1]
 MARK = "course.notebook_questions"  # metadata tag of the generated cells
 Q = Tuple[str, str, str, str, str]  # exercise, where, function, spec, demonstration
 
-SETUP = """import os, sys
+PATH = """import os
+import sys
+
 sys.path.insert(0, os.path.abspath('..'))   # the repository root: needle, apps, course
-import numpy as np
+"""
+
+SETUP = """import numpy as np
+
 import needle as ndl
-from needle import nn, ops
-from course.notebook import grade   # grade('hw1.ops.multiply'): that exercise's graded tests
+from course.notebook import grade  # grade('hw1.ops.multiply'): that exercise's graded tests
+from needle import nn, ops  # noqa: F401
+
 
 def gradcheck(f, *shapes, eps=1e-6, seed=0):
     \"\"\"max |autodiff - central differences| of sum(f(*inputs)) over all inputs (float64).\"\"\"
@@ -103,7 +109,7 @@ HW1: List[Q] = [
     ("hw1.simple_ml.nn_epoch", "apps/simple_ml.py", "nn_epoch",
      "One epoch of SGD on a two-layer ReLU network with needle Tensors, minibatches in order; "
      "see its docstring for the shapes and the returned (W1, W2).",
-     "import apps.simple_ml as sm\nprint(sm.nn_epoch.__doc__.splitlines()[0])"),
+     "import apps.simple_ml as sm\n\nprint(sm.nn_epoch.__doc__.splitlines()[0])"),
 ]
 
 HW2: List[Q] = [
@@ -165,7 +171,7 @@ HW2: List[Q] = [
      "print(len(list(ndl.data.DataLoader(train, batch_size=500))))"),
     ("hw2.mlp_resnet", "apps/mlp_resnet.py", "ResidualBlock, MLPResNet, epoch, train_mnist",
      "The course's MLP ResNet (see the docstrings for the layer order) and its training loop.",
-     "import apps.mlp_resnet as mr\nprint(mr.MLPResNet(64, hidden_dim=32, num_blocks=1))"),
+     "import apps.mlp_resnet as mr\n\nprint(mr.MLPResNet(64, hidden_dim=32, num_blocks=1))"),
 ]
 
 
@@ -184,7 +190,7 @@ def questions(qs: List[Q]) -> List[dict]:
                    "cell: it runs that exercise's graded tests (the same as "
                    "`python -m course.grade --exercise <exercise>` in a terminal) and fails "
                    "until they pass. The full spec is the docstring next to the stub."),
-             _cell("code", SETUP)]
+             _cell("code", PATH), _cell("code", SETUP)]
     for n, (ex, where, func, spec, demo) in enumerate(qs, 1):
         cells.append(_cell("markdown", f"### Question {n}: `{func}` ({ex})\n\n"
                            f"File: `{where}`. Exercise: `{ex}`.\n\n{spec}"))

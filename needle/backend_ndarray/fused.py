@@ -234,10 +234,13 @@ def adam_update(p: NDArray, grad: NDArray, m: NDArray, v: NDArray, step: int, lr
 
 # ---------------------------------------------------------------------- dropout
 def dropout_naive(x: NDArray, prob: float) -> Tuple[NDArray, NDArray]:
-    """(y, mask) with a random array drawn on the host, compared, multiplied and scaled."""
+    """(y, mask) with a random array drawn on the host, compared, multiplied and scaled
+    (hw2.nn.dropout's answer: stubbed in the student release)."""
+    ### BEGIN YOUR SOLUTION (hw2.nn.dropout)
     keep = x.device.rand(*x.shape) >= prob  # NumPy's global RNG, like the course's init.randb
     mask = keep.astype(x.dtype)
     return x * mask / (1 - prob), keep
+    ### END YOUR SOLUTION
 
 
 def dropout(x: NDArray, prob: float, seed: Optional[int] = None, offset: int = 0

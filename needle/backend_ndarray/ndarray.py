@@ -303,6 +303,10 @@ class NDArray:
         return slice(start, stop, step)
 
     def _view_of(self, idxs: Any) -> "NDArray":
+        """Exercise hw3.ndarray.views (with the ellipsis and padding done above): the view that
+        ``idxs`` (one int or slice per axis) selects, sharing the handle: each slice keeps its axis
+        (length ``len(range(*idx.indices(n)))``, stride times step, offset moved to start when not
+        empty); each int drops its axis (offset moved; out of range: IndexError)."""
         if not isinstance(idxs, tuple):
             idxs = (idxs,)
         if any(i is Ellipsis for i in idxs):
@@ -602,6 +606,10 @@ class NDArray:
     # ------------------------------------------------------------------ reductions
     def _reduce(self, axis: Union[None, int, Sequence[int]], keepdims: bool, name: str
                 ) -> "NDArray":
+        """Exercise hw3.ndarray.reductions (the general case): ``name`` ('sum' or 'max') over
+        ``axes``
+        into ``out``: permute the reduced axes last, compact, and let the device primitive reduce
+        each contiguous block; an empty input gives zeros (sum)."""
         shape = self._shape
         ndim = len(shape)
         if type(axis) is tuple and len(axis) == 1:

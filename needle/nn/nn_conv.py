@@ -19,6 +19,9 @@ class Conv(Module):
     def __init__(self, in_channels: int, out_channels: int, kernel_size: Union[int, Tuple],
                  stride: int = 1, bias: bool = True, device: Optional[BackendDevice] = None,
                  dtype: str = "float32", padding: Optional[int] = None) -> None:
+        """Exercise hw4.nn.conv: in this order, weight = kaiming_uniform(fan_in=C_in*K*K,
+        fan_out=C_out*K*K, shape=(K, K, C_in, C_out)); then, if ``bias``, bias = init.rand(C_out,
+        low=-b, high=b) with b = 1 / sqrt(C_in * K * K). Same-size padding K // 2 by default."""
         super().__init__()
         if isinstance(kernel_size, tuple):
             if len(set(kernel_size)) != 1:
@@ -44,6 +47,8 @@ class Conv(Module):
         ### END YOUR SOLUTION
 
     def forward(self, x: Tensor) -> Tensor:
+        """Exercise hw4.nn.conv: NCHW x -> NHWC, ``ops.conv`` with the layer's stride and padding,
+        plus the bias broadcast over (N, H', W'), back to NCHW (N, C_out, H', W')."""
         if x.ndim != 4 or x.shape[1] != self.in_channels:
             raise ValueError(f"Conv({self.in_channels}, {self.out_channels}) expects NCHW input "
                              f"with {self.in_channels} channels, got {x.shape}")

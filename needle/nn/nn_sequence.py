@@ -205,6 +205,8 @@ class Embedding(Module):
                                            dtype=dtype))
 
     def forward(self, x: Tensor) -> Tensor:
+        """Exercise hw4.nn.embedding: x of integer indices (any shape) -> x.shape + (dim,), as
+        ``init.one_hot(num_embeddings, x flattened) @ weight`` (so the gradient is a matmul)."""
         if self.gather:
             return ops.embedding(self.weight, x)
         ### BEGIN YOUR SOLUTION (hw4.nn.embedding)

@@ -156,6 +156,9 @@ class Transformer(Module):
         self.pos_embedding = Embedding(sequence_len, embedding_size, gather=True, **kw)
 
     def forward(self, x: Tensor, h: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        """Exercise hw4.nn.transformer (with the layers above): x (B, T, D) (or (T, B, D) when not
+        batch_first) plus learned position embeddings of positions 0..T-1 (``self.pos_embedding``
+        of a (T, B) int64 tensor, transposed to (B, T, D)), then ``self.layers``."""
         if x.ndim != 3 or x.shape[2] != self.embedding_size:
             raise ValueError(f"Transformer expects input with {self.embedding_size} features, "
                              f"got {x.shape}")

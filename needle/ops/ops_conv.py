@@ -37,6 +37,9 @@ class Dilate(TensorOp):
         self.dilation = dilation
 
     def compute(self, a: NDArray) -> NDArray:
+        """Exercise hw4.ops.dilate: a zero array with each axis of ``self.axes`` (dilation + 1)
+        times
+        longer, ``a`` written at every (dilation + 1)-th position (setitem on a strided view)."""
         ### BEGIN YOUR SOLUTION (hw4.ops.dilate)
         axes = normalize_axes(self.axes, a.ndim)
         step = self.dilation + 1
@@ -115,6 +118,9 @@ class Conv(TensorOp):
         self.padding = padding
 
     def compute(self, A: NDArray, B: NDArray) -> NDArray:
+        """Exercise hw4.ops.conv: NHWC input A, weights B (K, K, C_in, C_out) -> (N, H', W', C_out);
+        pad H and W by ``padding``, then im2col: ``as_strided`` windows (stride ``stride``),
+        compact, one matmul with B reshaped (K*K*C_in, C_out)."""
         if A.ndim != 4 or B.ndim != 4:
             raise ValueError(f"conv expects NHWC input and (K, K, C_in, C_out) weights, got "
                              f"shapes {A.shape} and {B.shape}")
@@ -140,6 +146,9 @@ class Conv(TensorOp):
         ### END YOUR SOLUTION
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tuple[Tensor, Tensor]:
+        """Exercise hw4.ops.conv: (grad_X, grad_W) as convolutions: out_grad dilated by stride - 1,
+        convolved with the flipped, transposed kernel for X, and X (transposed) convolved with
+        out_grad (transposed) for W; trim/pad to X's exact shape."""
         ### BEGIN YOUR SOLUTION (hw4.ops.conv)
         X, W = node.inputs
         K = W.shape[0]

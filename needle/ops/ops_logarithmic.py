@@ -29,6 +29,8 @@ class LogSumExp(TensorOp):
         self.axes = axes
 
     def compute(self, Z: NDArray) -> NDArray:
+        """Exercise hw2.ops.logsumexp: max + log(sum(exp(Z - max))) over ``self.axes`` (None: all),
+        max taken with keepdims; the reduced axes are removed from the result."""
         out = _one_kernel_logsumexp(Z, self.axes)
         if out is not None:
             return out
@@ -41,6 +43,8 @@ class LogSumExp(TensorOp):
         ### END YOUR SOLUTION
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
+        """Exercise hw2.ops.logsumexp: out_grad (broadcast back over the reduced axes) times
+        exp(Z - max) / sum(exp(Z - max)); not exp(Z - lse), which rounds badly for large Z."""
         ### BEGIN YOUR SOLUTION (hw2.ops.logsumexp)
         Z = node.inputs[0]
         keep = keepdims_shape(Z.shape, self.axes)
@@ -61,6 +65,8 @@ class LogSoftmax(TensorOp):
         self.axis = axis
 
     def compute(self, Z: NDArray) -> NDArray:
+        """Exercise hw2.ops.logsoftmax: Z - logsumexp(Z) along ``self.axis`` (with LogSumExp's
+        compute)."""
         ### BEGIN YOUR SOLUTION (hw2.ops.logsoftmax)
         lse = LogSumExp((self.axis,)).compute(Z)
         keep = keepdims_shape(Z.shape, self.axis)
@@ -68,6 +74,7 @@ class LogSoftmax(TensorOp):
         ### END YOUR SOLUTION
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
+        """Exercise hw2.ops.logsoftmax: out_grad - exp(node) * sum(out_grad) along the axis."""
         ### BEGIN YOUR SOLUTION (hw2.ops.logsoftmax)
         Z = node.inputs[0]
         total = broadcast_to(summation(out_grad, self.axis, keepdims=True), Z.shape)

@@ -81,11 +81,14 @@ class Stack(TensorOp):
         self.axis = axis
 
     def compute(self, args: Tuple[NDArray, ...]) -> NDArray:
+        """Exercise hw4.ops.stack_split: the arrays (one shape) stacked along a new axis
+        ``self.axis``."""
         ### BEGIN YOUR SOLUTION (hw4.ops.stack_split)
         return array_api.stack(args, self.axis)
         ### END YOUR SOLUTION
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> TensorTuple:
+        """Exercise hw4.ops.stack_split: ``split(out_grad, axis)``."""
         ### BEGIN YOUR SOLUTION (hw4.ops.stack_split)
         return split(out_grad, self.axis)
         ### END YOUR SOLUTION
@@ -105,6 +108,9 @@ class Split(TensorTupleOp):
         self.axis = axis
 
     def compute(self, A: NDArray) -> Tuple[NDArray, ...]:
+        """Exercise hw4.ops.stack_split: the slices of ``A`` along ``self.axis`` (that axis
+        removed), a
+        tuple; axis out of range: ValueError."""
         ### BEGIN YOUR SOLUTION (hw4.ops.stack_split)
         if not -A.ndim <= self.axis < A.ndim:
             raise ValueError(f"split: axis {self.axis} out of range for shape {A.shape}")
@@ -112,6 +118,7 @@ class Split(TensorTupleOp):
         ### END YOUR SOLUTION
 
     def gradient(self, out_grad: TensorTuple, node: TensorTuple) -> Tensor:
+        """Exercise hw4.ops.stack_split: ``stack(out_grad, axis)``."""
         ### BEGIN YOUR SOLUTION (hw4.ops.stack_split)
         return stack(out_grad, self.axis)
         ### END YOUR SOLUTION
