@@ -155,6 +155,43 @@ def check_isolation(workdir: Path, root: Path = ROOT, names: Sequence[str] = (),
     return res
 
 
+def check_restored(workdir: Path, root: Path = ROOT, names: Sequence[str] = (),
+                   log: Any = None) -> Dict[str, List[str]]:
+    """Per exercise E: the release with E's regions restored from the reference (every other
+    region stubbed); E's graded tests failing there, i.e. E's score depends on other exercises
+    (each line names the exercise whose stub the first failure hit). Not run in CI."""
+    regions = all_regions(root)
+    release = workdir / "restored"
+    make_release(release, root)
+    others = {e.name for e in EXERCISES}
+    picked = set(select_exercises(list(names), sorted(others))) if names else others
+    res: Dict[str, List[str]] = {"depends_on_others": []}
+    for ex in EXERCISES:
+        if ex.name not in picked:
+            continue
+        files = sorted({r.path for r in regions if r.exercise == ex.name})
+        try:
+            for rel in files:
+                rest = sorted(others - {ex.name})
+                (release / rel).write_text(stub_file(root / rel, root, rest)[0])
+            rep = _graded_run(release, workdir / f"restored-{ex.name}.json", timeout=600,
+                              env={"HYPOTHESIS_PROFILE": "grade-failfast"},
+                              args=[f"--exercise={ex.name}", *test_files([ex.name], release)])
+        finally:
+            for rel in files:
+                (release / rel).write_text(stub_file(root / rel, root)[0])
+        tests = _tests(rep)
+        failed = [t for t in tests if t["outcome"] == "failed"]
+        passed = sum(t["outcome"] == "passed" for t in tests)
+        if failed:
+            res["depends_on_others"].append(
+                f"{ex.name}: {passed}/{passed + len(failed)} pass; first failure: "
+                f"{failed[0]['message'][:160]}")
+        if log is not None:
+            log(f"restored {ex.name}: {passed}/{passed + len(failed)}")
+    return res
+
+
 def run_all(workdir: Path) -> Dict[str, List[str]]:
     """Every check; an empty list per key means it holds."""
     release = workdir / "student"
@@ -176,19 +213,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--out", default=None, help="work folder (default: a temporary one)")
     parser.add_argument("--isolation-only", action="store_true",
                         help="run only the per-exercise isolation check")
+    parser.add_argument("--restore-each", action="store_true",
+                        help="instead: per exercise, its score in a release where only it is "
+                             "written (which exercises depend on others)")
     parser.add_argument("exercises", nargs="*", help="isolation: only these ids or prefixes")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(args.out or tmp)
         workdir.mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
-        res = {} if args.isolation_only else run_all(workdir)
-        res.update(check_isolation(workdir, names=args.exercises,
-                                   log=lambda line: print(line, flush=True)))
+        log = lambda line: print(line, flush=True)  # noqa: E731
+        if args.restore_each:
+            res = check_restored(workdir, names=args.exercises, log=log)
+        else:
+            res = {} if args.isolation_only else run_all(workdir)
+            res.update(check_isolation(workdir, names=args.exercises, log=log))
         print(f"checked in {time.perf_counter() - start:.0f}s")
     bad = 0
     for key, items in res.items():
-        if key not in ("stubbed", "isolation_unchecked"):
+        if key not in ("stubbed", "isolation_unchecked", "depends_on_others"):
             bad += len(items)
         print(f"{key}: {len(items)}")
         for item in items:
