@@ -16,7 +16,7 @@ else:  # the course's way: sys.path.append("./apps"); from <module> import *
 def ResidualBlock(dim: int, hidden_dim: int, norm: Any = nn.BatchNorm1d,
                   drop_prob: float = 0.1) -> nn.Module:
     """ReLU(x + Norm(Linear(Dropout(ReLU(Norm(Linear(x))))))) (He et al., arXiv:1512.03385)."""
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (hw2.mlp_resnet)
     return nn.Sequential(
         nn.Residual(nn.Sequential(
             nn.Linear(dim, hidden_dim), norm(hidden_dim), nn.ReLU(), nn.Dropout(drop_prob),
@@ -28,7 +28,7 @@ def ResidualBlock(dim: int, hidden_dim: int, norm: Any = nn.BatchNorm1d,
 def MLPResNet(dim: int, hidden_dim: int = 100, num_blocks: int = 3, num_classes: int = 10,
               norm: Any = nn.BatchNorm1d, drop_prob: float = 0.1) -> nn.Module:
     """Linear-ReLU, ``num_blocks`` residual blocks of width hidden_dim // 2, then a classifier."""
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (hw2.mlp_resnet)
     return nn.Sequential(
         nn.Linear(dim, hidden_dim), nn.ReLU(),
         *[ResidualBlock(hidden_dim, hidden_dim // 2, norm, drop_prob) for _ in range(num_blocks)],
@@ -50,7 +50,7 @@ def epoch(dataloader: ndl.data.DataLoader, model: nn.Module,
     bar = Progress(dataloader, total=len(dataloader), desc="train" if opt else "eval",
                    disable=None if progress is None else not progress)
     errors, total_loss, n = 0, 0.0, 0
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (hw2.mlp_resnet)
     for X, y in bar:
         if X.ndim != 2:
             X = X.reshape((X.shape[0], int(np.prod(X.shape[1:]))))
@@ -80,7 +80,7 @@ def train_mnist(batch_size: int = 100, epochs: int = 10, optimizer: Any = ndl.op
     Returns (train error, train loss, test error, test loss) of the last epoch.
     """
     np.random.seed(4)
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (hw2.mlp_resnet)
     train_set = ndl.data.MNISTDataset(os.path.join(data_dir, "train-images-idx3-ubyte.gz"),
                                       os.path.join(data_dir, "train-labels-idx1-ubyte.gz"))
     test_set = ndl.data.MNISTDataset(os.path.join(data_dir, "t10k-images-idx3-ubyte.gz"),

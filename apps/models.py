@@ -23,9 +23,13 @@ class ResNet9(nn.Module):
     """The course's small ResNet for 32x32 CIFAR-10 images (N, 3, 32, 32) -> logits (N, 10)."""
 
     def __init__(self, device: Any = None, dtype: str = "float32"):
+        """Exercise hw4.models: ``self.model``, as the course: ConvBN(3,16,7,4), ConvBN(16,32,3,2),
+        Residual(ConvBN(32,32,3,1), ConvBN(32,32,3,1)), ConvBN(32,64,3,2), ConvBN(64,128,3,2),
+        Residual(two ConvBN(128,128,3,1)), Flatten, Linear(128,128), ReLU, Linear(128,10); the
+        layers built in this order (the RNG draws follow it)."""
         super().__init__()
         kw = dict(device=device, dtype=dtype)
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw4.models)
         self.model = nn.Sequential(
             ConvBN(3, 16, 7, 4, **kw),
             ConvBN(16, 32, 3, 2, **kw),
@@ -53,9 +57,13 @@ class LanguageModel(nn.Module):
     def __init__(self, embedding_size: int, output_size: int, hidden_size: int,
                  num_layers: int = 1, seq_model: str = "rnn", seq_len: int = 40,
                  device: Any = None, dtype: str = "float32", **transformer_kw: Any):
+        """Exercise hw4.models: in order ``self.embedding`` = Embedding(output_size, embedding_size,
+        gather=True), ``self.seq_model`` (RNN, LSTM or Transformer by ``seq_model``; else
+        ValueError), ``self.hidden_size`` (embedding_size for the transformer, which keeps the
+        embedding width) and ``self.linear`` = Linear(hidden_size, output_size)."""
         super().__init__()
         kw = dict(device=device, dtype=dtype)
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw4.models)
         self.embedding = nn.Embedding(output_size, embedding_size, gather=True, **kw)
         if seq_model == "rnn":
             self.seq_model = nn.RNN(embedding_size, hidden_size, num_layers, **kw)
@@ -74,7 +82,7 @@ class LanguageModel(nn.Module):
     def forward(self, x: ndl.Tensor, h: Optional[Any] = None) -> Tuple[ndl.Tensor, Any]:
         """Logits (seq_len * bs, output_size) for token ids x (seq_len, bs), and the new state."""
         seq_len, bs = x.shape
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw4.models)
         out, h = self.seq_model(self.embedding(x), h)                 # (T, B, hidden)
         logits = self.linear(out.reshape((seq_len * bs, self.hidden_size)))
         ### END YOUR SOLUTION

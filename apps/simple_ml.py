@@ -17,14 +17,14 @@ else:  # the course's way: sys.path.append("./apps"); from <module> import *
 # ------------------------------------------------------------------------- hw0: plain NumPy
 def add(x: Any, y: Any) -> Any:
     """x + y (hw0's first exercise: the submission workflow end to end)."""
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (hw0.simple_ml.add)
     return x + y
     ### END YOUR SOLUTION
 
 
 def softmax_loss_numpy(Z: np.ndarray, y: np.ndarray) -> float:
     """Mean cross-entropy of logits Z (B, k) and integer labels y (B,)."""
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (hw0.simple_ml.softmax_loss)
     zmax = Z.max(axis=1, keepdims=True)
     lse = np.log(np.exp(Z - zmax).sum(axis=1)) + zmax[:, 0]
     return float(np.mean(lse - Z[np.arange(Z.shape[0]), y]))
@@ -39,7 +39,7 @@ def _softmax(Z: np.ndarray) -> np.ndarray:
 def softmax_regression_epoch(X: np.ndarray, y: np.ndarray, theta: np.ndarray, lr: float = 0.1,
                              batch: int = 100) -> None:
     """One epoch of minibatch SGD on softmax regression; updates ``theta`` (n, k) in place."""
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (hw0.simple_ml.epochs)
     for i in range(0, X.shape[0], batch):
         xb, yb = X[i:i + batch], y[i:i + batch]
         G = _softmax(xb @ theta)
@@ -51,7 +51,7 @@ def softmax_regression_epoch(X: np.ndarray, y: np.ndarray, theta: np.ndarray, lr
 def nn_epoch_numpy(X: np.ndarray, y: np.ndarray, W1: np.ndarray, W2: np.ndarray,
                    lr: float = 0.1, batch: int = 100) -> None:
     """One SGD epoch of logits = ReLU(X W1) W2 with hand-written backprop; updates in place."""
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (hw0.simple_ml.epochs)
     for i in range(0, X.shape[0], batch):
         xb, yb = X[i:i + batch], y[i:i + batch]
         Z1 = np.maximum(xb @ W1, 0)
@@ -93,15 +93,20 @@ def train_nn_numpy(X_tr: np.ndarray, y_tr: np.ndarray, X_te: np.ndarray, y_te: n
 # ------------------------------------------------------------------------- hw1: needle
 def softmax_loss(Z: ndl.Tensor, y_one_hot: ndl.Tensor) -> ndl.Tensor:
     """Mean cross-entropy of logits Z (B, k) against one-hot labels, as a needle Tensor."""
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (hw0.simple_ml.softmax_loss)
     return (ndl.log(ndl.exp(Z).sum((1,))).sum() - (y_one_hot * Z).sum()) / Z.shape[0]
     ### END YOUR SOLUTION
 
 
 def nn_epoch(X: np.ndarray, y: np.ndarray, W1: ndl.Tensor, W2: ndl.Tensor, lr: float = 0.1,
              batch: int = 100) -> Tuple[ndl.Tensor, ndl.Tensor]:
-    """One SGD epoch of the two-layer net using needle autodiff; returns the new (W1, W2)."""
-    ### BEGIN YOUR SOLUTION
+    """One SGD epoch of the two-layer net using needle autodiff; returns the new (W1, W2).
+
+    Exercise hw1.simple_ml.nn_epoch. X (n, d) float32, y (n,) integer labels, W1 (d, h) and
+    W2 (h, k) Tensors. Minibatches X[i:i + batch] in order (the last may be short); loss
+    ``softmax_loss(relu(Xb @ W1) @ W2, one-hot yb)``; after its backward, W = W - lr * W.grad
+    as new detached Tensors (on the NDArray data: no graph across steps)."""
+    ### BEGIN YOUR SOLUTION (hw1.simple_ml.nn_epoch)
     k = W2.shape[1]
     for i in range(0, X.shape[0], batch):
         xb = ndl.Tensor(X[i:i + batch], requires_grad=False)
@@ -134,7 +139,7 @@ def epoch_general_cifar10(dataloader: ndl.data.DataLoader, model: nn.Module,
     correct, total_loss, n = 0, 0.0, 0
     bar = Progress(dataloader, total=len(dataloader), desc="train" if opt else "eval",
                    disable=None if progress is None else not progress)
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (hw4.models)
     for X, y in bar:
         logits = model(X)
         loss = loss_fn(logits, y)
@@ -192,7 +197,7 @@ def epoch_general_ptb(data: np.ndarray, model: nn.Module, seq_len: int = 40,
     bar = Progress(starts, total=len(starts), desc="train" if opt else "eval",
                    disable=None if progress is None else not progress)
     correct, total_loss, n, h = 0, 0.0, 0, None
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (hw4.models)
     for i in bar:
         X, y = ndl.data.get_batch(data, i, seq_len, device=device, dtype=dtype)
         logits, h = model(X, h)

@@ -4,22 +4,29 @@
 2. every graded test fails in the release, with NotImplementedError;
 3. every graded test passes in the reference, and every solution region runs under the graded
    tests (line coverage of one graded run; ``UNTRACED`` regions are named in the rubric);
-4. every rubric pattern names at least one test.
+4. every rubric pattern names at least one test;
+5. isolation, per exercise E: the reference with only E's regions stubbed fails every graded
+   test of E with the NotImplementedError naming E. A test passing there means some code outside
+   E's regions (a fused or tuned copy, a helper) computes E's answer: a student could pass E
+   without writing it. Only E's graded tests run, from their own test modules.
 
-    python -m course.check_release [--out build/student-check]
+    python -m course.check_release [--out build/student-check] [--isolation-only] [E ...]
 """
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from .exercises import EXERCISES, UNTRACED
-from .make_student import ROOT, Region, all_regions, make_release
+from .exercises import EXERCISES, UNTRACED, Exercise, test_files
+from .grading import select_exercises
+from .make_student import ROOT, Region, all_regions, make_release, stub_file
 
 PYTEST = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "--graded"]
 
@@ -30,8 +37,9 @@ def _env(root: Path) -> Dict[str, str]:
 
 
 def _graded_run(root: Path, report: Path, prefix: Sequence[str] = (), timeout: float = 1800,
-                env: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
-    cmd = [sys.executable, *prefix, *PYTEST, "--grade-report", str(report), "tests"]
+                env: Optional[Dict[str, str]] = None, args: Sequence[str] = ("tests",)
+                ) -> Dict[str, Any]:
+    cmd = [sys.executable, *prefix, *PYTEST, "--grade-report", str(report), *args]
     subprocess.run(cmd, cwd=root, env={**_env(root), **(env or {})}, capture_output=True,
                    text=True, timeout=timeout)
     if not report.exists():
@@ -102,6 +110,88 @@ def check_reference(workdir: Path, root: Path = ROOT) -> Dict[str, List[str]]:
     return {"failing": failing, "uncovered": uncovered, "stale": stale}
 
 
+def _isolated_run(ex: Exercise, copy: Path, root: Path, regions: List[Region],
+                  workdir: Path) -> Dict[str, Any]:
+    """The graded report of ``ex``'s tests in ``copy`` with only ``ex``'s regions stubbed."""
+    files = sorted({r.path for r in regions if r.exercise == ex.name})
+    try:
+        for rel in files:
+            (copy / rel).write_text(stub_file(root / rel, root, only=[ex.name])[0])
+        return _graded_run(copy, workdir / f"isolation-{ex.name}.json", timeout=600,
+                           env={"HYPOTHESIS_PROFILE": "grade-failfast"},
+                           args=[f"--exercise={ex.name}", *test_files([ex.name], copy)])
+    finally:
+        for rel in files:
+            shutil.copy2(root / rel, copy / rel)
+
+
+def check_isolation(workdir: Path, root: Path = ROOT, names: Sequence[str] = (),
+                    log: Any = None) -> Dict[str, List[str]]:
+    """Per exercise (``names``: ids or prefixes, default all): its graded tests that do not fail
+    with the NotImplementedError naming it when only its regions are stubbed; the exercises
+    no region names; and those none of whose tests ran here (all skipped: e.g. CUDA)."""
+    regions = all_regions(root)
+    copy = workdir / "isolation"
+    make_release(copy, root, only=())  # the reference as shipped, nothing stubbed yet
+    picked = set(select_exercises(list(names), [e.name for e in EXERCISES])) if names else None
+    res: Dict[str, List[str]] = {"not_isolated": [], "no_region": [], "isolation_unchecked": []}
+    for ex in EXERCISES:
+        if picked is not None and ex.name not in picked:
+            continue
+        if not any(r.exercise == ex.name for r in regions):
+            res["no_region"].append(ex.name)
+            continue
+        start = time.perf_counter()
+        tests = _tests(_isolated_run(ex, copy, root, regions, workdir))
+        for t in tests:
+            if t["outcome"] == "passed" or (t["outcome"] == "failed" and not (
+                    "NotImplementedError" in t["message"] and ex.name in t["message"])):
+                res["not_isolated"].append(f"{ex.name}: {t['test']}: {t['outcome']} "
+                                           f"{t['message'][:200]}")
+        if not any(t["outcome"] != "skipped" for t in tests):
+            res["isolation_unchecked"].append(f"{ex.name}: none of its {len(tests)} tests ran")
+        if log is not None:
+            log(f"isolation {ex.name}: {len(tests)} tests, {time.perf_counter() - start:.1f}s")
+    return res
+
+
+def check_restored(workdir: Path, root: Path = ROOT, names: Sequence[str] = (),
+                   log: Any = None) -> Dict[str, List[str]]:
+    """Per exercise E: the release with E's regions restored from the reference (every other
+    region stubbed); E's graded tests failing there, i.e. E's score depends on other exercises
+    (each line names the exercise whose stub the first failure hit). Not run in CI."""
+    regions = all_regions(root)
+    release = workdir / "restored"
+    make_release(release, root)
+    others = {e.name for e in EXERCISES}
+    picked = set(select_exercises(list(names), sorted(others))) if names else others
+    res: Dict[str, List[str]] = {"depends_on_others": []}
+    for ex in EXERCISES:
+        if ex.name not in picked:
+            continue
+        files = sorted({r.path for r in regions if r.exercise == ex.name})
+        try:
+            for rel in files:
+                rest = sorted(others - {ex.name})
+                (release / rel).write_text(stub_file(root / rel, root, rest)[0])
+            rep = _graded_run(release, workdir / f"restored-{ex.name}.json", timeout=600,
+                              env={"HYPOTHESIS_PROFILE": "grade-failfast"},
+                              args=[f"--exercise={ex.name}", *test_files([ex.name], release)])
+        finally:
+            for rel in files:
+                (release / rel).write_text(stub_file(root / rel, root)[0])
+        tests = _tests(rep)
+        failed = [t for t in tests if t["outcome"] == "failed"]
+        passed = sum(t["outcome"] == "passed" for t in tests)
+        if failed:
+            res["depends_on_others"].append(
+                f"{ex.name}: {passed}/{passed + len(failed)} pass; first failure: "
+                f"{failed[0]['message'][:160]}")
+        if log is not None:
+            log(f"restored {ex.name}: {passed}/{passed + len(failed)}")
+    return res
+
+
 def run_all(workdir: Path) -> Dict[str, List[str]]:
     """Every check; an empty list per key means it holds."""
     release = workdir / "student"
@@ -121,14 +211,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the checks and print what does not hold."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=None, help="work folder (default: a temporary one)")
+    parser.add_argument("--isolation-only", action="store_true",
+                        help="run only the per-exercise isolation check")
+    parser.add_argument("--restore-each", action="store_true",
+                        help="instead: per exercise, its score in a release where only it is "
+                             "written (which exercises depend on others)")
+    parser.add_argument("exercises", nargs="*", help="isolation: only these ids or prefixes")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(args.out or tmp)
         workdir.mkdir(parents=True, exist_ok=True)
-        res = run_all(workdir)
+        start = time.perf_counter()
+        log = lambda line: print(line, flush=True)  # noqa: E731
+        if args.restore_each:
+            res = check_restored(workdir, names=args.exercises, log=log)
+        else:
+            res = {} if args.isolation_only else run_all(workdir)
+            res.update(check_isolation(workdir, names=args.exercises, log=log))
+        print(f"checked in {time.perf_counter() - start:.0f}s")
     bad = 0
     for key, items in res.items():
-        if key != "stubbed":
+        if key not in ("stubbed", "isolation_unchecked", "depends_on_others"):
             bad += len(items)
         print(f"{key}: {len(items)}")
         for item in items:

@@ -5,6 +5,8 @@ Loaded for every run by the repository's top-level ``conftest.py``. A graded tes
 from the rubric (``course/exercises.py``). Options:
 
     --graded               run only graded tests
+    --exercise E [E ...]   run only the graded tests of these exercises (ids or prefixes such
+                           as ``hw2.optim``; implies --graded)
     --grade-report PATH    print the score per exercise and homework, and write it as JSON
 """
 import json
@@ -44,6 +46,9 @@ def _rubric() -> Dict[str, List[Tuple["re.Pattern[str]", str, int]]]:
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("grade", "course grader (make grade)")
     group.addoption("--graded", action="store_true", help="run only graded tests")
+    group.addoption("--exercise", action="append", default=[], metavar="E",
+                    help="run only the graded tests of exercise E (an id or a prefix such as "
+                         "hw2.optim; repeat or separate with commas for several)")
     group.addoption("--grade-report", default=None, metavar="PATH",
                     help="print the score table and write it as JSON to PATH")
 
@@ -64,9 +69,24 @@ class _Recorder:
         self.reports.append(report)
 
 
+def select_exercises(wanted: List[str], names: List[str]) -> List[str]:
+    """The exercises of ``names`` that ``wanted`` (ids or dotted prefixes) picks; an entry
+    picking none is an error naming the exercises there are."""
+    picked = []
+    for want in wanted:
+        hits = [n for n in names if n == want or n.startswith(want.rstrip(".") + ".")]
+        if not hits:
+            raise pytest.UsageError(f"--exercise {want}: no such exercise or prefix; the "
+                                    f"exercises are {', '.join(names)}")
+        picked += [n for n in hits if n not in picked]
+    return picked
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
     state = config.stash[_KEY]
     rubric = _rubric()
+    wanted = [w for opt in config.getoption("--exercise") for w in opt.split(",") if w]
+    graded_only = config.getoption("--graded") or bool(wanted)
     keep, drop = [], []
     for item in items:
         marker = item.get_closest_marker("grade")
@@ -81,7 +101,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
                     break
         if exercise is not None:
             state["tests"][item.nodeid] = (exercise, points)
-        (keep if exercise is not None or not config.getoption("--graded") else drop).append(item)
+        (keep if exercise is not None or not graded_only else drop).append(item)
+    if wanted:
+        names = sorted({ex.name for ex in EXERCISES} | {e for e, _ in state["tests"].values()})
+        picked = set(select_exercises(wanted, names))
+        drop += [item for item in keep if state["tests"][item.nodeid][0] not in picked]
+        keep = [item for item in keep if state["tests"][item.nodeid][0] in picked]
+        state["tests"] = {k: v for k, v in state["tests"].items() if v[0] in picked}
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

@@ -1,14 +1,17 @@
 """`make student`: write the student release of the course to ``build/student/``.
 
-Every ``### BEGIN YOUR SOLUTION`` ... ``### END YOUR SOLUTION`` region of the reference code is
-replaced by ``raise NotImplementedError()`` (by ``pass`` where the region sits at module or
-class level, so the release still imports). Notebooks, tests, apps, benchmarks and this
-course/ folder are copied as they are.
+Every ``### BEGIN YOUR SOLUTION (exercise)`` ... ``### END YOUR SOLUTION`` region of the
+reference code is replaced by ``raise NotImplementedError("<exercise>: ...")`` naming its exercise
+of ``course/exercises.py`` (by ``pass`` where the region sits at module or class level, so the
+release still imports). Everything outside the regions, docstrings and comments included, is kept
+as it is: the spec of each exercise is the docstring of the function or class holding it.
+Notebooks, tests, apps, benchmarks and this course/ folder are copied as they are.
 
     python -m course.make_student [--out build/student]
 """
 import argparse
 import ast
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +19,8 @@ from typing import Iterator, List, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "### BEGIN YOUR SOLUTION", "### END YOUR SOLUTION"
+# the opening marker names the region's exercise: ``### BEGIN YOUR SOLUTION (hw2.optim.adam)``
+_BEGIN_RE = re.compile(r"### BEGIN YOUR SOLUTION(?: \((?P<exercise>[\w.]+)\))?\Z")
 # What a release holds: the package, its course material, and the files that build and test it.
 SHIPPED_DIRS = ("needle", "apps", "tests", "notebooks", "course", "benchmarks")
 SHIPPED_FILES = ("Makefile", "setup.py", "pytest.ini", "ruff.toml", "conftest.py", "README.md",
@@ -26,12 +31,14 @@ SKIPPED = ("__pycache__", ".pytest_cache", ".hypothesis", ".ipynb_checkpoints")
 
 @dataclass(frozen=True)
 class Region:
-    """One solution region: the file (relative to the repo), its enclosing def, its lines."""
+    """One solution region: the file (relative to the repo), its enclosing def, its lines,
+    the exercise its marker names."""
 
     path: str
     qualname: str
     begin: int  # line of BEGIN (1-based)
     end: int    # line of END
+    exercise: str = ""
 
     @property
     def key(self) -> str:
@@ -55,23 +62,34 @@ def _enclosing_defs(tree: ast.AST) -> List[tuple]:
     return spans
 
 
+def begin_exercise(line: str) -> Optional[str]:
+    """The exercise named by a BEGIN marker line ('' when it names none); None for other lines."""
+    match = _BEGIN_RE.match(line.strip())
+    return None if match is None else (match["exercise"] or "")
+
+
 def find_regions(path: Path, root: Path = ROOT) -> List[Region]:
-    """The solution regions of one Python file, with the def or class enclosing each."""
+    """The solution regions of one Python file, with the def or class enclosing each and the
+    exercise its marker names (a marker naming none is an error)."""
     text = path.read_text()
     lines = text.splitlines()
     spans = _enclosing_defs(ast.parse(text))
-    out, begin = [], None
+    out, begin, exercise = [], None, ""
     for i, line in enumerate(lines, 1):
-        if line.strip() == BEGIN:
+        named = begin_exercise(line)
+        if named is not None:
             if begin is not None:
                 raise ValueError(f"{path}:{i}: {BEGIN} inside another region (line {begin})")
-            begin = i
+            if not named:
+                raise ValueError(f"{path}:{i}: {BEGIN} names no exercise; write "
+                                 f"'{BEGIN} (hwN.unit.name)' with a name of course/exercises.py")
+            begin, exercise = i, named
         elif line.strip() == END:
             if begin is None:
                 raise ValueError(f"{path}:{i}: {END} without a {BEGIN}")
             inner = [s for s in spans if s[0] <= begin <= s[1]]
             qual = max(inner, key=lambda s: s[0])[2] if inner else "<module>"
-            out.append(Region(str(path.relative_to(root)), qual, begin, i))
+            out.append(Region(str(path.relative_to(root)), qual, begin, i, exercise))
             begin = None
     if begin is not None:
         raise ValueError(f"{path}:{begin}: {BEGIN} is never closed")
@@ -93,21 +111,31 @@ def _in_function(path: Path) -> dict:
     spans = _enclosing_defs(ast.parse(path.read_text()))
     res = {}
     for i, line in enumerate(path.read_text().splitlines(), 1):
-        if line.strip() == BEGIN:
+        if begin_exercise(line) is not None:
             inner = [s for s in spans if s[0] <= i <= s[1]]
             res[i] = bool(inner) and max(inner, key=lambda s: s[0])[3] == "def"
     return res
 
 
-def strip_solutions(source: str, in_function: Optional[dict] = None) -> str:
-    """``source`` with each region's body replaced by a stub (markers kept)."""
+def stub_line(exercise: str, where: str) -> str:
+    """The statement a region in a function becomes: NotImplementedError naming the exercise."""
+    return f"raise NotImplementedError({f'{exercise}: write {where}'!r})"
+
+
+def strip_solutions(source: str, in_function: Optional[dict] = None,
+                    where: Optional[dict] = None, only: Optional[Sequence[str]] = None) -> str:
+    """``source`` with each region's body replaced by a stub (markers kept); with ``only``,
+    just the regions of those exercises. ``where``: BEGIN line -> what the stub's message
+    asks to write (default "this region")."""
     lines = source.splitlines(keepends=True)
     out, skipping = [], False
     for i, line in enumerate(lines, 1):
         stripped = line.strip()
-        if stripped == BEGIN:
+        exercise = begin_exercise(line)
+        if exercise is not None and (only is None or exercise in only):
             indent = line[:len(line) - len(line.lstrip())]
-            stub = "raise NotImplementedError()" if (in_function or {}).get(i, True) else "pass"
+            stub = (stub_line(exercise, (where or {}).get(i, "this region"))
+                    if (in_function or {}).get(i, True) else "pass")
             out += [line, f"{indent}{stub}\n"]
             skipping = True
         elif stripped == END:
@@ -130,8 +158,10 @@ def _files(root: Path) -> Iterator[Path]:
                 yield path
 
 
-def make_release(out: Path, root: Path = ROOT) -> List[Region]:
-    """Write the release to ``out`` (replaced if present); returns the regions stubbed."""
+def make_release(out: Path, root: Path = ROOT, only: Optional[Sequence[str]] = None
+                 ) -> List[Region]:
+    """Write the release to ``out`` (replaced if present); returns the regions stubbed.
+    ``only``: stub just these exercises' regions (``()``: a plain copy of the reference)."""
     if out.exists():
         shutil.rmtree(out)
     stubbed = []
@@ -140,12 +170,21 @@ def make_release(out: Path, root: Path = ROOT) -> List[Region]:
         dest.parent.mkdir(parents=True, exist_ok=True)
         if (path.suffix == ".py" and path.relative_to(root).parts[0] in SOLUTION_DIRS
                 and BEGIN in path.read_text()):
-            regions = find_regions(path, root)
-            dest.write_text(strip_solutions(path.read_text(), _in_function(path)))
+            text, regions = stub_file(path, root, only)
+            dest.write_text(text)
             stubbed.extend(regions)
         else:
             shutil.copy2(path, dest)
     return stubbed
+
+
+def stub_file(path: Path, root: Path = ROOT, only: Optional[Sequence[str]] = None
+              ) -> "tuple[str, List[Region]]":
+    """``path``'s source with its regions (of the exercises ``only``, default all) stubbed, and
+    the regions stubbed; each stub names its exercise and what to write."""
+    regions = [r for r in find_regions(path, root) if only is None or r.exercise in only]
+    where = {r.begin: f"{r.qualname} in {r.path}" for r in regions}
+    return strip_solutions(path.read_text(), _in_function(path), where, only), regions
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

@@ -180,9 +180,17 @@ class Value:
 
     @classmethod
     def make_from_op(cls, op: Op, inputs: Tuple["Value", ...]) -> "Value":
-        """The node ``op(*inputs)``: computed now, or on first use in LAZY_MODE."""
+        """The node ``op(*inputs)``: computed now, or on first use in LAZY_MODE.
+
+        Exercise hw1.autograd.make_from_op: ``record = _records_graph(inputs)`` (some input
+        requires grad and grad mode is on). In LAZY_MODE: ``value._init(op, inputs,
+        requires_grad=record)`` and return it uncomputed. Otherwise compute
+        ``op.compute(*[x.realize_cached_data() for x in inputs])`` now; keep the graph
+        (``_init(op, inputs, cached_data=data, requires_grad=True)``) only when recording, else
+        a detached leaf (``_init(None, (), cached_data=data, requires_grad=False)``).
+        """
         value = cls.__new__(cls)
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw1.autograd.make_from_op)
         record = _records_graph(inputs)
         if LAZY_MODE:
             value._init(op, inputs, requires_grad=record)
@@ -569,8 +577,23 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
     ``needle.optim`` helpers to accumulate micro-batches). Only leaves (and tensors marked with
     ``retain_grad``) keep ``.grad``; an intermediate adjoint is dropped as soon as its node has
     been processed.
+
+    Exercise hw1.autograd.compute_gradient. What the graded tests and the library rely on:
+    - start from {output_tensor: [out_grad]}; walk ``reversed(find_topo_sort([output_tensor]))``;
+      a node with no adjoint (not on a path to the output) is skipped;
+    - a node's adjoint is ``sum_node_list`` of its partials; cast it to the node's dtype
+      (``ops.cast``) where type promotion made it differ;
+    - hooks (DDP, ZeRO, FSDP and the memory tools depend on them): if ``node._hooks`` is not
+      None, ``grad = _run_grad_hooks(node, grad)`` before anything else uses the adjoint (a
+      ``register_hook`` hook may replace it); after a leaf's ``.grad`` is set, call
+      ``_run_post_accumulate_hooks(node)`` (``register_post_accumulate_grad_hook``);
+    - ``.grad`` is *overwritten* (not accumulated) on leaves (``node.op is None``) and on
+      tensors marked by ``retain_grad()`` (``node._retain_grad``); leaves stop there;
+    - otherwise ``node.op.gradient_as_tuple(grad, node)`` gives one partial per input; only
+      inputs with ``requires_grad`` collect theirs. The partials are Tensors built from ops, so
+      the gradient of a gradient works (``backward`` runs this under grad mode).
     """
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (hw1.autograd.compute_gradient)
     grads: Dict[int, List[Tensor]] = {id(output_tensor): [out_grad]}
     for node in reversed(find_topo_sort([output_tensor])):
         node_grads = grads.pop(id(node), None)
@@ -600,7 +623,7 @@ def find_topo_sort(node_list: List[Value], stop_at_realized: bool = False) -> Li
     An iterative depth-first post-order, so a 100,000-node chain needs no recursion.
     With ``stop_at_realized`` the walk does not enter nodes that already hold data.
     """
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (hw1.autograd.topo_sort)
     visited = set()
     topo_order: List[Value] = []
     for root in node_list:

@@ -27,6 +27,36 @@ def test_notebook_runs(path: Path) -> None:
     client.execute()
 
 
+# the assignments: in the student release each stops at its first question, naming it
+FIRST_QUESTION = {"hw1_autograd.ipynb": "hw1.ops.multiply",
+                  "hw2_nn_training.ipynb": "hw2.ops.logsumexp"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(FIRST_QUESTION))
+def test_release_notebook_stops_at_the_first_unwritten_question(name, tmp_path):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    from course.make_student import make_release
+    release = tmp_path / "student"
+    make_release(release)
+    path = release / "notebooks" / name
+    nb = nbformat.read(str(path), as_version=4)
+    nb.cells.insert(0, nbformat.v4.new_code_cell(
+        f"import sys; sys.path.insert(0, {str(release)!r})\n"
+        "import matplotlib; matplotlib.use('Agg')"))
+    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+                                     resources={"metadata": {"path": str(path.parent)}})
+    with pytest.raises(nbclient.exceptions.CellExecutionError) as err:
+        client.execute()
+    message = str(err.value)
+    assert FIRST_QUESTION[name] in message and "ExerciseNotPassed" in message, message[-2000:]
+    assert "NotImplementedError" in message, message[-2000:]
+    ran = [c for c in nb.cells if c.cell_type == "code" and c.get("execution_count")]
+    assert 'grade("' in ran[-1].source  # it stopped at the grading cell of question 1
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_is_committed_without_outputs(path: Path) -> None:
     cells = json.loads(path.read_text())["cells"]

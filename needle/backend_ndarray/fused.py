@@ -72,11 +72,14 @@ def _fusable(x: NDArray, name: str) -> Optional[Any]:
 
 # ---------------------------------------------------------------------- softmax / logsumexp
 def softmax_naive(x: NDArray, axis: int = -1) -> NDArray:
-    """softmax along ``axis`` from max, subtract, exp, sum and divide."""
+    """softmax along ``axis`` from max, subtract, exp, sum and divide (hw2.ops.logsumexp's
+    answer but for a log: stubbed in the student release)."""
     if x.size == 0:  # e.g. rows of no columns: nothing to normalize (and max has no identity)
         return NDArray.make(x.shape, device=x.device, dtype=x.dtype)
+    ### BEGIN YOUR SOLUTION (hw2.ops.logsumexp)
     z = (x - x.max(axis=axis, keepdims=True).broadcast_to(x.shape)).exp()
     return z / z.sum(axis=axis, keepdims=True).broadcast_to(x.shape)
+    ### END YOUR SOLUTION
 
 
 def softmax(x: NDArray, axis: int = -1) -> NDArray:
@@ -92,10 +95,13 @@ def softmax(x: NDArray, axis: int = -1) -> NDArray:
 
 
 def logsumexp_naive(x: NDArray, axis: int = -1) -> NDArray:
-    """log(sum(exp(x - max))) + max along ``axis`` (the axis is removed)."""
+    """log(sum(exp(x - max))) + max along ``axis`` (the axis is removed): hw2.ops.logsumexp's
+    answer, stubbed in the student release."""
+    ### BEGIN YOUR SOLUTION (hw2.ops.logsumexp)
     m = x.max(axis=axis, keepdims=True)
     s = (x - m.broadcast_to(x.shape)).exp().sum(axis=axis, keepdims=True)
     return (s.log() + m).reshape(tuple(d for i, d in enumerate(x.shape) if i != axis % x.ndim))
+    ### END YOUR SOLUTION
 
 
 def logsumexp(x: NDArray, axis: int = -1) -> NDArray:
@@ -113,7 +119,9 @@ def logsumexp(x: NDArray, axis: int = -1) -> NDArray:
 # ---------------------------------------------------------------------- layer norm
 def layer_norm_naive(x: NDArray, weight: NDArray, bias: NDArray, eps: float = 1e-5
                      ) -> Tuple[NDArray, NDArray, NDArray]:
-    """(y, mean, rstd) over the last axis from composed ops, as the course's LayerNorm1d."""
+    """(y, mean, rstd) over the last axis from composed ops, as the course's LayerNorm1d
+    (hw2.nn.layernorm1d's answer: stubbed in the student release)."""
+    ### BEGIN YOUR SOLUTION (hw2.nn.layernorm1d)
     keep = x.shape[:-1] + (1,)
     cols = x.shape[-1]
     mean = x.sum(axis=-1, keepdims=True) / cols  # (..., 1)
@@ -124,6 +132,7 @@ def layer_norm_naive(x: NDArray, weight: NDArray, bias: NDArray, eps: float = 1e
     w, b = weight.reshape(row), bias.reshape(row)
     y = xhat * w.broadcast_to(x.shape) + b.broadcast_to(x.shape)
     return y, mean.reshape(keep[:-1]), rstd.reshape(keep[:-1])
+    ### END YOUR SOLUTION
 
 
 def layer_norm(x: NDArray, weight: NDArray, bias: NDArray, eps: float = 1e-5
@@ -147,7 +156,9 @@ def layer_norm(x: NDArray, weight: NDArray, bias: NDArray, eps: float = 1e-5
 
 def layer_norm_backward_naive(dy: NDArray, x: NDArray, weight: NDArray, mean: NDArray,
                               rstd: NDArray) -> Tuple[NDArray, NDArray, NDArray]:
-    """(dx, dweight, dbias) of layer_norm from composed ops."""
+    """(dx, dweight, dbias) of layer_norm from composed ops (the gradient of hw2.nn.layernorm1d's
+    answer: stubbed in the student release)."""
+    ### BEGIN YOUR SOLUTION (hw2.nn.layernorm1d)
     cols = x.shape[-1]
     lead = tuple(range(x.ndim - 1))
     col = x.shape[:-1] + (1,)
@@ -158,6 +169,7 @@ def layer_norm_backward_naive(dy: NDArray, x: NDArray, weight: NDArray, mean: ND
     mgx = ((g * xhat).sum(axis=-1, keepdims=True) / cols).broadcast_to(x.shape)
     dx = r * (g - mg - xhat * mgx)
     return dx, (dy * xhat).sum(axis=lead), dy.sum(axis=lead)
+    ### END YOUR SOLUTION
 
 
 def layer_norm_backward(dy: NDArray, x: NDArray, weight: NDArray, mean: NDArray,
@@ -182,7 +194,10 @@ def layer_norm_backward(dy: NDArray, x: NDArray, weight: NDArray, mean: NDArray,
 def adam_update_naive(p: NDArray, grad: NDArray, m: NDArray, v: NDArray, step: int,
                       lr: float, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
                       weight_decay: float = 0.0, decoupled: bool = False) -> None:
-    """One Adam (or AdamW when ``decoupled``) step from composed ops; updates p, m, v in place."""
+    """One Adam (or AdamW when ``decoupled``) step from composed ops; updates p, m, v in place.
+
+    The answer of exercise hw2.optim.adam (``Adam.step``): stubbed in the student release."""
+    ### BEGIN YOUR SOLUTION (hw2.optim.adam)
     w = p.astype(m.dtype)
     g = grad.astype(m.dtype)
     if decoupled:
@@ -197,6 +212,7 @@ def adam_update_naive(p: NDArray, grad: NDArray, m: NDArray, v: NDArray, step: i
     m[...] = m_new
     v[...] = v_new
     p[...] = w.astype(p.dtype)
+    ### END YOUR SOLUTION
 
 
 def adam_update(p: NDArray, grad: NDArray, m: NDArray, v: NDArray, step: int, lr: float,
@@ -220,10 +236,13 @@ def adam_update(p: NDArray, grad: NDArray, m: NDArray, v: NDArray, step: int, lr
 
 # ---------------------------------------------------------------------- dropout
 def dropout_naive(x: NDArray, prob: float) -> Tuple[NDArray, NDArray]:
-    """(y, mask) with a random array drawn on the host, compared, multiplied and scaled."""
+    """(y, mask) with a random array drawn on the host, compared, multiplied and scaled
+    (hw2.nn.dropout's answer: stubbed in the student release)."""
+    ### BEGIN YOUR SOLUTION (hw2.nn.dropout)
     keep = x.device.rand(*x.shape) >= prob  # NumPy's global RNG, like the course's init.randb
     mask = keep.astype(x.dtype)
     return x * mask / (1 - prob), keep
+    ### END YOUR SOLUTION
 
 
 def dropout(x: NDArray, prob: float, seed: Optional[int] = None, offset: int = 0

@@ -227,7 +227,7 @@ class NDArray:
     def reshape(self, new_shape: Union[int, Sequence[int]]) -> "NDArray":
         """Same data in ``new_shape`` (one entry may be -1): a view when compact, else a copy."""
         new_shape = _normalize_shape(new_shape, self.size, self._shape)
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw3.ndarray.views)
         if new_shape == self._shape:
             return self
         src = self.compact()
@@ -241,7 +241,7 @@ class NDArray:
         if sorted(axes) != list(range(self.ndim)):
             raise ValueError(f"permute: axes {tuple(new_axes)} are not a permutation of "
                              f"range({self.ndim}) for shape {self._shape}")
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw3.ndarray.views)
         return NDArray.make(tuple(self._shape[a] for a in axes),
                             strides=tuple(self._strides[a] for a in axes),
                             device=self._device, handle=self._handle, offset=self._offset)
@@ -255,7 +255,7 @@ class NDArray:
         lead = len(new_shape) - self.ndim
         if lead < 0:
             raise ValueError(f"cannot broadcast shape {self._shape} to {new_shape}")
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw3.ndarray.views)
         strides = [0] * lead
         for i, (old, st) in enumerate(zip(self._shape, self._strides)):
             new = new_shape[lead + i]
@@ -272,7 +272,7 @@ class NDArray:
     def flip(self, axes: Union[None, int, Sequence[int]] = None) -> "NDArray":
         """A compact copy with the order of elements reversed along ``axes`` (all when None)."""
         axes = normalize_axes(axes, self.ndim, "flip")
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw3.ndarray.flip)
         strides = list(self._strides)
         offset = self._offset
         for a in axes:
@@ -303,6 +303,10 @@ class NDArray:
         return slice(start, stop, step)
 
     def _view_of(self, idxs: Any) -> "NDArray":
+        """Exercise hw3.ndarray.views (with the ellipsis and padding done above): the view that
+        ``idxs`` (one int or slice per axis) selects, sharing the handle: each slice keeps its axis
+        (length ``len(range(*idx.indices(n)))``, stride times step, offset moved to start when not
+        empty); each int drops its axis (offset moved; out of range: IndexError)."""
         if not isinstance(idxs, tuple):
             idxs = (idxs,)
         if any(i is Ellipsis for i in idxs):
@@ -312,7 +316,7 @@ class NDArray:
         if len(idxs) > self.ndim:
             raise IndexError(f"too many indices ({len(idxs)}) for shape {self._shape}")
         idxs = idxs + (slice(None),) * (self.ndim - len(idxs))
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw3.ndarray.views)
         shape, strides, offset = [], [], self._offset
         for dim, idx in enumerate(idxs):
             n = self._shape[dim]
@@ -541,7 +545,7 @@ class NDArray:
         if a._np_dtype != b._np_dtype:
             dt = promote(a._np_dtype, b._np_dtype)
             a, b = a.astype(dt), b.astype(dt)
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw3.ndarray.matmul)
         if a.ndim == 2 and b.ndim == 2:
             if getattr(self._device, "TILED_MATMUL", False):
                 t = self._device.__tile_size__
@@ -579,7 +583,7 @@ class NDArray:
     def _matmul_tiled(self, other: "NDArray", t: int) -> "NDArray":
         """2-D matmul through the device's ``matmul_tiled`` (the course's route)."""
         (m, n), p = self._shape, other._shape[1]
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw3.ndarray.matmul_tiled)
         out = NDArray.make((m // t, p // t, t, t), device=self._device, dtype=self._np_dtype)
         self._device.matmul_tiled(self._tiled(t)._handle, other._tiled(t)._handle, out._handle,
                                   m, n, p)
@@ -602,6 +606,10 @@ class NDArray:
     # ------------------------------------------------------------------ reductions
     def _reduce(self, axis: Union[None, int, Sequence[int]], keepdims: bool, name: str
                 ) -> "NDArray":
+        """Exercise hw3.ndarray.reductions (the general case): ``name`` ('sum' or 'max') over
+        ``axes``
+        into ``out``: permute the reduced axes last, compact, and let the device primitive reduce
+        each contiguous block; an empty input gives zeros (sum)."""
         shape = self._shape
         ndim = len(shape)
         if type(axis) is tuple and len(axis) == 1:
@@ -620,7 +628,7 @@ class NDArray:
         else:
             out = NDArray.make(tuple(s for i, s in enumerate(shape) if i not in axes),
                                device=self._device, dtype=dt)
-            ### BEGIN YOUR SOLUTION
+            ### BEGIN YOUR SOLUTION (hw3.ndarray.reductions)
             if out.size == 0 or self.size == 0:  # nothing to reduce, or an empty sum
                 if out.size:
                     out.fill(0)

@@ -91,7 +91,7 @@ def fill(out: Array, val: Any) -> None:
 def compact(a: Array, out: Array, shape: Tuple[int, ...], strides: Tuple[int, ...],
             offset: int) -> None:
     """Copy the strided view (shape, strides, offset) of ``a`` into compact ``out``."""
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (hw3.ndarray.views)
     np.copyto(out.array.reshape(shape), _strided(a, shape, strides, offset))
     ### END YOUR SOLUTION
 
@@ -99,7 +99,7 @@ def compact(a: Array, out: Array, shape: Tuple[int, ...], strides: Tuple[int, ..
 def ewise_setitem(a: Array, out: Array, shape: Tuple[int, ...], strides: Tuple[int, ...],
                   offset: int) -> None:
     """Write compact ``a`` into the strided view (shape, strides, offset) of ``out``."""
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (hw3.ndarray.setitem)
     _strided(out, shape, strides, offset)[...] = a.array[: int(np.prod(shape))].reshape(shape)
     ### END YOUR SOLUTION
 
@@ -107,7 +107,7 @@ def ewise_setitem(a: Array, out: Array, shape: Tuple[int, ...], strides: Tuple[i
 def scalar_setitem(size: int, val: Any, out: Array, shape: Tuple[int, ...],
                    strides: Tuple[int, ...], offset: int) -> None:
     """Write the scalar ``val`` into the strided view (shape, strides, offset) of ``out``."""
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (hw3.ndarray.setitem)
     _strided(out, shape, strides, offset)[...] = val
     ### END YOUR SOLUTION
 
@@ -179,7 +179,7 @@ def matmul(a: Array, b: Array, out: Array, batch: int, m: int, n: int, p: int,
     ``a`` holds compact (m, n) matrices, or (n, m) ones when ``trans_a`` (op = transpose);
     likewise ``b`` with ``trans_b``. BLAS reads transposed operands without a copy.
     """
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (hw3.ndarray.matmul)
     x = a.array.reshape(batch, n, m).transpose(0, 2, 1) if trans_a else \
         a.array.reshape(batch, m, n)
     y = b.array.reshape(batch, p, n).transpose(0, 2, 1) if trans_b else \
@@ -211,7 +211,7 @@ def matmul_tiled(a: Array, b: Array, out: Array, m: int, n: int, p: int) -> None
     the result equals ``np.matmul`` on the untiled matrices bit for bit.
     """
     t = __tile_size__
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (hw3.ndarray.matmul_tiled)
     x = a.array.reshape(m // t, n // t, t, t).transpose(0, 2, 1, 3).reshape(m, n)
     y = b.array.reshape(n // t, p // t, t, t).transpose(0, 2, 1, 3).reshape(n, p)
     res = np.matmul(x, y).reshape(m // t, t, p // t, t)
@@ -225,7 +225,7 @@ def reduce_sum(a: Array, out: Array, reduce_size: int, inner_size: int = 1) -> N
     With ``inner_size == 1`` (the course's form) each consecutive block of ``reduce_size``
     elements is summed into one element of ``out``.
     """
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (hw3.ndarray.reductions)
     if reduce_size == 0:
         out.array.fill(0)
         return
@@ -239,7 +239,7 @@ def reduce_sum(a: Array, out: Array, reduce_size: int, inner_size: int = 1) -> N
 
 def reduce_max(a: Array, out: Array, reduce_size: int, inner_size: int = 1) -> None:
     """Max of compact ``a``, viewed as (outer, reduce_size, inner_size), over its middle axis."""
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (hw3.ndarray.reductions)
     if reduce_size == 0:
         raise ValueError("max over an empty axis has no identity")
     np.maximum.reduce(a.array.reshape(-1, reduce_size, inner_size), axis=1,
@@ -251,7 +251,7 @@ def take_rows(a: Array, idx: Array, out: Array, row_size: int) -> None:
     """Row i of ``out`` = row ``idx[i]`` of ``a``, both viewed as rows of ``row_size``.
 
     The caller has checked that every index lies in range (``functions.take_rows``)."""
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (hw3.ndarray.gather_scatter)
     # mode="clip": the indices are already checked, and np.take's default mode="raise"
     # writes through a temporary copy of ``out`` (3x slower for a 4 MiB one-hot)
     np.take(a.array.reshape(-1, row_size), idx.array, axis=0,
@@ -261,7 +261,7 @@ def take_rows(a: Array, idx: Array, out: Array, row_size: int) -> None:
 
 def scatter_add_rows(src: Array, idx: Array, out: Array, row_size: int) -> None:
     """Row ``idx[i]`` of ``out`` += row i of ``src`` (repeats accumulate): take_rows' adjoint."""
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (hw3.ndarray.gather_scatter)
     np.add.at(out.array.reshape(-1, row_size), idx.array, src.array.reshape(-1, row_size))
     ### END YOUR SOLUTION
 

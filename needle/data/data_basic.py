@@ -95,6 +95,10 @@ class DataLoader:
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def _new_ordering(self) -> List[np.ndarray]:
+        """Exercise hw2.data.dataloader: the epoch's batches of indices: ``order`` (a permutation
+        when
+        shuffling, else arange) split every ``batch_size`` (np.array_split; the last may be short,
+        and is dropped with drop_last)."""
         n = len(self.dataset)
         if self.sampler is not None:  # e.g. a DistributedSampler: this rank's indices
             order = np.fromiter(iter(self.sampler), dtype=np.int64)
@@ -104,7 +108,7 @@ class DataLoader:
             order = rng.permutation(n)
         else:
             order = np.arange(n)
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw2.data.dataloader)
         batches = np.array_split(order, range(self.batch_size, n, self.batch_size))
         if self.drop_last and batches and len(batches[-1]) < self.batch_size:
             batches = batches[:-1]

@@ -18,7 +18,7 @@ class RandomFlipHorizontal(Transform):
     def __call__(self, img: np.ndarray) -> np.ndarray:
         """Flip an H x W x C image horizontally with probability ``p``."""
         flip_img = np.random.rand() < self.p
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw2.data.transforms)
         return img[:, ::-1, :] if flip_img else img
         ### END YOUR SOLUTION
 
@@ -32,7 +32,7 @@ class RandomCrop(Transform):
     def __call__(self, img: np.ndarray) -> np.ndarray:
         """Shift an H x W x C image by a random offset in [-padding, padding], zero-filling."""
         shift_x, shift_y = np.random.randint(low=-self.padding, high=self.padding + 1, size=2)
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw2.data.transforms)
         p = self.padding
         h, w = img.shape[0], img.shape[1]
         padded = np.pad(img, ((p, p), (p, p), (0, 0)))

@@ -33,7 +33,7 @@ def _sample_dtype(dtype: Any) -> str:
 def rand(*shape: int, low: float = 0.0, high: float = 1.0, device: Optional[BackendDevice] = None,
          dtype: str = "float32", requires_grad: bool = False) -> Tensor:
     """Uniform samples in [low, high)."""
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (hw2.init.rand)
     device = _device(device)
     array = device.rand(*shape, dtype=_sample_dtype(dtype)) * (high - low) + low
     return Tensor(array, device=device, dtype=dtype, requires_grad=requires_grad)
@@ -43,7 +43,7 @@ def rand(*shape: int, low: float = 0.0, high: float = 1.0, device: Optional[Back
 def randn(*shape: int, mean: float = 0.0, std: float = 1.0, device: Optional[BackendDevice] = None,
           dtype: str = "float32", requires_grad: bool = False) -> Tensor:
     """Normal samples with the given mean and standard deviation."""
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (hw2.init.rand)
     device = _device(device)
     array = device.randn(*shape, dtype=_sample_dtype(dtype)) * std + mean
     return Tensor(array, device=device, dtype=dtype, requires_grad=requires_grad)
@@ -53,7 +53,7 @@ def randn(*shape: int, mean: float = 0.0, std: float = 1.0, device: Optional[Bac
 def constant(*shape: int, c: float = 1.0, device: Optional[BackendDevice] = None,
              dtype: str = "float32", requires_grad: bool = False) -> Tensor:
     """A tensor filled with ``c``."""
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (hw2.init.rand)
     device = _device(device)
     array = device.full(shape, c, dtype=dtype)
     return Tensor(array, device=device, dtype=dtype, requires_grad=requires_grad)
@@ -77,7 +77,7 @@ def randb(*shape: int, p: float = 0.5, device: Optional[BackendDevice] = None,
     """Bernoulli samples: True (1) with probability ``p``."""
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"randb: p must lie in [0, 1], got {p}")
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (hw2.init.rand)
     device = _device(device)
     array = device.rand(*shape) <= p
     return Tensor(array, device=device, dtype=dtype, requires_grad=requires_grad)
@@ -87,7 +87,7 @@ def randb(*shape: int, p: float = 0.5, device: Optional[BackendDevice] = None,
 def one_hot(n: int, i: Any, device: Optional[BackendDevice] = None, dtype: str = "float32",
             requires_grad: bool = False) -> Tensor:
     """Rows of the n x n identity picked by the integer indices ``i`` (shape i.shape + (n,))."""
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (hw2.init.rand)
     device = _device(device)
     data = i.realize_cached_data() if isinstance(i, Tensor) else i
     if isinstance(data, NDArray) and data.dtype in ("int32", "int64") and data.device == device:

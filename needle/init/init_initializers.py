@@ -51,7 +51,7 @@ def xavier_uniform(fan_in: int, fan_out: int, gain: float = 1.0,
                    shape: Optional[Tuple[int, ...]] = None, **kwargs: Any) -> Tensor:
     """U(-a, a) with a = gain * sqrt(6 / (fan_in + fan_out))."""
     fan_in, fan_out, shape = _fans(fan_in, fan_out, shape)
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (hw2.init.fan)
     a = gain * math.sqrt(6.0 / (fan_in + fan_out))
     return rand(*shape, low=-a, high=a, **kwargs)
     ### END YOUR SOLUTION
@@ -61,7 +61,7 @@ def xavier_normal(fan_in: int, fan_out: int, gain: float = 1.0,
                   shape: Optional[Tuple[int, ...]] = None, **kwargs: Any) -> Tensor:
     """N(0, std^2) with std = gain * sqrt(2 / (fan_in + fan_out))."""
     fan_in, fan_out, shape = _fans(fan_in, fan_out, shape)
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (hw2.init.fan)
     std = gain * math.sqrt(2.0 / (fan_in + fan_out))
     return randn(*shape, mean=0.0, std=std, **kwargs)
     ### END YOUR SOLUTION
@@ -71,7 +71,7 @@ def kaiming_uniform(fan_in: int, fan_out: int, nonlinearity: str = "relu",
                     shape: Optional[Tuple[int, ...]] = None, **kwargs: Any) -> Tensor:
     """U(-b, b) with b = gain * sqrt(3 / fan_in)."""
     fan_in, fan_out, shape = _fans(fan_in, fan_out, shape)
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (hw2.init.fan)
     bound = calculate_gain(nonlinearity) * math.sqrt(3.0 / fan_in)
     return rand(*shape, low=-bound, high=bound, **kwargs)
     ### END YOUR SOLUTION
@@ -81,7 +81,7 @@ def kaiming_normal(fan_in: int, fan_out: int, nonlinearity: str = "relu",
                    shape: Optional[Tuple[int, ...]] = None, **kwargs: Any) -> Tensor:
     """N(0, std^2) with std = gain / sqrt(fan_in)."""
     fan_in, fan_out, shape = _fans(fan_in, fan_out, shape)
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (hw2.init.fan)
     std = calculate_gain(nonlinearity) / math.sqrt(fan_in)
     return randn(*shape, mean=0.0, std=std, **kwargs)
     ### END YOUR SOLUTION

@@ -28,10 +28,19 @@ class Linear(Module):
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True,
                  device: Optional[BackendDevice] = None, dtype: str = "float32") -> None:
+        """Exercise hw2.nn.linear. Sets ``self.weight`` and ``self.bias`` (Parameters).
+
+        The graded tests compare with the course's numbers after ``np.random.seed``, so the
+        draws must happen in this order, from ``init.kaiming_uniform`` (NumPy's global RNG):
+        1. weight: ``kaiming_uniform(in_features, out_features)``, shape (in, out);
+        2. only if ``bias``: ``kaiming_uniform(out_features, 1)`` (fan_in = out_features, as
+           the course), shape (out, 1), then reshaped to a row of shape (1, out_features).
+        Both on ``device`` with ``dtype``; ``self.bias`` is None when ``bias`` is False.
+        """
         super().__init__()
         self.in_features = in_features
         self.out_features = out_features
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw2.nn.linear)
         self.weight = Parameter(init.kaiming_uniform(in_features, out_features,
                                                      device=device, dtype=dtype))
         self.bias = None
@@ -42,10 +51,12 @@ class Linear(Module):
         ### END YOUR SOLUTION
 
     def forward(self, X: Tensor) -> Tensor:
+        """X (..., in_features) @ weight, plus the (1, out) bias broadcast to the result's shape
+        (explicitly, with broadcast_to, as the course's ops do not broadcast); (..., out)."""
         if X.shape[-1] != self.in_features:
             raise ValueError(f"Linear({self.in_features}, {self.out_features}) got input of "
                              f"shape {X.shape}")
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw2.nn.linear)
         out = X @ self.weight
         if self.bias is not None:
             out = out + self.bias.broadcast_to(out.shape)
@@ -107,7 +118,9 @@ class Sequential(Module):
         self.layers = list(modules)
 
     def forward(self, x: Any) -> Any:
-        ### BEGIN YOUR SOLUTION
+        """Exercise hw2.nn.sequential: ``x`` through each module in order, each output the next
+        module's input."""
+        ### BEGIN YOUR SOLUTION (hw2.nn.sequential)
         for module in self.layers:
             x = module(x)
         return x
@@ -138,10 +151,13 @@ class SoftmaxLoss(Module):
     """Mean cross-entropy of logits (B, C) and integer labels y (B,): logsumexp(z) - z_y."""
 
     def forward(self, logits: Tensor, y: Tensor) -> Tensor:
+        """Exercise hw2.nn.softmax_loss: the mean over the batch of logsumexp(z_i) - z_i[y_i],
+        a scalar Tensor; z_i[y_i] picked with ``init.one_hot(C, y)`` (in the logits' device and
+        dtype) and ``ops.logsumexp`` over axis 1."""
         if logits.ndim != 2 or tuple(y.shape) != (logits.shape[0],):
             raise ValueError(f"SoftmaxLoss expects logits (B, C) and labels (B,), got "
                              f"{logits.shape} and {tuple(y.shape)}")
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw2.nn.softmax_loss)
         n, k = logits.shape
         y_one_hot = init.one_hot(k, y, device=logits.device, dtype=logits.dtype)
         z_y = (logits * y_one_hot).sum((1,))
@@ -169,9 +185,14 @@ class BatchNorm1d(Module):
         self.register_buffer("running_var", init.ones(dim, device=device, dtype=dtype))
 
     def forward(self, x: Tensor) -> Tensor:
+        """Exercise hw2.nn.batchnorm1d. Training: normalize with the batch mean and biased
+        variance over axis 0, ``(x - mean) / sqrt(var + eps) * weight + bias``, and update
+        ``running_mean``/``running_var`` (NDArray data, no graph) by
+        ``(1 - momentum) * running + momentum * batch``. Eval (``self.training`` False):
+        normalize with the running statistics instead. weight, bias: (dim,), broadcast."""
         if x.ndim != 2 or x.shape[1] != self.dim:
             raise ValueError(f"{type(self).__name__}({self.dim}) got input of shape {x.shape}")
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw2.nn.batchnorm1d)
         n = x.shape[0]
         if self.training:
             mean = x.sum((0,)) / n                                    # (dim,)
@@ -223,12 +244,24 @@ class LayerNorm1d(Module):
         self.weight = Parameter(init.ones(dim, device=device, dtype=dtype))
         self.bias = Parameter(init.zeros(dim, device=device, dtype=dtype))
 
+    # fused=True on a device without the layer-norm kernels: the composed fused op
+    # (fused.layer_norm_naive, tested against this layer) in the reference; the student
+    # release keeps False, so there it runs the student's forward below.
+    composed_fused = False
+    ### BEGIN YOUR SOLUTION (hw2.nn.layernorm1d)
+    composed_fused = True
+    ### END YOUR SOLUTION
+
     def forward(self, x: Tensor) -> Tensor:
+        """(x - mean) / sqrt(var + eps) * weight + bias over the last axis, for x of shape
+        (..., dim); mean and the biased variance (divide by dim) over that axis; weight and
+        bias of shape (dim,) broadcast over the leading axes. Composed from Tensor ops
+        (summation, reshape, broadcast_to, ...), so it is differentiable twice."""
         if x.shape[-1] != self.dim:
             raise ValueError(f"LayerNorm1d({self.dim}) got input of shape {x.shape}")
-        if self.fused:
+        if self.fused and (self.composed_fused or has_primitive(x.device, "layer_norm_fwd")):
             return ops.layer_norm(x, self.weight, self.bias, self.eps)
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw2.nn.layernorm1d)
         keep = tuple(x.shape[:-1]) + (1,)
         mean = (x.sum((x.ndim - 1,)) / self.dim).reshape(keep).broadcast_to(x.shape)
         centered = x - mean
@@ -258,9 +291,12 @@ class Dropout(Module):
         self.p = p
 
     def forward(self, x: Tensor) -> Tensor:
+        """Exercise hw2.nn.dropout. Training: keep each entry where ``init.randb(*x.shape,
+        p=1 - p)`` (one draw of NumPy's global RNG for the whole shape) is 1, scaled by
+        1 / (1 - p); eval, or p == 0: x itself."""
         if self.training and self.p and has_primitive(x.device, "dropout"):
             return ops.dropout(x, self.p)
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw2.nn.dropout)
         if not self.training or self.p == 0.0:
             return x
         mask = init.randb(*x.shape, p=1 - self.p, device=x.device, dtype=x.dtype)

@@ -19,6 +19,9 @@ class Conv(Module):
     def __init__(self, in_channels: int, out_channels: int, kernel_size: Union[int, Tuple],
                  stride: int = 1, bias: bool = True, device: Optional[BackendDevice] = None,
                  dtype: str = "float32", padding: Optional[int] = None) -> None:
+        """Exercise hw4.nn.conv: in this order, weight = kaiming_uniform(fan_in=C_in*K*K,
+        fan_out=C_out*K*K, shape=(K, K, C_in, C_out)); then, if ``bias``, bias = init.rand(C_out,
+        low=-b, high=b) with b = 1 / sqrt(C_in * K * K). Same-size padding K // 2 by default."""
         super().__init__()
         if isinstance(kernel_size, tuple):
             if len(set(kernel_size)) != 1:
@@ -32,7 +35,7 @@ class Conv(Module):
         self.stride = stride
         self.padding = kernel_size // 2 if padding is None else padding
         k = kernel_size
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw4.nn.conv)
         self.weight = Parameter(init.kaiming_uniform(
             in_channels * k * k, out_channels * k * k, shape=(k, k, in_channels, out_channels),
             device=device, dtype=dtype))
@@ -44,10 +47,12 @@ class Conv(Module):
         ### END YOUR SOLUTION
 
     def forward(self, x: Tensor) -> Tensor:
+        """Exercise hw4.nn.conv: NCHW x -> NHWC, ``ops.conv`` with the layer's stride and padding,
+        plus the bias broadcast over (N, H', W'), back to NCHW (N, C_out, H', W')."""
         if x.ndim != 4 or x.shape[1] != self.in_channels:
             raise ValueError(f"Conv({self.in_channels}, {self.out_channels}) expects NCHW input "
                              f"with {self.in_channels} channels, got {x.shape}")
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw4.nn.conv)
         nhwc = x.transpose((1, 2)).transpose((2, 3))                 # (N, H, W, C_in)
         out = ops.conv(nhwc, self.weight, stride=self.stride, padding=self.padding)
         if self.bias is not None:

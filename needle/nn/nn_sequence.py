@@ -64,7 +64,7 @@ class RNNCell(_Cell):
 
     def step(self, xp: Tensor, h: Tensor) -> Tensor:
         """One update from a precomputed input projection ``xp`` (bs, hidden)."""
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw4.nn.rnn)
         z = xp + h @ self.W_hh
         return ops.tanh(z) if self.nonlinearity == "tanh" else ops.relu(z)
         ### END YOUR SOLUTION
@@ -85,7 +85,7 @@ class LSTMCell(_Cell):
 
     def step(self, xp: Tensor, h: Tensor, c: Tensor) -> Tuple[Tensor, Tensor]:
         """One update from a precomputed input projection ``xp`` (bs, 4*hidden)."""
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw4.nn.rnn)
         bs = xp.shape[0]
         gates = (xp + h @ self.W_hh).reshape((bs, 4, self.hidden_size))
         i, f, g, o = ops.split(gates, axis=1)
@@ -132,7 +132,7 @@ class RNN(Module):
         _check_seq(X, self.input_size, "RNN")
         bs = X.shape[1]
         hs = [None] * self.num_layers if h0 is None else list(ops.split(h0, axis=0))
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw4.nn.rnn)
         h_n = []
         for cell, h in zip(self.rnn_cells, hs):
             h = init.zeros(bs, self.hidden_size, device=X.device, dtype=X.dtype) if h is None else h
@@ -168,7 +168,7 @@ class LSTM(Module):
             hs, cs = [None] * self.num_layers, [None] * self.num_layers
         else:
             hs, cs = list(ops.split(h[0], axis=0)), list(ops.split(h[1], axis=0))
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw4.nn.rnn)
         h_n, c_n = [], []
         for cell, h_l, c_l in zip(self.lstm_cells, hs, cs):
             zeros = init.zeros(bs, self.hidden_size, device=X.device, dtype=X.dtype)
@@ -205,9 +205,11 @@ class Embedding(Module):
                                            dtype=dtype))
 
     def forward(self, x: Tensor) -> Tensor:
+        """Exercise hw4.nn.embedding: x of integer indices (any shape) -> x.shape + (dim,), as
+        ``init.one_hot(num_embeddings, x flattened) @ weight`` (so the gradient is a matmul)."""
         if self.gather:
             return ops.embedding(self.weight, x)
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw4.nn.embedding)
         shape = tuple(x.shape)
         n = 1
         for s in shape:

@@ -43,7 +43,7 @@ class MultiHeadAttention(Module):
                              f"{q.shape}, {k.shape}, {v.shape}")
         _, _, q_len, dim = q.shape
         k_len = k.shape[2]
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw4.nn.transformer)
         logits = (q @ k.transpose()) / math.sqrt(dim)               # (B, nh, Tq, Tk)
         if self.causal:
             mask = self.create_causal_mask(q_len, k_len, q.device, q.dtype)
@@ -95,7 +95,7 @@ class AttentionLayer(Module):
             raise ValueError(f"AttentionLayer expects (B, T, features) inputs, got {q.shape}, "
                              f"{k.shape}, {v.shape}")
         b, q_len, _ = q.shape
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw4.nn.transformer)
         qh = self._heads(q, self.prenorm_q, self.q_projection)
         kh = self._heads(k, self.prenorm_k, self.k_projection)
         vh = self._heads(v, self.prenorm_v, self.v_projection)
@@ -125,7 +125,7 @@ class TransformerLayer(Module):
     def forward(self, x: Tensor) -> Tensor:
         """x (B, T, q_features) -> (B, T, q_features)."""
         b, t, f = x.shape
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw4.nn.transformer)
         x = x + self.dropout(self.attn(x))
         h = self.layernorm1(x.reshape((b * t, f)))
         h = self.dropout(self.relu(self.linear1(h)))
@@ -156,6 +156,9 @@ class Transformer(Module):
         self.pos_embedding = Embedding(sequence_len, embedding_size, gather=True, **kw)
 
     def forward(self, x: Tensor, h: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        """Exercise hw4.nn.transformer (with the layers above): x (B, T, D) (or (T, B, D) when not
+        batch_first) plus learned position embeddings of positions 0..T-1 (``self.pos_embedding``
+        of a (T, B) int64 tensor, transposed to (B, T, D)), then ``self.layers``."""
         if x.ndim != 3 or x.shape[2] != self.embedding_size:
             raise ValueError(f"Transformer expects input with {self.embedding_size} features, "
                              f"got {x.shape}")
@@ -164,7 +167,7 @@ class Transformer(Module):
         b, t, _ = x.shape
         if t > self.sequence_len:
             raise ValueError(f"sequence length {t} exceeds sequence_len={self.sequence_len}")
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw4.nn.transformer)
         positions = np.broadcast_to(np.arange(t, dtype=np.int64)[:, None], (t, b))
         pos = self.pos_embedding(Tensor(positions, device=x.device, dtype="int64"))  # (T, B, D)
         x = self.layers(x + pos.transpose((0, 1)))

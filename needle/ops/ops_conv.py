@@ -37,7 +37,10 @@ class Dilate(TensorOp):
         self.dilation = dilation
 
     def compute(self, a: NDArray) -> NDArray:
-        ### BEGIN YOUR SOLUTION
+        """Exercise hw4.ops.dilate: a zero array with each axis of ``self.axes`` (dilation + 1)
+        times
+        longer, ``a`` written at every (dilation + 1)-th position (setitem on a strided view)."""
+        ### BEGIN YOUR SOLUTION (hw4.ops.dilate)
         axes = normalize_axes(self.axes, a.ndim)
         step = self.dilation + 1
         shape = tuple(s * step if i in axes else s for i, s in enumerate(a.shape))
@@ -64,10 +67,13 @@ class UnDilate(TensorOp):
         self.dilation = dilation
 
     def compute(self, a: NDArray) -> NDArray:
+        """Exercise hw4.ops.dilate (with Dilate): a strided slice, made compact."""
+        ### BEGIN YOUR SOLUTION (hw4.ops.dilate)
         axes = normalize_axes(self.axes, a.ndim)
         step = self.dilation + 1
         return a[tuple(slice(None, None, step) if i in axes else slice(None)
                        for i in range(a.ndim))].compact()
+        ### END YOUR SOLUTION
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
         grad = dilate(out_grad, self.axes, self.dilation)
@@ -112,13 +118,16 @@ class Conv(TensorOp):
         self.padding = padding
 
     def compute(self, A: NDArray, B: NDArray) -> NDArray:
+        """Exercise hw4.ops.conv: NHWC input A, weights B (K, K, C_in, C_out) -> (N, H', W', C_out);
+        pad H and W by ``padding``, then im2col: ``as_strided`` windows (stride ``stride``),
+        compact, one matmul with B reshaped (K*K*C_in, C_out)."""
         if A.ndim != 4 or B.ndim != 4:
             raise ValueError(f"conv expects NHWC input and (K, K, C_in, C_out) weights, got "
                              f"shapes {A.shape} and {B.shape}")
         if A.shape[3] != B.shape[2]:
             raise ValueError(f"conv: input has {A.shape[3]} channels but weights {B.shape} "
                              f"expect {B.shape[2]}")
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw4.ops.conv)
         p, s = self.padding, self.stride
         if p:
             A = A.pad(((0, 0), (p, p), (p, p), (0, 0)))
@@ -137,7 +146,10 @@ class Conv(TensorOp):
         ### END YOUR SOLUTION
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tuple[Tensor, Tensor]:
-        ### BEGIN YOUR SOLUTION
+        """Exercise hw4.ops.conv: (grad_X, grad_W) as convolutions: out_grad dilated by stride - 1,
+        convolved with the flipped, transposed kernel for X, and X (transposed) convolved with
+        out_grad (transposed) for W; trim/pad to X's exact shape."""
+        ### BEGIN YOUR SOLUTION (hw4.ops.conv)
         X, W = node.inputs
         K = W.shape[0]
         p, s = self.padding, self.stride

@@ -22,15 +22,24 @@ __all__ = [
 
 
 def unbroadcast(grad: Tensor, shape: Tuple[int, ...]) -> Tensor:
-    """Sum ``grad`` over the axes along which an input of ``shape`` was broadcast."""
+    """Sum ``grad`` over the axes along which an input of ``shape`` was broadcast.
+
+    Exercise hw1.ops.broadcast_to: this is ``BroadcastTo.gradient`` (every broadcasting binary
+    op's gradient uses it too). NumPy's rules: ``shape`` was padded with leading 1s to
+    ``grad``'s rank, then each axis of size 1 was stretched. Sum the leading axes away and the
+    stretched axes with keepdims, so the result has exactly ``shape`` (a Tensor op: the gradient
+    is itself differentiable). Called only when the shapes differ.
+    """
     if grad.shape == shape:
         return grad
+    ### BEGIN YOUR SOLUTION (hw1.ops.broadcast_to)
     lead = len(grad.shape) - len(shape)
     axes = tuple(range(lead)) + tuple(
         i + lead for i, s in enumerate(shape) if s == 1 and grad.shape[i + lead] != 1)
     if axes:
         grad = summation(grad, axes)
     return reshape(grad, shape)
+    ### END YOUR SOLUTION
 
 
 class EWiseAdd(TensorOp):
@@ -68,8 +77,10 @@ class EWiseMul(TensorOp):
         return a * b
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tuple[Tensor, Tensor]:
+        """Exercise hw1.ops.multiply: (out_grad * b, out_grad * a), each ``unbroadcast`` to its
+        input's shape."""
         a, b = node.inputs
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw1.ops.multiply)
         return unbroadcast(out_grad * b, a.shape), unbroadcast(out_grad * a, b.shape)
         ### END YOUR SOLUTION
 
@@ -102,7 +113,9 @@ class EWisePow(TensorOp):
         return a ** b
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tuple[Tensor, Tensor]:
-        ### BEGIN YOUR SOLUTION
+        """Exercise hw1.ops.power: (out_grad * b * a ** (b - 1), out_grad * a ** b * log(a)), each
+        ``unbroadcast`` to its input's shape; Tensor ops only, so it is differentiable again."""
+        ### BEGIN YOUR SOLUTION (hw1.ops.power)
         a, b = node.inputs
         grad_a = out_grad * b * a ** (b - 1)
         grad_b = out_grad * node * log(a)
@@ -122,12 +135,14 @@ class PowerScalar(TensorOp):
         self.scalar = scalar
 
     def compute(self, a: NDArray) -> NDArray:
-        ### BEGIN YOUR SOLUTION
+        """Exercise hw1.ops.power_scalar: ``a ** scalar`` on the NDArray (a's dtype kept)."""
+        ### BEGIN YOUR SOLUTION (hw1.ops.power_scalar)
         return a ** self.scalar
         ### END YOUR SOLUTION
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
-        ### BEGIN YOUR SOLUTION
+        """Exercise hw1.ops.power_scalar: out_grad * scalar * a ** (scalar - 1)."""
+        ### BEGIN YOUR SOLUTION (hw1.ops.power_scalar)
         a = node.inputs[0]
         return out_grad * (a ** (self.scalar - 1)) * self.scalar
         ### END YOUR SOLUTION
@@ -142,12 +157,17 @@ class EWiseDiv(TensorOp):
     """a / b elementwise."""
 
     def compute(self, a: NDArray, b: NDArray) -> NDArray:
-        ### BEGIN YOUR SOLUTION
+        """Exercise hw1.ops.divide: ``a / b`` on the NDArrays (NumPy's broadcasting and dtype
+        rules)."""
+        ### BEGIN YOUR SOLUTION (hw1.ops.divide)
         return a / b
         ### END YOUR SOLUTION
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tuple[Tensor, Tensor]:
-        ### BEGIN YOUR SOLUTION
+        """Exercise hw1.ops.divide: (out_grad / b, -out_grad * a / b ** 2), each ``unbroadcast`` to
+        its
+        input's shape."""
+        ### BEGIN YOUR SOLUTION (hw1.ops.divide)
         a, b = node.inputs
         grad_a = out_grad / b
         grad_b = -out_grad * a / (b * b)
@@ -165,12 +185,14 @@ class DivScalar(TensorOp):
         self.scalar = scalar
 
     def compute(self, a: NDArray) -> NDArray:
-        ### BEGIN YOUR SOLUTION
+        """Exercise hw1.ops.divide_scalar: ``a / scalar`` (a's floating dtype kept)."""
+        ### BEGIN YOUR SOLUTION (hw1.ops.divide_scalar)
         return a / self.scalar
         ### END YOUR SOLUTION
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
-        ### BEGIN YOUR SOLUTION
+        """Exercise hw1.ops.divide_scalar: out_grad / scalar."""
+        ### BEGIN YOUR SOLUTION (hw1.ops.divide_scalar)
         return out_grad / self.scalar
         ### END YOUR SOLUTION
 
@@ -198,7 +220,8 @@ class Log(TensorOp):
         return a.log()
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
-        ### BEGIN YOUR SOLUTION
+        """Exercise hw1.ops.log: out_grad / a."""
+        ### BEGIN YOUR SOLUTION (hw1.ops.log)
         return out_grad / node.inputs[0]
         ### END YOUR SOLUTION
 
@@ -213,7 +236,8 @@ class Exp(TensorOp):
         return a.exp()
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
-        ### BEGIN YOUR SOLUTION
+        """Exercise hw1.ops.exp: out_grad * exp(a) (``node`` is exp(a))."""
+        ### BEGIN YOUR SOLUTION (hw1.ops.exp)
         return out_grad * node
         ### END YOUR SOLUTION
 
@@ -228,7 +252,9 @@ class ReLU(TensorOp):
         return a.maximum(0)
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
-        ### BEGIN YOUR SOLUTION
+        """Exercise hw1.ops.relu: out_grad where the output is > 0, else 0; the mask is a constant
+        (``Tensor.make_const``), so relu is not differentiated twice."""
+        ### BEGIN YOUR SOLUTION (hw1.ops.relu)
         mask = node.realize_cached_data() > 0
         return out_grad * Tensor.make_const(mask)
         ### END YOUR SOLUTION
@@ -244,7 +270,8 @@ class Tanh(TensorOp):
         return a.tanh()
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
-        ### BEGIN YOUR SOLUTION
+        """Exercise hw1.ops.tanh: out_grad * (1 - tanh(a) ** 2) (``node`` is tanh(a))."""
+        ### BEGIN YOUR SOLUTION (hw1.ops.tanh)
         return out_grad * (1 - node * node)
         ### END YOUR SOLUTION
 
@@ -277,7 +304,9 @@ class Transpose(TensorOp):
         self.axes = axes
 
     def compute(self, a: NDArray) -> NDArray:
-        ### BEGIN YOUR SOLUTION
+        """Exercise hw1.ops.transpose: swap axes ``self.axes`` (default the last two) with
+        ``NDArray.permute`` (a view); fewer than 2 dims or axes out of range: ValueError."""
+        ### BEGIN YOUR SOLUTION (hw1.ops.transpose)
         if a.ndim < 2:
             raise ValueError(f"transpose needs >= 2 dims, got shape {a.shape}")
         i, j = self.axes if self.axes is not None else (-2, -1)
@@ -289,7 +318,8 @@ class Transpose(TensorOp):
         ### END YOUR SOLUTION
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
-        ### BEGIN YOUR SOLUTION
+        """Exercise hw1.ops.transpose: out_grad transposed back over the same axes."""
+        ### BEGIN YOUR SOLUTION (hw1.ops.transpose)
         return transpose(out_grad, self.axes)
         ### END YOUR SOLUTION
 
@@ -304,12 +334,15 @@ class Reshape(TensorOp):
         self.shape = tuple(shape)
 
     def compute(self, a: NDArray) -> NDArray:
-        ### BEGIN YOUR SOLUTION
+        """Exercise hw1.ops.reshape: ``a.reshape(self.shape)`` (one entry may be -1; NDArray.reshape
+        copies when ``a`` is not compact)."""
+        ### BEGIN YOUR SOLUTION (hw1.ops.reshape)
         return a.reshape(self.shape)
         ### END YOUR SOLUTION
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
-        ### BEGIN YOUR SOLUTION
+        """Exercise hw1.ops.reshape: out_grad reshaped to the input's shape."""
+        ### BEGIN YOUR SOLUTION (hw1.ops.reshape)
         return reshape(out_grad, node.inputs[0].shape)
         ### END YOUR SOLUTION
 
@@ -327,9 +360,8 @@ class BroadcastTo(TensorOp):
         return a.broadcast_to(self.shape)
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
-        ### BEGIN YOUR SOLUTION
+        """``out_grad`` summed back to the input's shape: ``unbroadcast`` (hw1.ops.broadcast_to)."""
         return unbroadcast(out_grad, node.inputs[0].shape)
-        ### END YOUR SOLUTION
 
 
 def broadcast_to(a: Tensor, shape: Tuple[int, ...]) -> Tensor:
@@ -342,7 +374,11 @@ class MatMul(TensorOp):
         return a @ b
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tuple[Tensor, Tensor]:
-        ### BEGIN YOUR SOLUTION
+        """Exercise hw1.ops.matmul: (out_grad @ b^T, a^T @ out_grad) with ``transpose`` of the last
+        two
+        axes, each ``unbroadcast`` to its input's shape (batched operands broadcast their leading
+        axes); an input with requires_grad False gets None instead of a product."""
+        ### BEGIN YOUR SOLUTION (hw1.ops.matmul)
         a, b = node.inputs
         grad_a = grad_b = None  # an input that needs no gradient costs no matmul
         if a.requires_grad:

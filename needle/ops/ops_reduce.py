@@ -17,7 +17,10 @@ class Summation(TensorOp):
         return a.sum(axis=self.axes, keepdims=self.keepdims)
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
-        ### BEGIN YOUR SOLUTION
+        """Exercise hw1.ops.summation: out_grad reshaped to ``keepdims_shape(input shape, axes)``
+        (1 on
+        the summed axes) and broadcast back to the input's shape (Max's gradient uses this too)."""
+        ### BEGIN YOUR SOLUTION (hw1.ops.summation)
         shape = node.inputs[0].shape
         kept = keepdims_shape(shape, self.axes)
         return out_grad.reshape(kept).broadcast_to(shape)
@@ -57,7 +60,8 @@ class Max(TensorOp):
         count = mask.sum(axis=normalize_axes(self.axes, len(shape)), keepdims=True)
         count = count.broadcast_to(shape)
         share = Tensor.make_const(mask / count)
-        return out_grad.reshape(kept).broadcast_to(shape) * share
+        # out_grad spread back over the reduced axes: Summation's gradient (hw1.ops.summation)
+        return Summation(self.axes, self.keepdims).gradient(out_grad, node) * share
 
 
 def max(a: Tensor, axes: Axes = None, keepdims: bool = False) -> Tensor:

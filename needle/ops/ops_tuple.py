@@ -81,12 +81,15 @@ class Stack(TensorOp):
         self.axis = axis
 
     def compute(self, args: Tuple[NDArray, ...]) -> NDArray:
-        ### BEGIN YOUR SOLUTION
+        """Exercise hw4.ops.stack_split: the arrays (one shape) stacked along a new axis
+        ``self.axis``."""
+        ### BEGIN YOUR SOLUTION (hw4.ops.stack_split)
         return array_api.stack(args, self.axis)
         ### END YOUR SOLUTION
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> TensorTuple:
-        ### BEGIN YOUR SOLUTION
+        """Exercise hw4.ops.stack_split: ``split(out_grad, axis)``."""
+        ### BEGIN YOUR SOLUTION (hw4.ops.stack_split)
         return split(out_grad, self.axis)
         ### END YOUR SOLUTION
 
@@ -105,14 +108,18 @@ class Split(TensorTupleOp):
         self.axis = axis
 
     def compute(self, A: NDArray) -> Tuple[NDArray, ...]:
-        ### BEGIN YOUR SOLUTION
+        """Exercise hw4.ops.stack_split: the slices of ``A`` along ``self.axis`` (that axis
+        removed), a
+        tuple; axis out of range: ValueError."""
+        ### BEGIN YOUR SOLUTION (hw4.ops.stack_split)
         if not -A.ndim <= self.axis < A.ndim:
             raise ValueError(f"split: axis {self.axis} out of range for shape {A.shape}")
         return array_api.split(A, self.axis)
         ### END YOUR SOLUTION
 
     def gradient(self, out_grad: TensorTuple, node: TensorTuple) -> Tensor:
-        ### BEGIN YOUR SOLUTION
+        """Exercise hw4.ops.stack_split: ``stack(out_grad, axis)``."""
+        ### BEGIN YOUR SOLUTION (hw4.ops.stack_split)
         return stack(out_grad, self.axis)
         ### END YOUR SOLUTION
 

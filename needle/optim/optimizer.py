@@ -119,7 +119,12 @@ class SGD(Optimizer):
         return {i: s["u"] for i, s in self.state.items() if "u" in s}
 
     def step(self) -> None:
-        ### BEGIN YOUR SOLUTION
+        """Exercise hw2.optim.sgd: one step of the rule above for each ``(i, p, w, g)`` of
+        ``self._grads()`` (index, parameter, its data and gradient as NDArrays; parameters
+        without a gradient are skipped there). Keep u in ``self.state[i]["u"]`` (created on the
+        first step, only when momentum is nonzero); rebind ``p.cached_data`` to the new weight
+        (no graph is recorded)."""
+        ### BEGIN YOUR SOLUTION (hw2.optim.sgd)
         for i, p, w, g in self._grads():
             if self.weight_decay:
                 g = g + w * self.weight_decay
@@ -145,8 +150,14 @@ class Adam(Optimizer):
     """
 
     hyperparameters = ("lr", "beta1", "beta2", "eps", "weight_decay", "t")
-    # False runs the course's plain update (the solution block); True the tuned one (same values)
+    # False runs the course's plain update (the solution block of step); True the tuned one
+    # (_step_tuned: same values, fewer temporaries, a fused kernel where the device offers one),
+    # which tests check against the plain one. The student release keeps False: its graded
+    # tests run the student's step, and the tuned copy of the answer is not shipped.
+    tuned = False
+    ### BEGIN YOUR SOLUTION (hw2.optim.adam)
     tuned = True
+    ### END YOUR SOLUTION
     decoupled = False  # weight decay folded into the gradient (L2); AdamW decouples it
 
     def __init__(self, params: Iterable[Tensor], lr: float = 0.01, beta1: float = 0.9,
@@ -176,12 +187,17 @@ class Adam(Optimizer):
         return w, g
 
     def step(self) -> None:
+        """Exercise hw2.optim.adam: one step of the rule above for each ``(i, p, w, g)`` of
+        ``self._grads()``. ``w, g = self._decay(w, g)`` applies the weight decay (AdamW
+        overrides it). State per parameter in ``self.state[i]``: ``{"step", "m", "v"}``, m and
+        v starting at zeros like g, "step" counting this parameter's steps (the t of the bias
+        corrections). Rebind ``p.cached_data`` to the new weight."""
         self.t += 1
         if self.tuned:
             self._step_tuned()
             return
         b1, b2 = self.beta1, self.beta2
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw2.optim.adam)
         for i, p, w, g in self._grads():
             w, g = self._decay(w, g)
             s = self.state.get(i)
@@ -198,7 +214,8 @@ class Adam(Optimizer):
     def _step_tuned(self) -> None:
         """The same step with fewer temporaries: one fused kernel on a device offering the
         ``adam_update`` primitive, else m and v updated in place with the bias corrections
-        folded into scalars."""
+        folded into scalars (hw2.optim.adam's answer again: stubbed in the release)."""
+        ### BEGIN YOUR SOLUTION (hw2.optim.adam)
         b1, b2 = self.beta1, self.beta2
         for i, p, w, g in self._grads():
             s = self.state.get(i)
@@ -226,6 +243,7 @@ class Adam(Optimizer):
             update = m * (self.lr / (1 - b1 ** s["step"]))
             update /= denom
             p.cached_data = w - update
+        ### END YOUR SOLUTION
 
 
 class AdamW(Adam):

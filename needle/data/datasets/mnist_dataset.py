@@ -36,7 +36,7 @@ def read_idx(filename: str) -> np.ndarray:
 
 def parse_mnist(image_filename: str, label_filename: str) -> Tuple[np.ndarray, np.ndarray]:
     """Images as float32 (N, 784) scaled to [0, 1] and labels as uint8 (N,)."""
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (hw0.simple_ml.parse_mnist)
     images = read_idx(image_filename)
     labels = read_idx(label_filename)
     if images.ndim != 3 or labels.ndim != 1:

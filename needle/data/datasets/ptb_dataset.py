@@ -17,7 +17,7 @@ class Dictionary:
 
     def add_word(self, word: str) -> int:
         """The id of ``word``, giving it the next free id when it is new."""
-        ### BEGIN YOUR SOLUTION
+        ### BEGIN YOUR SOLUTION (hw4.data.ptb)
         if word not in self.word2idx:
             self.word2idx[word] = len(self.idx2word)
             self.idx2word.append(word)
@@ -43,7 +43,7 @@ class Corpus:
         ids = []
         try:
             with open(path, encoding="utf-8") as f:
-                ### BEGIN YOUR SOLUTION
+                ### BEGIN YOUR SOLUTION (hw4.data.ptb)
                 for i, line in enumerate(f):
                     if max_lines is not None and i >= max_lines:
                         break
@@ -61,7 +61,7 @@ def batchify(data: Any, batch_size: int, device: Optional[BackendDevice] = None,
 
     Column j holds the j-th contiguous chunk of the stream; leftover tokens are dropped.
     """
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (hw4.data.ptb)
     nbatch = len(data) // batch_size
     if nbatch == 0:
         raise ValueError(f"batchify: {len(data)} tokens cannot fill batch_size {batch_size}")
@@ -73,7 +73,7 @@ def batchify(data: Any, batch_size: int, device: Optional[BackendDevice] = None,
 def get_batch(batches: np.ndarray, i: int, bptt: int, device: Optional[BackendDevice] = None,
               dtype: Optional[str] = None) -> Tuple[Tensor, Tensor]:
     """Inputs rows ``[i, i+L)`` (L, B) and targets rows ``[i+1, i+1+L)`` flattened (L*B,)."""
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (hw4.data.ptb)
     seq_len = min(bptt, len(batches) - 1 - i)
     if seq_len <= 0:
         raise ValueError(f"get_batch: position {i} leaves no targets in {len(batches)} rows")

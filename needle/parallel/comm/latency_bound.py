@@ -90,7 +90,7 @@ def recursive_doubling_allreduce(ch: Channel, bufs: RecursiveDoublingBuffers) ->
         truncated = yield ([ch.irecv(tmp, r - 1)], statuses[:1])
         combine(truncated)
     newrank = r // 2 if r < 2 * rem else r - rem
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (collectives.mpi)
     mask = 1
     while mask < p2:
         newpeer = newrank ^ mask
@@ -137,7 +137,7 @@ def binomial_broadcast(ch: Channel, buf: np.ndarray, root: int, chunk: int) -> A
         children = [c for c in children if _forwards((c - root) % p, p)]
     elif parent == root and not _forwards(vr, p):
         pieces = [slice(0, buf.size)]
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (collectives.mpi)
     recvs = [ch.irecv(buf[sl], parent) for sl in pieces] if parent is not None else []
     for k, sl in enumerate(pieces):
         if parent is not None:
@@ -156,7 +156,7 @@ def binomial_reduce(ch: Channel, x: np.ndarray, acc: np.ndarray, root: int, op: 
     pieces = [slice(k, min(k + chunk, x.size)) for k in range(0, x.size, chunk)]
     acc[...] = x
     mask = 1
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (collectives.mpi)
     while mask < p:
         if vr & mask:  # our subtree is complete: send it to the parent and stop
             parent = (vr - mask + root) % p

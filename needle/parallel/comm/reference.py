@@ -59,7 +59,7 @@ def reduce_scatter_segments(flat: List[Array], b: List[int], op: str, shift: int
         return a[b[i % p]:b[i % p + 1]]
 
     acc = [np.empty_like(f) for f in flat]  # what each rank has accumulated so far
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (collectives.reference)
     for s in range(p - 1):
         # Snapshot what every rank sends this step before anyone reduces (messages cross).
         sent = [seg(flat[r] if s == 0 else acc[r], r - s - 1 + shift).copy() for r in range(p)]
@@ -81,7 +81,7 @@ def ring_allgather(xs: List[Array]) -> List[Array]:
     outs = [np.empty(p * n, dtype=flat[0].dtype) for _ in range(p)]
     for r in range(p):
         outs[r][r * n:(r + 1) * n] = flat[r]
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (collectives.reference)
     for s in range(p - 1):
         sent = [outs[r][((r - s) % p) * n:((r - s) % p + 1) * n].copy() for r in range(p)]
         for r in range(p):
@@ -112,7 +112,7 @@ def recursive_doubling_allreduce(xs: List[Array], op: str = "sum") -> List[Array
     for r in range(1, 2 * rem, 2):  # odd ranks absorb their even neighbour
         vals[r] = ufunc(vals[r], vals[r - 1])
     active = [2 * i + 1 if i < rem else i + rem for i in range(p2)]  # new rank -> rank
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (collectives.reference)
     mask = 1
     while mask < p2:
         vals_before = [vals[r] for r in active]

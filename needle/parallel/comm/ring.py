@@ -52,7 +52,7 @@ def ring_reduce_scatter(ch: Channel, x: np.ndarray, acc: np.ndarray, b: List[int
     for j in range(min(DEPTH, len(todo))):
         sl = todo[j][1]
         posted.append(ch.irecv(tmps[j % DEPTH][:sl.stop - sl.start], left))
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (collectives.mpi)
     for j, (s, sl) in enumerate(todo):
         yield [posted[j]]
         tmp = tmps[j % DEPTH][:sl.stop - sl.start]
@@ -78,7 +78,7 @@ def ring_gather(ch: Channel, out: np.ndarray, b: List[int], own: int, chunk: int
     # Gather step s brings segment own - s - 1; receive straight into ``out``.
     todo = [(s, sl) for s in range(p - 1) for sl in _pieces(b, own - s - 1, p, chunk)]
     recvs = [ch.irecv(out[sl], left) for _, sl in todo]
-    ### BEGIN YOUR SOLUTION
+    ### BEGIN YOUR SOLUTION (collectives.mpi)
     for j, (s, sl) in enumerate(todo):
         yield [recvs[j]]
         if s < p - 2:  # forward what just arrived; the last step's pieces stop here

@@ -24,6 +24,7 @@ import numpy as np
 
 from ... import init, ops
 from ...autograd import Tensor
+from ...nn.nn_basic import Linear
 from ...nn.nn_module import Module, Parameter
 from .comms import (
     copy_to_region,
@@ -87,12 +88,10 @@ class ColumnParallelLinear(Module):
         self.gather_output, self.sequence_parallel = gather_output, sequence_parallel
         self.recompute_gather = recompute_gather
         kw = dict(device=device, dtype=dtype)
-        # the serial nn.Linear's draws, in its order: weight (in, out), then bias as (out, 1)
-        self.weight = _shard(init.kaiming_uniform(in_features, out_features, **kw), 1, r, p, **kw)
-        self.bias = None
-        if bias:
-            b = init.kaiming_uniform(out_features, 1, **kw).reshape((1, out_features))
-            self.bias = _shard(b, 1, r, p, **kw)
+        # the serial nn.Linear's own draws (hw2.nn.linear), then this rank's columns of them
+        full = Linear(in_features, out_features, bias=bias, **kw)
+        self.weight = _shard(full.weight, 1, r, p, **kw)
+        self.bias = None if full.bias is None else _shard(full.bias, 1, r, p, **kw)
 
     def forward(self, x: Tensor) -> Tensor:
         """x (..., in) replicated (or (B, T/p, in) under SP) -> (..., out/p) (or out)."""
@@ -126,11 +125,11 @@ class RowParallelLinear(Module):
         self.in_per_rank = divide(in_features, p, "RowParallelLinear in_features")
         self.input_is_parallel, self.sequence_parallel = input_is_parallel, sequence_parallel
         kw = dict(device=device, dtype=dtype)
-        self.weight = _shard(init.kaiming_uniform(in_features, out_features, **kw), 0, r, p, **kw)
+        full = Linear(in_features, out_features, bias=bias, **kw)  # the serial layer's draws
+        self.weight = _shard(full.weight, 0, r, p, **kw)
         self.bias = None
-        if bias:  # replicated, added once after the reduction
-            b = init.kaiming_uniform(out_features, 1, **kw).reshape((1, out_features))
-            self.bias = Parameter(b.numpy(), **kw)
+        if full.bias is not None:  # replicated, added once after the reduction
+            self.bias = Parameter(full.bias.numpy(), **kw)
             self.bias.sequence_parallel = sequence_parallel
 
     def forward(self, x: Tensor) -> Tensor:

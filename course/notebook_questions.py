@@ -1,0 +1,216 @@
+"""Writes the question cells of notebooks/hw1_autograd.ipynb and hw2_nn_training.ipynb.
+
+    python -m course.notebook_questions   # rewrites both notebooks' question part
+
+Each question: what to implement (file, function, exercise id), the spec, a cell grading it
+(``grade("<exercise>")``, course/notebook.py) and a short demonstration. The notebooks' own
+cells after the questions (the walkthrough) are kept.
+"""
+import hashlib
+import json
+from pathlib import Path
+from typing import List, Tuple
+
+ROOT = Path(__file__).resolve().parents[1]
+MARK = "course.notebook_questions"  # metadata tag of the generated cells
+Q = Tuple[str, str, str, str, str]  # exercise, where, function, spec, demonstration
+
+PATH = """import os
+import sys
+
+sys.path.insert(0, os.path.abspath('..'))   # the repository root: needle, apps, course
+"""
+
+SETUP = """import numpy as np
+
+import needle as ndl
+from course.notebook import grade  # grade('hw1.ops.multiply'): that exercise's graded tests
+from needle import nn, ops  # noqa: F401
+
+
+def gradcheck(f, *shapes, eps=1e-6, seed=0):
+    \"\"\"max |autodiff - central differences| of sum(f(*inputs)) over all inputs (float64).\"\"\"
+    rng = np.random.default_rng(seed)
+    arrays = [rng.uniform(0.5, 1.5, s) for s in shapes]
+    ts = [ndl.Tensor(a, dtype='float64') for a in arrays]
+    ops.summation(f(*ts)).backward()
+    err = 0.0
+    for t, a in zip(ts, arrays):
+        for j in range(a.size):
+            ap, am = a.copy(), a.copy()
+            ap.flat[j] += eps
+            am.flat[j] -= eps
+            def val(arr):
+                xs = [ndl.Tensor(arr if x is a else x, dtype='float64') for x in arrays]
+                return float(ops.summation(f(*xs)).numpy())
+            num = (val(ap) - val(am)) / (2 * eps)
+            err = max(err, abs(num - t.grad.numpy().flat[j]))
+    return err
+"""
+
+OPS = "needle/ops/ops_mathematic.py"
+HW1: List[Q] = [
+    ("hw1.ops.multiply", OPS, "EWiseMul.gradient",
+     "d(a*b) is (out_grad * b, out_grad * a); each summed back to its input's shape with "
+     "`unbroadcast` (inputs may broadcast).",
+     "print(gradcheck(lambda a, b: a * b, (3, 4), (3, 4)))"),
+    ("hw1.ops.power", OPS, "EWisePow.gradient",
+     "a ** b for tensors: (b * a ** (b - 1) * out_grad, a ** b * log(a) * out_grad), each "
+     "unbroadcast to its input's shape.", "print(gradcheck(lambda a, b: a ** b, (3,), (3,)))"),
+    ("hw1.ops.power_scalar", OPS, "PowerScalar.compute, PowerScalar.gradient",
+     "compute: `a ** self.scalar` on the NDArray; gradient: scalar * a ** (scalar - 1) * "
+     "out_grad.", "print(gradcheck(lambda a: a ** 3, (2, 3)))"),
+    ("hw1.ops.divide", OPS, "EWiseDiv.compute, EWiseDiv.gradient",
+     "a / b elementwise; gradient (out_grad / b, -out_grad * a / b ** 2), unbroadcast.",
+     "print(gradcheck(lambda a, b: a / b, (2, 3), (2, 3)))"),
+    ("hw1.ops.divide_scalar", OPS, "DivScalar.compute, DivScalar.gradient",
+     "a / scalar; gradient out_grad / scalar. The result keeps a's dtype.",
+     "print(gradcheck(lambda a: a / 4.0, (2, 3)))"),
+    ("hw1.ops.log", OPS, "Log.gradient", "out_grad / a.", "print(gradcheck(ops.log, (4,)))"),
+    ("hw1.ops.exp", OPS, "Exp.gradient", "out_grad * exp(a) (the node itself is exp(a)).",
+     "print(gradcheck(ops.exp, (4,)))"),
+    ("hw1.ops.relu", OPS, "ReLU.gradient",
+     "out_grad where a > 0, else 0 (the mask is a constant: relu is not differentiable twice).",
+     "print(gradcheck(lambda a: ops.relu(a - 1.0), (5,)))"),
+    ("hw1.ops.tanh", OPS, "Tanh.gradient", "out_grad * (1 - tanh(a) ** 2).",
+     "print(gradcheck(ops.tanh, (4,)))"),
+    ("hw1.ops.transpose", OPS, "Transpose.compute, Transpose.gradient",
+     "axes=None swaps the last two axes; axes=(i, j) swaps axes i and j (NDArray.permute). "
+     "The gradient transposes out_grad back.",
+     "print(ops.transpose(ndl.Tensor(np.zeros((2, 3, 4))), (0, 2)).shape)  # (4, 3, 2)"),
+    ("hw1.ops.reshape", OPS, "Reshape.compute, Reshape.gradient",
+     "compute: `a.compact().reshape(shape)` (one -1 allowed); gradient: out_grad reshaped to "
+     "the input's shape.", "print(ops.reshape(ndl.Tensor(np.arange(6.0)), (2, -1)))"),
+    ("hw1.ops.broadcast_to", OPS, "unbroadcast (BroadcastTo.gradient calls it)",
+     "sum grad over the axes an input of `shape` was broadcast along (the leading axes added, "
+     "and each axis of size 1 stretched), then reshape to exactly `shape`.",
+     "print(gradcheck(lambda a: ops.broadcast_to(a, (3, 2, 4)), (2, 1)))"),
+    ("hw1.ops.summation", "needle/ops/ops_reduce.py", "Summation.gradient",
+     "out_grad reshaped to the input's rank (1 on the summed axes, unless keepdims) and "
+     "broadcast back to the input's shape.",
+     "print(gradcheck(lambda a: ops.summation(a, (1,)), (3, 4)))"),
+    ("hw1.ops.matmul", OPS, "MatMul.gradient",
+     "(out_grad @ b^T, a^T @ out_grad), each unbroadcast to its input's shape (batched "
+     "matmul broadcasts the batch axes); an input that does not require grad gets None.",
+     "print(gradcheck(lambda a, b: a @ b, (2, 3, 4), (4, 5)))"),
+    ("hw1.autograd.make_from_op", "needle/autograd.py", "Value.make_from_op",
+     "See its docstring: record the graph only when some input requires grad (and grad mode "
+     "is on); compute now unless LAZY_MODE.",
+     "x = ndl.Tensor([1.0, 2.0]); y = x * x\nprint(type(y.op).__name__, y.requires_grad)"),
+    ("hw1.autograd.topo_sort", "needle/autograd.py", "find_topo_sort",
+     "Every node reachable from node_list, each after all of its inputs (a post-order "
+     "depth-first walk; iterative, so long chains need no recursion).",
+     "x = ndl.Tensor([1.0]); y = ops.exp(x) + x\n"
+     "print([type(n.op).__name__ if n.op else 'leaf' for n in ndl.autograd.find_topo_sort([y])])"),
+    ("hw1.autograd.compute_gradient", "needle/autograd.py", "compute_gradient_of_variables",
+     "See its docstring: adjoints summed in reverse topological order; .grad overwritten on "
+     "leaves and retain_grad tensors; gradient hooks run (DDP, ZeRO and FSDP rely on them).",
+     "x = ndl.Tensor([3.0]); y = x * x + x\ny.backward()\nprint(x.grad)  # 2x + 1 = 7"),
+    ("hw1.simple_ml.nn_epoch", "apps/simple_ml.py", "nn_epoch",
+     "One epoch of SGD on a two-layer ReLU network with needle Tensors, minibatches in order; "
+     "see its docstring for the shapes and the returned (W1, W2).",
+     "import apps.simple_ml as sm\n\nprint(sm.nn_epoch.__doc__.splitlines()[0])"),
+]
+
+HW2: List[Q] = [
+    ("hw2.ops.logsumexp", "needle/ops/ops_logarithmic.py", "LogSumExp.compute, .gradient",
+     "log(sum(exp(z))) over axes, stably: max + log(sum(exp(z - max))); the gradient is "
+     "out_grad * exp(z - max) / sum(exp(z - max)) broadcast back.",
+     "print(ops.logsumexp(ndl.Tensor([[1e4, 1e4]]), (1,)))  # 1e4 + log 2, no overflow"),
+    ("hw2.ops.logsoftmax", "needle/ops/ops_logarithmic.py", "LogSoftmax.compute, .gradient",
+     "z - logsumexp(z) along the last axis; gradient out_grad - softmax(z) * sum(out_grad).",
+     "print(ops.exp(ops.logsoftmax(ndl.Tensor([[1.0, 2.0, 3.0]]))).numpy().sum())  # 1"),
+    ("hw2.init.rand", "needle/init/init_basic.py", "rand, randn, constant, randb, one_hot",
+     "Draw from NumPy's global RNG (np.random.rand / randn) so seeded results match the "
+     "course's; randb: rand <= p; one_hot(n, i): rows of the identity.",
+     "np.random.seed(0); print(ndl.init.rand(2, 2))"),
+    ("hw2.init.fan", "needle/init/init_initializers.py", "xavier_*, kaiming_*",
+     "Glorot & Bengio and He et al.: bounds/stds from fan_in and fan_out (gain sqrt(2) for "
+     "kaiming, the course's ReLU default); each draws through init.rand / init.randn.",
+     "np.random.seed(0); print(ndl.init.kaiming_uniform(3, 2))"),
+    ("hw2.nn.linear", "needle/nn/nn_basic.py", "Linear.__init__, Linear.forward",
+     "See the docstrings: RNG draw order (weight, then bias as (out, 1) with fan_in = out) "
+     "and the bias shape (1, out).",
+     "np.random.seed(1); print(nn.Linear(3, 2)(ndl.Tensor(np.ones((4, 3)))).shape)"),
+    ("hw2.nn.sequential", "needle/nn/nn_basic.py", "Sequential.forward",
+     "Apply each module in order.",
+     "print(nn.Sequential(nn.ReLU(), nn.ReLU())(ndl.Tensor([-1.0, 2.0])))"),
+    ("hw2.nn.softmax_loss", "needle/nn/nn_basic.py", "SoftmaxLoss.forward",
+     "Mean over the batch of logsumexp(z) - z_y (one_hot picks z_y).",
+     "print(nn.SoftmaxLoss()(ndl.Tensor(np.zeros((2, 4))), ndl.Tensor([0, 3])))  # log 4"),
+    ("hw2.nn.batchnorm1d", "needle/nn/nn_basic.py", "BatchNorm1d.forward",
+     "Batch statistics in training (biased variance), running statistics in eval; see the "
+     "docstring for the running update.",
+     "bn = nn.BatchNorm1d(3); y = bn(ndl.Tensor(np.random.randn(8, 3)))\n"
+     "print(y.numpy().mean(0).round(6), bn.running_mean)"),
+    ("hw2.nn.layernorm1d", "needle/nn/nn_basic.py", "LayerNorm1d.forward",
+     "Normalize each row over the last axis, then scale and shift (see the docstring).",
+     "print(nn.LayerNorm1d(4)(ndl.Tensor(np.arange(8.0).reshape(2, 4))).numpy().round(4))"),
+    ("hw2.nn.dropout", "needle/nn/nn_basic.py", "Dropout.forward",
+     "Training: zero with probability p (init.randb), scale the rest by 1/(1-p); eval: "
+     "identity.", "d = nn.Dropout(0.5); d.eval(); print(d(ndl.Tensor([1.0, 2.0])))"),
+    ("hw2.optim.sgd", "needle/optim/optimizer.py", "SGD.step",
+     "The course's momentum rule (see the class docstring): u = m u + (1 - m) g, u0 = 0.",
+     "p = nn.Parameter(ndl.Tensor([1.0])); p.grad = ndl.Tensor([1.0])\n"
+     "ndl.optim.SGD([p], lr=0.1).step(); print(p)  # 0.9"),
+    ("hw2.optim.adam", "needle/optim/optimizer.py", "Adam.step",
+     "Kingma & Ba with bias correction and L2 weight decay folded into g (see the class "
+     "and step docstrings).",
+     "p = nn.Parameter(ndl.Tensor([1.0])); p.grad = ndl.Tensor([1.0])\n"
+     "ndl.optim.Adam([p], lr=0.1).step(); print(p)  # 0.9: Adam's first step is lr * sign(g)"),
+    ("hw2.data.transforms", "needle/data/data_transforms.py",
+     "RandomFlipHorizontal.__call__, RandomCrop.__call__",
+     "Images are H x W x C NumPy arrays; flip along W with probability p; crop = shift by a "
+     "random (dx, dy) within the padding, zeros filling in.",
+     "img = np.arange(6.0).reshape(1, 3, 2)\n"
+     "print(ndl.data.RandomFlipHorizontal(p=1.0)(img)[0, :, 0])"),
+    ("hw2.data.dataloader", "needle/data/data_basic.py", "DataLoader._new_ordering",
+     "The batches of indices for one epoch: in order, or a fresh permutation per epoch "
+     "when shuffle.",
+     "train = ndl.data.digits_datasets()[0]\n"
+     "print(len(list(ndl.data.DataLoader(train, batch_size=500))))"),
+    ("hw2.mlp_resnet", "apps/mlp_resnet.py", "ResidualBlock, MLPResNet, epoch, train_mnist",
+     "The course's MLP ResNet (see the docstrings for the layer order) and its training loop.",
+     "import apps.mlp_resnet as mr\n\nprint(mr.MLPResNet(64, hidden_dim=32, num_blocks=1))"),
+]
+
+
+def _cell(kind: str, text: str) -> dict:
+    cell = {"cell_type": kind, "id": "q" + hashlib.sha1(text.encode()).hexdigest()[:10],
+            "metadata": {"tags": [MARK]}, "source": text.splitlines(True)}
+    if kind == "code":
+        cell.update(outputs=[], execution_count=None)
+    return cell
+
+
+def questions(qs: List[Q]) -> List[dict]:
+    """The cells of the questions: statement, grading cell, demonstration."""
+    cells = [_cell("markdown", "## Part 1: the graded questions\n\nWrite each function where "
+                   "its `### BEGIN YOUR SOLUTION (<exercise>)` marker is, then run the grading "
+                   "cell: it runs that exercise's graded tests (the same as "
+                   "`python -m course.grade --exercise <exercise>` in a terminal) and fails "
+                   "until they pass. The full spec is the docstring next to the stub."),
+             _cell("code", PATH), _cell("code", SETUP)]
+    for n, (ex, where, func, spec, demo) in enumerate(qs, 1):
+        cells.append(_cell("markdown", f"### Question {n}: `{func}` ({ex})\n\n"
+                           f"File: `{where}`. Exercise: `{ex}`.\n\n{spec}"))
+        cells.append(_cell("code", f'grade("{ex}")'))
+        cells.append(_cell("code", demo))
+    cells.append(_cell("markdown", "## Part 2: putting it together"))
+    return cells
+
+
+def rewrite(path: Path, qs: List[Q]) -> None:
+    """Replace the generated cells of ``path`` (after its first cell) by fresh ones."""
+    nb = json.loads(path.read_text())
+    kept = [c for c in nb["cells"] if MARK not in c.get("metadata", {}).get("tags", [])]
+    nb["cells"] = kept[:1] + questions(qs) + kept[1:]
+    nb["nbformat"], nb["nbformat_minor"] = 4, max(nb.get("nbformat_minor", 0), 5)
+    for i, cell in enumerate(nb["cells"]):
+        cell.setdefault("id", f"cell{i}")
+    path.write_text(json.dumps(nb, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    rewrite(ROOT / "notebooks" / "hw1_autograd.ipynb", HW1)
+    rewrite(ROOT / "notebooks" / "hw2_nn_training.ipynb", HW2)
