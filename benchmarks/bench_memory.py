@@ -215,7 +215,7 @@ def bench_lora(steps: int) -> None:
     for mode in ("full", "lora", "qlora"):
         np.random.seed(0)
         model = nn.Sequential(nn.Linear(64, 64))
-        target = x @ (model.layers[0].weight.numpy() + delta) + model.layers[0].bias.numpy()
+        target = x @ (model.modules[0].weight.numpy() + delta) + model.modules[0].bias.numpy()
         if mode == "lora":
             nn.apply_lora(model, r=4, alpha=16)
         elif mode == "qlora":

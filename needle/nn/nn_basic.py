@@ -98,29 +98,30 @@ class GELU(Module):
 class Sequential(Module):
     """Apply modules in order.
 
-    The course stores them in ``self.modules``; here they are ``self.layers`` (and
-    ``seq[i]``, ``len(seq)``, ``iter(seq)``) because ``modules()`` is the Module traversal.
+    As in the course, they are the list ``self.modules`` (``model.modules[1].modules[0]``);
+    ``seq[i]``, ``len(seq)`` and ``iter(seq)`` read it too. PyTorch's ``Module.modules()``
+    traversal is ``named_modules()`` here, since the course's name wins.
     """
 
     def __init__(self, *modules: Module) -> None:
         super().__init__()
-        self.layers = list(modules)
+        self.modules = list(modules)
 
     def forward(self, x: Any) -> Any:
         ### BEGIN YOUR SOLUTION
-        for module in self.layers:
+        for module in self.modules:
             x = module(x)
         return x
         ### END YOUR SOLUTION
 
     def __getitem__(self, i: int) -> Module:
-        return self.layers[i]
+        return self.modules[i]
 
     def __len__(self) -> int:
-        return len(self.layers)
+        return len(self.modules)
 
     def __iter__(self):
-        return iter(self.layers)
+        return iter(self.modules)
 
 
 class Residual(Module):
