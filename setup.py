@@ -17,6 +17,8 @@ setup(
         # coverage: the student-release check; nbclient/ipykernel/matplotlib: the notebooks
         "dev": ["pytest>=7", "hypothesis>=6", "ruff>=0.6", "numexpr>=2.8", "nvidia-cuda-nvrtc-cu12",
                 "nvidia-cuda-runtime-cu12", "coverage>=7", "nbclient>=0.7", "nbformat>=5",
-                "ipykernel>=6", "matplotlib>=3.5"],
+                "ipykernel>=6", "matplotlib>=3.5",
+                # the course's public tests take numerical gradients with numdifftools
+                "numdifftools>=0.9"],
     },
 )

@@ -246,9 +246,11 @@ class Tensor(Value):
 
         The dtype rule (without ``dtype``), the course's hw1 and hw3 behaviour at once:
 
-        - Tensors, NDArrays and NumPy arrays/scalars keep their dtype (``Tensor(np.random.randn(3))``
-          is float64, gradients included, as in hw1's NumPy-backed needle and ``torch.tensor``);
-        - Python lists and scalars give float32 (the hw3/hw4 NDArray's dtype), ints included;
+        - Tensors, NDArrays and NumPy arrays/scalars keep their dtype: ``Tensor(np.ones(3))``
+          is float64, gradients included, as in hw1's NumPy-backed needle and ``torch.tensor``;
+        - Python lists, ints and bools give float32, the hw3/hw4 NDArray's dtype (``Tensor([6])``
+          is float32 and can take a gradient); a bare Python float is a double, float64, as
+          NumPy reads it (hw1 checks ``Tensor(np.random.randn())``, a Python float, in float64);
         - init functions and layers make float32 parameters; optimizers keep each one's dtype;
         - a binary op on two tensors computes in the wider float (float64 + float32 -> float64,
           a float with an int -> the float); a Python scalar never widens a tensor
@@ -267,6 +269,8 @@ class Tensor(Value):
             cached_data = NDArray(array, device=device, dtype=dtype)
         else:
             device = device if device is not None else default_device()
+            if dtype is None and type(array) is float:
+                dtype = "float64"  # a Python float is a double, as NumPy reads it (hw1)
             cached_data = Tensor._array_from_numpy(array, device=device, dtype=dtype)
         requires_grad = bool(requires_grad) and _is_float(cached_data)
         self._init(None, (), cached_data=cached_data, requires_grad=requires_grad)

@@ -178,9 +178,9 @@ class BatchNorm1d(Module):
             mean = x.sum((0,)) / n                                    # (dim,)
             centered = x - mean.reshape((1, self.dim)).broadcast_to(x.shape)
             var = (centered ** 2).sum((0,)) / n
-            m = self.momentum
-            self.running_mean = self.running_mean * (1 - m) + mean.detach() * m
-            self.running_var = self.running_var * (1 - m) + var.detach() * m
+            m, dt = self.momentum, self.running_mean.dtype  # the buffers keep their dtype
+            self.running_mean = self.running_mean * (1 - m) + mean.detach().astype(dt) * m
+            self.running_var = self.running_var * (1 - m) + var.detach().astype(dt) * m
         else:
             mean, var = self.running_mean, self.running_var
             centered = x - mean.reshape((1, self.dim)).broadcast_to(x.shape)
