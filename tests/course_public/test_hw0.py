@@ -13,7 +13,7 @@ from apps.simple_ml import add, nn_epoch, parse_mnist, softmax_loss, softmax_reg
 def test_add():
     assert add(5, 6) == 11
     assert add(3.2, 1.0) == 4.2
-    assert type(add(4., 4)) == float
+    assert type(add(4., 4)) is float
     np.testing.assert_allclose(add(np.array([1, 2]), np.array([3, 4])), np.array([4, 6]))
 
 
