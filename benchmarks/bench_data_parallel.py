@@ -89,11 +89,11 @@ def transformer(seed: int) -> nn.Module:
 def data_for(name: str, batch: int, rank: int) -> Tuple[ndl.Tensor, ndl.Tensor, Callable]:
     rng = np.random.default_rng(rank)
     if name == "transformer":
-        x = ndl.Tensor(rng.integers(0, 96, (32, batch)), requires_grad=False)
+        x = ndl.Tensor(rng.integers(0, 96, (32, batch)), dtype="float32", requires_grad=False)
         y = ndl.Tensor(rng.integers(0, 96, 32 * batch), dtype="int64", requires_grad=False)
         return x, y, lambda net, x, y: nn.SoftmaxLoss()(net(x), y)
     dim = 8 if name == "many_small" else 256
-    x = ndl.Tensor(rng.standard_normal((batch, dim)), requires_grad=False)
+    x = ndl.Tensor(rng.standard_normal((batch, dim)), dtype="float32", requires_grad=False)
     y = ndl.Tensor(rng.integers(0, 8 if name == "many_small" else 10, batch), dtype="int64",
                    requires_grad=False)
     return x, y, lambda net, x, y: nn.SoftmaxLoss()(net(x), y)
@@ -287,7 +287,7 @@ def bench_zero(comm: Any, args: Any) -> List[str]:
         model = zero_model(comm.rank)
         net, opt = build_zero(stage, model, comm)
         x = ndl.Tensor(np.random.default_rng(comm.rank).standard_normal((32, 512)),
-                       requires_grad=False)
+                       dtype="float32", requires_grad=False)
         y = ndl.Tensor(np.arange(32) % 512, dtype="int64", requires_grad=False)
         cases["fsdp" if stage else "ddp"] = train_step(
             net, opt, x, y, lambda n, x, y: nn.SoftmaxLoss()(n(x), y))

@@ -215,14 +215,15 @@ def bench_lora(steps: int) -> None:
     for mode in ("full", "lora", "qlora"):
         np.random.seed(0)
         model = nn.Sequential(nn.Linear(64, 64))
-        target = x @ (model.layers[0].weight.numpy() + delta) + model.layers[0].bias.numpy()
+        target = x @ (model.modules[0].weight.numpy() + delta) + model.modules[0].bias.numpy()
         if mode == "lora":
             nn.apply_lora(model, r=4, alpha=16)
         elif mode == "qlora":
             nn.apply_qlora(model, r=4, alpha=16)
         params = [p for p in model.parameters() if p.requires_grad]
         opt = ndl.optim.Adam(params, lr=0.02)
-        xt, yt = ndl.Tensor(x, requires_grad=False), ndl.Tensor(target, requires_grad=False)
+        xt = ndl.Tensor(x, requires_grad=False)
+        yt = ndl.Tensor(target, dtype="float32", requires_grad=False)
         for _ in range(steps):
             opt.reset_grad()
             loss = ((model(xt) - yt) ** 2).sum() / x.shape[0]

@@ -1,6 +1,14 @@
 """needle: a small, readable deep learning systems framework (CMU 10-414/714 style)."""
 from . import autograd, backend_ndarray, data, init, metrics, nn, ops, optim, quant
-from .autograd import Tensor, TensorTuple, Value, enable_grad, is_grad_enabled, no_grad
+from .autograd import (
+    Tensor,
+    TensorTuple,
+    Value,
+    enable_grad,
+    from_dlpack,
+    is_grad_enabled,
+    no_grad,
+)
 from .backend_ndarray import (
     BackendDevice,
     NDArray,

@@ -252,7 +252,18 @@ class Tensor(Value):
                  dtype: Optional[str] = None, requires_grad: bool = True, **kwargs: Any):
         """Copy ``array`` (Tensor, NDArray, numpy array, list, scalar) to ``device``.
 
-        ``dtype`` defaults to float32, except that Tensors and NDArrays keep their own dtype.
+        The dtype rule (without ``dtype``), the course's hw1 and hw3 behaviour at once:
+
+        - Tensors, NDArrays and NumPy arrays/scalars keep their dtype: ``Tensor(np.ones(3))``
+          is float64, gradients included, as in hw1's NumPy-backed needle and ``torch.tensor``;
+        - Python lists, ints and bools give float32, the hw3/hw4 NDArray's dtype (``Tensor([6])``
+          is float32 and can take a gradient); a bare Python float is a double, float64, as
+          NumPy reads it (hw1 checks ``Tensor(np.random.randn())``, a Python float, in float64);
+        - init functions and layers make float32 parameters; optimizers keep each one's dtype;
+        - a binary op on two tensors computes in the wider float (float64 + float32 -> float64,
+          a float with an int -> the float); a Python scalar never widens a tensor
+          (float32 tensor * 0.1 stays float32): PyTorch's promotion rule.
+
         Only floating-point tensors can require a gradient.
         """
         if isinstance(array, Tensor):
@@ -266,8 +277,9 @@ class Tensor(Value):
             cached_data = NDArray(array, device=device, dtype=dtype)
         else:
             device = device if device is not None else default_device()
-            cached_data = Tensor._array_from_numpy(array, device=device,
-                                                   dtype=dtype if dtype is not None else "float32")
+            if dtype is None and type(array) is float:
+                dtype = "float64"  # a Python float is a double, as NumPy reads it (hw1)
+            cached_data = Tensor._array_from_numpy(array, device=device, dtype=dtype)
         requires_grad = bool(requires_grad) and _is_float(cached_data)
         self._init(None, (), cached_data=cached_data, requires_grad=requires_grad)
 
@@ -382,6 +394,14 @@ class Tensor(Value):
     def numpy(self) -> numpy.ndarray:
         """A NumPy copy of the data."""
         return self.realize_cached_data().numpy()
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        """A DLPack capsule over this tensor's data (``torch.from_dlpack(t)``, no copy)."""
+        return self.realize_cached_data().__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> Tuple[int, int]:
+        """(DLDeviceType, device id) of this tensor's data."""
+        return self.realize_cached_data().__dlpack_device__()
 
     def item(self) -> Any:
         """The value of a one-element tensor as a Python scalar."""
@@ -644,6 +664,15 @@ def find_topo_sort(node_list: List[Value], stop_at_realized: bool = False) -> Li
                     stack.append((inp, False))
     return topo_order
     ### END YOUR SOLUTION
+
+
+def from_dlpack(obj: Any, device: Optional[BackendDevice] = None,
+                requires_grad: bool = False) -> Tensor:
+    """A Tensor over any DLPack producer's memory (torch, NumPy, CuPy, NDArray), not copied
+    unless ``device`` differs; like ``torch.from_dlpack``, it does not require a gradient."""
+    from .backend_ndarray.dlpack import from_dlpack as ndarray_from_dlpack
+    data = ndarray_from_dlpack(obj, device=device)
+    return Tensor.make_const(data, requires_grad=requires_grad and _is_float(data))
 
 
 def sum_node_list(node_list: List[Value]) -> Value:

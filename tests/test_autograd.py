@@ -254,8 +254,10 @@ def test_int_and_bool_tensors_never_require_grad() -> None:
     assert i.dtype == "int64" and not i.requires_grad
     assert b.dtype == "bool" and not b.requires_grad
     assert not (i * 2).requires_grad
-    f = Tensor(np.arange(3))  # python/numpy ints become float32 by default
+    f = Tensor([0, 1, 2])  # Python ints become float32 by default
     assert f.dtype == "float32" and f.requires_grad
+    k = Tensor(np.arange(3))  # a NumPy array keeps its dtype (the course's hw1, torch)
+    assert k.dtype == np.arange(3).dtype.name and not k.requires_grad
     nd_int = ndl.backend_ndarray.array(np.arange(3, dtype=np.int32))
     assert Tensor(nd_int).dtype == "int32" and not Tensor(nd_int).requires_grad
 

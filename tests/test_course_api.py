@@ -241,10 +241,9 @@ def test_module_children_are_every_descendant():
     model = nn.Sequential(inner, nn.Dropout(0.1))
     kids = model._children()
     assert model not in kids
-    # needle's Sequential keeps its list in .layers (the course's .modules would shadow the
-    # Module.modules() traversal)
-    assert {id(m) for m in kids} == {id(inner), id(inner.layers[0]), id(inner.layers[1]),
-                                     id(model.layers[1])}
+    # as in the course, Sequential keeps its list in .modules
+    assert {id(m) for m in kids} == {id(inner), id(inner.modules[0]), id(inner.modules[1]),
+                                     id(model.modules[1])}
     model.eval()
     assert not any(m.training for m in kids)
 

@@ -264,3 +264,107 @@ def test_tensor_matmul_gradient_matches_numpy_bit_for_bit():
     ga, gb = out.op.gradient_as_tuple(ndl.Tensor(g), out)
     np.testing.assert_array_equal(ga.numpy(), g @ np.ascontiguousarray(w.T))
     np.testing.assert_array_equal(gb.numpy(), np.ascontiguousarray(x.T) @ g)
+
+
+# ------------------------------------------------------------------ issue 21 (a): dtypes
+def test_numpy_float64_data_stays_float64_gradients_included():
+    """hw1's needle is NumPy-backed: float64 data stays float64 (its 1e-6 checks need it)."""
+    a = ndl.Tensor(np.random.randn(4, 3))
+    b = ndl.Tensor(np.random.randn(3, 2))
+    out = ndl.summation(ndl.exp(a @ b) / 3.0)
+    assert a.dtype == b.dtype == out.dtype == "float64"
+    out.backward()
+    assert a.grad.dtype == "float64" and b.grad.dtype == "float64"
+    an, bn = a.numpy(), b.numpy()
+    expected = (np.exp(an @ bn) / 3.0) @ bn.T  # d/dA sum(exp(AB)/3), exact in float64
+    np.testing.assert_allclose(a.grad.numpy(), expected, rtol=1e-12)
+
+
+def test_python_data_gives_float32_the_hw3_default():
+    assert ndl.Tensor([[1.5, 2.0]]).dtype == "float32"
+    assert ndl.Tensor([6]).dtype == "float32" and ndl.Tensor([6]).requires_grad
+    assert ndl.Tensor(3).dtype == "float32"
+    assert ndl.Tensor(np.random.randn()).dtype == "float64"  # a Python float: NumPy's double
+    assert ndl.Tensor(np.float32(1.0)).dtype == "float32"   # NumPy scalars keep theirs
+    assert ndl.Tensor(np.array([1, 2], dtype=np.int32)).dtype == "int32"
+    assert ndl.Tensor(np.ones(2), dtype="float32").dtype == "float32"
+    from needle import backend_ndarray as nd
+    assert nd.array([1.0, 2.0]).dtype == "float32"  # hw3's NDArray default
+
+
+def test_mixed_float_ops_follow_one_rule():
+    f32 = ndl.Tensor(np.ones(3, dtype=np.float32))
+    f64 = ndl.Tensor(np.ones(3, dtype=np.float64))
+    i64 = ndl.Tensor(np.arange(3), requires_grad=False)
+    assert (f32 + f64).dtype == "float64" and (f64 * f32).dtype == "float64"  # wider wins
+    assert (f32 * i64).dtype == "float32"                   # an int never widens a float
+    assert (f32 * 0.1).dtype == "float32" and (0.5 - f32).dtype == "float32"  # nor a scalar
+    assert (f32 / np.float64(3.0)).dtype == "float32"
+    y = (f32 * f64).sum()
+    y.backward()
+    assert f32.grad.dtype == "float32" and f64.grad.dtype == "float64"  # grads keep theirs
+
+
+def test_init_gives_float32_and_optimizers_keep_each_parameters_dtype():
+    assert ndl.init.kaiming_uniform(3, 4).dtype == "float32"
+    assert ndl.nn.Linear(3, 4).weight.dtype == "float32"
+    p32 = ndl.nn.Parameter(np.ones((2, 2), dtype=np.float32))
+    p64 = ndl.nn.Parameter(np.ones((2, 2), dtype=np.float64))
+    x = ndl.Tensor(np.random.randn(5, 2))  # float64 data through float32 weights
+    for opt_cls, kw in ((ndl.optim.SGD, {"momentum": 0.9, "weight_decay": 0.01}),
+                        (ndl.optim.Adam, {"weight_decay": 0.01})):
+        opt = opt_cls([p32, p64], lr=0.1, **kw)
+        for _ in range(2):
+            opt.reset_grad()
+            ((x @ p32).sum() + (x @ p64).sum()).backward()
+            opt.step()
+        assert p32.dtype == "float32" and p64.dtype == "float64", opt_cls.__name__
+
+
+def test_batchnorm_buffers_keep_their_dtype_on_float64_input():
+    bn = ndl.nn.BatchNorm1d(3)
+    bn(ndl.Tensor(np.random.randn(8, 3)))
+    assert bn.running_mean.dtype == "float32" and bn.running_var.dtype == "float32"
+
+
+# ------------------------------------------------------------------ issue 21 (b): logsumexp
+def test_logsumexp_gradient_splits_tied_maxima_in_float32():
+    """exp(x - lse) gives each tied maximum weight 1 when lse rounds to max (near 1e9)."""
+    x = ndl.Tensor(np.array([[1e9, 1e9, 0.0], [1e9, 1e9 - 256, 1e9]], dtype=np.float32))
+    ndl.logsumexp(x, axes=(1,)).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [[0.5, 0.5, 0.0], [0.5, 0.0, 0.5]], atol=1e-7)
+    y = ndl.Tensor(np.array([1e9, 1e9], dtype=np.float32))
+    ndl.logsumexp(y).backward()
+    np.testing.assert_allclose(y.grad.numpy(), [0.5, 0.5])
+    z = ndl.Tensor(np.array([[1e9, 1e9]], dtype=np.float32))
+    out = ndl.logsoftmax(z)
+    np.testing.assert_allclose(out.numpy(), [[-np.log(2.0)] * 2], rtol=1e-6)
+    (out * ndl.Tensor(np.array([[1.0, 0.0]], dtype=np.float32))).sum().backward()
+    np.testing.assert_allclose(z.grad.numpy(), [[0.5, -0.5]], atol=1e-7)
+
+
+def test_logsumexp_gradient_is_still_differentiable():
+    x = ndl.Tensor(np.random.randn(3, 4))
+    out = ndl.logsumexp(x, axes=(1,)).sum()
+    out.backward()
+    s = np.exp(x.numpy()) / np.exp(x.numpy()).sum(1, keepdims=True)
+    np.testing.assert_allclose(x.grad.numpy(), s, rtol=1e-12)
+    w = ndl.Tensor(np.random.randn(3, 4), requires_grad=False)
+    (x.grad * w).sum().backward()  # d/dx sum(softmax(x) * w) = s * (w - sum(s * w))
+    wn = w.numpy()
+    np.testing.assert_allclose(x.grad.numpy(), s * (wn - (s * wn).sum(1, keepdims=True)),
+                               rtol=1e-10, atol=1e-12)
+
+
+# ------------------------------------------------------------------ issue 21 (c): modules
+def test_sequential_modules_is_the_courses_list():
+    inner = ndl.nn.Sequential(ndl.nn.Linear(2, 3), ndl.nn.ReLU())
+    model = ndl.nn.Sequential(ndl.nn.Flatten(), inner)
+    assert isinstance(model.modules, list) and len(model.modules) == 2
+    assert model.modules[1].modules[0] is inner.modules[0]
+    assert [type(m).__name__ for _, m in model.named_modules()] == [
+        "Sequential", "Flatten", "Sequential", "Linear", "ReLU"]
+    assert [type(m).__name__ for m in model.children()] == ["Flatten", "Sequential"]
+    assert set(model.state_dict()) == {"modules.1.modules.0.weight", "modules.1.modules.0.bias"}
+    model.eval()
+    assert not inner.modules[0].training

@@ -1,12 +1,15 @@
 """Zero-copy exchange of NDArrays with CuPy, NumPy (CPU side) and PyTorch through DLPack.
 
+``NDArray.__dlpack__`` / ``__dlpack_device__`` (``export``, ``device_of``) make an NDArray a
+DLPack producer like every array library: ``torch.from_dlpack(a)``, ``np.from_dlpack(a)``.
 ``to_dlpack(a)`` returns a CuPy (cuda) or NumPy (cpu) *view* of the NDArray's memory, which
 any DLPack consumer takes without a copy: ``torch.from_dlpack(to_dlpack(a))``.
 ``from_dlpack(obj)`` wraps any producer's memory (``__dlpack__``) as an NDArray. bfloat16
-travels as its uint16 bits through NumPy (which has no bfloat16 in DLPack); ``to_torch``
-reinterprets them.
+travels as its uint16 bits through NumPy (which has no bfloat16 in DLPack); ``export`` marks
+the capsule's dtype kDLBfloat again, and ``to_torch`` reinterprets the bits.
 """
-from typing import Any, Optional
+import ctypes
+from typing import Any, Optional, Tuple
 
 import numpy as np
 
@@ -34,6 +37,81 @@ def to_dlpack(a: Any) -> Any:
         base = base.view(np.uint16)
     return np.lib.stride_tricks.as_strided(base[a.offset:], shape=a.shape,
                                            strides=tuple(s * item for s in a.strides))
+
+
+def device_of(a: Any) -> Tuple[int, int]:
+    """``__dlpack_device__``: (DLDeviceType, device id) of an NDArray."""
+    dev = _ndarray(a).device
+    if dev.name == "cuda":
+        return _CUDA, dev.index
+    if dev.name.startswith("cpu"):
+        return _CPU, 0
+    raise BufferError(f"__dlpack_device__: device {dev!r} has no DLPack device type")
+
+
+def export(a: Any, stream: Any = None, max_version: Optional[Tuple[int, int]] = None,
+           dl_device: Optional[Tuple[int, int]] = None, copy: Optional[bool] = None) -> Any:
+    """``__dlpack__``: a DLPack capsule over ``a``'s memory (the Python array API protocol).
+
+    ``copy=False`` never copies (BufferError where the layout needs one: negative strides);
+    ``copy=True`` always does; ``dl_device`` other than ``a``'s own raises BufferError;
+    ``stream`` must be None on the CPU and is passed to CuPy on CUDA.
+    """
+    a = _ndarray(a)
+    own = device_of(a)
+    if dl_device is not None and tuple(dl_device) != own:
+        raise BufferError(f"__dlpack__: cannot export an array on {a.device!r} (DLPack device "
+                          f"{own}) to DLPack device {tuple(dl_device)}")
+    if own[0] == _CPU and stream is not None:
+        raise BufferError(f"__dlpack__: stream must be None for a CPU array, got {stream!r}")
+    if copy is False and any(s < 0 for s in a.strides):
+        raise BufferError("__dlpack__: negative strides cannot be exported without a copy "
+                          "(DLPack consumers such as torch reject them); pass copy=None/True")
+    if copy:
+        a = _copy(a)
+    kwargs = {} if max_version is None else {"max_version": tuple(max_version)}
+    if own[0] == _CUDA:
+        return to_dlpack(a).__dlpack__(stream=stream, **kwargs)
+    capsule = to_dlpack(a).__dlpack__(**kwargs)
+    if a.dtype == "bfloat16":
+        _mark_bfloat16(capsule)
+    return capsule
+
+
+def _copy(a: Any) -> Any:
+    from .ndarray import NDArray
+    return NDArray(a)  # a fresh compact copy, same dtype and device
+
+
+class _DLTensorHead(ctypes.Structure):
+    """The start of DLPack's DLTensor, up to its dtype (dlpack.h)."""
+
+    _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32),
+                ("device_id", ctypes.c_int32), ("ndim", ctypes.c_int32),
+                ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+_KDL_BFLOAT = 4
+# Offset of dl_tensor in DLManagedTensorVersioned: version (2 x uint32), manager_ctx, deleter,
+# flags (uint64); in the unversioned DLManagedTensor it comes first.
+_VERSIONED_OFFSET = 8 + 2 * ctypes.sizeof(ctypes.c_void_p) + 8
+
+
+def _mark_bfloat16(capsule: Any) -> None:
+    """Retype an exported uint16 capsule as bfloat16 (NumPy cannot export ml_dtypes' type)."""
+    api = ctypes.pythonapi
+    api.PyCapsule_GetName.restype = ctypes.c_char_p
+    api.PyCapsule_GetName.argtypes = [ctypes.py_object]
+    api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+    api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    name = api.PyCapsule_GetName(capsule)
+    ptr = api.PyCapsule_GetPointer(capsule, name)
+    head = _DLTensorHead.from_address(ptr + (_VERSIONED_OFFSET if name.endswith(b"versioned")
+                                             else 0))
+    if (head.code, head.bits, head.lanes) != (1, 16, 1):  # kDLUInt, 16 bits
+        raise BufferError(f"__dlpack__: expected the uint16 bits of a bfloat16 array, got "
+                          f"type code {head.code} with {head.bits} bits")
+    head.code = _KDL_BFLOAT
 
 
 def to_torch(a: Any) -> Any:

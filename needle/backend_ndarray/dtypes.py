@@ -45,9 +45,15 @@ def is_floating(dtype: np.dtype) -> bool:
 
 
 def promote(a: np.dtype, b: np.dtype) -> np.dtype:
-    """The result dtype of a binary op on arrays of dtypes ``a`` and ``b`` (NumPy's rules)."""
+    """The result dtype of a binary op on arrays of dtypes ``a`` and ``b``.
+
+    PyTorch's rule: a float with an int or bool is that float (NumPy would widen float32 with
+    int64 to float64); otherwise NumPy's, the wider type winning.
+    """
     if a == b:
         return a
+    if is_floating(a) != is_floating(b):
+        return a if is_floating(a) else b
     if bfloat16 is not None and bfloat16 in (a, b):
         other = b if a == bfloat16 else a
         # bf16 with ints/bools stays bf16; with another float it widens to that float (>= fp32)

@@ -176,6 +176,19 @@ class NDArray:
         """A NumPy copy."""
         return self._device.to_numpy(self._handle, self._shape, self._strides, self._offset)
 
+    def __dlpack__(self, *, stream: Any = None, max_version: Optional[Tuple[int, int]] = None,
+                   dl_device: Optional[Tuple[int, int]] = None,
+                   copy: Optional[bool] = None) -> Any:
+        """A DLPack capsule over this array's memory: ``torch.from_dlpack(a)`` shares it."""
+        from . import dlpack
+        return dlpack.export(self, stream=stream, max_version=max_version, dl_device=dl_device,
+                             copy=copy)
+
+    def __dlpack_device__(self) -> Tuple[int, int]:
+        """(DLDeviceType, device id): (1, 0) on the CPU, (2, index) on CUDA."""
+        from . import dlpack
+        return dlpack.device_of(self)
+
     def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> np.ndarray:
         """NumPy's array protocol (CPU only): ``np.array(a)``, ``np.linalg.norm(a)`` copy."""
         if self._device.name != "cpu":

@@ -163,7 +163,7 @@ def checkpoint_sequential(modules: Any, segments: Optional[int] = None, x: Tenso
     planner's ``plan.boundaries``) gives the start index of each segment instead, and
     ``checkpoint_last`` checkpoints the last segment too (``plan.checkpoint_last``).
     """
-    mods = list(modules.layers if hasattr(modules, "layers") else modules)
+    mods = list(modules)  # a Sequential iterates over its layers
     if x is None:
         raise TypeError("checkpoint_sequential needs an input tensor x")
     n = len(mods)

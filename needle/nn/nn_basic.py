@@ -109,31 +109,32 @@ class GELU(Module):
 class Sequential(Module):
     """Apply modules in order.
 
-    The course stores them in ``self.modules``; here they are ``self.layers`` (and
-    ``seq[i]``, ``len(seq)``, ``iter(seq)``) because ``modules()`` is the Module traversal.
+    As in the course, they are the list ``self.modules`` (``model.modules[1].modules[0]``);
+    ``seq[i]``, ``len(seq)`` and ``iter(seq)`` read it too. PyTorch's ``Module.modules()``
+    traversal is ``named_modules()`` here, since the course's name wins.
     """
 
     def __init__(self, *modules: Module) -> None:
         super().__init__()
-        self.layers = list(modules)
+        self.modules = list(modules)
 
     def forward(self, x: Any) -> Any:
         """Exercise hw2.nn.sequential: ``x`` through each module in order, each output the next
         module's input."""
         ### BEGIN YOUR SOLUTION (hw2.nn.sequential)
-        for module in self.layers:
+        for module in self.modules:
             x = module(x)
         return x
         ### END YOUR SOLUTION
 
     def __getitem__(self, i: int) -> Module:
-        return self.layers[i]
+        return self.modules[i]
 
     def __len__(self) -> int:
-        return len(self.layers)
+        return len(self.modules)
 
     def __iter__(self):
-        return iter(self.layers)
+        return iter(self.modules)
 
 
 class Residual(Module):
@@ -198,9 +199,9 @@ class BatchNorm1d(Module):
             mean = x.sum((0,)) / n                                    # (dim,)
             centered = x - mean.reshape((1, self.dim)).broadcast_to(x.shape)
             var = (centered ** 2).sum((0,)) / n
-            m = self.momentum
-            self.running_mean = self.running_mean * (1 - m) + mean.detach() * m
-            self.running_var = self.running_var * (1 - m) + var.detach() * m
+            m, dt = self.momentum, self.running_mean.dtype  # the buffers keep their dtype
+            self.running_mean = self.running_mean * (1 - m) + mean.detach().astype(dt) * m
+            self.running_var = self.running_var * (1 - m) + var.detach().astype(dt) * m
         else:
             mean, var = self.running_mean, self.running_var
             centered = x - mean.reshape((1, self.dim)).broadcast_to(x.shape)

@@ -104,7 +104,7 @@ def _replace_linears(model: Module, targets: Optional[Sequence[str]], make: Any)
 
 
 def _freeze_all_but_lora(model: Module) -> None:
-    lora = {id(p) for m in model.modules() if isinstance(m, (LoRALinear, QLoRALinear))
+    lora = {id(p) for _, m in model.named_modules() if isinstance(m, (LoRALinear, QLoRALinear))
             for p in (m.lora_A, m.lora_B)}
     for p in model.parameters():
         p.requires_grad = id(p) in lora
@@ -122,20 +122,20 @@ def apply_lora(model: Module, r: int = 8, alpha: float = 16.0,
 
 def lora_parameters(model: Module) -> List[Parameter]:
     """The trainable LoRA factors A and B of every LoRA layer."""
-    return [p for m in model.modules() if isinstance(m, (LoRALinear, QLoRALinear))
+    return [p for _, m in model.named_modules() if isinstance(m, (LoRALinear, QLoRALinear))
             for p in (m.lora_A, m.lora_B)]
 
 
 def merge_lora(model: Module) -> None:
     """Merge every LoRALinear of ``model``."""
-    for m in model.modules():
+    for _, m in model.named_modules():
         if isinstance(m, LoRALinear):
             m.merge()
 
 
 def unmerge_lora(model: Module) -> None:
     """Unmerge every LoRALinear of ``model``."""
-    for m in model.modules():
+    for _, m in model.named_modules():
         if isinstance(m, LoRALinear):
             m.unmerge()
 

@@ -5,7 +5,7 @@ tuples and dicts of them), in attribute order, as the course's ``_unpack_params`
 Everything is deduplicated by identity, so a weight shared by two layers (tied embeddings) is
 one parameter: listed once, updated once by an optimizer, saved once in a state_dict.
 
-State dicts map dotted names (``"layers.0.weight"``) to **NumPy arrays** (copies), so a state
+State dicts map dotted names (``"modules.0.weight"``) to **NumPy arrays** (copies), so a state
 dict is a device-independent snapshot that ``ndl.save`` can write and any device can load.
 """
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Set, Tuple
@@ -68,10 +68,14 @@ class Module:
 
     def _children(self) -> List["Module"]:
         """Every descendant module, not this one (the course's name for it)."""
-        return [m for m in self.modules() if m is not self]
+        return [m for _, m in self.named_modules() if m is not self]
 
     def named_modules(self, prefix: str = "") -> Iterator[Tuple[str, "Module"]]:
-        """(dotted name, module) for this module and every descendant, each once."""
+        """(dotted name, module) for this module and every descendant, each once.
+
+        PyTorch's ``modules()`` traversal lives here: the course's ``Sequential.modules`` is
+        its list of layers (``model.modules[1].modules[0]``), and the course's name wins.
+        """
         seen: Set[int] = set()
         stack = [(prefix, self)]
         while stack:
@@ -82,10 +86,6 @@ class Module:
             yield name, module
             kids = [(f"{name}.{n}" if name else n, m) for n, m in module.named_children()]
             stack.extend(reversed(kids))
-
-    def modules(self) -> List["Module"]:
-        """This module and all its descendants."""
-        return [m for _, m in self.named_modules()]
 
     def _named_tensors(self, want_params: bool) -> Iterator[Tuple[str, Tensor]]:
         """Depth-first in attribute order (the course's ``_unpack_params`` order), deduplicated."""
@@ -129,7 +129,7 @@ class Module:
     # ------------------------------------------------------------------ modes
     def train(self, mode: bool = True) -> "Module":
         """Set training mode on this module and all descendants."""
-        for m in self.modules():
+        for _, m in self.named_modules():
             m.training = mode
         return self
 

@@ -48,8 +48,14 @@ class LogSumExp(TensorOp):
         ### BEGIN YOUR SOLUTION (hw2.ops.logsumexp)
         Z = node.inputs[0]
         keep = keepdims_shape(Z.shape, self.axes)
-        lse = broadcast_to(reshape(node, keep), Z.shape)
-        return broadcast_to(reshape(out_grad, keep), Z.shape) * exp(Z - lse)
+        axes = normalize_axes(self.axes, Z.ndim)
+        # softmax as exp(z - max) / sum(exp(z - max)), not exp(z - lse): in float32 near 1e9
+        # lse rounds to max and each tied maximum would get weight 1. The max is a constant
+        # (softmax does not depend on the shift), so the gradient stays differentiable.
+        z_max = Z.realize_cached_data().max(axis=axes, keepdims=True).broadcast_to(Z.shape)
+        e = exp(Z - Tensor.make_const(z_max))
+        probs = e / broadcast_to(summation(e, axes, keepdims=True), Z.shape)
+        return broadcast_to(reshape(out_grad, keep), Z.shape) * probs
         ### END YOUR SOLUTION
 
 
@@ -68,9 +74,11 @@ class LogSoftmax(TensorOp):
         """Exercise hw2.ops.logsoftmax: Z - logsumexp(Z) along ``self.axis`` (with LogSumExp's
         compute)."""
         ### BEGIN YOUR SOLUTION (hw2.ops.logsoftmax)
-        lse = LogSumExp((self.axis,)).compute(Z)
-        keep = keepdims_shape(Z.shape, self.axis)
-        return Z - lse.reshape(keep).broadcast_to(Z.shape)
+        # (z - max) - log(sum(exp(z - max))), not z - lse: lse near 1e9 in float32 loses the
+        # log(sum) term (tied maxima would give log-probabilities 0).
+        shifted = Z - Z.max(axis=self.axis, keepdims=True).broadcast_to(Z.shape)
+        total = shifted.exp().sum(axis=self.axis, keepdims=True).log()
+        return shifted - total.broadcast_to(Z.shape)
         ### END YOUR SOLUTION
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:

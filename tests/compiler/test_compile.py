@@ -217,7 +217,7 @@ def test_attribute_state_is_replayed():
     for _ in range(3):
         f(ndl.Tensor(rng.integers(0, 50, (8, 3)), dtype="int64"),
           ndl.Tensor(rng.integers(0, 50, 24), dtype="int64"))
-    attn = [m for m in model[1].modules() if hasattr(m, "probs")]
+    attn = [m for _, m in model[1].named_modules() if hasattr(m, "probs")]
     before = [a.probs for a in attn]
     x = rng.integers(0, 50, (8, 3))
     f(ndl.Tensor(x, dtype="int64"), ndl.Tensor(rng.integers(0, 50, 24), dtype="int64"))

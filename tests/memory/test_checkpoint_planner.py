@@ -48,7 +48,7 @@ def test_uniform_chain_gives_about_sqrt_n_segments():
 def test_plan_executes_with_equal_gradients():
     model = nn.Sequential(*[m for _ in range(6) for m in (nn.Linear(8, 8), nn.ReLU())])
     x = ndl.Tensor(np.random.randn(16, 8).astype(np.float32), requires_grad=False)
-    act, out, cost = profile_chain(model.layers, x)
+    act, out, cost = profile_chain(model.modules, x)
     assert act[0] == 2 * 16 * 8 * 4 and act[1] == 16 * 8 * 4   # Linear: matmul + add; ReLU
     plan = plan_checkpoints(act, budget=0.5 * sum(act), out=out, cost=cost)
     grads = []

@@ -22,9 +22,9 @@ def test_lora_starts_as_base_and_freezes_base():
     model = _model()
     x = ndl.Tensor(np.random.randn(4, 16).astype(np.float32), requires_grad=False)
     before = model(x).numpy()
-    base_w = [model.layers[0].weight, model.layers[2].weight]
+    base_w = [model.modules[0].weight, model.modules[2].weight]
     nn.apply_lora(model, r=4, alpha=8)
-    assert isinstance(model.layers[0], nn.LoRALinear)
+    assert isinstance(model.modules[0], nn.LoRALinear)
     np.testing.assert_array_equal(model(x).numpy(), before)          # B = 0 at init
     trainable = [p for p in model.parameters() if p.requires_grad]
     assert {id(p) for p in trainable} == {id(p) for p in nn.lora_parameters(model)}
@@ -38,8 +38,8 @@ def test_lora_starts_as_base_and_freezes_base():
 def test_lora_gradient_matches_formula_and_merge_roundtrip():
     model = _model()
     nn.apply_lora(model, r=2, alpha=4, target_modules=["0"])
-    lo = model.layers[0]
-    assert isinstance(model.layers[2], nn.Linear)                     # not targeted
+    lo = model.modules[0]
+    assert isinstance(model.modules[2], nn.Linear)                     # not targeted
     lo.lora_B.data = ndl.Tensor(np.random.randn(2, 32).astype(np.float32))
     x = np.random.randn(5, 16).astype(np.float32)
     xt = ndl.Tensor(x, requires_grad=False)
@@ -93,9 +93,9 @@ def test_nf4_bytes_and_error(double_quant, bpp):
 
 def test_qlora_forward_backward_use_dequantized_weight():
     model = _model()
-    w = model.layers[0].weight.numpy()
+    w = model.modules[0].weight.numpy()
     nn.apply_qlora(model, r=4, alpha=8, target_modules=["0"])
-    ql = model.layers[0]
+    ql = model.modules[0]
     wq = ql.qweight.dequantize()
     x = ndl.Tensor(np.random.randn(3, 16).astype(np.float32))
     out = ql(x)
@@ -115,7 +115,7 @@ def test_qlora_finetune_close_to_full_finetune():
     for mode in ("full", "qlora"):
         np.random.seed(0)
         model = nn.Sequential(nn.Linear(32, 16))
-        target = x @ (model.layers[0].weight.numpy() + delta) + model.layers[0].bias.numpy()
+        target = x @ (model.modules[0].weight.numpy() + delta) + model.modules[0].bias.numpy()
         if mode == "qlora":
             nn.apply_qlora(model, r=4, alpha=4)
         params = [p for p in model.parameters() if p.requires_grad]

@@ -27,22 +27,22 @@ class Tied(nn.Module):
 def test_parameters_deduplicated_and_named():
     m = Tied()
     names = [n for n, _ in m.named_parameters()]
-    assert names == ["a.weight", "a.bias", "b.bias", "extra.scale", "blocks.1.layers.0.weight",
-                     "blocks.1.layers.0.bias"]
+    assert names == ["a.weight", "a.bias", "b.bias", "extra.scale", "blocks.1.modules.0.weight",
+                     "blocks.1.modules.0.bias"]
     params = m.parameters()
     assert len(params) == 6 and len({id(p) for p in params}) == 6
     assert m.num_parameters() == 16 + 4 + 4 + 4 + 8 + 2
     assert all(isinstance(p, nn.Parameter) for p in params)
     assert [type(c).__name__ for c in m.children()] == ["Linear", "Linear", "ReLU", "Sequential"]
-    assert len(m.modules()) == 6  # Tied, a, b, ReLU, Sequential, inner Linear
+    assert len(list(m.named_modules())) == 6  # Tied, a, b, ReLU, Sequential, inner Linear
 
 
 def test_train_eval_recursive():
     m = Tied()
     assert m.eval() is m
-    assert all(not x.training for x in m.modules())
+    assert all(not x.training for _, x in m.named_modules())
     m.train()
-    assert all(x.training for x in m.modules())
+    assert all(x.training for _, x in m.named_modules())
 
 
 def test_state_dict_round_trip_with_buffers():
@@ -50,19 +50,19 @@ def test_state_dict_round_trip_with_buffers():
     m = nn.Sequential(nn.Linear(3, 5), nn.BatchNorm1d(5))
     m(ndl.Tensor(np.random.randn(8, 3)))  # move running stats off their initial values
     sd = m.state_dict()
-    assert set(sd) == {"layers.0.weight", "layers.0.bias", "layers.1.weight", "layers.1.bias",
-                       "layers.1.running_mean", "layers.1.running_var"}
+    assert set(sd) == {"modules.0.weight", "modules.0.bias", "modules.1.weight", "modules.1.bias",
+                       "modules.1.running_mean", "modules.1.running_var"}
     assert all(isinstance(v, np.ndarray) for v in sd.values())
     m2 = nn.Sequential(nn.Linear(3, 5), nn.BatchNorm1d(5))
-    assert not np.allclose(m2.state_dict()["layers.0.weight"], sd["layers.0.weight"])
+    assert not np.allclose(m2.state_dict()["modules.0.weight"], sd["modules.0.weight"])
     m2.load_state_dict(sd)
     for k, v in m2.state_dict().items():
         np.testing.assert_array_equal(v, sd[k], err_msg=k)
     x = ndl.Tensor(np.random.randn(4, 3))
     np.testing.assert_array_equal(m.eval()(x).numpy(), m2.eval()(x).numpy())
     # the state dict is a snapshot: later training does not change it
-    sd["layers.0.weight"][...] = 0
-    assert not np.allclose(m.state_dict()["layers.0.weight"], 0)
+    sd["modules.0.weight"][...] = 0
+    assert not np.allclose(m.state_dict()["modules.0.weight"], 0)
 
 
 def test_load_state_dict_errors():

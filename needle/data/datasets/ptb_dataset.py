@@ -72,7 +72,11 @@ def batchify(data: Any, batch_size: int, device: Optional[BackendDevice] = None,
 
 def get_batch(batches: np.ndarray, i: int, bptt: int, device: Optional[BackendDevice] = None,
               dtype: Optional[str] = None) -> Tuple[Tensor, Tensor]:
-    """Inputs rows ``[i, i+L)`` (L, B) and targets rows ``[i+1, i+1+L)`` flattened (L*B,)."""
+    """Inputs rows ``[i, i+L)`` (L, B) and targets rows ``[i+1, i+1+L)`` flattened (L*B,).
+
+    Token ids come back as float32 Tensors unless ``dtype`` says otherwise, as the course's
+    (float32-only) hw4 needle gives them; exact for ids below 2**24.
+    """
     ### BEGIN YOUR SOLUTION (hw4.data.ptb)
     seq_len = min(bptt, len(batches) - 1 - i)
     if seq_len <= 0:
@@ -80,5 +84,6 @@ def get_batch(batches: np.ndarray, i: int, bptt: int, device: Optional[BackendDe
     data = batches[i:i + seq_len]
     target = batches[i + 1:i + 1 + seq_len].reshape(-1)
     ### END YOUR SOLUTION
+    dtype = dtype if dtype is not None else "float32"
     return (Tensor(data, device=device, dtype=dtype, requires_grad=False),
             Tensor(target, device=device, dtype=dtype, requires_grad=False))

@@ -1,8 +1,8 @@
 """Checkpoints that change the pipeline layout: save at pp=p, load at any pp=q (pp=1 included).
 
 A stage is a run of consecutive layers of one ``nn.Sequential``; stage s writes
-``stage<s>.ndl`` with its layers renamed to their *global* index ("layers.5.weight" rather than
-the stage-local "layers.1.weight"). Loading merges every stage file and keeps the layers the new
+``stage<s>.ndl`` with its layers renamed to their *global* index ("modules.5.weight" rather than
+the stage-local "modules.1.weight"). Loading merges every stage file and keeps the layers the new
 stage holds, so any partition (or the whole model on one rank) can read it.
 """
 import glob
@@ -18,7 +18,7 @@ __all__ = ["save_stage", "load_stage"]
 
 
 def _index(name: str) -> int:
-    """The layer index of a Sequential's state name ("layers.<i>.<rest>")."""
+    """The layer index of a Sequential's state name ("modules.<i>.<rest>")."""
     return int(name.split(".", 2)[1])
 
 

@@ -97,11 +97,11 @@ class FullyShardedDataParallel(Module):
                                  "wrapped module (the root unit is implicit)")
         # Which modules hold each parameter as their own attribute (two for a tied weight).
         holders: Dict[int, List[int]] = {}
-        for m in module.modules():
+        for _, m in module.named_modules():
             for _, value in m._items():
                 if isinstance(value, Parameter):
                     holders.setdefault(id(value), []).append(id(m))
-        subtrees = [{id(x) for x in m.modules()} for m in chosen]
+        subtrees = [{id(x) for _, x in m.named_modules()} for m in chosen]
         owned: List[List[Tuple[str, Tensor]]] = [[] for _ in chosen]
         root: List[Tuple[str, Tensor]] = []
         for name, p in module.named_parameters():

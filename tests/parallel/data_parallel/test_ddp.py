@@ -226,7 +226,7 @@ def mismatched(comm, wrapper):
 def test_different_shapes_on_ranks_raise_on_every_rank(backend, wrapper):
     for r, msg in enumerate(run_ranks(backend, 3, mismatched, wrapper, timeout=60)):
         assert msg is not None, f"rank {r} did not raise"
-        assert "parameter 'layers.0.weight' has shape (5, 9) (float32) on rank 1 but (5, 8) " \
+        assert "parameter 'modules.0.weight' has shape (5, 9) (float32) on rank 1 but (5, 8) " \
                "(float32) on rank 0" in msg and f"seen from rank {r}" in msg
 
 

@@ -145,7 +145,7 @@ def bad_push(comm):
         if ps.is_server:
             ps.serve()
             return None
-        name = "layers.0.weight"
+        name = "modules.0.weight"
         ps.pull(name)
         shape = (5, 8) if comm.rank != 2 else (8, 5)
         ps.push(name, np.zeros(shape))
@@ -161,7 +161,7 @@ def test_wrong_shape_push_is_an_error_on_every_rank():
     for msg in msgs:
         assert msg is not None
         assert "worker rank 2 pushed a gradient of shape (8, 5) for parameter " \
-               "'layers.0.weight', whose shape is (5, 8)" in msg
+               "'modules.0.weight', whose shape is (5, 8)" in msg
 
 
 def test_bad_arguments():

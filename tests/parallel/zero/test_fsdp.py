@@ -144,7 +144,7 @@ def mixed(comm, precision):
     fsdp = FullyShardedDataParallel(build("deep", SEED + comm.rank), comm,
                                     mixed_precision=precision)
     seen = []
-    inner = fsdp.module.layers[0]
+    inner = fsdp.module.modules[0]
     real = inner.forward  # FSDP's wrapper around the layer
 
     def spy(x):
