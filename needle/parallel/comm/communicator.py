@@ -58,15 +58,15 @@ class Communicator(PointToPoint):
     def __init__(self, comm: Any, timeout: Optional[float] = None,
                  chunk_bytes: Optional[int] = None) -> None:
         """``comm``: an mpi4py communicator or a transport (``transport_*.py``)."""
-        base = comm if hasattr(comm, "poll") else MPITransport(comm)
+        env = os.environ.get("NEEDLE_COMM_TIMEOUT", "60")
+        self.timeout = float(env if timeout is None else timeout)
+        base = comm if hasattr(comm, "poll") else MPITransport(comm, timeout=self.timeout)
         # Private contexts: collectives, p2p headers and p2p payloads never match each other's
         # messages, nor the user's own MPI messages.
         self._t, self._hdr_t, self._data_t = base.dup(), base.dup(), base.dup()
         self.transport = self._t
         self.rank: int = self._t.rank
         self.size: int = self._t.size
-        env = os.environ.get("NEEDLE_COMM_TIMEOUT", "60")
-        self.timeout = float(env if timeout is None else timeout)
         self.chunk_bytes = int(chunk_bytes or os.environ.get("NEEDLE_RING_CHUNK", 1 << 20))
         self.stats: Dict[str, Stat] = {}
         self.ledger = Ledger()
