@@ -18,6 +18,7 @@ synchronous step of one process on the concatenated batch.
 """
 from typing import Any, Dict, List, Optional
 
+from ..comm.agree import agree, optimizer_settings
 from ..data_parallel.ddp import replicate_from_rank0
 from ..data_parallel.replicas import check_same_shapes
 from .consistency import staleness_of
@@ -41,6 +42,9 @@ class ParameterServer:
         if not timeout > 0:
             raise ValueError(f"parameter server (rank {comm.rank}): timeout must be > 0, got "
                              f"{timeout!r}")
+        agree(comm, "ParameterServer", dict(
+            {"consistency": consistency, "staleness": s, "num_servers": num_servers,
+             "timeout": timeout}, **optimizer_settings((optimizer_class, optimizer_kwargs))))
         self.comm, self.consistency, self.staleness = comm, consistency, s
         named = list(model.named_parameters())
         check_same_shapes(comm, named, "ParameterServer")

@@ -32,6 +32,7 @@ from ... import autograd
 from ...autograd import Tensor
 from ...backend_ndarray.dtypes import to_numpy_dtype
 from ...optim import SGD, Adam
+from ..comm.agree import agree, optimizer_settings
 from ..data_parallel.buckets import Bucket, BucketReducer, assign_buckets
 from ..data_parallel.replicas import (
     broadcast_tensors,
@@ -119,6 +120,9 @@ class ZeroRedundancyOptimizer:
                              f"{bucket_cap_mb!r} (rank {comm.rank})")
         groups = _param_groups(params)
         _check_optimizer(optimizer_class, groups, defaults, comm.rank)
+        agree(comm, "ZeroRedundancyOptimizer", dict(
+            {"stage": stage, "bucket_cap_mb": bucket_cap_mb, "param_groups": len(groups)},
+            **optimizer_settings((optimizer_class, defaults))))
         self.comm, self.stage = comm, stage
         group_of: Dict[int, int] = {}
         self.params: List[Tensor] = []
