@@ -24,6 +24,7 @@ naming each rank's pending call.  An exception on any rank is re-raised in the c
 ``RankFailedError`` naming the rank (the other ranks run on until they finish or wait on the
 failed one, then stop).
 """
+import os
 import random
 import sys
 import threading
@@ -104,6 +105,8 @@ class Cluster:
         sched = Scheduler(k, PROCESS_STATE)
         caller_state = sched.snapshot()
         world = World(sched, self.trace)
+        world.timeout = float(os.environ.get("NEEDLE_COMM_TIMEOUT", "60")
+                              if self.timeout is None else self.timeout)
         members = list(range(k))
         results: List[Any] = [None] * k
 

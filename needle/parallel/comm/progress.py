@@ -15,7 +15,6 @@ else whether a receive was truncated), ``wait(item, timeout, describe)`` (poll u
 raise ``CommTimeoutError``) and ``idle()`` (called when a nonblocking ``test`` found nothing), so
 the same generators, checks, timeouts and counters run over both.
 """
-import time
 from typing import Any, Callable, Dict, Generator, List, Optional
 
 Stat = Dict[str, int]
@@ -108,10 +107,7 @@ class Work:
 
     MPI moves messages only while some rank calls into it, so long computations between start and
     ``wait()`` should call ``test()`` now and then to keep a pipelined collective flowing.  On the
-    virtual cluster a ``test()`` that finds nothing lets the other ranks run.  Like ``wait()``,
-    ``test()`` is bounded by the timeout: once tests have found no progress for ``timeout``
-    seconds in a row it raises ``CommTimeoutError`` (a rank polling ``test()`` in a loop while
-    its peer has died would otherwise spin forever).
+    virtual cluster a ``test()`` that finds nothing lets the other ranks run.
     """
 
     def __init__(self, gen: Algorithm, transport: Any, timeout: float,
@@ -119,7 +115,6 @@ class Work:
         self._gen, self._transport, self._timeout = gen, transport, timeout
         self._describe, self._finish = describe, finish
         self._done, self._result = False, None
-        self._stalled_since: Optional[float] = None
         self._advance(None)
 
     def _advance(self, truncated: Optional[bool]) -> None:
@@ -133,19 +128,10 @@ class Work:
         while not self._done:
             truncated = self._transport.poll(self._item)
             if truncated is None:
-                self._stalled()
                 self._transport.idle()
                 return False
-            self._stalled_since = None
             self._advance(truncated)
         return True
-
-    def _stalled(self) -> None:
-        now = time.monotonic()
-        if self._stalled_since is None:
-            self._stalled_since = now
-        elif now - self._stalled_since > self._timeout:
-            raise CommTimeoutError(self._describe())
 
     def is_completed(self) -> bool:
         """True once the call has finished (does not make progress)."""
