@@ -279,8 +279,11 @@ def run_ps(comm: Any, args: Any) -> Dict[str, Any]:
     sent = sum(s["bytes_sent"] for s in comm.stats.values())
     everyone = comm.allgather(np.array([[seconds, len(history), sent]], dtype=np.float64))
     reads = [e for e in log if e.event == "read"]
+    histories = _gather_histories(comm, history, everyone)
     return {"strategy": f"ps-{args.consistency}", "ranks": comm.size,
-            "history": history, "worker_histories": _gather_histories(comm, history, everyone),
+            "history": history, "worker_histories": histories,
+            "first_loss": float(np.mean([h[0][1] for h in histories.values()])),
+            "last_loss": float(np.mean([h[-1][1] for h in histories.values()])),
             "seconds": float(everyone[:, 0].max()),
             "samples_per_s": float(everyone[1:, 1].sum() * args.batch / everyone[:, 0].max()),
             "bytes_sent": everyone[:, 2].astype(int).tolist(),

@@ -146,7 +146,7 @@ def report(out: Dict[str, Any]) -> List[str]:
     """The figures as lines of text."""
     lines = []
     for k, v in out.items():
-        if k in ("losses", "history"):
+        if k in ("losses", "history", "worker_histories"):
             continue
         if isinstance(v, float):
             v = f"{v:.6g}"
