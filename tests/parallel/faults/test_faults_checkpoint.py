@@ -5,7 +5,7 @@ import os
 
 import numpy as np
 import pytest
-from mpi_helpers import run_ranks
+from mpi_helpers import BACKENDS, run_ranks
 
 from needle import nn, serialization
 from needle.parallel.pipeline import partition
@@ -36,14 +36,15 @@ def _load(comm, directory):
             for k, v in stages[comm.rank].state_dict().items()}
 
 
-def test_pp2_save_over_a_pp4_folder_loads_only_the_pp2_weights(tmp_path):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_pp2_save_over_a_pp4_folder_loads_only_the_pp2_weights(tmp_path, backend):
     """pp=4 leaves stage2/stage3.ndl behind; the pp=2 save's manifest never names them."""
-    run_ranks("virtual", 4, _save, str(tmp_path), 0)
-    run_ranks("virtual", 2, _save, str(tmp_path), 1)
+    run_ranks(backend, 4, _save, str(tmp_path), 0)
+    run_ranks(backend, 2, _save, str(tmp_path), 1)
     assert os.path.exists(tmp_path / "stage3.ndl")  # the stale file is still there
     want = build(1).state_dict()
     got = {}
-    for part in run_ranks("virtual", 2, _load, str(tmp_path)):
+    for part in run_ranks(backend, 2, _load, str(tmp_path)):
         got.update(part)
     assert set(got) == set(want)
     for k in want:
@@ -134,3 +135,27 @@ def test_fsdp_truncated_index_or_corrupt_shard_names_the_file(tmp_path):
     shard.write_bytes(bytes(raw))
     err = run_ranks("virtual", 2, _fsdp, str(tmp_path), False)[1]
     assert str(shard) in err and "checksum" in err
+
+
+def _zero_state(comm, save_mb, load_mb):
+    import needle as ndl
+    from needle.parallel import ZeroRedundancyOptimizer
+    np.random.seed(2)
+    model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 4))
+    opt = ZeroRedundancyOptimizer(model.parameters(), ndl.optim.Adam, comm,
+                                  bucket_cap_mb=save_mb, lr=0.1)
+    state = opt.state_dict()
+    again = ZeroRedundancyOptimizer(model.parameters(), ndl.optim.Adam, comm,
+                                    bucket_cap_mb=load_mb, lr=0.1)
+    try:
+        again.load_state_dict(state)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
+def test_zero_state_from_another_bucket_layout_is_refused():
+    """zip() of the shard optimizers used to load state laid out for other pieces silently."""
+    assert run_ranks("virtual", 2, _zero_state, 25.0, 25.0) == [None, None]
+    for r, err in enumerate(run_ranks("virtual", 2, _zero_state, 25.0, 1e-4)):
+        assert f"ZeroRedundancyOptimizer (rank {r}): state saved at stage 1" in err, err
