@@ -66,3 +66,23 @@ def check_dtype(call: str, dtype: Any, rank: int, size: int, reduce: bool = Fals
         what = "reduced" if reduce else "sent"
         raise TypeError(f"{call} on rank {rank} of {size}: arrays of dtype {dt} cannot be "
                         f"{what}")
+
+
+def check_int(call: str, name: str, value: Any, rank: int, size: int) -> int:
+    """``value`` as an int (a split's color or key), else a ``TypeError`` naming it."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{_where(call, name, value, rank, size)}: {name} must be an int, not "
+                        f"{type(value).__name__}")
+    return int(value)
+
+
+def check_timeout(timeout: Any, env: str = "NEEDLE_COMM_TIMEOUT") -> float:
+    """The communicator's timeout in seconds: a positive number (``env`` names its source)."""
+    try:
+        value = float(timeout)
+    except (TypeError, ValueError):
+        raise ValueError(f"the communicator timeout must be a number of seconds, got "
+                         f"{timeout!r} ({env})") from None
+    if not value > 0:
+        raise ValueError(f"the communicator timeout must be > 0 seconds, got {timeout!r} ({env})")
+    return value

@@ -59,7 +59,8 @@ class Communicator(PointToPoint):
                  chunk_bytes: Optional[int] = None) -> None:
         """``comm``: an mpi4py communicator or a transport (``transport_*.py``)."""
         env = os.environ.get("NEEDLE_COMM_TIMEOUT", "60")
-        self.timeout = float(env if timeout is None else timeout)
+        self.timeout = args.check_timeout(env if timeout is None else timeout,
+                                          "NEEDLE_COMM_TIMEOUT" if timeout is None else "timeout=")
         base = comm if hasattr(comm, "poll") else MPITransport(comm, timeout=self.timeout)
         # Private contexts: collectives, p2p headers and p2p payloads never match each other's
         # messages, nor the user's own MPI messages.
@@ -264,6 +265,8 @@ class Communicator(PointToPoint):
         """Sub-communicators of the ranks with equal ``color``, ordered by ``key`` (collective).
 
         The new communicator has its own ``stats``, ``ledger`` and regions."""
+        color, key = (args.check_int("split", n, v, self.rank, self.size)
+                      for n, v in (("color", color), ("key", key)))
         child = self._t.split(color, key, self._exchange)
         comm = Communicator(child, self.timeout, self.chunk_bytes)
         child.free()  # the new communicator works on its own copies

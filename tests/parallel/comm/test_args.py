@@ -66,3 +66,19 @@ def test_bad_arguments_name_the_argument_value_rank_and_call(backend: str) -> No
             assert err is not None, f"{case} on rank {r} did not raise"
             assert want.format(r=r) in err, (case, err)
         assert after == [0.0, 2.0, 4.0]  # the root's array: the group is still in step
+
+
+def _split_with_a_str_key(comm):
+    comm.split(comm.rank, key="a")
+
+
+def test_split_key_and_timeout_are_checked(monkeypatch):
+    from needle.parallel import RankFailedError, virtual
+    with pytest.raises(RankFailedError, match="split\\(key='a'\\) on rank 0 of 2: key must be "
+                                              "an int, not str"):
+        virtual.run(2, _split_with_a_str_key)
+    with pytest.raises(ValueError, match="timeout must be > 0 seconds, got 0 \\(timeout=\\)"):
+        virtual.run(2, _split_with_a_str_key, timeout=0)
+    monkeypatch.setenv("NEEDLE_COMM_TIMEOUT", "abc")
+    with pytest.raises(ValueError, match="got 'abc' \\(NEEDLE_COMM_TIMEOUT\\)"):
+        virtual.run(2, _split_with_a_str_key)
