@@ -72,3 +72,15 @@ def test_virtual_run_returns_when_a_rank_polls_test_forever():
         virtual.run(2, _poll_while_peer_times_out, timeout=0.5)
     assert time.monotonic() - start < 5
     assert all(isinstance(e, CommTimeoutError) for e in info.value.errors.values())
+
+
+@pytest.mark.mpi
+def test_a_stuck_parameter_server_worker_cannot_keep_the_job_alive():
+    """ASP goes on without the silent worker, then the job ends (it used to wait forever)."""
+    from mpi_helpers import mpiexec
+    res, took = _job([mpiexec(), "-n", "3", sys.executable,
+                      str(PARALLEL_TESTS / "faults" / "worker_ps_stuck.py")])
+    assert "server done; presumed dead: [2]" in res.stdout, res.stdout + res.stderr
+    assert "worker 1 trained 6 steps" in res.stdout
+    assert res.returncode != 0 and "worker ranks [2] were presumed dead" in res.stderr
+    assert took < 4 * TIMEOUT + 2, took
