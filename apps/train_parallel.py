@@ -109,6 +109,11 @@ def finish_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argpars
             p.error(f"--{dest} must be at least 1, not {getattr(args, dest)}")
     if not args.lr > 0:
         p.error(f"--lr must be > 0, not {args.lr}")
+    if s in ("pp", "3d"):  # each data-parallel replica cuts its rows into microbatches
+        rows = args.batch // (args.dp if s == "3d" else 1)
+        if args.microbatches < 1 or rows % args.microbatches:
+            p.error(f"--microbatches {args.microbatches} does not divide the {rows} rows of "
+                    f"--batch {args.batch}" + (f" / --dp {args.dp}" if s == "3d" else ""))
     return args
 
 

@@ -30,6 +30,8 @@ def parse(*argv):
     (["--strategy", "ps", "--staleness", "3"], "--staleness applies to --consistency ssp"),
     (["--strategy", "pp", "--device", "cuda"], "--device cuda does not apply"),
     (["--strategy", "fsdp", "--lr", "0"], "--lr must be > 0"),
+    (["--strategy", "pp", "--batch", "6", "--microbatches", "4"],
+     "--microbatches 4 does not divide the 6 rows of --batch 6"),
 ])
 def test_options_that_cannot_work_are_refused_at_start_up(capsys, argv, message):
     with pytest.raises(SystemExit):
