@@ -47,9 +47,10 @@ def test_plain_mpiexec_ends_when_a_rank_dies(mode, when):
     ("exit3", "rank 1 ended first: it exited with code 3."),
     ("raise", "rank 1 ended first: it raised RuntimeError: rank 1 fails on purpose."),
 ])
-def test_launcher_names_the_rank_and_how_without_its_own_traceback(mode, how):
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_launcher_names_the_rank_and_how_without_its_own_traceback(mode, how, when):
     res, took = _job([sys.executable, "-m", "needle.parallel.launch", "-n", "2", WORKER,
-                      mode, "after"])
+                      mode, when])
     assert res.returncode != 0 and took < 4 * TIMEOUT, (took, res.stderr)
     assert how in res.stderr, res.stderr
     own = [line for line in res.stderr.splitlines() if not line.lstrip().startswith("[")]
