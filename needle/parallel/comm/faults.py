@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Dict
 
 REPORT_DIR_ENV = "NEEDLE_LAUNCH_DIR"
+GUARD_ENV = "NEEDLE_EXIT_GUARD_PID"  # the rank that installed the exit guard
 
 
 def rank_from_env() -> str:
@@ -121,6 +122,10 @@ def install_exit_guard() -> None:
     """Under an MPI launcher: a rank that ends before MPI starts still ends the job (above)."""
     if not under_mpi_launcher() or getattr(sys.excepthook, "needle_guard", False):
         return
+    # A process a rank started inherits the launcher's environment but is no rank itself.
+    if os.environ.get(GUARD_ENV, str(os.getpid())) != str(os.getpid()):
+        return
+    os.environ[GUARD_ENV] = str(os.getpid())
     previous = sys.excepthook
 
     def hook(kind: Any, value: Any, tb: Any) -> None:
@@ -165,3 +170,4 @@ def remove_exit_guard() -> None:
     if getattr(hook, "needle_guard", False):
         sys.excepthook = hook.previous  # type: ignore[attr-defined]
     atexit.unregister(_finalize_if_never_started)
+    os.environ.pop(GUARD_ENV, None)

@@ -85,3 +85,13 @@ def test_a_stuck_parameter_server_worker_cannot_keep_the_job_alive():
     assert "worker 1 trained 6 steps" in res.stdout
     assert res.returncode != 0 and "worker ranks [2] were presumed dead" in res.stderr
     assert took < 4 * TIMEOUT + 2, took
+
+
+@pytest.mark.mpi
+def test_the_exit_guard_leaves_a_ranks_child_processes_alone():
+    """A child inherits mpiexec's environment; it used to join MPI start-up at exit (PMI)."""
+    from mpi_helpers import mpiexec
+    res, _ = _job([mpiexec(), "-n", "2", sys.executable,
+                   str(PARALLEL_TESTS / "faults" / "worker_spawns_child.py")])
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.count("child 0 \n") + res.stdout.count("child 0\n") == 2, res.stdout
