@@ -73,6 +73,14 @@ class Digits:
 
     def batches(self, rank: int, world: int) -> Iterator[Tuple[ndl.Tensor, ndl.Tensor]]:
         """This rank's batches, epoch after epoch (the same epoch shuffle on every rank)."""
+        each = len(self.train) // world
+        if self.args.batch > each:  # drop_last: every epoch would be empty, forever
+            raise ValueError(f"--batch {self.args.batch} is more than the {each} training "
+                             f"examples each of the {world} ranks gets ({len(self.train)} in "
+                             "all): use a smaller --batch")
+        return self._batches(rank, world)
+
+    def _batches(self, rank: int, world: int) -> Iterator[Tuple[ndl.Tensor, ndl.Tensor]]:
         sampler = ndl.data.DistributedSampler(self.train, world, rank, seed=self.args.seed,
                                               drop_last=True)
         loader = ndl.data.DataLoader(self.train, self.args.batch, sampler=sampler,
@@ -271,11 +279,27 @@ def run_ps(comm: Any, args: Any) -> Dict[str, Any]:
     sent = sum(s["bytes_sent"] for s in comm.stats.values())
     everyone = comm.allgather(np.array([[seconds, len(history), sent]], dtype=np.float64))
     reads = [e for e in log if e.event == "read"]
+    histories = _gather_histories(comm, history, everyone)
     return {"strategy": f"ps-{args.consistency}", "ranks": comm.size,
-            "history": history, "seconds": float(everyone[:, 0].max()),
+            "history": history, "worker_histories": histories,
+            "first_loss": float(np.mean([h[0][1] for h in histories.values()])),
+            "last_loss": float(np.mean([h[-1][1] for h in histories.values()])),
+            "seconds": float(everyone[:, 0].max()),
             "samples_per_s": float(everyone[1:, 1].sum() * args.batch / everyone[:, 0].max()),
             "bytes_sent": everyone[:, 2].astype(int).tolist(),
             "max_staleness_read": max((e.clock - e.min_clock for e in reads), default=0)}
+
+
+def _gather_histories(comm: Any, history: List[Tuple[float, float]],
+                      everyone: np.ndarray) -> Dict[int, List[Tuple[float, float]]]:
+    """Every worker's (seconds, loss) history, on every rank (padded to the longest)."""
+    longest = int(everyone[:, 1].max())
+    mine = np.full((1, max(longest, 1), 2), np.nan)
+    if history:
+        mine[0, :len(history)] = history
+    allh = comm.allgather(mine)
+    return {r: [(float(t), float(v)) for t, v in allh[r, :int(everyone[r, 1])]]
+            for r in range(comm.size) if everyone[r, 1] > 0}
 
 
 STRATEGIES: Dict[str, Callable[[Any, Any], Dict[str, Any]]] = {

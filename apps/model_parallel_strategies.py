@@ -133,8 +133,8 @@ def _train(comm: Any, args: Any, step_fn: Callable[[int], float], params: List[A
             print(f"step {step:4d}  loss {loss:.4f}", flush=True)
     secs = time.perf_counter() - start
     tokens = args.steps * args.batch * args.seq_len
-    return {"first_loss": losses[0], "last_loss": losses[-1], "seconds": secs,
-            "tokens_per_s": tokens / secs}
+    return {"losses": losses, "first_loss": losses[0], "last_loss": losses[-1],
+            "seconds": secs, "tokens_per_s": tokens / secs}
 
 
 def run_tp(comm: Any, args: Any) -> Dict[str, Any]:

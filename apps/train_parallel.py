@@ -11,13 +11,19 @@
 ``STRATEGIES`` maps a name to ``fn(comm, args) -> dict of figures``; the data-parallel ones come
 from ``data_parallel_strategies.py``, the model-parallel ones (tp, pp, 3d, moe) from
 ``model_parallel_strategies.py``. Rank 0 prints one line per figure and, with ``--plot``, writes
-a PNG: the loss curve, and per-rank peak memory and bytes sent per step.
+a PNG of what the strategy measured: the loss curve (per worker for ``ps``), and per-rank peak
+memory and bytes sent where measured.
+
+Each option is registered once; the two families' own defaults (``--steps`` is 60 for the
+data-parallel strategies, 20 for the model-parallel ones) are filled in after parsing, and an
+option given to a strategy that does not use it (``OPTION_USERS``) is refused, as is input that
+cannot work (zero steps, a batch larger than the data).
 """
 import argparse
 import json
 import os
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -34,11 +40,42 @@ STRATEGIES: Dict[str, Callable[[Any, Any], Dict[str, Any]]] = {**dp.STRATEGIES,
                                                                 **mp.STRATEGIES}
 
 
+DP, MP = sorted(dp.STRATEGIES), sorted(mp.STRATEGIES)
+# option (dest) -> the strategies that use it; options not listed work for every strategy
+OPTION_USERS: Dict[str, List[str]] = {
+    "task": DP, "dtype": DP, "seed": DP, "check": [s for s in DP if s != "ps"],
+    "bucket_mb": ["ddp", "zero1", "zero2"], "mixed_precision": ["fsdp"],
+    "consistency": ["ps"], "staleness": ["ps"], "straggler": ["ps"], "ps_lr": ["ps"],
+    "seq_len": MP, "d_model": MP, "heads": MP, "layers": MP, "chars": MP,
+    "schedule": ["pp", "3d"], "microbatches": ["pp", "3d"], "chunks": ["pp", "3d"],
+    "timeline": ["pp", "3d"], "dp": ["3d"], "pp": ["3d"], "tp": ["3d"],
+    "experts": ["moe"], "top_k": ["moe"],
+    "sequence_parallel": [],  # the app's transformer does not scatter the sequence: refused
+}
+
+
+class _Family:
+    """Takes a strategies module's ``add_argument`` calls: the real parser gets each option
+    once with default None (so that what the user gave is known); defaults are kept here."""
+
+    def __init__(self, parser: argparse.ArgumentParser, defaults: Dict[str, Any]) -> None:
+        self.parser, self.defaults = parser, defaults
+
+    def add_argument(self, *flags: str, **kw: Any) -> None:
+        dest = kw.get("dest") or flags[0].lstrip("-").replace("-", "_")
+        store_true = kw.get("action") == "store_true"
+        self.defaults[dest] = kw.get("default", False if store_true else None)
+        if dest not in {a.dest for a in self.parser._actions}:
+            self.parser.add_argument(*flags, **dict(kw, default=None))
+
+
+DEFAULTS: Dict[str, Dict[str, Any]] = {"dp": {}, "mp": {}}
+
+
 def parser() -> argparse.ArgumentParser:
-    """Every strategy's options (shared names keep the data-parallel meaning)."""
+    """Every strategy's options, each once (``finish_args`` fills in the family's defaults)."""
     p = argparse.ArgumentParser(prog="python -m apps.train_parallel",
-                                description=__doc__.splitlines()[0],
-                                conflict_handler="resolve")
+                                description=__doc__.splitlines()[0])
     p.add_argument("--strategy", choices=sorted(STRATEGIES), required=True)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--plot", default="", help="write the figures to this PNG (rank 0)")
@@ -46,9 +83,38 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--blas-threads", type=int, default=1,
                    help="BLAS threads per rank (ranks x threads should not exceed the cores)")
-    mp.add_arguments(p)
-    dp.add_arguments(p)
+    mp.add_arguments(_Family(p, DEFAULTS["mp"]))
+    dp.add_arguments(_Family(p, DEFAULTS["dp"]))
     return p
+
+
+def finish_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    """Refuse options the strategy does not use and input that cannot work; fill defaults."""
+    s = args.strategy
+    for dest, users in OPTION_USERS.items():
+        if getattr(args, dest, None) is not None and s not in users:
+            flag = "--" + dest.replace("_", "-")
+            where = f"it is for {', '.join(users)}" if users else "no strategy supports it yet"
+            p.error(f"{flag} does not apply to --strategy {s} ({where})")
+    if s in MP and args.device != "cpu":
+        p.error(f"--device {args.device} does not apply to --strategy {s} (its model is built "
+                "on the CPU)")
+    if s == "ps" and args.staleness is not None and args.consistency != "ssp":
+        p.error(f"--staleness applies to --consistency ssp, not {args.consistency or 'bsp'}")
+    for dest, value in DEFAULTS["dp" if s in DP else "mp"].items():
+        if getattr(args, dest, None) is None:
+            setattr(args, dest, value)
+    for dest in ("steps", "batch"):
+        if getattr(args, dest) < 1:
+            p.error(f"--{dest} must be at least 1, not {getattr(args, dest)}")
+    if not args.lr > 0:
+        p.error(f"--lr must be > 0, not {args.lr}")
+    if s in ("pp", "3d"):  # each data-parallel replica cuts its rows into microbatches
+        rows = args.batch // (args.dp if s == "3d" else 1)
+        if args.microbatches < 1 or rows % args.microbatches:
+            p.error(f"--microbatches {args.microbatches} does not divide the {rows} rows of "
+                    f"--batch {args.batch}" + (f" / --dp {args.dp}" if s == "3d" else ""))
+    return args
 
 
 def limit_blas_threads(n: int) -> None:
@@ -85,7 +151,7 @@ def report(out: Dict[str, Any]) -> List[str]:
     """The figures as lines of text."""
     lines = []
     for k, v in out.items():
-        if k in ("losses", "history"):
+        if k in ("losses", "history", "worker_histories"):
             continue
         if isinstance(v, float):
             v = f"{v:.6g}"
@@ -95,42 +161,66 @@ def report(out: Dict[str, Any]) -> List[str]:
     return lines
 
 
-def plot(out: Dict[str, Any], path: str) -> None:
-    """Loss curve, per-rank peak memory and bytes sent per step."""
+def plot(out: Dict[str, Any], path: str) -> bool:
+    """Draw what the strategy measured (loss; peak memory and bytes sent per rank where
+    measured) to ``path``; False (and no file) if it measured none of them."""
+    panels = [k for k in ("peak_bytes", "bytes_sent_per_step", "bytes_sent") if out.get(k)]
+    curves = _loss_curves(out)
+    if not curves and not panels:
+        return False
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    losses = out.get("losses") or [loss for _, loss in out.get("history", [])]
-    axes[0].plot(losses)
-    axes[0].set(xlabel="step", ylabel="loss", title=f"{out.get('strategy')} on "
-                f"{out.get('ranks')} ranks")
-    for ax, key, label in ((axes[1], "peak_bytes", "peak MiB"),
-                           (axes[2], "bytes_sent_per_step", "MiB sent / step")):
-        vals = np.asarray(out.get(key, []), dtype=float) / 2 ** 20
+    n = int(bool(curves)) + len(panels)
+    fig, axes = plt.subplots(1, n, figsize=(4.3 * n, 3.6), squeeze=False)
+    axes = list(axes[0])
+    title = f"{out.get('strategy')} on {out.get('ranks')} ranks"
+    if curves:
+        ax = axes.pop(0)
+        for label, (xs, ys, xlabel) in curves.items():
+            ax.plot(xs, ys, label=label)
+        ax.set(xlabel=xlabel, ylabel="loss", title=title)
+        if len(curves) > 1:
+            ax.legend(fontsize=7)
+    labels = {"peak_bytes": "peak MiB", "bytes_sent_per_step": "MiB sent / step",
+              "bytes_sent": "MiB sent"}
+    for ax, key in zip(axes, panels):
+        vals = np.asarray(out[key], dtype=float) / 2 ** 20
         ax.bar(range(len(vals)), vals)
-        ax.set(xlabel="rank", ylabel=label)
+        ax.set(xlabel="rank", ylabel=labels[key], title=title if not curves else "")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return True
+
+
+def _loss_curves(out: Dict[str, Any]) -> Dict[str, Tuple[list, list, str]]:
+    """label -> (x, loss, x label): the mean loss per step, or each ps worker's over time."""
+    if out.get("losses"):
+        return {"loss": (list(range(len(out["losses"]))), out["losses"], "step")}
+    return {f"worker rank {r}": ([t for t, _ in h], [v for _, v in h], "seconds")
+            for r, h in sorted(out.get("worker_histories", {}).items()) if h}
 
 
 def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     """Run one strategy on this rank; rank 0 prints (and plots) the figures."""
-    args = parser().parse_args(argv)
+    p = parser()
+    args = finish_args(p, p.parse_args(argv))
     limit_blas_threads(args.blas_threads)
     from needle.parallel import communicator
     comm = communicator.create()
     args.device = pick_device(args.device, comm)
     out = STRATEGIES[args.strategy](comm, args)
+    out.setdefault("strategy", args.strategy)
+    out.setdefault("ranks", comm.size)
     if comm.rank != 0:
         wait_quietly(comm)  # rank 0 may still time a single-process run: leave it the cores
         return out
     print(f"{args.strategy} on {comm.size} ranks ({args.device}):", flush=True)
     print("\n".join(report(out)), flush=True)
     if args.plot:
-        plot(out, args.plot)
-        print(f"{'plot':>34}: {args.plot}")
+        drawn = plot(out, args.plot)
+        print(f"{'plot':>34}: {args.plot if drawn else 'nothing measured to draw, none written'}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({k: v for k, v in out.items()}, f, default=float)

@@ -181,8 +181,10 @@ def cost_model_lines(results: Results, comm: Communicator) -> List[str]:
     if not sizes:
         return []
     model = CostModel.fit(sizes, [results[s][("sendrecv", "p2p")] for s in sizes])
+    # a fit on noisy timings (a loaded machine, two sizes) can give beta = 0
+    bandwidth = f"{1e-9 / model.beta:.1f} GB/s" if model.beta > 0 else "fit failed: beta = 0"
     lines = [f"alpha-beta model fitted to Sendrecv: alpha = {model.alpha * 1e6:.2f} us, "
-             f"beta = {model.beta * 1e12:.1f} ps/byte ({1e-9 / model.beta:.1f} GB/s)",
+             f"beta = {model.beta * 1e12:.1f} ps/byte ({bandwidth})",
              f"{'size':>9} {'ring predicted_us':>18} {'measured_us':>12} {'measured/pred':>14}"]
     for size in (s for s in sizes if s >= 1 << 20):
         cluster = virtual.Cluster(p, trace=True)

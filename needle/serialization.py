@@ -7,6 +7,10 @@ File layout (safetensors-style, https://github.com/huggingface/safetensors):
     H bytes   UTF-8 JSON header: {"tree": <structure>, "arrays": [{dtype, shape, offset, nbytes}]}
     ...       the raw little-endian bytes of every array, in header order
 
+Every array's entry carries the CRC-32 of its bytes and the path of its leaf ("obj['w']"), and
+the header carries the CRC-32 of its own tree and table ("crc32"), so a flipped byte anywhere in
+the file is refused on load, naming the file and the array.
+
 The structure is a JSON tree of dicts/lists/tuples/scalars whose array leaves point into the
 array table, so loading only parses JSON and copies bytes: nothing in the file can run code.
 Arrays keep their exact dtype (bfloat16 included, by name). Floats are stored as ``float.hex``
@@ -18,6 +22,7 @@ import json
 import os
 import struct
 import tempfile
+import zlib
 from typing import Any, BinaryIO, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -39,7 +44,7 @@ class CheckpointError(ValueError):
 
 
 # ---------------------------------------------------------------------------- encoding
-def _encode(obj: Any, arrays: List[np.ndarray], path: str) -> Any:
+def _encode(obj: Any, arrays: List[Tuple[str, np.ndarray]], path: str) -> Any:
     """The JSON node for ``obj``; array leaves are appended to ``arrays``."""
     if obj is None or isinstance(obj, (bool, str)):
         return {"t": "const", "v": obj}
@@ -50,13 +55,13 @@ def _encode(obj: Any, arrays: List[np.ndarray], path: str) -> Any:
     if isinstance(obj, bytes):
         return {"t": "bytes", "v": obj.hex()}
     if isinstance(obj, Tensor):
-        return _encode_array(obj.numpy(), arrays, "tensor", requires_grad=obj.requires_grad)
+        return _encode_array(obj.numpy(), arrays, "tensor", path, requires_grad=obj.requires_grad)
     if isinstance(obj, NDArray):
-        return _encode_array(obj.numpy(), arrays, "ndarray")
+        return _encode_array(obj.numpy(), arrays, "ndarray", path)
     if isinstance(obj, np.ndarray):
-        return _encode_array(obj, arrays, "numpy")
+        return _encode_array(obj, arrays, "numpy", path)
     if isinstance(obj, np.generic):
-        return _encode_array(np.asarray(obj), arrays, "npscalar")
+        return _encode_array(np.asarray(obj), arrays, "npscalar", path)
     if isinstance(obj, dict):
         items = []
         for k, v in obj.items():
@@ -71,39 +76,52 @@ def _encode(obj: Any, arrays: List[np.ndarray], path: str) -> Any:
                     "dicts/lists/tuples of Tensors, NDArrays, numpy arrays, numbers, str, None")
 
 
-def _encode_array(arr: np.ndarray, arrays: List[np.ndarray], kind: str, **extra: Any) -> Dict:
+def _encode_array(arr: np.ndarray, arrays: List[Tuple[str, np.ndarray]], kind: str,
+                  path: str = "obj", **extra: Any) -> Dict:
     name = arr.dtype.name
     if name not in _DTYPES:
         raise TypeError(f"ndl.save: unsupported array dtype {name!r}; supported: {_DTYPES}")
-    arrays.append(arr if arr.flags.c_contiguous else arr.copy(order="C"))  # keeps 0-d
+    little = arr if arr.dtype.byteorder != ">" else arr.astype(arr.dtype.newbyteorder("<"))
+    arrays.append((path, little if little.flags.c_contiguous else little.copy(order="C")))
     return {"t": kind, "v": len(arrays) - 1, **extra}
 
 
-def _header(tree: Any, arrays: List[np.ndarray]) -> Tuple[bytes, List[int]]:
+def _crc(a: np.ndarray) -> int:
+    """CRC-32 of a C-contiguous array's bytes."""
+    return zlib.crc32(a.reshape(-1).view(np.uint8))
+
+
+def _header_crc(tree: Any, table: List[Dict]) -> int:
+    """CRC-32 of the header's tree and table, as JSON (stable: loading keeps key order)."""
+    return zlib.crc32(json.dumps({"tree": tree, "arrays": table},
+                                 separators=(",", ":")).encode())
+
+
+def _header(tree: Any, arrays: List[Tuple[str, np.ndarray]]) -> Tuple[bytes, List[int]]:
     table, offsets, pos = [], [], 0
-    for a in arrays:
+    for leaf, a in arrays:
         pos = -(-pos // _ALIGN) * _ALIGN
         table.append({"dtype": a.dtype.name, "shape": list(a.shape), "offset": pos,
-                      "nbytes": a.nbytes})
+                      "nbytes": a.nbytes, "name": leaf, "crc32": _crc(a)})
         offsets.append(pos)
         pos += a.nbytes
-    header = json.dumps({"tree": tree, "arrays": table}, separators=(",", ":")).encode()
+    header = json.dumps({"tree": tree, "arrays": table, "crc32": _header_crc(tree, table)},
+                        separators=(",", ":")).encode()
     return header, offsets
 
 
-def _write(f: BinaryIO, tree: Any, arrays: List[np.ndarray]) -> None:
+def _write(f: BinaryIO, tree: Any, arrays: List[Tuple[str, np.ndarray]]) -> None:
     header, offsets = _header(tree, arrays)
     f.write(MAGIC + struct.pack("<Q", len(header)) + header)
     start = f.tell()
-    for a, off in zip(arrays, offsets):
+    for (_, a), off in zip(arrays, offsets):
         f.write(b"\0" * (start + off - f.tell()))
-        little = a if a.dtype.byteorder != ">" else a.astype(a.dtype.newbyteorder("<"))
-        f.write(little.reshape(-1).view(np.uint8).tobytes())
+        f.write(a.reshape(-1).view(np.uint8).tobytes())
 
 
 def save(obj: Any, path: str) -> None:
     """Write ``obj`` (nested dicts/lists of Tensors, arrays and scalars) to ``path`` atomically."""
-    arrays: List[np.ndarray] = []
+    arrays: List[Tuple[str, np.ndarray]] = []
     tree = _encode(obj, arrays, "obj")
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
@@ -160,7 +178,20 @@ def _read_header(raw: bytes, path: str) -> Tuple[Dict[str, Any], int]:
         raise _fail(path, f"corrupt JSON header ({type(e).__name__})") from None
     if not isinstance(header, dict) or "tree" not in header or "arrays" not in header:
         raise _fail(path, "header lacks 'tree'/'arrays'")
+    _check_header_crc(header, path)
     return header, 16 + hlen
+
+
+def _check_header_crc(header: Dict[str, Any], path: str) -> None:
+    """The header's own checksum; files written before checksums existed have none at all."""
+    table = header["arrays"]
+    new = "crc32" in header or (isinstance(table, list) and any(
+        isinstance(e, dict) and ("crc32" in e or "name" in e) for e in table))
+    if not new:
+        return
+    if header.get("crc32") != _header_crc(header["tree"], table):
+        raise CheckpointError(f"ndl.load: {path}: the header's checksum does not match (the "
+                              "file is corrupt)")
 
 
 def _read_arrays(raw: bytes, table: Any, start: int, path: str) -> List[np.ndarray]:
@@ -183,6 +214,10 @@ def _read_arrays(raw: bytes, table: Any, start: int, path: str) -> List[np.ndarr
         if offset < 0 or lo + nbytes > len(raw):
             raise _fail(path, f"array {i} runs past the end of the file (truncated?)")
         arr = np.frombuffer(raw, dtype=dtype, count=nbytes // dtype.itemsize, offset=lo)
+        if "crc32" in entry and _crc(arr) != entry["crc32"]:
+            raise CheckpointError(f"ndl.load: {path}: array {i} ({entry.get('name', '?')}, "
+                                  f"{dtype_name}{list(shape)}) does not match its checksum "
+                                  "(the file is corrupt)")
         out.append(arr.astype(dtype.newbyteorder("=")).reshape(shape))
     return out
 

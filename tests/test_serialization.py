@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import needle as ndl
-from needle import nn
+from needle import nn, serialization
 
 pytestmark = pytest.mark.hw2
 
@@ -185,6 +185,8 @@ def _rewrite_header(path, mutate):
     (hlen,) = struct.unpack("<Q", raw[8:16])
     header = json.loads(raw[16:16 + hlen])
     mutate(header)
+    # A hostile writer recomputes the header checksum: the checks behind it must still hold.
+    header["crc32"] = serialization._header_crc(header["tree"], header["arrays"])
     new = json.dumps(header).encode()
     path.write_bytes(raw[:8] + struct.pack("<Q", len(new)) + new + raw[16 + hlen:])
 
@@ -209,6 +211,39 @@ def test_tampered_or_truncated_checkpoints_are_refused(tmp_path):
         ndl.load(path)
     with pytest.raises(FileNotFoundError, match="missing.ndl"):
         ndl.load(tmp_path / "missing.ndl")
+
+
+def _corrupt_copies(good: bytes, start: int):
+    """(what, bytes) pairs: one flipped bit per array payload, 4 KiB zeroed, a flipped scalar."""
+    flipped = bytearray(good)
+    flipped[start + 8 * 1000 + 3] ^= 0x10  # inside "w", element 1000
+    yield "obj['w']", bytes(flipped)
+    zeroed = bytearray(good)
+    zeroed[start + 8000:start + 8000 + 4096] = bytes(4096)  # 4 KiB in the middle of "w"
+    yield "array 0 (obj['w']", bytes(zeroed)
+    flipped = bytearray(good)
+    flipped[-1] ^= 0x01  # the last byte of "b"
+    yield "obj['b']", bytes(flipped)
+    at = good.index(b"0x1.999999999999ap-4")  # the float 0.1 in the header's tree
+    yield "header's checksum", good[:at] + b"0x1.999999999999bp-4" + good[at + 20:]
+
+
+def test_corrupt_payload_or_header_is_refused_naming_file_and_array(tmp_path):
+    """A checkpoint with a byte flipped or 4 KiB zeroed loads with an error, never silently."""
+    import struct
+    path = tmp_path / "c.ndl"
+    rng = np.random.default_rng(1)
+    ndl.save({"w": rng.standard_normal(2000), "b": rng.standard_normal(600).astype(np.float32),
+              "lr": 0.1}, path)
+    good = path.read_bytes()
+    (hlen,) = struct.unpack("<Q", good[8:16])
+    start = 16 + hlen  # array 0 ("w") starts here
+    assert ndl.load(path)["lr"] == 0.1
+    for what, bad in _corrupt_copies(good, start):
+        path.write_bytes(bad)
+        with pytest.raises(serialization.CheckpointError) as info:
+            ndl.load(path)
+        assert str(path) in str(info.value) and what in str(info.value), str(info.value)
 
 
 def test_deeply_nested_header_is_refused_cleanly(tmp_path):

@@ -28,6 +28,7 @@ every op output (no fused kernels), so Megatron's per-layer constants do not app
 backward then adds the adjoints alive at once, found by replaying backward's visiting order
 on sizes only (``backward_liveness_peak``).
 """
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -124,10 +125,14 @@ def _factored_bytes(shape: Tuple[int, ...], itemsize: int = 4) -> int:
 
 
 def optimizer_state_bytes(shapes: Sequence[Tuple[int, ...]], optimizer: str,
-                          precision: str = "fp32") -> Tuple[float, str]:
-    """(bytes, formula) of optimizer state for parameters of ``shapes``."""
+                          precision: str = "fp32",
+                          counts: Optional[Sequence[int]] = None) -> Tuple[float, str]:
+    """(bytes, formula) of optimizer state for parameters of ``shapes`` (``counts[i]`` copies
+    of shape i: a model of L identical layers is its layer's shapes, L times each, so the cost
+    does not grow with L)."""
     opt = _check_choice(optimizer, OPTIMIZERS, "optimizer")
-    psi = sum(int(np.prod(s)) for s in shapes)
+    counts = [1] * len(shapes) if counts is None else list(counts)
+    psi = sum(n * math.prod(s) for s, n in zip(shapes, counts))
     master = 4 * psi if precision == "mixed" else 0
     if opt == "sgd":
         state, formula = 0, "0 (plain SGD)"
@@ -136,7 +141,7 @@ def optimizer_state_bytes(shapes: Sequence[Tuple[int, ...]], optimizer: str,
     elif opt in ("adam", "adamw"):
         state, formula = 8 * psi, "8 Psi (m, v)"
     else:
-        state = sum(_factored_bytes(tuple(s)) for s in shapes)
+        state = sum(n * _factored_bytes(tuple(s)) for s, n in zip(shapes, counts))
         formula = "4 sum(rows + cols) matrices + 4 Psi vectors (factored v, Shazeer & Stern)"
     if master:
         formula = "4 Psi (fp32 master) + " + formula
@@ -145,11 +150,13 @@ def optimizer_state_bytes(shapes: Sequence[Tuple[int, ...]], optimizer: str,
 
 def _model_states(est: MemoryEstimate, shapes: Sequence[Tuple[int, ...]], psi_local: float,
                   optimizer: str, precision: str, zero_stage: int, dp: int, shard: float,
-                  p_bytes: Optional[float] = None) -> None:
+                  p_bytes: Optional[float] = None,
+                  counts: Optional[Sequence[int]] = None) -> None:
     P = (2 if precision == "mixed" else 4) if p_bytes is None else p_bytes
     G = P
-    total_k, k_formula = optimizer_state_bytes(shapes, optimizer, precision)
-    psi = max(sum(int(np.prod(s)) for s in shapes), 1)
+    counts = [1] * len(shapes) if counts is None else list(counts)
+    total_k, k_formula = optimizer_state_bytes(shapes, optimizer, precision, counts)
+    psi = max(sum(n * math.prod(s) for s, n in zip(shapes, counts)), 1)
     K = total_k / psi
     par = "Psi/(t p)" if shard != 1 else "Psi"
     z = zero_stage
@@ -186,10 +193,11 @@ def estimate_transformer(cfg: TransformerConfig, *, precision: str = "fp32",
     psi = transformer_num_params(cfg)
     est = MemoryEstimate(num_params=psi)
     f = cfg.ffn_mult
-    shapes = [(h, 3 * h), (3 * h,), (h, h), (h,), (h, f * h), (f * h,), (f * h, h), (h,),
-              (h,), (h,), (h,), (h,)] * L + [(V, h), (s, h)]
+    layer_shapes = [(h, 3 * h), (3 * h,), (h, h), (h,), (h, f * h), (f * h,), (f * h, h), (h,),
+                    (h,), (h,), (h,), (h,)]
+    shapes = layer_shapes + [(V, h), (s, h)]  # one layer's shapes, counted L times
     _model_states(est, shapes, psi / (tp * pp), optimizer, precision, zero_stage, dp,
-                  shard=tp * pp)
+                  shard=tp * pp, counts=[L] * len(layer_shapes) + [1, 1])
     e = 2 if precision == "mixed" else 4
     mask = 1 if dropout else 0
     t = tp

@@ -15,11 +15,13 @@ Layout (one concept per folder; each strategy is handed its communicator explici
 * ``data_parallel/``, ``zero/``, ``param_server/``: data-parallel training;
 * ``tensor_parallel/``, ``pipeline/``, ``moe/``, ``mesh.py``: model-parallel training.
 
-Importing this package does not start MPI; ``communicator.create()`` does.
+Importing this package does not start MPI; ``communicator.create()`` does.  Under mpiexec it
+installs ``comm.faults.install_exit_guard``: a rank that ends before MPI starts ends the job.
 """
 from . import virtual
 from .comm import communicator
 from .comm.communicator import Communicator, create
+from .comm.faults import install_exit_guard
 from .comm.ledger import Ledger, Record
 from .comm.p2p import ANY_SOURCE, ANY_TAG, P2PStatus
 from .comm.progress import CommTimeoutError, DeadlockError, Work
@@ -34,3 +36,5 @@ __all__ = ["ANY_SOURCE", "ANY_TAG", "Communicator", "CommTimeoutError", "DataPar
            "ZeroRedundancyOptimizer", "ParameterServer",
            "Ledger", "P2PStatus", "ProcessMesh", "RankFailedError", "Record", "Work",
            "communicator", "create", "virtual"]
+
+install_exit_guard()

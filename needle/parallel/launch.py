@@ -14,6 +14,7 @@ recorded by the rank itself just before it aborts the job (``faults.py``).  Afte
 launcher prints which rank ended first, how, and the last lines of its stderr.
 """
 import argparse
+import atexit
 import json
 import os
 import shutil
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any, List, Optional
 
 from .comm.faults import REPORT_DIR_ENV as DIR_ENV
-from .comm.faults import install_abort_hook, rank_from_env, write_status
+from .comm.faults import install_abort_hook, rank_from_env, remove_exit_guard, write_status
 
 SUPERVISE = "--rank-supervise"  # internal: how mpiexec starts each rank
 CHILD = "--rank-child"  # internal: the rank itself, under its supervisor
@@ -111,8 +112,22 @@ def run_as_rank(prefix: bool, rest: List[str]) -> None:
     from mpi4py.run import main as mpi4py_main
 
     install_abort_hook()  # records the exception for the launcher, then MPI_Abort
+    atexit.register(_mark_clean_exit)  # os._exit skips it: how the supervisor tells
     sys.argv = ["mpi4py"] + rest
-    mpi4py_main()
+    try:
+        mpi4py_main()
+    except SystemExit as stop:  # mpi4py aborts the job at exit: record it before it does
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+        if code:
+            write_status({"returncode": code, "time": time.time()})
+        raise
+
+
+def _mark_clean_exit() -> None:
+    """In the rank, at a normal interpreter exit: leave a mark for the supervisor."""
+    folder = os.environ.get(DIR_ENV)
+    if folder:
+        (Path(folder) / f"rank{rank_from_env()}.exit").touch()
 
 
 def _die_with_parent() -> None:
@@ -126,6 +141,7 @@ def _die_with_parent() -> None:
 
 def supervise(prefix: str, rest: List[str]) -> int:
     """Run the rank as a child; record how it ended if it ended badly; return its status."""
+    remove_exit_guard()  # this process is no rank: it must not join MPI start-up at exit
     report = os.environ.get(DIR_ENV)
     cmd = [sys.executable, "-m", "needle.parallel.launch", CHILD, prefix] + rest
     # close_fds=False: the rank inherits mpiexec's PMI connection (PMI_FD).
@@ -142,36 +158,64 @@ def supervise(prefix: str, rest: List[str]) -> int:
             err_file.write(line)
             err_file.flush()
     code = child.wait()
-    if report and code != 0:
-        write_status({"returncode": code, "time": time.time()})
+    if report:  # exit code 0 too: a rank that ends cleanly mid-job stalls the others
+        status = {"returncode": code, "time": time.time()}
+        if code == 0 and not (Path(report) / f"rank{rank_from_env()}.exit").exists():
+            status["no_exit"] = True  # os._exit(0): MPI never finalised, the job is torn down
+        write_status(status)
+        if status.get("no_exit"):
+            code = 1
     if err_file:
         err_file.close()
     if code < 0:  # killed by a signal: die the same way so mpiexec sees it
-        signal.signal(-code, signal.SIG_DFL)
+        if -code not in (signal.SIGKILL, signal.SIGSTOP):  # those have no handler to reset
+            signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     return code
 
 
-def first_failure(folder: Path) -> Optional[str]:
-    """The report on the rank that ended first: how it ended and its last stderr lines."""
+def _how(status: dict) -> str:
+    """How a rank ended, in words."""
+    if "exception" in status:
+        return f"raised {status['exception']}"
+    if status.get("no_exit"):
+        return "exited with code 0 mid-job, skipping Python's exit (os._exit?)"
+    if status["returncode"] < 0:
+        sig = -status["returncode"]
+        return f"was killed by signal {sig} ({signal.Signals(sig).name})"
+    return f"exited with code {status['returncode']}"
+
+
+def _reports(folder: Path) -> list:
+    """(time, rank, status) of every rank that left a readable status, earliest first."""
     reports = []
     for path in folder.glob("rank*.status"):
-        status = json.loads(path.read_text())
-        reports.append((status["time"], path.stem[4:], status))
-    if not reports:
+        try:
+            status = json.loads(path.read_text())
+            reports.append((float(status["time"]), path.stem[4:], status))
+        except (OSError, ValueError, KeyError):
+            continue  # half-written as the job was torn down: the others still tell
+    return sorted(reports, key=lambda r: r[0])
+
+
+def first_failure(folder: Path) -> Optional[str]:
+    """The report on the rank that failed first (how it ended and its last stderr lines), and
+    on any rank that exited cleanly before it, mid-job."""
+    reports = _reports(folder)
+    failed = [r for r in reports if "exception" in r[2] or r[2]["returncode"] != 0
+              or r[2].get("no_exit")]
+    if not failed:
         return None
-    _, rank, status = min(reports)
-    if "exception" in status:
-        how = f"raised {status['exception']}"
-    elif status["returncode"] < 0:
-        sig = -status["returncode"]
-        how = f"was killed by signal {sig} ({signal.Signals(sig).name})"
-    else:
-        how = f"exited with code {status['returncode']}"
+    when, rank, status = failed[0]
+    how = _how(status)
+    early = [(t, q) for t, q, st in reports if t < when and st.get("returncode") == 0]
     err = folder / f"rank{rank}.err"
     tail = err.read_bytes().decode(errors="replace").splitlines()[-TAIL_LINES:] \
         if err.exists() else []
-    lines = [f"needle.parallel.launch: rank {rank} ended first: it {how}."]
+    lines = [f"needle.parallel.launch: rank {q} exited with code 0 mid-job, {when - t:.1f} s "
+             "before the first failure, while other ranks still waited for it." for t, q in early]
+    first = "failed first" if early else "ended first"
+    lines.append(f"needle.parallel.launch: rank {rank} {first}: it {how}.")
     if tail:
         lines.append(f"needle.parallel.launch: last {len(tail)} lines of rank {rank}'s stderr:")
         lines += [f"    {line}" for line in tail]
@@ -183,11 +227,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     with tempfile.TemporaryDirectory(prefix="needle-launch-") as folder:
         env = dict(os.environ, **{DIR_ENV: folder})
         code = subprocess.call(build_command(argv), env=env)
-        if code != 0:
-            report = first_failure(Path(folder))
-            if report:
-                sys.stderr.write(report + "\n")
-                sys.stderr.flush()
+        report = first_failure(Path(folder))
+        if report:
+            code = code or 1  # mpiexec says 0 when a rank's os._exit(0) tore the job down
+            sys.stderr.write(report + "\n")
+            sys.stderr.flush()
     return code
 
 

@@ -24,6 +24,7 @@ naming each rank's pending call.  An exception on any rank is re-raised in the c
 ``RankFailedError`` naming the rank (the other ranks run on until they finish or wait on the
 failed one, then stop).
 """
+import os
 import random
 import sys
 import threading
@@ -32,6 +33,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from .. import autograd
+from .comm.args import check_timeout
 from .comm.communicator import Communicator
 from .comm.progress import DeadlockError
 from .comm.scheduler import CommAbortedError, Scheduler
@@ -104,6 +106,8 @@ class Cluster:
         sched = Scheduler(k, PROCESS_STATE)
         caller_state = sched.snapshot()
         world = World(sched, self.trace)
+        world.timeout = check_timeout(os.environ.get("NEEDLE_COMM_TIMEOUT", "60"))  \
+            if self.timeout is None else check_timeout(self.timeout, "timeout=")
         members = list(range(k))
         results: List[Any] = [None] * k
 

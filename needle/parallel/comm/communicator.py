@@ -26,7 +26,7 @@ from typing import Any, Callable, ContextManager, Dict, List, Optional
 
 import numpy as np
 
-from . import metadata, select
+from . import args, metadata, select
 from .convert import to_numpy
 from .faults import install_abort_hook
 from .latency_bound import (
@@ -58,15 +58,16 @@ class Communicator(PointToPoint):
     def __init__(self, comm: Any, timeout: Optional[float] = None,
                  chunk_bytes: Optional[int] = None) -> None:
         """``comm``: an mpi4py communicator or a transport (``transport_*.py``)."""
-        base = comm if hasattr(comm, "poll") else MPITransport(comm)
+        env = os.environ.get("NEEDLE_COMM_TIMEOUT", "60")
+        self.timeout = args.check_timeout(env if timeout is None else timeout,
+                                          "NEEDLE_COMM_TIMEOUT" if timeout is None else "timeout=")
+        base = comm if hasattr(comm, "poll") else MPITransport(comm, timeout=self.timeout)
         # Private contexts: collectives, p2p headers and p2p payloads never match each other's
         # messages, nor the user's own MPI messages.
         self._t, self._hdr_t, self._data_t = base.dup(), base.dup(), base.dup()
         self.transport = self._t
         self.rank: int = self._t.rank
         self.size: int = self._t.size
-        env = os.environ.get("NEEDLE_COMM_TIMEOUT", "60")
-        self.timeout = float(env if timeout is None else timeout)
         self.chunk_bytes = int(chunk_bytes or os.environ.get("NEEDLE_RING_CHUNK", 1 << 20))
         self.stats: Dict[str, Stat] = {}
         self.ledger = Ledger()
@@ -101,7 +102,7 @@ class Communicator(PointToPoint):
                         _block: bool = False) -> Any:
         """Nonblocking ``allreduce``: returns a ``Work``; ``wait()`` gives the result."""
         x, restore = to_numpy(a)
-        _check_op(op)
+        args.check_op("allreduce", op, x.dtype, self.rank, self.size)
         algo = choose("allreduce", x.nbytes, self.size, algorithm)
         res = self._output(out, x.shape, x.dtype)
         if _block and algo == "recursive_doubling":  # the latency-bound case: keep it lean
@@ -131,6 +132,7 @@ class Communicator(PointToPoint):
         """Nonblocking ``allgather``."""
         x, restore = to_numpy(a)
         x = x.reshape(1) if x.ndim == 0 else x
+        args.check_dtype("allgather", x.dtype, self.rank, self.size)
         algo = choose("allgather", x.nbytes, self.size, algorithm)
         desc = ("allgather", "dtype", x.dtype, "shape", x.shape, "algorithm", algo)
         res = self._output(out, (self.size * x.shape[0],) + x.shape[1:], x.dtype)
@@ -150,7 +152,7 @@ class Communicator(PointToPoint):
                              _block: bool = False) -> Any:
         """Nonblocking ``reduce_scatter``."""
         x, restore = to_numpy(a)
-        _check_op(op)
+        args.check_op("reduce_scatter", op, x.dtype, self.rank, self.size)
         if x.ndim == 0:
             raise ValueError("reduce_scatter needs an array with at least one axis")
         algo = choose("reduce_scatter", x.nbytes, self.size, algorithm)
@@ -189,6 +191,8 @@ class Communicator(PointToPoint):
                         _block: bool = False) -> Any:
         """Nonblocking ``broadcast``."""
         x, restore = to_numpy(a)
+        root = args.check_rank("broadcast", "root", root, self.rank, self.size)
+        args.check_dtype("broadcast", x.dtype, self.rank, self.size)
         algo = choose("broadcast", x.nbytes, self.size, algorithm)
         desc = ("broadcast", "root", root, "dtype", x.dtype, "shape", x.shape,
                 "algorithm", algo)
@@ -210,7 +214,8 @@ class Communicator(PointToPoint):
                      label: Optional[str] = None, _block: bool = False) -> Any:
         """Nonblocking ``reduce``."""
         x, restore = to_numpy(a)
-        _check_op(op)
+        root = args.check_rank("reduce", "root", root, self.rank, self.size)
+        args.check_op("reduce", op, x.dtype, self.rank, self.size)
         algo = choose("reduce", x.nbytes, self.size, algorithm)
         desc = ("reduce", "root", root, "op", op, "dtype", x.dtype, "shape", x.shape,
                 "algorithm", algo)
@@ -238,6 +243,7 @@ class Communicator(PointToPoint):
         x, restore = to_numpy(a)
         if x.ndim == 0:
             raise ValueError("alltoall needs an array with at least one axis")
+        args.check_dtype("alltoall", x.dtype, self.rank, self.size)
         algo = choose("alltoall", x.nbytes, self.size, algorithm)
         desc = ("alltoall", "dtype", x.dtype, "shape", x.shape, "algorithm", algo)
         b = chunk_bounds(x.shape[0], self.size)
@@ -259,6 +265,8 @@ class Communicator(PointToPoint):
         """Sub-communicators of the ranks with equal ``color``, ordered by ``key`` (collective).
 
         The new communicator has its own ``stats``, ``ledger`` and regions."""
+        color, key = (args.check_int("split", n, v, self.rank, self.size)
+                      for n, v in (("color", color), ("key", key)))
         child = self._t.split(color, key, self._exchange)
         comm = Communicator(child, self.timeout, self.chunk_bytes)
         child.free()  # the new communicator works on its own copies
@@ -410,6 +418,7 @@ class Communicator(PointToPoint):
         key = (x.shape, x.dtype, op)
         bufs = self._rd_cache.get(key) if cached else None
         if bufs is None:
+            args.check_op("allreduce", op, x.dtype, self.rank, self.size)
             desc = desc or ("allreduce", "op", op, "dtype", x.dtype, "shape", x.shape,
                             "algorithm", "recursive_doubling")
             bufs = RecursiveDoublingBuffers(x.nbytes, x.dtype, op, self._t)
@@ -479,11 +488,6 @@ def create(mpi_comm: Any = None, timeout: Optional[float] = None,
     if abort_on_error:
         install_abort_hook()
     return Communicator(MPI.COMM_WORLD if mpi_comm is None else mpi_comm, timeout)
-
-
-def _check_op(op: str) -> None:
-    if op not in UFUNCS:
-        raise ValueError(f"unknown op {op!r}; choose from {sorted(UFUNCS)}")
 
 
 def _check_out(out: np.ndarray, shape: tuple, dtype: Any) -> np.ndarray:

@@ -6,11 +6,23 @@ Two mechanisms prevent that: every wait has a deadline (``progress.wait`` raises
 ``MPI_Abort`` on ``COMM_WORLD``, which makes ``mpiexec`` kill every rank and exit non-zero.
 (``python -m mpi4py script.py`` installs the same behaviour; ``needle.parallel.launch`` uses it.)
 
+Before MPI starts there is no communicator and no timeout: under plain ``mpiexec`` a rank that
+raises before ``communicator.create()`` leaves the others waiting inside MPI start-up forever
+(MPICH's hydra ends a job when a rank dies by a signal or aborts, not when it exits).  So when
+``needle.parallel`` is imported under an MPI launcher, ``install_exit_guard`` makes a rank that
+ends before initialising MPI join MPI start-up on its way out: with an uncaught exception it
+then calls ``MPI_Abort`` (the job ends at once); on a plain exit it finalises (the others then
+time out in their next call).  A watchdog kills the rank (SIGKILL, which hydra also turns into
+the end of the job) if start-up does not complete within ``NEEDLE_COMM_TIMEOUT`` seconds, e.g.
+when the other ranks never start MPI.
+
 Under ``needle.parallel.launch`` the hook first records the exception in the launcher's report
 folder (``NEEDLE_LAUNCH_DIR``), so the launcher can say which rank failed first and why.
 """
+import atexit
 import json
 import os
+import signal
 import sys
 import time
 import traceback
@@ -18,6 +30,7 @@ from pathlib import Path
 from typing import Any, Dict
 
 REPORT_DIR_ENV = "NEEDLE_LAUNCH_DIR"
+GUARD_ENV = "NEEDLE_EXIT_GUARD_PID"  # the rank that installed the exit guard
 
 
 def rank_from_env() -> str:
@@ -61,3 +74,100 @@ def install_abort_hook() -> None:
             world.Abort(1)
     hook.needle_abort = True  # type: ignore[attr-defined]
     sys.excepthook = hook
+
+
+def under_mpi_launcher() -> bool:
+    """Whether this process is one of several ranks started by mpiexec (MPICH or Open MPI)."""
+    size = os.environ.get("PMI_SIZE", os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
+    return size.isdigit() and int(size) > 1
+
+
+def _mpi_started() -> bool:
+    return "mpi4py.MPI" in sys.modules  # importing mpi4py.MPI initialises MPI
+
+
+def start_mpi(why: str) -> Any:
+    """Initialise MPI (``mpi4py.MPI``); under an MPI launcher, SIGKILL this rank if start-up has
+    not finished within ``NEEDLE_COMM_TIMEOUT`` seconds (a rank that ended or is stuck before
+    starting MPI would otherwise keep the others in start-up forever).
+
+    The watchdog is a forked process: ``MPI_Init`` runs inside an import, holding the GIL, so
+    no Python thread of this process could run while it waits."""
+    if _mpi_started() or not under_mpi_launcher() or not hasattr(os, "fork"):
+        from mpi4py import MPI
+        return MPI
+    timeout = float(os.environ.get("NEEDLE_COMM_TIMEOUT", "60"))
+    me, msg = os.getpid(), (
+        f"needle.parallel: rank {rank_from_env()} {why}; not every rank reached MPI start-up "
+        f"within {timeout:g} s (NEEDLE_COMM_TIMEOUT: one ended or is stuck before starting "
+        "MPI): killing this rank to end the job\n").encode()
+    watchdog = os.fork()
+    if watchdog == 0:  # the child: sleep, then end the rank that is still starting
+        try:
+            time.sleep(timeout)
+            if os.getppid() == me:
+                os.write(2, msg)
+                os.kill(me, signal.SIGKILL)
+        finally:
+            os._exit(0)
+    try:
+        from mpi4py import MPI
+    finally:
+        os.kill(watchdog, signal.SIGKILL)
+        os.waitpid(watchdog, 0)
+    return MPI
+
+
+def install_exit_guard() -> None:
+    """Under an MPI launcher: a rank that ends before MPI starts still ends the job (above)."""
+    if not under_mpi_launcher() or getattr(sys.excepthook, "needle_guard", False):
+        return
+    # A process a rank started inherits the launcher's environment but is no rank itself.
+    if os.environ.get(GUARD_ENV, str(os.getpid())) != str(os.getpid()):
+        return
+    os.environ[GUARD_ENV] = str(os.getpid())
+    previous = sys.excepthook
+
+    def hook(kind: Any, value: Any, tb: Any) -> None:
+        if _mpi_started():  # started, perhaps with no communicator (and no abort hook) yet
+            previous(kind, value, tb)
+            _abort_if_running()
+            return
+        write_status({"exception": f"{kind.__name__}: {value}", "time": time.time()})
+        sys.stderr.write("".join(traceback.format_exception(kind, value, tb)))
+        sys.stderr.flush()
+        sys.stdout.flush()
+        MPI = start_mpi(f"raised {kind.__name__} before starting MPI")
+        time.sleep(ABORT_GRACE)
+        MPI.COMM_WORLD.Abort(1)
+    hook.needle_guard, hook.previous = True, previous  # type: ignore[attr-defined]
+    sys.excepthook = hook
+    atexit.register(_finalize_if_never_started)
+
+
+def _abort_if_running() -> None:
+    sys.stderr.flush()
+    sys.stdout.flush()
+    time.sleep(ABORT_GRACE)
+    MPI = sys.modules["mpi4py.MPI"]
+    if MPI.Is_initialized() and not MPI.Is_finalized():
+        MPI.COMM_WORLD.Abort(1)
+
+
+def _finalize_if_never_started() -> None:
+    """At exit, a rank that never started MPI joins start-up and finalises, so that the ranks
+    waiting in start-up go on (and then time out waiting for this one, naming it)."""
+    if _mpi_started():
+        return
+    MPI = start_mpi("exited before starting MPI")
+    if not MPI.Is_finalized():
+        MPI.Finalize()
+
+
+def remove_exit_guard() -> None:
+    """Undo ``install_exit_guard`` (the launcher's supervisor is no rank: it never starts MPI)."""
+    hook = sys.excepthook
+    if getattr(hook, "needle_guard", False):
+        sys.excepthook = hook.previous  # type: ignore[attr-defined]
+    atexit.unregister(_finalize_if_never_started)
+    os.environ.pop(GUARD_ENV, None)

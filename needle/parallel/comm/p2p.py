@@ -21,6 +21,7 @@ from typing import Any, NamedTuple, Optional, Tuple
 
 import numpy as np
 
+from . import args
 from .convert import to_numpy
 from .progress import Algorithm, Channel
 
@@ -99,7 +100,8 @@ class PointToPoint:
               _block: bool = False) -> Any:
         """Nonblocking ``send``: a ``Work`` (do not modify the array before ``wait()``)."""
         x, _ = to_numpy(a)
-        self._check_peer(dest, tag)
+        dest = args.check_rank("send", "dest", dest, self.rank, self.size)
+        tag = args.check_tag("send", tag, self._hdr_t.tag_ub, self.rank, self.size, None)
         self._stat("send")["calls"] += 1
         seq = self._p2p_seq.get(dest, 0)
         self._p2p_seq[dest] = (seq + 1) % self._data_t.tag_ub
@@ -124,7 +126,8 @@ class PointToPoint:
               _block: bool = False) -> Any:
         """Nonblocking ``recv``: a ``Work`` whose ``wait()`` gives what ``recv`` returns."""
         if source != ANY_SOURCE:
-            self._check_peer(source, tag, tag == ANY_TAG)
+            source = args.check_rank("recv", "source", source, self.rank, self.size)
+        tag = args.check_tag("recv", tag, self._hdr_t.tag_ub, self.rank, self.size, ANY_TAG)
         self._stat("recv")["calls"] += 1
         src = self._hdr_t.ANY_SOURCE if source == ANY_SOURCE else source
         hdr = Channel(self._hdr_t, self._hdr_t.ANY_TAG if tag == ANY_TAG else tag)
@@ -149,9 +152,3 @@ class PointToPoint:
             sent, recvd, msgs = data.payload()
             self.ledger.add((name, "p2p", label, sent, recvd, msgs + hdr.nsend,
                              time.perf_counter() - t0, peer))
-
-    def _check_peer(self, peer: int, tag: int, any_tag: bool = False) -> None:
-        if not 0 <= peer < self.size:
-            raise ValueError(f"rank {peer} is not in this communicator of size {self.size}")
-        if not any_tag and not 0 <= tag < self._hdr_t.tag_ub:
-            raise ValueError(f"tag must be in [0, {self._hdr_t.tag_ub}), not {tag}")

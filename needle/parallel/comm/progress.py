@@ -25,8 +25,8 @@ def mpi() -> Any:
     """mpi4py's MPI module, imported on first use (importing it initialises MPI)."""
     global _MPI_MODULE
     if _MPI_MODULE is None:
-        from mpi4py import MPI
-        _MPI_MODULE = MPI
+        from .faults import start_mpi  # a watchdog: start-up waits for every rank to arrive
+        _MPI_MODULE = start_mpi("waited in MPI start-up")
     return _MPI_MODULE
 
 

@@ -14,6 +14,7 @@ message and every rank that ends).  When every live rank is waiting at the curre
 message can ever arrive: all of them raise ``DeadlockError``, naming every rank's pending call.
 """
 import threading
+import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .progress import DeadlockError
@@ -45,6 +46,7 @@ class Scheduler:
         self.failure_order: List[int] = []
         self.aborted: Optional[Tuple[int, int]] = None
         self.done = threading.Event()
+        self._alone_since: Dict[int, float] = {}
 
     # -- process-global state ------------------------------------------------------------------
     def snapshot(self) -> List[Any]:
@@ -98,8 +100,19 @@ class Scheduler:
         self._blocked[r] = None
         self._check(r)
 
-    def pause(self, r: int) -> None:
-        """Rank ``r`` tested and found nothing but is not blocked: let the others run."""
+    def pause(self, r: int, timeout: float = float("inf")) -> None:
+        """Rank ``r`` tested and found nothing but is not blocked: let the others run.
+
+        Once every other rank has ended, only this rank's own sends could still complete its
+        call: if it has polled alone for ``timeout`` seconds (a rank polling ``test()`` in a
+        loop would spin forever), raise ``DeadlockError``."""
+        if self.size > 1 and not any(self.live[q] for q in range(self.size) if q != r):
+            since = self._alone_since.setdefault(r, time.monotonic())
+            if time.monotonic() - since > timeout:
+                self._pending[r] = None
+                raise DeadlockError(self._deadlock_message().replace(
+                    "every live rank waits and no message can arrive", f"rank {r} polled a "
+                    f"call for {timeout:g} s after every other rank ended", 1))
         self._switch(r)
         self._check(r)
 
@@ -144,6 +157,7 @@ class Scheduler:
             else:
                 describe = self._pending[q]
                 what = getattr(describe, "what", None)
-                lines.append(f"rank {q}: waits in {what() if what else describe()}")
+                doing = what() if what else describe() if describe else "a nonblocking call"
+                lines.append(f"rank {q}: waits in {doing}")
         return ("needle.parallel.virtual: deadlock, every live rank waits and no message can "
                 "arrive:\n  " + "\n  ".join(lines))

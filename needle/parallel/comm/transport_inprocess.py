@@ -78,6 +78,7 @@ class World:
     def __init__(self, scheduler: Scheduler, trace: Optional[List[Message]] = None) -> None:
         self.sched = scheduler
         self.trace = trace
+        self.timeout = float("inf")  # how long a rank may poll alone (set by the cluster)
         self._contexts: Dict[tuple, _Context] = {}
 
     def context(self, cid: tuple, members: List[int]) -> _Context:
@@ -183,7 +184,7 @@ class InProcessTransport:
 
     def idle(self) -> None:
         """A nonblocking test found nothing: let the other ranks run."""
-        self.world.sched.pause(self.me)
+        self.world.sched.pause(self.me, self.world.timeout)
 
     def dup(self) -> "InProcessTransport":
         """A transport on a new context with the same members (collective)."""

@@ -19,8 +19,13 @@ _POLLS_BEFORE_YIELD = 256
 class MPITransport:
     """Nonblocking point-to-point messages on one mpi4py communicator."""
 
-    def __init__(self, mpi_comm: Any, spin: Optional[int] = None) -> None:
+    def __init__(self, mpi_comm: Any, spin: Optional[int] = None,
+                 timeout: Optional[float] = None) -> None:
+        """``timeout``: first wait (with this deadline) until every rank of ``mpi_comm`` has
+        arrived, so that a rank that never comes cannot hang the collective ``Dup`` calls."""
         MPI = mpi()
+        if timeout is not None and mpi_comm.Get_size() > 1:
+            arrive(mpi_comm, timeout)
         self.comm = mpi_comm
         self.rank: int = mpi_comm.Get_rank()
         self.size: int = mpi_comm.Get_size()
@@ -96,6 +101,19 @@ class MPITransport:
 
     def idle(self) -> None:
         """A nonblocking test found nothing: MPI progresses by itself."""
+
+
+def arrive(mpi_comm: Any, timeout: float) -> None:
+    """A barrier that raises ``CommTimeoutError`` (naming the missing ranks' count) after
+    ``timeout`` seconds instead of blocking forever (``MPI_Ibarrier`` polled)."""
+    req, deadline = mpi_comm.Ibarrier(), time.monotonic() + timeout
+    while not req.Test():
+        if time.monotonic() > deadline:
+            raise CommTimeoutError(
+                f"needle.parallel: creating a communicator on rank {mpi_comm.Get_rank()} of "
+                f"{mpi_comm.Get_size()}: not every rank arrived within {timeout:g} s "
+                "(NEEDLE_COMM_TIMEOUT); a rank ended or is stuck before creating it")
+        os.sched_yield()
 
 
 def _spin_polls(mpi_comm: Any) -> int:

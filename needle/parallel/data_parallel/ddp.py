@@ -27,6 +27,7 @@ import numpy as np
 from ... import autograd
 from ...autograd import Tensor
 from ...nn import Module
+from ..comm.agree import agree
 from .buckets import Bucket, BucketReducer, assign_buckets, reduce_dtype
 from .replicas import broadcast_tensors, check_same_shapes, host_view, to_tensor
 
@@ -113,6 +114,9 @@ class DistributedDataParallel(_DataParallel):
             if not isinstance(cap, (int, float)) or not cap > 0:
                 raise ValueError(f"DistributedDataParallel: {name} must be > 0, got {cap!r} "
                                  f"(rank {comm.rank})")
+        agree(comm, "DistributedDataParallel", {"bucket_cap_mb": bucket_cap_mb,
+                                                "first_bucket_mb": first_bucket_mb,
+                                                "overlap": bool(overlap)})
         self.overlap = overlap
         self._sync = True
         self._queued = False

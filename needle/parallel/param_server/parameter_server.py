@@ -16,8 +16,11 @@ parameters and the traffic. Messages are point-to-point (``messages.py``).
 Under BSP with SGD, W workers each pushing the mean gradient of their slice give exactly the
 synchronous step of one process on the concatenated batch.
 """
+import atexit
+import sys
 from typing import Any, Dict, List, Optional
 
+from ..comm.agree import agree, optimizer_settings
 from ..data_parallel.ddp import replicate_from_rank0
 from ..data_parallel.replicas import check_same_shapes
 from .consistency import staleness_of
@@ -25,6 +28,15 @@ from .server import Server, ServerEvent
 from .worker import Worker
 
 __all__ = ["ParameterServer"]
+
+
+def _end_job(comm: Any, dead: List[int], timeout: float) -> None:
+    """At exit: abort the job, naming the workers presumed dead (they may be stuck, alive)."""
+    sys.stderr.write(f"needle.parallel: parameter server (rank {comm.rank}): worker ranks "
+                     f"{dead} were presumed dead (silent for {timeout:g} s); training went on "
+                     "without them, and the job is aborted so that it cannot wait for them\n")
+    sys.stderr.flush()
+    comm.abort(3)
 
 
 class ParameterServer:
@@ -41,6 +53,9 @@ class ParameterServer:
         if not timeout > 0:
             raise ValueError(f"parameter server (rank {comm.rank}): timeout must be > 0, got "
                              f"{timeout!r}")
+        agree(comm, "ParameterServer", dict(
+            {"consistency": consistency, "staleness": s, "num_servers": num_servers,
+             "timeout": timeout}, **optimizer_settings((optimizer_class, optimizer_kwargs))))
         self.comm, self.consistency, self.staleness = comm, consistency, s
         named = list(model.named_parameters())
         check_same_shapes(comm, named, "ParameterServer")
@@ -62,10 +77,18 @@ class ParameterServer:
 
     # -- servers ---------------------------------------------------------------------------
     def serve(self) -> List[ServerEvent]:
-        """Run the server loop; returns its log (reads, applies, ticks, deaths)."""
+        """Run the server loop; returns its log (reads, applies, ticks, deaths).
+
+        Under MPI, if a worker was presumed dead (training went on without it), the job is
+        aborted when this process exits: a worker that is stuck rather than dead would
+        otherwise keep ``mpiexec`` waiting forever."""
         if self._server is None:
             raise RuntimeError(f"rank {self.comm.rank} is a worker, not a server")
-        return self._server.serve()
+        log = self._server.serve()
+        dead = sorted(self._server.table.dead)
+        if dead and hasattr(self.comm.transport, "comm"):  # MPI: a process we cannot join
+            atexit.register(_end_job, self.comm, dead, self._server.timeout)
+        return log
 
     # -- workers ---------------------------------------------------------------------------
     def _as_worker(self) -> Worker:

@@ -2,17 +2,21 @@
 
 A stage is a run of consecutive layers of one ``nn.Sequential``; stage s writes
 ``stage<s>.ndl`` with its layers renamed to their *global* index ("modules.5.weight" rather than
-the stage-local "modules.1.weight"). Loading merges every stage file and keeps the layers the new
-stage holds, so any partition (or the whole model on one rank) can read it.
+the stage-local "modules.1.weight"). Rank 0 then writes ``pipeline.json`` (``manifest.py``):
+each stage file, its checksum and its layer range.  Loading reads only the stage files of that
+manifest whose layers the new stage holds, so any partition (or the whole model on one rank)
+can read it, and stage files left over from an earlier save at another pp are never mixed in.
 """
-import glob
 import os
 from typing import Any, Dict
 
 import numpy as np
 
 from ...nn.nn_basic import Sequential
-from ...serialization import load, save
+from ...serialization import save
+from .. import manifest
+
+MANIFEST = "pipeline.json"
 
 __all__ = ["save_stage", "load_stage"]
 
@@ -33,19 +37,21 @@ def _rename(state: Dict[str, Any], shift: int) -> Dict[str, Any]:
 def save_stage(stage: Sequential, first_layer: int, comm: Any, directory: str) -> None:
     """Write this stage's layers under their global indices (collective: ends in a barrier)."""
     os.makedirs(directory, exist_ok=True)
-    save(_rename(stage.state_dict(), first_layer),
-         os.path.join(directory, f"stage{comm.rank}.ndl"))
-    comm.barrier()
+    mine = f"stage{comm.rank}.ndl"
+    save(_rename(stage.state_dict(), first_layer), os.path.join(directory, mine))
+    manifest.write(comm, directory, MANIFEST, mine, [first_layer, len(stage)],
+                   {"format": "needle-pipeline-1", "stages": comm.size})
 
 
 def load_stage(stage: Sequential, first_layer: int, directory: str) -> None:
     """Load layers [first_layer, first_layer + len(stage)) from a checkpoint of any layout."""
-    merged: Dict[str, Any] = {}
-    for path in sorted(glob.glob(os.path.join(directory, "stage*.ndl"))):
-        merged.update(load(path))
-    if not merged:
-        raise FileNotFoundError(f"no stage*.ndl pipeline checkpoint in {directory}")
+    index = manifest.read(directory, MANIFEST, "load_stage")
     end = first_layer + len(stage)
+    merged: Dict[str, Any] = {}
+    for entry in index["files"]:
+        lo, n = entry["extra"]
+        if lo < end and first_layer < lo + n:  # this stage file holds some of our layers
+            merged.update(manifest.load(directory, entry, "load_stage"))
     mine = {n: np.asarray(v) for n, v in merged.items()
             if first_layer <= _index(n) < end}
     stage.load_state_dict(_rename(mine, -first_layer))

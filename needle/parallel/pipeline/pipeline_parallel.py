@@ -22,6 +22,7 @@ import numpy as np
 
 from ...autograd import Tensor, find_topo_sort
 from ...nn.nn_module import Module
+from ..comm.agree import agree
 from .p2p import ACTIVATION, GRADIENT, Links
 from .schedules import SCHEDULES, interleaved_1f1b
 from .simulator import simulate, virtual_stage
@@ -49,6 +50,8 @@ class PipelineParallel:
         chunks = list(stage_module) if isinstance(stage_module, (list, tuple)) else [stage_module]
         if schedule != "interleaved" and len(chunks) != 1:
             raise ValueError(f"schedule {schedule!r} runs one module per stage, got {len(chunks)}")
+        agree(comm, "PipelineParallel", {"num_microbatches": num_microbatches,
+                                         "schedule": schedule, "chunks_per_stage": len(chunks)})
         self.comm, self.chunks, self.schedule_name = comm, chunks, schedule
         self.num_stages, self.stage = comm.size, comm.rank
         self.num_microbatches, self.loss_fn = num_microbatches, loss_fn

@@ -5,10 +5,11 @@ by the layers); replicated ones have none. Two formats, both written with ``ndl.
 
 * gathered: ``gather_state_dict`` all-gathers every shard into the serial layout (one file, as
   a tp=1 model would write it); ``load_full_state_dict`` slices it for any tp;
-* per-shard with an index: ``save_sharded`` writes ``shard<r>.ndl`` per rank and ``index.ndl``
-  (the old tp size and each parameter's axis); ``load_sharded`` rebuilds each full weight from the
-  old shards and keeps this rank's slice of the new layout. No rank ever needs more memory than
-  one full parameter at a time.
+* per-shard with an index: ``save_sharded`` writes ``shard<r>.ndl`` per rank, then rank 0
+  writes ``index.json`` last (``manifest.py``: the old tp size, each parameter's axis, each
+  shard's checksum); ``load_sharded`` reads only the shards it names, checksums checked,
+  rebuilds each full weight from the old shards and keeps this rank's slice of the new layout.
+  No rank ever needs more memory than one full parameter at a time.
 """
 import os
 from typing import Any, Dict, Optional
@@ -16,7 +17,8 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from ...nn.nn_module import Module
-from ...serialization import load, save
+from ...serialization import save
+from .. import manifest
 
 __all__ = ["shard_axes", "gather_state_dict", "load_full_state_dict", "save_sharded",
            "load_sharded"]
@@ -60,18 +62,19 @@ def load_full_state_dict(module: Module, comm: Any, state: Dict[str, Any]) -> No
 def save_sharded(module: Module, comm: Any, directory: str) -> None:
     """Each rank writes its shard; rank 0 writes the index (tp size, axis of each name)."""
     os.makedirs(directory, exist_ok=True)
-    save(module.state_dict(), os.path.join(directory, f"shard{comm.rank}.ndl"))
-    if comm.rank == 0:
-        axes = {n: (-1 if a is None else a) for n, a in shard_axes(module).items()}
-        save({"tp": comm.size, "axes": axes}, os.path.join(directory, "index.ndl"))
-    comm.barrier()
+    mine = f"shard{comm.rank}.ndl"
+    save(module.state_dict(), os.path.join(directory, mine))
+    axes = {n: (-1 if a is None else a) for n, a in shard_axes(module).items()}
+    manifest.write(comm, directory, "index.json", mine, [],
+                   {"format": "needle-tp-1", "tp": comm.size, "axes": axes})
 
 
 def load_sharded(module: Module, comm: Any, directory: str) -> None:
     """Load a ``save_sharded`` checkpoint written at any tp into this rank's new shards."""
-    index = load(os.path.join(directory, "index.ndl"))
-    old_tp, axes = int(index["tp"]), index["axes"]
-    shards = [load(os.path.join(directory, f"shard{r}.ndl")) for r in range(old_tp)]
+    who = f"load_sharded (tensor parallel, rank {comm.rank})"
+    index = manifest.read(directory, "index.json", who, ("tp", "axes"))
+    axes = index["axes"]
+    shards = [manifest.load(directory, entry, who) for entry in index["files"]]
     state = {}
     for name in shards[0]:
         axis = int(axes[name])

@@ -4,17 +4,19 @@
   plain model's keys (frozen parameters and buffers are whole on every rank already).
 * ``save_sharded`` / ``load_sharded``: each rank writes only its shards (and, if given, its
   optimizer's state) with ``ndl.save`` to ``shard-<r>-of-<N>.ndl``; rank 0 writes
-  ``index.json`` (world size, units, parameter names and shapes, frozen tensors' file). Loading
-  checks the index against the model and the job size: a sharded checkpoint reloads on the
-  same world size (use the full state dict to change it).
+  ``index.json`` (world size, units, parameter names and shapes, frozen tensors' file, and each
+  shard's CRC-32) last, after every shard is written (``manifest.py``). Loading reads only the
+  files the index names, checks their checksums, and checks the index against the model and the
+  job size: a sharded checkpoint reloads on the same world size (use the full state dict to
+  change it).
 """
-import json
 import os
 from typing import Any, Dict
 
 import numpy as np
 
 from ... import serialization
+from .. import manifest
 
 __all__ = ["full_state_dict", "load_full_state_dict", "save_sharded", "load_sharded"]
 
@@ -63,8 +65,7 @@ def _index(fsdp: Any) -> Dict[str, Any]:
     return {"world_size": fsdp.comm.size, "format": "needle-fsdp-1",
             "units": [{"name": u.name, "numel": u.numel, "cols": u.cols,
                        "params": [[n, list(s)] for n, s in zip(u.names, u.shapes)]}
-                      for u in fsdp.units],
-            "shards": [_shard_file(r, fsdp.comm.size) for r in range(fsdp.comm.size)]}
+                      for u in fsdp.units]}
 
 
 def _shard_file(rank: int, world: int) -> str:
@@ -80,24 +81,17 @@ def save_sharded(fsdp: Any, directory: str, optimizer: Any = None) -> None:
         payload["optimizer"] = optimizer.state_dict()
     if comm.rank == 0:
         payload["whole"] = {n: t.numpy() for n, t in _whole_tensors(fsdp).items()}
-    serialization.save(payload, os.path.join(directory, _shard_file(comm.rank, comm.size)))
-    if comm.rank == 0:
-        tmp = os.path.join(directory, "index.json.tmp")
-        with open(tmp, "w") as f:
-            json.dump(_index(fsdp), f, indent=1)
-        os.replace(tmp, os.path.join(directory, "index.json"))
-    comm.barrier()  # nobody reads a checkpoint before every rank has written its part
+    mine = _shard_file(comm.rank, comm.size)
+    serialization.save(payload, os.path.join(directory, mine))
+    # the index last, once every shard is written; nobody reads before it exists
+    manifest.write(comm, directory, "index.json", mine, [], _index(fsdp))
 
 
 def load_sharded(fsdp: Any, directory: str, optimizer: Any = None) -> None:
     """Reload ``save_sharded``'s files; the job size and the units must match the index."""
     comm = fsdp.comm
-    path = os.path.join(directory, "index.json")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"load_sharded (rank {comm.rank}): no index.json in "
-                                f"{directory!r}")
-    with open(path) as f:
-        index = json.load(f)
+    who = f"load_sharded (rank {comm.rank})"
+    index = manifest.read(directory, "index.json", who, ("world_size", "units"))
     if index["world_size"] != comm.size:
         raise ValueError(f"load_sharded (rank {comm.rank}): checkpoint was saved by "
                          f"{index['world_size']} ranks, this job has {comm.size}; load its full "
@@ -107,11 +101,12 @@ def load_sharded(fsdp: Any, directory: str, optimizer: Any = None) -> None:
         raise ValueError(f"load_sharded (rank {comm.rank}): the checkpoint's units/parameters "
                          f"{[u['name'] for u in index['units']]} do not match this model's "
                          f"{[u['name'] for u in want]}")
-    payload = serialization.load(os.path.join(directory, index["shards"][comm.rank]))
+    payload = manifest.load(directory, index["files"][comm.rank], who)
     for unit, shard in zip(fsdp.units, payload["units"]):
         unit.shard.cached_data = type(unit.shard.cached_data)(
             _numpy(shard), device=unit.shard.device, dtype=unit.shard.dtype)
-    whole = serialization.load(os.path.join(directory, index["shards"][0]))["whole"]
+    whole = payload["whole"] if comm.rank == 0 else \
+        manifest.load(directory, index["files"][0], who)["whole"]
     if whole:
         fsdp.module.load_state_dict({k: _numpy(v) for k, v in whole.items()}, strict=False)
     if optimizer is not None:

@@ -35,6 +35,7 @@ from ... import autograd
 from ...autograd import Tensor
 from ...backend_ndarray import cpu
 from ...nn import Module, Parameter
+from ..comm.agree import agree
 from ..data_parallel.buckets import Bucket, BucketReducer, reduce_dtype
 from ..data_parallel.ddp import replicate_from_rank0
 from ..data_parallel.replicas import empty_host
@@ -55,6 +56,9 @@ class FullyShardedDataParallel(Module):
         if mixed_precision not in PRECISIONS:
             raise ValueError(f"FullyShardedDataParallel: mixed_precision must be None, 'bf16' "
                              f"or 'fp16', got {mixed_precision!r} (rank {comm.rank})")
+        agree(comm, "FullyShardedDataParallel", {
+            "mixed_precision": mixed_precision, "cpu_offload": bool(cpu_offload),
+            "units": None if units is None else len(units)})
         self.module, self.comm = module, comm
         self.mixed_precision, self.cpu_offload = mixed_precision, cpu_offload
         replicate_from_rank0(module, comm, "FullyShardedDataParallel")

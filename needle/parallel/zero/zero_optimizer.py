@@ -32,6 +32,7 @@ from ... import autograd
 from ...autograd import Tensor
 from ...backend_ndarray.dtypes import to_numpy_dtype
 from ...optim import SGD, Adam
+from ..comm.agree import agree, optimizer_settings
 from ..data_parallel.buckets import Bucket, BucketReducer, assign_buckets
 from ..data_parallel.replicas import (
     broadcast_tensors,
@@ -119,6 +120,9 @@ class ZeroRedundancyOptimizer:
                              f"{bucket_cap_mb!r} (rank {comm.rank})")
         groups = _param_groups(params)
         _check_optimizer(optimizer_class, groups, defaults, comm.rank)
+        agree(comm, "ZeroRedundancyOptimizer", dict(
+            {"stage": stage, "bucket_cap_mb": bucket_cap_mb, "param_groups": len(groups)},
+            **optimizer_settings((optimizer_class, defaults))))
         self.comm, self.stage = comm, stage
         group_of: Dict[int, int] = {}
         self.params: List[Tensor] = []
@@ -237,7 +241,11 @@ class ZeroRedundancyOptimizer:
     def state_dict(self) -> Dict[str, Any]:
         """This rank's optimizer state (save one file per rank; reload on the same layout)."""
         return {"rank": self.comm.rank, "world_size": self.comm.size, "stage": self.stage,
-                "optimizers": [opt.state_dict() for opt in self.optimizers]}
+                "pieces": self._pieces(), "optimizers": [o.state_dict() for o in self.optimizers]}
+
+    def _pieces(self) -> List[int]:
+        """The sizes of this rank's pieces, in order: the layout its optimizer state is in."""
+        return [pc.length for b in self.buckets for pc in b.pieces]
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Restore ``state_dict()`` saved by the same rank of a job of the same size."""
@@ -245,7 +253,16 @@ class ZeroRedundancyOptimizer:
             raise ValueError(f"ZeroRedundancyOptimizer (rank {self.comm.rank}): state saved by "
                              f"rank {state.get('rank')} of {state.get('world_size')}, this is "
                              f"rank {self.comm.rank} of {self.comm.size}")
-        for opt, s in zip(self.optimizers, state["optimizers"]):
+        saved = state.get("optimizers", [])
+        pieces = [int(n) for n in state.get("pieces", [])]
+        if state.get("stage") != self.stage or len(saved) != len(self.optimizers) or \
+                pieces != self._pieces():
+            raise ValueError(f"ZeroRedundancyOptimizer (rank {self.comm.rank}): state saved at "
+                             f"stage {state.get('stage')} with {len(saved)} optimizers over "
+                             f"pieces of {pieces[:8]}... elements, this is stage {self.stage} "
+                             f"with {len(self.optimizers)} over {self._pieces()[:8]}... (another "
+                             "bucket size or parameter groups?)")
+        for opt, s in zip(self.optimizers, saved):
             opt.load_state_dict(s)
 
     def remove_hooks(self) -> None:

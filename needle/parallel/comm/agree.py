@@ -1,0 +1,77 @@
+"""Ranks agreeing on a strategy's settings before the first step.
+
+Ranks built with different settings (bucket size, ZeRO stage, number of microbatches, optimizer
+hyperparameters...) would otherwise fail far from the cause (a collective's sizes, a shape
+error deep in an ``add``) or, worse, train on silently.  So each strategy calls
+``agree(comm, "DistributedDataParallel", {"bucket_cap_mb": 25.0, ...})`` at construction: the
+ranks allgather a small fingerprint of their settings (a fixed-size JSON record) and, if any
+differ, every rank raises the same ``ValueError`` naming each setting that differs and every
+rank's value.
+"""
+import json
+from typing import Any, Dict, List
+
+import numpy as np
+
+RECORD = 2048  # bytes per rank: settings are a few numbers and names
+
+
+def optimizer_settings(optimizer: Any, prefix: str = "optimizer") -> Dict[str, Any]:
+    """An optimizer's (or optimizer class + kwargs') class and scalar hyperparameters."""
+    if isinstance(optimizer, tuple):  # (class, kwargs)
+        cls, kwargs = optimizer
+        out = {prefix: getattr(cls, "__name__", str(cls))}
+        out.update({f"{prefix}.{k}": _plain(v) for k, v in sorted(kwargs.items())})
+        return out
+    out = {prefix: type(optimizer).__name__}
+    for k, v in sorted(vars(optimizer).items()):
+        if not k.startswith("_") and _plain(v) is not None:
+            out[f"{prefix}.{k}"] = _plain(v)
+    return out
+
+
+def _plain(v: Any) -> Any:
+    """A JSON-friendly scalar (or tuple of scalars) version of ``v``, else None."""
+    if isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, (tuple, list)) and all(isinstance(x, (bool, int, float, str)) for x in v):
+        return list(v)
+    return None
+
+
+def _record(settings: Dict[str, Any], who: str) -> np.ndarray:
+    raw = json.dumps({k: v if v is None or _plain(v) is not None else repr(v)
+                      for k, v in settings.items()}, sort_keys=True).encode()
+    if len(raw) > RECORD:
+        raise ValueError(f"{who}: settings fingerprint too long ({len(raw)} > {RECORD} bytes)")
+    out = np.zeros(RECORD, dtype=np.uint8)
+    out[:len(raw)] = np.frombuffer(raw, dtype=np.uint8)
+    return out
+
+
+def agree(comm: Any, who: str, settings: Dict[str, Any]) -> None:
+    """Collective: raise on every rank if the ranks' ``settings`` differ, naming them."""
+    if comm.size == 1:
+        return
+    every = comm.allgather(_record(settings, who)).reshape(comm.size, RECORD)
+    if (every == every[0]).all():
+        return
+    per_rank: List[Dict[str, Any]] = [
+        json.loads(bytes(row).rstrip(b"\0").decode()) for row in every]
+    keys = sorted({k for s in per_rank for k in s})
+    lines = []
+    for k in keys:
+        values = [s.get(k, "<not set>") for s in per_rank]
+        if any(v != values[0] for v in values):
+            by_value: Dict[str, List[int]] = {}
+            for r, v in enumerate(values):
+                by_value.setdefault(repr(v), []).append(r)
+            lines.append(f"{k}: " + ", ".join(f"{_ranks(rs)} {v}" for v, rs in by_value.items()))
+    raise ValueError(f"{who} (rank {comm.rank}): ranks disagree on their settings: "
+                     + "; ".join(lines))
+
+
+def _ranks(rs: List[int]) -> str:
+    return f"rank {rs[0]} has" if len(rs) == 1 else f"ranks {rs} have"

@@ -1,0 +1,88 @@
+"""Checking each rank's own arguments against its group before any message moves.
+
+``metadata.py`` checks that all ranks *agree*; this module checks what one rank can see alone:
+that a root or a peer is a rank of the group, a tag is in the transport's range, an op is one
+of the reductions and the dtype can be reduced with it.  Without these checks a root outside
+the group makes ``broadcast`` return zeros and ``reduce`` return None on every rank, silently.
+Every error names the argument, its value, the calling rank and the call, e.g.
+``broadcast(root=5): root must be a rank of this communicator, 0..1 (rank 0 of 2)``.
+"""
+import numbers
+from typing import Any, Optional
+
+import numpy as np
+
+from .reference import UFUNCS
+
+# dtypes a reduction can run on: numbers and bool (never objects, strings or records)
+_REDUCIBLE = "biufc"
+
+
+def _where(call: str, name: str, value: Any, rank: int, size: int) -> str:
+    return f"{call}({name}={value!r}) on rank {rank} of {size}"
+
+
+def check_rank(call: str, name: str, value: Any, rank: int, size: int) -> int:
+    """``value`` as an int rank of a group of ``size``, else a ``ValueError`` naming it."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{_where(call, name, value, rank, size)}: {name} must be an int rank, "
+                        f"not {type(value).__name__}")
+    if not 0 <= value < size:
+        raise ValueError(f"{_where(call, name, value, rank, size)}: {name} must be a rank of "
+                         f"this communicator, 0..{size - 1}")
+    return int(value)
+
+
+def check_tag(call: str, tag: Any, tag_ub: int, rank: int, size: int,
+              any_tag: Optional[int] = -1) -> int:
+    """``tag`` in ``[0, tag_ub)`` (or ``any_tag`` where a receive allows it)."""
+    if isinstance(tag, bool) or not isinstance(tag, numbers.Integral):
+        raise TypeError(f"{_where(call, 'tag', tag, rank, size)}: tag must be an int, not "
+                        f"{type(tag).__name__}")
+    if tag != any_tag and not 0 <= tag < tag_ub:
+        raise ValueError(f"{_where(call, 'tag', tag, rank, size)}: tag must be in "
+                         f"[0, {tag_ub})")
+    return int(tag)
+
+
+def check_op(call: str, op: Any, dtype: Any, rank: int, size: int) -> None:
+    """``op`` is a known reduction and ``dtype`` can be reduced with it."""
+    if not isinstance(op, str) or op not in UFUNCS:
+        raise ValueError(f"{_where(call, 'op', op, rank, size)}: unknown op; choose from "
+                         f"{sorted(UFUNCS)}")
+    check_dtype(call, dtype, rank, size, reduce=True)
+    if op == "avg" and np.dtype(dtype) == np.bool_:
+        raise ValueError(f"{_where(call, 'op', op, rank, size)}: op='avg' is not defined for "
+                         "bool arrays")
+
+
+def check_dtype(call: str, dtype: Any, rank: int, size: int, reduce: bool = False) -> None:
+    """A dtype that can travel as raw bytes (and, with ``reduce``, be reduced)."""
+    dt = np.dtype(dtype)
+    bad = dt.hasobject  # pointers: meaningless in another process
+    if reduce and dt.kind not in _REDUCIBLE and dt.name != "bfloat16":
+        bad = True  # strings, records, datetimes: no elementwise sum
+    if bad:
+        what = "reduced" if reduce else "sent"
+        raise TypeError(f"{call} on rank {rank} of {size}: arrays of dtype {dt} cannot be "
+                        f"{what}")
+
+
+def check_int(call: str, name: str, value: Any, rank: int, size: int) -> int:
+    """``value`` as an int (a split's color or key), else a ``TypeError`` naming it."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{_where(call, name, value, rank, size)}: {name} must be an int, not "
+                        f"{type(value).__name__}")
+    return int(value)
+
+
+def check_timeout(timeout: Any, env: str = "NEEDLE_COMM_TIMEOUT") -> float:
+    """The communicator's timeout in seconds: a positive number (``env`` names its source)."""
+    try:
+        value = float(timeout)
+    except (TypeError, ValueError):
+        raise ValueError(f"the communicator timeout must be a number of seconds, got "
+                         f"{timeout!r} ({env})") from None
+    if not value > 0:
+        raise ValueError(f"the communicator timeout must be > 0 seconds, got {timeout!r} ({env})")
+    return value

@@ -1,0 +1,84 @@
+"""Arguments checked against the group on every transport: a bad root, peer, tag, op or dtype
+raises naming the argument, the value, the rank and the call (never a silent wrong answer)."""
+import numpy as np
+import pytest
+from mpi_helpers import BACKENDS, run_ranks
+
+# (call, what the error must say): each bad call is the same on every rank
+CASES = [
+    ("broadcast(root=5)", "broadcast(root=5) on rank {r} of 2"),
+    ("broadcast(root=-1)", "broadcast(root=-1) on rank {r} of 2"),
+    ("broadcast(root=1.0)", "root must be an int rank"),
+    ("broadcast(root=True)", "root must be an int rank"),
+    ("reduce(root=2)", "reduce(root=2) on rank {r} of 2"),
+    ("reduce(op='mean')", "reduce(op='mean') on rank {r} of 2: unknown op"),
+    ("allreduce(op='mean')", "allreduce(op='mean') on rank {r} of 2: unknown op"),
+    ("allreduce(op='avg', bool)", "op='avg' is not defined for bool"),
+    ("allreduce(object)", "dtype object cannot be reduced"),
+    ("reduce_scatter(str)", "dtype <U1 cannot be reduced"),
+    ("allgather(object)", "dtype object cannot be sent"),
+    ("send(dest=7)", "send(dest=7) on rank {r} of 2: dest must be a rank"),
+    ("send(tag=-3)", "send(tag=-3) on rank {r} of 2: tag must be in"),
+    ("recv(source=2)", "recv(source=2) on rank {r} of 2: source must be a rank"),
+    ("recv(tag=-5)", "recv(tag=-5) on rank {r} of 2: tag must be in"),
+]
+
+
+def _call(comm, case):
+    x = np.arange(4.0)
+    calls = {
+        "broadcast(root=5)": lambda: comm.broadcast(x, root=5),
+        "broadcast(root=-1)": lambda: comm.broadcast(x, root=-1),
+        "broadcast(root=1.0)": lambda: comm.broadcast(x, root=1.0),
+        "broadcast(root=True)": lambda: comm.broadcast(x, root=True),
+        "reduce(root=2)": lambda: comm.reduce(x, root=2),
+        "reduce(op='mean')": lambda: comm.reduce(x, op="mean"),
+        "allreduce(op='mean')": lambda: comm.allreduce(x, op="mean"),
+        "allreduce(op='avg', bool)": lambda: comm.allreduce(x > 1, op="avg"),
+        "allreduce(object)": lambda: comm.allreduce(np.array([1, "a"], dtype=object)),
+        "reduce_scatter(str)": lambda: comm.reduce_scatter(np.array(["a", "b"])),
+        "allgather(object)": lambda: comm.allgather(np.array([1, None], dtype=object)),
+        "send(dest=7)": lambda: comm.send(x, dest=7),
+        "send(tag=-3)": lambda: comm.send(x, dest=1 - comm.rank, tag=-3),
+        "recv(source=2)": lambda: comm.recv(source=2),
+        "recv(tag=-5)": lambda: comm.recv(source=1 - comm.rank, tag=-5),
+    }
+    calls[case]()
+
+
+def _every_bad_call(comm):
+    """Each bad call's error message on this rank, then one good call (nothing out of step)."""
+    got = []
+    for case, _ in CASES:
+        try:
+            _call(comm, case)
+            got.append(None)
+        except (ValueError, TypeError) as err:
+            got.append(str(err))
+    return got, comm.broadcast(np.arange(3.0) * (comm.rank + 1), root=1).tolist()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bad_arguments_name_the_argument_value_rank_and_call(backend: str) -> None:
+    for r, (errors, after) in enumerate(run_ranks(backend, 2, _every_bad_call, timeout=60,
+                                                  env={"NEEDLE_COMM_TIMEOUT": "5"})):
+        for (case, want), err in zip(CASES, errors):
+            assert err is not None, f"{case} on rank {r} did not raise"
+            assert want.format(r=r) in err, (case, err)
+        assert after == [0.0, 2.0, 4.0]  # the root's array: the group is still in step
+
+
+def _split_with_a_str_key(comm):
+    comm.split(comm.rank, key="a")
+
+
+def test_split_key_and_timeout_are_checked(monkeypatch):
+    from needle.parallel import RankFailedError, virtual
+    with pytest.raises(RankFailedError, match="split\\(key='a'\\) on rank 0 of 2: key must be "
+                                              "an int, not str"):
+        virtual.run(2, _split_with_a_str_key)
+    with pytest.raises(ValueError, match="timeout must be > 0 seconds, got 0 \\(timeout=\\)"):
+        virtual.run(2, _split_with_a_str_key, timeout=0)
+    monkeypatch.setenv("NEEDLE_COMM_TIMEOUT", "abc")
+    with pytest.raises(ValueError, match="got 'abc' \\(NEEDLE_COMM_TIMEOUT\\)"):
+        virtual.run(2, _split_with_a_str_key)

@@ -1,0 +1,97 @@
+"""Fault injection, hangs: a rank that dies at any point (before MPI starts, before its
+communicator exists, mid-job) ends every rank within the timeout, under plain mpiexec, the
+launcher and the virtual cluster; the launcher names the rank and how it ended."""
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from mpi_helpers import PARALLEL_TESTS, ROOT, worker_env
+
+from needle.parallel import CommTimeoutError, RankFailedError, virtual
+
+pytestmark = pytest.mark.faults
+TIMEOUT = 3  # NEEDLE_COMM_TIMEOUT of these jobs: every one must end well within 5 x this
+WORKER = str(PARALLEL_TESTS / "faults" / "worker_early_death.py")
+MODES = ["raise", "exit0", "exit3", "kill"]
+
+
+def _job(cmd, limit=5 * TIMEOUT + 10):
+    start = time.monotonic()
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, cwd=ROOT,
+                         env=worker_env(NEEDLE_COMM_TIMEOUT=str(TIMEOUT)),
+                         stdin=subprocess.DEVNULL)
+    return res, time.monotonic() - start
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("when", ["before", "after"])
+@pytest.mark.parametrize("mode", MODES)
+def test_plain_mpiexec_ends_when_a_rank_dies(mode, when):
+    """Before the fix, rank 1 raising before create() left rank 0 in MPI start-up forever."""
+    from mpi_helpers import mpiexec
+    res, took = _job([mpiexec(), "-n", "2", sys.executable, WORKER, mode, when])
+    # Known limit: after MPI started, a rank that calls os._exit(0) (no MPI_Finalize) makes
+    # hydra kill the others with SIGKILL and exit 0; the launcher reports it (test below).
+    assert res.returncode != 0 or (mode, when) == ("exit0", "after"), res.stdout + res.stderr
+    assert took < 4 * TIMEOUT, took
+    if mode == "raise":
+        assert "rank 1 fails on purpose" in res.stderr
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("mode,how", [
+    ("kill", "rank 1 ended first: it was killed by signal 9 (SIGKILL)."),
+    ("exit0", "rank 1 ended first: it exited with code 0 mid-job"),
+    ("exit3", "rank 1 ended first: it exited with code 3."),
+    ("raise", "rank 1 ended first: it raised RuntimeError: rank 1 fails on purpose."),
+])
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_launcher_names_the_rank_and_how_without_its_own_traceback(mode, how, when):
+    res, took = _job([sys.executable, "-m", "needle.parallel.launch", "-n", "2", WORKER,
+                      mode, when])
+    assert res.returncode != 0 and took < 4 * TIMEOUT, (took, res.stderr)
+    assert how in res.stderr, res.stderr
+    own = [line for line in res.stderr.splitlines() if not line.lstrip().startswith("[")]
+    assert not any("Traceback" in line or "Error" in line for line in own
+                   if not line.startswith("needle.parallel.launch:")), res.stderr
+
+
+def _poll_while_peer_times_out(comm):
+    if comm.rank == 0:
+        work = comm.allreduce_async(np.ones(3))
+        while not work.test():
+            pass
+    else:
+        comm.recv(source=0, tag=9)  # never sent: times out
+
+
+def test_virtual_run_returns_when_a_rank_polls_test_forever():
+    start = time.monotonic()
+    with pytest.raises(RankFailedError) as info:
+        virtual.run(2, _poll_while_peer_times_out, timeout=0.5)
+    assert time.monotonic() - start < 5
+    assert all(isinstance(e, CommTimeoutError) for e in info.value.errors.values())
+
+
+@pytest.mark.mpi
+def test_a_stuck_parameter_server_worker_cannot_keep_the_job_alive():
+    """ASP goes on without the silent worker, then the job ends (it used to wait forever)."""
+    from mpi_helpers import mpiexec
+    res, took = _job([mpiexec(), "-n", "3", sys.executable,
+                      str(PARALLEL_TESTS / "faults" / "worker_ps_stuck.py")])
+    assert "server done; presumed dead: [2]" in res.stdout, res.stdout + res.stderr
+    assert "worker 1 trained 6 steps" in res.stdout
+    assert res.returncode != 0 and "worker ranks [2] were presumed dead" in res.stderr
+    assert took < 4 * TIMEOUT + 2, took
+
+
+@pytest.mark.mpi
+def test_the_exit_guard_leaves_a_ranks_child_processes_alone():
+    """A child inherits mpiexec's environment; it used to join MPI start-up at exit (PMI)."""
+    from mpi_helpers import mpiexec
+    res, _ = _job([mpiexec(), "-n", "2", sys.executable,
+                   str(PARALLEL_TESTS / "faults" / "worker_spawns_child.py")])
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.count("child 0 \n") + res.stdout.count("child 0\n") == 2, res.stdout

@@ -1,0 +1,42 @@
+"""Run under mpiexec by test_faults_hang.py: rank 1 ends in MODE at a given point of the job.
+
+``python worker_early_death.py MODE WHEN``: MODE is raise, exit0, exit3 or kill; WHEN is
+``before`` (before ``communicator.create()``, MPI not started) or ``after`` (mid-job).
+Rank 0 (and any others) create the communicator and call collectives.
+"""
+import os
+import signal
+import sys
+
+import numpy as np
+
+import needle.parallel  # noqa: F401  (installs the exit guard, as any needle program does)
+
+
+def die(mode: str) -> None:
+    """End this rank the way ``mode`` says."""
+    if mode == "raise":
+        raise RuntimeError("rank 1 fails on purpose")
+    if mode == "exit0":
+        os._exit(0)
+    if mode == "exit3":
+        sys.exit(3)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def main() -> None:
+    mode, when = sys.argv[1], sys.argv[2]
+    rank = int(os.environ.get("PMI_RANK", "0"))
+    if rank == 1 and when == "before":
+        die(mode)
+    from needle.parallel import communicator
+    comm = communicator.create()
+    comm.allreduce(np.ones(4))
+    if comm.rank == 1 and when == "after":
+        die(mode)
+    comm.allreduce(np.ones(4))
+    comm.barrier()
+
+
+if __name__ == "__main__":
+    main()
