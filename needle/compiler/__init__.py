@@ -36,6 +36,7 @@ from .capture import DataDependentError, Recorder, Trace, alive_elsewhere
 from .compiled_module import CompiledModule
 from .plan import Plan
 from .results import flatten as _flatten
+from .results import graphless as _graphless
 from .results import leaf_ref as _leaf_ref
 from .results import meta as _meta
 from .results import resolve as _resolve
@@ -195,8 +196,8 @@ class CompiledFunction:
             leaf.grad = Tensor.make_const(leaf.grad.realize_cached_data())
         outs = [t.realize_cached_data() for t in tensors] + \
             [leaf.grad.realize_cached_data() for leaf in leaves]
-        detached = [t if t.op is None else Tensor.make_const(d) for t, d in
-                    zip(tensors, outs)]
+        detached = [t if t.op is None or not t.requires_grad else _graphless(d)
+                    for t, d in zip(tensors, outs)]
         value = _unflatten(tree, detached)
         del result, tensors
         if trace.data_read is not None:
@@ -338,7 +339,7 @@ class CompiledFunction:
             _resolve(ref, args).grad = Tensor.make_const(d)
         for (obj, name), d in zip(entry.states, datas[n + len(entry.leaves):]):
             setattr(obj, name, Tensor.make_const(d))
-        return _unflatten(entry.tree, [Tensor.make_const(d) for d in datas[:n]])
+        return _unflatten(entry.tree, [_graphless(d) for d in datas[:n]])
 
     # ------------------------------------------------------------------ reporting
     def plan(self, *args: Any) -> Optional[Plan]:

@@ -60,3 +60,15 @@ def source(role: tuple, args: tuple, leaves: List[Tensor]) -> Tensor:
     if kind == "leaf":
         return leaves[j]
     return getattr(j[0], j[1])
+
+
+WHY_NO_GRAPH = ("it is a result of a needle.compile'd function that calls backward() itself: "
+                "such results carry no graph (that backward already set the .grad values); "
+                "to call backward outside, return the loss without calling backward inside")
+
+
+def graphless(data: NDArray) -> Tensor:
+    """A constant result of a compiled function that called backward itself."""
+    t = Tensor.make_const(data)
+    t._why_no_graph = WHY_NO_GRAPH  # what backward() on it reports
+    return t
