@@ -12,11 +12,12 @@ Ranks on the node come from MPI (``Split_type(COMM_TYPE_SHARED)``); cores are th
 the CPUs those ranks may run on. The virtual cluster (threads in one process) is not touched.
 """
 import os
-from typing import Any, List, Optional, Tuple
+from typing import Any, List, Optional, Set, Tuple
 
 ENV_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 _placed = False  # the default placement happens once per process (communicators may be many)
+_ours: Set[str] = set()  # the variables set here, not by the user
 
 
 def threads_per_rank(cores: int, ranks: int) -> int:
@@ -51,9 +52,15 @@ def node_shape(mpi_comm: Any) -> Tuple[int, int]:
 
 
 def limit(n: int) -> None:
-    """At most ``n`` threads in every BLAS and OpenMP pool loaded in this process."""
+    """At most ``n`` threads in every BLAS and OpenMP pool loaded in this process, and in
+    those loaded later (SciPy's OpenBLAS, torch's OpenMP): they read the environment, so the
+    variables the user did not set are set to ``n``."""
     from threadpoolctl import threadpool_limits
     threadpool_limits(limits=n)
+    for var in ENV_VARS:
+        if var in _ours or not os.environ.get(var, "").strip():
+            os.environ[var] = str(n)
+            _ours.add(var)
 
 
 def place(mpi_comm: Any, blas_threads: Optional[int] = None) -> Optional[str]:
