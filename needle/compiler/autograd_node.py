@@ -147,12 +147,14 @@ class GraphPlan:
         self.n_saved = 0
         self.diff: List[int] = []                   # results that are node outputs
         self.grad_meta: List[tuple] = []            # (shape, strides, offset) per gradient
+        self.device: Any = None
 
 
 def _backward_roles(btrace: Trace, g_handles: List[Any], ftrace: Trace, saved: List[int],
                     owners: dict) -> List[tuple]:
-    """For each array the backward reads from outside: ('g', i), ('saved', j), an argument
-    or leaf role, or ('const',) for an array closed over."""
+    """(buffer, role) for each array the backward reads from outside: ('g', i), ('saved', j),
+    or the argument, leaf or attribute it belongs to; an array closed over gets none (the
+    plan keeps it as a constant)."""
     g_ids = {id(h): i for i, h in enumerate(g_handles)}
     saved_ids = {id(ftrace.arrays[b]): j for j, b in enumerate(saved)}
     roles = []
@@ -239,20 +241,30 @@ def record(cf: Any, entry: Any, args: tuple, box: list, ftrace: Trace, device: A
                   tuple((id(o), k, meta(d)) for o, k, d in states))
     if not cf._same_as_last(entry, comparable):
         return value
-    t0 = time.perf_counter()
     gp = GraphPlan()
     gp.f_roles, gp.n_results, gp.n_saved, gp.diff = f_roles, len(outs), len(saved), diff
-    gp.n_grads_in, gp.grad_meta = len(g_bufs), grad_meta
+    gp.n_grads_in, gp.grad_meta, gp.device = len(g_bufs), grad_meta, device
     gp.b_roles = [r for _, r in b_roles]
-    out_arrays = [o._handle for o in outs] + [ftrace.arrays[b] for b in saved] + \
-        [d._handle for _, _, d in states]
-    gp.fplan = Plan(ftrace, device, [b for b, _ in f_roles],
-                    [ftrace.index_of(h) for h in out_arrays], fusion=cf.fusion)
-    gp.bplan = Plan(btrace, device, g_bufs + [b for b, _ in b_roles], grad_bufs,
-                    fusion=cf.fusion)
-    entry.plan, entry.roles, entry.leaves, entry.tree = gp.fplan, f_roles, refs, tree
+    in_bufs = ([b for b, _ in f_roles], g_bufs + [b for b, _ in b_roles])
+    _compile(cf, entry, gp, (ftrace, btrace), in_bufs, saved, grad_bufs, outs, states)
+    entry.leaves, entry.tree = refs, tree
     entry.attr_meta = cf._attr_meta(f_roles + b_roles)
     entry.leaf_meta = [meta(x.realize_cached_data()) for x in leaves]
+    return value
+
+
+def _compile(cf: Any, entry: Any, gp: GraphPlan, traces: Tuple[Trace, Trace],
+             in_bufs: Tuple[List[int], List[int]], saved: List[int], grad_bufs: List[int],
+             outs: List[NDArray], states: list) -> None:
+    """Build the forward and backward plans into ``gp`` and make ``entry`` replay them."""
+    t0 = time.perf_counter()
+    ftrace, btrace = traces
+    out_arrays = [o._handle for o in outs] + [ftrace.arrays[b] for b in saved] + \
+        [d._handle for _, _, d in states]
+    gp.fplan = Plan(ftrace, gp.device, in_bufs[0],
+                    [ftrace.index_of(h) for h in out_arrays], fusion=cf.fusion)
+    gp.bplan = Plan(btrace, gp.fplan.device, in_bufs[1], grad_bufs, fusion=cf.fusion)
+    entry.plan, entry.roles, entry.graph = gp.fplan, gp.f_roles, gp
     entry.outs = [(o.shape, o.strides, o.offset) for o in outs]
     entry.states = [(o, k) for o, k, _ in states]
     entry.state_meta = [(d.shape, d.strides, d.offset) for _, _, d in states]
@@ -260,8 +272,6 @@ def record(cf: Any, entry: Any, args: tuple, box: list, ftrace: Trace, device: A
     cf.compiles += 1
     cf._say(f"compiled in {entry.compile_s * 1e3:.0f} ms: forward {gp.fplan.stats()}, "
             f"backward {gp.bplan.stats()}")
-    entry.graph = gp
-    return value
 
 
 def replay(cf: Any, entry: Any, args: tuple) -> Any:
