@@ -8,7 +8,7 @@ setup(
     packages=find_packages(include=["needle", "needle.*"]),
     python_requires=">=3.9",
     install_requires=["numpy>=1.23", "ml_dtypes>=0.3", "mpi4py>=3.1", "mpich", "tqdm",
-                      "scikit-learn",
+                      "scikit-learn", "threadpoolctl>=3",
                       # needle.compile's CPU kernels (backend_ndarray/fused_expr.py says why)
                       "numba>=0.59"],
     extras_require={

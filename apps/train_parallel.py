@@ -81,8 +81,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", default="", help="write the figures to this PNG (rank 0)")
     p.add_argument("--json", default="", help="write the figures to this JSON file (rank 0)")
     p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--blas-threads", type=int, default=1,
-                   help="BLAS threads per rank (ranks x threads should not exceed the cores)")
+    p.add_argument("--blas-threads", type=int, default=None,
+                   help="BLAS threads per rank (default: the node's cores shared among its "
+                        "ranks, or OMP_NUM_THREADS when set; see needle/parallel/comm/threads.py)")
     mp.add_arguments(_Family(p, DEFAULTS["mp"]))
     dp.add_arguments(_Family(p, DEFAULTS["dp"]))
     return p
@@ -115,16 +116,6 @@ def finish_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argpars
             p.error(f"--microbatches {args.microbatches} does not divide the {rows} rows of "
                     f"--batch {args.batch}" + (f" / --dp {args.dp}" if s == "3d" else ""))
     return args
-
-
-def limit_blas_threads(n: int) -> None:
-    """At most ``n`` BLAS threads in this rank (NumPy is loaded already: the environment
-    variables would come too late); without threadpoolctl, set OMP_NUM_THREADS yourself."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        return
-    threadpool_limits(n)
 
 
 def local_rank(comm: Any) -> int:
@@ -206,9 +197,8 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     """Run one strategy on this rank; rank 0 prints (and plots) the figures."""
     p = parser()
     args = finish_args(p, p.parse_args(argv))
-    limit_blas_threads(args.blas_threads)
     from needle.parallel import communicator
-    comm = communicator.create()
+    comm = communicator.create(blas_threads=args.blas_threads)
     args.device = pick_device(args.device, comm)
     out = STRATEGIES[args.strategy](comm, args)
     out.setdefault("strategy", args.strategy)

@@ -31,6 +31,7 @@ from bench_train import (
     SEQ,
     VOCAB,
     D,
+    blas_setup,
     blas_threads,
     torch_mlp_step,
     torch_threads,
@@ -209,6 +210,7 @@ def main() -> None:
     from needle.backend_ndarray import fused_expr
     print(f"threads {threads}; fused engine {fused_expr.ENGINE}; load average "
           f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    print(f"BLAS: {blas_setup()}")
     failed = False
     for kind in ("mlp", "transformer"):
         if args.only and kind != args.only:

@@ -5,9 +5,13 @@ traffic, and the parameter server with a straggler.
     python -m needle.parallel.launch -n 4 --no-prefix benchmarks/bench_data_parallel.py --zero
     python -m needle.parallel.launch -n 4 --no-prefix benchmarks/bench_data_parallel.py --ps \\
         --plot benchmarks/param_server.png
+    env -u OMP_NUM_THREADS -u OPENBLAS_NUM_THREADS -u MKL_NUM_THREADS -u OPENBLAS_CORETYPE \\
+        -u OPENBLAS_L2_SIZE mpiexec -n 2 python benchmarks/bench_data_parallel.py --default-threads
 
-One BLAS thread per rank (``threadpoolctl``: the launcher's rank process has loaded NumPy before
-this script runs, so environment variables would come too late). Timed cases run in interleaved
+``--default-threads`` leaves the BLAS threads to ``create()`` (the library's default placement,
+``needle/parallel/comm/threads.py``) and compares needle DDP with torch DDP. Otherwise one BLAS
+thread per rank (``threadpoolctl``: the launcher's rank process has loaded NumPy before this
+script runs, so environment variables would come too late). Timed cases run in interleaved
 blocks (each block: a barrier, then a few steps of every case in turn), and a case's time is the
 median over blocks of the slowest rank's median step, so the machine's load changes land on all
 cases alike and every ratio comes from one run. Memory is measured per rank with
@@ -201,18 +205,22 @@ def start_gloo(comm: Any) -> Any:
     return dist
 
 
-def torch_ddp_step(comm: Any, dist: Any, batch: int) -> Step:
+def torch_ddp_step(comm: Any, dist: Any, batch: int,
+                   sizes: Tuple[int, ...] = (256, 1024, 1024, 1024, 10),
+                   adam: bool = False) -> Step:
+    """A torch DDP training step of an MLP with layer ``sizes`` (SGD, or Adam)."""
     import torch
     torch.manual_seed(comm.rank)
-    model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(),
-                                torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
-                                torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
-                                torch.nn.Linear(1024, 10))
+    layers: List[Any] = []
+    for a, b in zip(sizes[:-1], sizes[1:]):
+        layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
+    model = torch.nn.Sequential(*layers[:-1])
     ddp = torch.nn.parallel.DistributedDataParallel(model)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    opt = torch.optim.Adam(ddp.parameters(), lr=1e-3) if adam else \
+        torch.optim.SGD(ddp.parameters(), lr=0.01)
     rng = np.random.default_rng(comm.rank)
-    x = torch.tensor(rng.standard_normal((batch, 256)), dtype=torch.float32)
-    y = torch.tensor(rng.integers(0, 10, batch))
+    x = torch.tensor(rng.standard_normal((batch, sizes[0])), dtype=torch.float32)
+    y = torch.tensor(rng.integers(0, sizes[-1], batch))
     loss_fn = torch.nn.CrossEntropyLoss()
 
     def step() -> None:
@@ -221,6 +229,43 @@ def torch_ddp_step(comm: Any, dist: Any, batch: int) -> Step:
         loss.backward()
         opt.step()
     return step
+
+
+# -- plain mpiexec: needle's default thread placement vs torch DDP ------------------------------
+ISSUE_MLP = (784, 1024, 1024, 10)  # the issue's case: 128 samples per rank, Adam
+
+
+def blas_report() -> str:
+    """Each BLAS library threadpoolctl sees: its name, kernel (architecture) and threads."""
+    from threadpoolctl import threadpool_info
+    return "; ".join(f"{p['internal_api']} {p.get('architecture', '?')} "
+                     f"{p['num_threads']} thread(s) ({os.path.basename(p['filepath'])})"
+                     for p in threadpool_info() if p["user_api"] == "blas") or "none found"
+
+
+def bench_default_threads(comm: Any, args: Any) -> List[str]:
+    """needle DDP with the threads ``create()`` chose vs torch DDP at one thread per rank
+    (what torchrun sets): MLP 784-1024-1024-10, 128 samples per rank, Adam."""
+    dist = start_gloo(comm)
+    if dist is None:
+        return ["torch not installed: no comparison"]
+    np.random.seed(comm.rank)
+    layers: List[Any] = []
+    for a, b in zip(ISSUE_MLP[:-1], ISSUE_MLP[1:]):
+        layers += [nn.Linear(a, b), nn.ReLU()]
+    net = DistributedDataParallel(nn.Sequential(*layers[:-1]), comm)
+    rng = np.random.default_rng(comm.rank)
+    x = ndl.Tensor(rng.standard_normal((128, ISSUE_MLP[0])), requires_grad=False)
+    y = ndl.Tensor(rng.integers(0, ISSUE_MLP[-1], 128), dtype="int64", requires_grad=False)
+    cases = {"needle_ddp": train_step(net, ndl.optim.Adam(net.parameters(), lr=1e-3), x, y,
+                                      lambda m, x, y: nn.SoftmaxLoss()(m(x), y)),
+             "torch_ddp": torch_ddp_step(comm, dist, 128, ISSUE_MLP, adam=True)}
+    t = timed(comm, cases, args.blocks, args.steps)
+    r = t["needle_ddp"] / t["torch_ddp"]
+    return [f"needle BLAS: {blas_report()}",
+            f"needle DDP (default threads) vs torch DDP (gloo, 1 thread/rank), MLP "
+            f"784-1024-1024-10, 128/rank, Adam: {1e3 * t['needle_ddp']:.1f} vs "
+            f"{1e3 * t['torch_ddp']:.1f} ms/step = {r:.2f}x (target <= 1.0x) {verdict(r <= 1.0)}"]
 
 
 # -- ZeRO and FSDP -----------------------------------------------------------------------------
@@ -409,7 +454,18 @@ def main() -> None:
     ap.add_argument("--slow", type=float, default=3.0)
     ap.add_argument("--plot", default="")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--default-threads", action="store_true",
+                    help="only needle DDP vs torch DDP, with the BLAS threads create() "
+                         "chooses (run under plain mpiexec, no thread variables set)")
     args = ap.parse_args()
+    if args.default_threads:
+        comm = create()
+        lines = bench_default_threads(comm, args)
+        if comm.rank == 0:
+            print(f"bench_data_parallel --default-threads, {comm.size} ranks, load average "
+                  f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+            print("\n".join(lines), flush=True)
+        return
     one_blas_thread()
     comm = create()
     lines = []

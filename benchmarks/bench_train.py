@@ -45,6 +45,20 @@ def blas_threads(requested: Optional[int]) -> int:
     return max(counts) if counts else 1
 
 
+def blas_setup() -> str:
+    """The BLAS libraries threadpoolctl sees (version, kernel, threads) and the OpenBLAS
+    variables that change the kernel chosen (they should be unset for figures)."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "threadpoolctl not installed"
+    libs = [f"{p['internal_api']} {p.get('version', '?')} kernel {p.get('architecture', '?')} "
+            f"{p['num_threads']} thread(s)" for p in threadpool_info() if p["user_api"] == "blas"]
+    env = ", ".join(f"{v}={os.environ.get(v, 'unset')}"
+                    for v in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"))
+    return f"{'; '.join(libs) or 'no BLAS found'} ({env})"
+
+
 def torch_threads(threads: int) -> Any:
     """The torch module set to ``threads`` threads, or None where torch is not installed."""
     try:

@@ -369,7 +369,10 @@ class Tensor(Value):
 
         As in the course, gradients are built as graphs (``create_graph=True``) so they can be
         differentiated again; pass ``create_graph=False`` to record no graph (less memory).
+        A tensor that does not require a gradient (no graph leads to it) raises, as in PyTorch.
         """
+        if not self.requires_grad:
+            raise RuntimeError(_why_no_graph(self))
         if out_grad is None:
             out_grad = Tensor.make_const(array_api.full(self.shape, 1, dtype=self.dtype,
                                                         device=self.device))
@@ -583,6 +586,20 @@ def _backward_callbacks() -> Iterator[None]:
             queue.pop(0)()
     finally:
         _BACKWARD_CALLBACKS.queue = outer
+
+
+def _why_no_graph(tensor: Value) -> str:
+    """The error for ``backward`` on a tensor that no graph leads to, saying why."""
+    why = getattr(tensor, "_why_no_graph", None)  # set by whoever made it (needle.compile)
+    if why is None and not _GRAD_ENABLED:
+        why = "grad mode is off here (inside no_grad())"
+    elif why is None and not _is_float(tensor.realize_cached_data()):
+        why = f"its dtype {tensor.dtype} cannot have gradients"
+    elif why is None:
+        why = ("it was computed under no_grad(), or only from tensors that do not require a "
+               "gradient (created with requires_grad=False, or .detach()ed)")
+    return ("backward: this tensor does not require a gradient and has no graph (PyTorch: "
+            f"'element 0 of tensors does not require grad and does not have a grad_fn'): {why}")
 
 
 def _is_float(data: Any) -> bool:

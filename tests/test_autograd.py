@@ -401,3 +401,35 @@ def test_tensor_freed_during_interpreter_teardown_is_silent(monkeypatch):
     finally:
         ndl.autograd.TENSOR_COUNTER = saved - 1  # x is gone, uncounted while it was None
     assert unraisable == [], [u.exc_value for u in unraisable]
+
+
+def test_backward_without_a_graph_raises_saying_why():
+    """As PyTorch's 'element 0 of tensors does not require grad and does not have a
+    grad_fn': never a silent no-op that leaves every .grad as it was."""
+    x = ndl.Tensor(np.ones(3), requires_grad=False)
+    with pytest.raises(RuntimeError, match="requires_grad=False"):
+        (x * 2).sum().backward()
+    w = ndl.Tensor(np.ones(3))
+    with ndl.no_grad():
+        y = (w * 2).sum()
+        with pytest.raises(RuntimeError, match=r"grad mode is off"):
+            y.backward()
+    with pytest.raises(RuntimeError, match=r"computed under no_grad\(\)"):
+        y.backward()
+    with pytest.raises(RuntimeError, match="dtype int64"):
+        ndl.Tensor(np.arange(3), dtype="int64").backward()
+    assert w.grad is None
+
+
+def test_backward_on_a_compiled_result_without_a_graph_says_so():
+    w = ndl.Tensor(np.ones(3))
+
+    def step(x):
+        loss = (x * w).sum()
+        loss.backward()
+        return loss
+    f = ndl.compile(step)
+    for _ in range(3):  # recording, recording, replay: each result has no graph
+        loss = f(ndl.Tensor(np.ones(3)))
+        with pytest.raises(RuntimeError, match="calls backward\\(\\) itself"):
+            loss.backward()

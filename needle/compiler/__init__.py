@@ -16,8 +16,12 @@ into a cached plan, in the way ``torch.compile`` or a CUDA graph does, in four s
    run the plan on the new inputs, with no autograd graph and no Python op dispatch; a new
    shape compiles again (``compiles`` counts it; ``debug=True`` prints why).
 
-The compiled function returns its results and sets the ``.grad`` of the leaf tensors its
-backward reached, as the eager call does; results carry no graph (call backward inside).
+Results behave as eager ones. A function that calls ``backward`` itself sets the ``.grad``
+of the leaf tensors its backward reached, replay after replay, and returns results without a
+graph. Otherwise, with grad mode on, results that require a gradient carry a graph: one node
+whose gradient is a compiled backward plan (``autograd_node.py``), so ``compiled(x).backward()``
+gives eager's gradients. ``compile(module)`` returns a ``CompiledModule``
+(``compiled_module.py``), called like the module and trained like it.
 ``lazy()`` defers primitives instead and runs them, fused, when data is read or the block ends.
 """
 import contextlib
@@ -25,12 +29,22 @@ import gc
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from ..autograd import Tensor, find_topo_sort
+from ..autograd import Tensor, find_topo_sort, is_grad_enabled
 from ..backend_ndarray import NDArray, cpu
+from . import autograd_node
 from .capture import DataDependentError, Recorder, Trace, alive_elsewhere
+from .compiled_module import CompiledModule
 from .plan import Plan
+from .results import flatten as _flatten
+from .results import graphless as _graphless
+from .results import leaf_ref as _leaf_ref
+from .results import meta as _meta
+from .results import resolve as _resolve
+from .results import source as _source
+from .results import unflatten as _unflatten
 
-__all__ = ["compile", "lazy", "CompiledFunction", "DataDependentError", "Plan"]
+__all__ = ["compile", "lazy", "CompiledFunction", "CompiledModule", "DataDependentError",
+           "Plan"]
 
 MAX_RECORDINGS = 3  # recordings that may disagree before a signature runs eagerly for good
 
@@ -51,42 +65,11 @@ class _Entry:
         self.tree: Any = None
         self.n_results = 0
         self.compile_s = 0.0
-
-
-def _meta(a: NDArray) -> tuple:
-    return (a.shape, a.strides, a.offset, a.dtype, a._handle.size)
-
-
-def _flatten(result: Any, tensors: List[Tensor]) -> Any:
-    """A tree of ``result`` with each Tensor replaced by ('T', index into ``tensors``)."""
-    if isinstance(result, Tensor):
-        tensors.append(result)
-        return ("T", len(tensors) - 1)
-    if isinstance(result, (tuple, list)):
-        return (type(result).__name__, [_flatten(x, tensors) for x in result])
-    return ("V", result)
-
-
-def _unflatten(tree: Any, tensors: List[Tensor]) -> Any:
-    kind, val = tree
-    if kind == "T":
-        return tensors[val]
-    if kind in ("tuple", "list"):
-        items = [_unflatten(x, tensors) for x in val]
-        return tuple(items) if kind == "tuple" else items
-    return val
-
-
-def _leaf_ref(leaf: Tensor, args: tuple) -> tuple:
-    """("arg", k) when ``leaf`` is argument k (a new object each call), else ("obj", leaf)."""
-    for k, a in enumerate(args):
-        if a is leaf:
-            return ("arg", k)
-    return ("obj", leaf)
-
-
-def _resolve(ref: tuple, args: tuple) -> Tensor:
-    return args[ref[1]] if ref[0] == "arg" else ref[1]
+        self.graph: Optional[autograd_node.GraphPlan] = None  # results carry a graph
+        self.state_meta: List[tuple] = []
+        self.attr_meta: List[tuple] = []   # ((object, name), meta) of attributes read
+        self.states_seen: List[tuple] = []  # (object, name) the last recording replaced
+        self.pre_owners: Dict[int, tuple] = {}
 
 
 def _attribute_owners(arr: Any) -> Iterator[Tuple[Any, str, NDArray]]:
@@ -114,8 +97,9 @@ class CompiledFunction:
     """``fn`` with a plan cache keyed by its arguments' shapes, dtypes and devices."""
 
     def __init__(self, fn: Callable, fusion: bool = True, fallback: bool = True,
-                 debug: bool = False) -> None:
+                 debug: bool = False, guard: Optional[Callable[[], Any]] = None) -> None:
         self.fn = fn
+        self.guard = guard  # () -> extra state the plan depends on (a module's modes)
         self.fusion = fusion
         self.fallback = fallback
         self.debug = debug
@@ -127,9 +111,9 @@ class CompiledFunction:
         self._last_key: Optional[tuple] = None
 
     # ------------------------------------------------------------------ guards
-    @staticmethod
-    def key(args: tuple) -> tuple:
-        """The guard: shape, strides, dtype and device of each tensor argument, else its value."""
+    def key(self, args: tuple) -> tuple:
+        """The guard: shape, strides, dtype and device of each tensor argument, else its value;
+        grad mode (results carry a graph only with it on), and ``guard()`` when given."""
         out = []
         for a in args:
             if isinstance(a, Tensor):
@@ -141,6 +125,9 @@ class CompiledFunction:
                     out.append(("V", type(a).__name__, a))
                 except TypeError:
                     out.append(("id", id(a)))
+        out.append(("grad", is_grad_enabled()))
+        if self.guard is not None:
+            out.append(("guard", self.guard()))
         return tuple(out)
 
     def _say(self, msg: str) -> None:
@@ -163,16 +150,19 @@ class CompiledFunction:
             leaves = [_resolve(r, args) for r in entry.leaves]
             changed = [i for i, (t, m) in enumerate(zip(leaves, entry.leaf_meta))
                        if _meta(t.realize_cached_data()) != m]
+            changed += [f"{type(o).__name__}.{k}" for (o, k), m in entry.attr_meta
+                        if _meta(getattr(o, k).realize_cached_data()) != m]
             if not changed:
                 return self._replay(entry, args)
-            self._say(f"guard failed: leaf tensor(s) {changed} changed shape/dtype/layout; "
-                      f"tracing again")
+            self._say(f"guard failed: leaf or attribute tensor(s) {changed} changed "
+                      f"shape/dtype/layout; tracing again")
             self.cache[key] = entry = _Entry()
         return self._record(entry, args)
 
     def _diff(self, key: tuple) -> str:
         old = self._last_key
         parts = [f"arg{i}: {o[1][:1] if o[0] == 'T' else o} -> {n[1][:1] if n[0] == 'T' else n}"
+                 if o[0] not in ("grad", "guard") else f"{o[0]}: {o[1]} -> {n[1]}"
                  for i, (o, n) in enumerate(zip(old, key)) if o != n]
         return "; ".join(parts) or f"{len(old)} -> {len(key)} arguments"
 
@@ -186,9 +176,17 @@ class CompiledFunction:
             entry.eager_reason = "tensor arguments on several devices"
             return self.fn(*args)
         self.recordings += 1
+        # tensors that earlier recordings saw the function replace on objects (state, such
+        # as BatchNorm's running mean): this call reads their current values
+        entry.pre_owners = {id(getattr(o, k).realize_cached_data()._handle): ("attr", (o, k))
+                            for o, k in entry.states_seen
+                            if isinstance(getattr(o, k, None), Tensor)}
         rec = Recorder(device, execute=True)
         with rec:
-            result = self.fn(*args)
+            box = [self.fn(*args)]  # a list, so that a callee can drop the graph it holds
+        if autograd_node.wants_graph(box[0], rec.trace):
+            return autograd_node.record(self, entry, args, box, rec.trace, device)
+        result = box.pop()
         trace = rec.trace
         tensors: List[Tensor] = []
         tree = _flatten(result, tensors)
@@ -198,42 +196,26 @@ class CompiledFunction:
             leaf.grad = Tensor.make_const(leaf.grad.realize_cached_data())
         outs = [t.realize_cached_data() for t in tensors] + \
             [leaf.grad.realize_cached_data() for leaf in leaves]
-        detached = [t if t.op is None else Tensor.make_const(d) for t, d in
-                    zip(tensors, outs)]
+        detached = [t if t.op is None or not t.requires_grad else _graphless(d)
+                    for t, d in zip(tensors, outs)]
         value = _unflatten(tree, detached)
         del result, tensors
-        problem, states = self._check(trace, args, leaves, outs)
-        if problem is not None:
-            if trace.data_read is not None:
-                msg = (f"needle.compile: {getattr(self.fn, '__name__', 'fn')} reads tensor "
-                       f"data in Python at {trace.data_read} (e.g. .numpy(), .item(), "
-                       f"a comparison used in an if): its control flow may depend on the "
-                       f"data, so it cannot be compiled")
-                if not self.fallback:
-                    raise DataDependentError(msg)
-                entry.eager_reason = msg
-                self._say(msg + "; running eagerly")
-            else:
-                self._say(problem)
-                entry.tries += 1
-                if entry.tries >= MAX_RECORDINGS:
-                    entry.eager_reason = problem
-                    self._say("giving up: running eagerly")
+        if trace.data_read is not None:
+            self._data_dependent(entry, trace)
             return value
-        roles = self._roles(trace, args, leaves)
+        problem, states = self._check_arrays(
+            trace, [trace.index_of(o._handle) for o in outs])
+        entry.states_seen = [(o, k) for o, k, _ in states]
+        if problem is not None:
+            self._retry(entry, problem)
+            return value
+        roles = self._roles(trace, args, leaves, entry.pre_owners)
         refs = [_leaf_ref(x, args) for x in leaves]
         comparable = (trace.signature(), tuple(roles),
                       tuple(r if r[0] == "arg" else id(r[1]) for r in refs),
                       tuple(_meta(o) for o in outs),
                       tuple((id(o), k, _meta(d)) for o, k, d in states))
-        if entry.last != comparable:
-            if entry.last is not None:
-                entry.tries += 1
-                self._say("two recordings differ (a random draw, a counter or a "
-                          "Python-side value changed between calls); recording again")
-                if entry.tries >= MAX_RECORDINGS:
-                    entry.eager_reason = "recordings keep differing"
-            entry.last = comparable
+        if not self._same_as_last(entry, comparable):
             return value
         t0 = time.perf_counter()
         outs = outs + [d for _, _, d in states]
@@ -243,6 +225,7 @@ class CompiledFunction:
         in_bufs = [b for b, _ in roles]
         plan = Plan(trace, device, in_bufs, out_bufs, fusion=self.fusion)
         entry.plan, entry.roles = plan, roles
+        entry.attr_meta = self._attr_meta(roles)
         entry.leaves = refs
         entry.leaf_meta = [_meta(x.realize_cached_data()) for x in leaves]
         entry.outs = [(o.shape, o.strides, o.offset) for o in outs]
@@ -253,19 +236,55 @@ class CompiledFunction:
         self._say(f"compiled in {entry.compile_s * 1e3:.0f} ms: {plan.stats()}")
         return value
 
-    def _check(self, trace: Trace, args: tuple, leaves: List[Tensor],
-               outs: List[NDArray]) -> Tuple[Optional[str], list]:
+    @staticmethod
+    def _attr_meta(roles: List[Tuple[int, tuple]]) -> List[tuple]:
+        """((object, name), meta) of each attribute tensor read: part of the guard."""
+        return [(r[1], _meta(getattr(*r[1]).realize_cached_data()))
+                for _, r in roles if r[0] == "attr"]
+
+    def _data_dependent(self, entry: _Entry, trace: Trace) -> None:
+        """The function read data into Python: run it eagerly from now on, or raise."""
+        msg = (f"needle.compile: {getattr(self.fn, '__name__', 'fn')} reads tensor "
+               f"data in Python at {trace.data_read} (e.g. .numpy(), .item(), "
+               f"a comparison used in an if): its control flow may depend on the "
+               f"data, so it cannot be compiled")
+        if not self.fallback:
+            raise DataDependentError(msg)
+        entry.eager_reason = msg
+        self._say(msg + "; running eagerly")
+
+    def _retry(self, entry: _Entry, problem: str) -> None:
+        """A recording that cannot be compiled: record again, or give up after a few."""
+        self._say(problem)
+        entry.tries += 1
+        if entry.tries >= MAX_RECORDINGS:
+            entry.eager_reason = problem
+            self._say("giving up: running eagerly")
+
+    def _same_as_last(self, entry: _Entry, comparable: tuple) -> bool:
+        """True when this recording equals the previous one (then the plan can be built)."""
+        if entry.last == comparable:
+            return True
+        if entry.last is not None:
+            entry.tries += 1
+            self._say("two recordings differ (a random draw, a counter or a "
+                      "Python-side value changed between calls); recording again")
+            if entry.tries >= MAX_RECORDINGS:
+                entry.eager_reason = "recordings keep differing"
+        entry.last = comparable
+        return False
+
+    def _check_arrays(self, trace: Trace, keep: List[Optional[int]],
+                      others: Tuple[Trace, ...] = ()) -> Tuple[Optional[str], list]:
         """(problem or None, state): ``state`` lists the (object, attribute, NDArray) of
         tensors the function stored on objects (``self.probs = ...``): a replay stores the
-        new values there too. Any other array still referenced is a problem."""
-        if trace.data_read is not None:
-            return "data read", []
-        keep = [trace.index_of(o._handle) for o in outs]
+        new values there too. Any other array still referenced (besides ``keep`` and the
+        ``others`` traces) is a problem."""
         keep = [k for k in keep if k is not None]
-        escaped = alive_elsewhere(trace, keep)
+        escaped = alive_elsewhere(trace, keep, others)
         if escaped:
             gc.collect()
-            escaped = alive_elsewhere(trace, keep)
+            escaped = alive_elsewhere(trace, keep, others)
         states = []
         for b in escaped:
             owners = list(_attribute_owners(trace.arrays[b]))
@@ -277,26 +296,40 @@ class CompiledFunction:
         return None, states
 
     @staticmethod
-    def _roles(trace: Trace, args: tuple, leaves: List[Tensor]) -> List[Tuple[int, tuple]]:
-        """For each buffer read from outside the trace: (buffer, where it comes from)."""
+    def _owners(args: tuple, leaves: List[Tensor]) -> Dict[int, tuple]:
+        """id(buffer) -> ("arg", k) or ("leaf", j) for the arguments' and leaves' buffers."""
         owners: Dict[int, tuple] = {}
         for j, leaf in reversed(list(enumerate(leaves))):
             owners[id(leaf.realize_cached_data()._handle)] = ("leaf", j)
         for k, a in reversed(list(enumerate(args))):
             if isinstance(a, Tensor):
                 owners[id(a.realize_cached_data()._handle)] = ("arg", k)
+        return owners
+
+    @classmethod
+    def _roles(cls, trace: Trace, args: tuple, leaves: List[Tensor], pre: Dict[int, tuple]
+               ) -> List[Tuple[int, tuple]]:
+        """For each buffer read from outside the trace: (buffer, where it comes from)."""
+        owners = dict(pre)
+        owners.update(cls._owners(args, leaves))
         roles = []
         for b, arr in enumerate(trace.arrays):
-            if not trace.internal[b] and id(arr) in owners:
+            if trace.internal[b]:
+                continue
+            if id(arr) in owners:
                 roles.append((b, owners[id(arr)]))
+                continue
+            for obj, name, _ in _attribute_owners(arr):
+                roles.append((b, ("attr", (obj, name))))
+                break
         return roles
 
     def _replay(self, entry: _Entry, args: tuple) -> Any:
         self.replays += 1
-        inputs = []
-        for _, (kind, j) in entry.roles:
-            src = args[j] if kind == "arg" else _resolve(entry.leaves[j], args)
-            inputs.append(src.realize_cached_data()._handle)
+        if entry.graph is not None:
+            return autograd_node.replay(self, entry, args)
+        leaves = [_resolve(r, args) for r in entry.leaves]
+        inputs = [_source(r, args, leaves).realize_cached_data()._handle for _, r in entry.roles]
         arrays = entry.plan.run(inputs)
         device = entry.plan.device
         datas = [NDArray.make(shape, strides=strides, device=device, handle=h, offset=off)
@@ -306,7 +339,7 @@ class CompiledFunction:
             _resolve(ref, args).grad = Tensor.make_const(d)
         for (obj, name), d in zip(entry.states, datas[n + len(entry.leaves):]):
             setattr(obj, name, Tensor.make_const(d))
-        return _unflatten(entry.tree, [Tensor.make_const(d) for d in datas[:n]])
+        return _unflatten(entry.tree, [_graphless(d) for d in datas[:n]])
 
     # ------------------------------------------------------------------ reporting
     def plan(self, *args: Any) -> Optional[Plan]:
@@ -325,6 +358,8 @@ class CompiledFunction:
             return f"runs eagerly: {entry.eager_reason}"
         if entry.plan is None:
             return "recorded once; the plan is built on the next call with this signature"
+        if entry.graph is not None:
+            return autograd_node.explain(entry, limit=limit)
         return entry.plan.explain(limit=limit)
 
     def compile_seconds(self) -> float:
@@ -334,10 +369,18 @@ class CompiledFunction:
 
 def compile(fn: Optional[Callable] = None, *, fusion: bool = True, fallback: bool = True,
             debug: bool = False) -> Any:
-    """Compile ``fn`` (also usable as ``@compile`` or ``@compile(debug=True)``); see module doc."""
+    """Compile ``fn`` (also usable as ``@compile`` or ``@compile(debug=True)``); see module doc.
+
+    A module (anything with ``parameters``, ``modules`` and ``train``) gives a
+    ``CompiledModule``: called like the module, trained like it."""
     if fn is None:
-        return lambda f: CompiledFunction(f, fusion=fusion, fallback=fallback, debug=debug)
-    return CompiledFunction(fn, fusion=fusion, fallback=fallback, debug=debug)
+        return lambda f: compile(f, fusion=fusion, fallback=fallback, debug=debug)
+
+    def make(f: Callable, guard: Optional[Callable[[], Any]] = None) -> CompiledFunction:
+        return CompiledFunction(f, fusion=fusion, fallback=fallback, debug=debug, guard=guard)
+    if all(hasattr(fn, a) for a in ("parameters", "modules", "train")):
+        return CompiledModule(fn, make)
+    return make(fn)
 
 
 class _Lazy:

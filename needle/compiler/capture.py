@@ -249,12 +249,17 @@ class Recorder:
         return recorded
 
 
-def alive_elsewhere(trace: Trace, keep: Sequence[int]) -> List[int]:
-    """Internal buffers that something besides the trace (and ``keep``) still references."""
+def alive_elsewhere(trace: Trace, keep: Sequence[int], others: Sequence[Trace] = ()
+                    ) -> List[int]:
+    """Internal buffers that something besides the trace, the ``others`` traces that read
+    them, and ``keep`` still references."""
     keep = set(keep)
     out, arrays = [], trace.arrays
     for i in range(len(arrays)):
+        if not trace.internal[i] or i in keep:
+            continue
         # two references are ours: the list's and getrefcount's argument
-        if trace.internal[i] and i not in keep and sys.getrefcount(arrays[i]) > 2:
+        ours = 2 + sum(t.index_of(arrays[i]) is not None for t in others)
+        if sys.getrefcount(arrays[i]) > ours:
             out.append(i)
     return out

@@ -57,8 +57,8 @@ class Plan:
             else:
                 self.static[b] = trace.arrays[b]  # a constant the function closed over
         self.fresh = [] if self.in_place else [
-            (b, trace.size(b), trace.dtype(b)) for b in self.outputs
-            if b not in set(self.inputs) and trace.internal[b]]
+            (b, trace.size(b), trace.dtype(b)) for b in dict.fromkeys(self.outputs)
+            if b not in set(self.inputs) and trace.internal[b]]  # (a result may be saved too)
         fused_prim = self.lookup("fused_elementwise") if hasattr(
             dev.mod, "fused_elementwise") else None
         self.program: List[Tuple] = []

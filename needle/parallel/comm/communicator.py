@@ -26,7 +26,7 @@ from typing import Any, Callable, ContextManager, Dict, List, Optional
 
 import numpy as np
 
-from . import args, metadata, select
+from . import args, metadata, select, threads
 from .convert import to_numpy
 from .faults import install_abort_hook
 from .latency_bound import (
@@ -478,16 +478,20 @@ class _Describe:
 
 
 def create(mpi_comm: Any = None, timeout: Optional[float] = None,
-           abort_on_error: bool = True) -> Communicator:
+           abort_on_error: bool = True, blas_threads: Optional[int] = None) -> Communicator:
     """A ``Communicator`` over ``mpi_comm`` (default ``MPI.COMM_WORLD``).
 
     With ``abort_on_error`` an uncaught exception on any rank aborts the whole MPI job (exit code
-    1) instead of leaving the other ranks waiting for it.
+    1) instead of leaving the other ranks waiting for it. Each rank's BLAS/OpenMP threads are
+    limited to its share of the node's cores unless ``blas_threads`` or the environment says
+    otherwise (``threads.py``).
     """
     MPI = mpi()
     if abort_on_error:
         install_abort_hook()
-    return Communicator(MPI.COMM_WORLD if mpi_comm is None else mpi_comm, timeout)
+    comm = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
+    threads.place(comm, blas_threads)
+    return Communicator(comm, timeout)
 
 
 def _check_out(out: np.ndarray, shape: tuple, dtype: Any) -> np.ndarray:

@@ -1,0 +1,40 @@
+"""``needle.compile(module)``: a module whose calls are compiled and which trains as the module.
+
+As ``torch.compile(module)`` returns an ``OptimizedModule`` wrapping ``_orig_mod``, this wraps
+the module: calling it runs a ``CompiledFunction`` of the module's call, and everything else
+(``parameters()``, ``state_dict()``, ``load_state_dict``, submodules, attributes) is the
+module's own. The guard includes every submodule's ``training`` flag, so ``train()`` and
+``eval()`` switch between two plans (BatchNorm's and Dropout's behaviour changes with them).
+"""
+from typing import Any, Callable
+
+
+class CompiledModule:
+    """``module`` with compiled calls; attribute access goes to the module."""
+
+    def __init__(self, module: Any, make: Callable[..., Any]) -> None:
+        self._orig_mod = module
+        self.compiled = make(module, guard=self._modes)
+
+    def _modes(self) -> tuple:
+        return tuple(m.training for m in self._orig_mod.modules())
+
+    def __call__(self, *args: Any) -> Any:
+        return self.compiled(*args)
+
+    def train(self, mode: bool = True) -> "CompiledModule":
+        """Set training mode on the module (a new mode traces its own plan)."""
+        self._orig_mod.train(mode)
+        return self
+
+    def eval(self) -> "CompiledModule":
+        """Set evaluation mode on the module."""
+        return self.train(False)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("_orig_mod", "compiled"):  # not yet set (e.g. while unpickling)
+            raise AttributeError(name)
+        return getattr(self._orig_mod, name)
+
+    def __repr__(self) -> str:
+        return f"CompiledModule({self._orig_mod!r})"
