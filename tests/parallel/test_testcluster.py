@@ -51,6 +51,9 @@ def collectives(comm):
         "reduce_scatter": comm.reduce_scatter(np.arange(8.0) * (r + 1)),
         "broadcast": comm.broadcast(x if r == 1 else np.zeros(10), root=1),
         "alltoall": comm.alltoall(np.arange(8.0) + 10 * r),
+        "allreduce_auto": comm.allreduce(np.full(MIB // 8, r + 1.0))[::4096],
+        "algorithms": [rec.algorithm for rec in comm.ledger if rec.name == "allreduce"],
+        "nodes": comm.hosts(),
     }
 
 
@@ -60,11 +63,17 @@ def test_collectives_across_hosts_equal_numpy_and_cross_the_link(cluster):
     after = [cluster.link_bytes(i) for i in range(2)]
     assert [g["host"] for g in got] == [cluster.ns(0)] * 2 + [cluster.ns(1)] * 2
     assert [g["node"] for g in got] == [2, 2, 2, 2]
+    # the communicator found the hosts and picked the hierarchical allreduce for 1 MiB
+    nodes = got[0]["nodes"]
+    assert nodes[0] == nodes[1] != nodes[2] == nodes[3] and all(g["nodes"] == nodes for g in got)
+    assert got[0]["algorithms"] == ["recursive_doubling", "recursive_doubling", "ring",
+                                    "hierarchical"]
     x = np.arange(10, dtype=np.float64)
     for r, g in enumerate(got):
         np.testing.assert_array_equal(g["allreduce"], x * 10)
         np.testing.assert_array_equal(g["allreduce_rd"], x * 10)
         np.testing.assert_array_equal(g["allreduce_ring"], np.full(64, 10.0))
+        np.testing.assert_array_equal(g["allreduce_auto"], np.full(32, 10.0))
         np.testing.assert_array_equal(g["allgather"],
                                       np.concatenate([x[:3] * (q + 1) + q for q in range(4)]))
         np.testing.assert_array_equal(g["reduce_scatter"], np.arange(2 * r, 2 * r + 2) * 10.0)

@@ -29,6 +29,7 @@ import numpy as np
 from . import metadata, select
 from .convert import to_numpy
 from .faults import install_abort_hook
+from .hierarchical import discover, hierarchical_allreduce
 from .latency_bound import (
     POISON,
     RecursiveDoublingBuffers,
@@ -77,6 +78,15 @@ class Communicator(PointToPoint):
         self._pool: List[np.ndarray] = []
         self._rd_cache: Dict[tuple, RecursiveDoublingBuffers] = {}
         self._results = ResultPool()
+        self.nodes: Optional[List[Any]] = None  # each rank's host; found on first need
+
+    def hosts(self) -> List[Any]:
+        """Each rank's host (a key per rank), found once by exchanging host names over MPI;
+        on the virtual cluster all ranks share one host unless ``comm.nodes`` is set."""
+        if self.nodes is None:
+            mpi_ranks = isinstance(self._t, MPITransport)
+            self.nodes = discover(self._exchange, self.size) if mpi_ranks else [0] * self.size
+        return self.nodes
 
     # -- the collectives ---------------------------------------------------------------------
     def allreduce(self, a: Any, op: str = "sum", algorithm: str = "auto",
@@ -102,7 +112,7 @@ class Communicator(PointToPoint):
         """Nonblocking ``allreduce``: returns a ``Work``; ``wait()`` gives the result."""
         x, restore = to_numpy(a)
         _check_op(op)
-        algo = choose("allreduce", x.nbytes, self.size, algorithm)
+        algo = choose("allreduce", x.nbytes, self.size, algorithm, self.hosts)
         res = self._output(out, x.shape, x.dtype)
         if _block and algo == "recursive_doubling":  # the latency-bound case: keep it lean
             self._allreduce_small(x, res, op, label)
@@ -119,7 +129,23 @@ class Communicator(PointToPoint):
                 return ring_allreduce(ch, x.reshape(-1), res.reshape(-1), op, items,
                                       ws[:DEPTH * items * x.itemsize].view(x.dtype))
             return self._run("allreduce", algo, desc, body, finish, _block, label, [ws])
+        if algo == "hierarchical":
+            return self._run_hierarchical(x, res, op, desc, finish, _block, label)
         return self._run_fused(x, res, op, desc, finish, _block, label)
+
+    def _run_hierarchical(self, x: np.ndarray, res: np.ndarray, op: str, desc: tuple,
+                          finish: Callable[[Any], Any], block: bool,
+                          label: Optional[str]) -> Any:
+        """``hierarchical.py``'s allreduce over ``self.hosts()``, with the scratch it needs."""
+        nodes, items = self.hosts(), max(1, self.chunk_bytes // x.itemsize)
+        ws, acc_buf = self._take(DEPTH * self.chunk_bytes), self._take(x.nbytes)
+
+        def body(ch: Channel) -> Algorithm:
+            return hierarchical_allreduce(ch, x.reshape(-1), res.reshape(-1), nodes, op, items,
+                                          ws[:DEPTH * items * x.itemsize].view(x.dtype),
+                                          acc_buf[:x.nbytes].view(x.dtype))
+        return self._run("allreduce", "hierarchical", desc, body, finish, block, label,
+                         [ws, acc_buf])
 
     def allgather(self, a: Any, algorithm: str = "auto", out: Optional[np.ndarray] = None,
                   label: Optional[str] = None) -> Any:
