@@ -148,7 +148,8 @@ def supervise(prefix: str, rest: List[str]) -> int:
     if err_file:
         err_file.close()
     if code < 0:  # killed by a signal: die the same way so mpiexec sees it
-        signal.signal(-code, signal.SIG_DFL)
+        if -code not in (signal.SIGKILL, signal.SIGSTOP):  # those two cannot be handled
+            signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     return code
 

@@ -29,7 +29,7 @@ import numpy as np
 from . import metadata, select
 from .convert import to_numpy
 from .faults import install_abort_hook
-from .hierarchical import discover, hierarchical_allreduce
+from .hierarchical import discover, hierarchical_allreduce, where
 from .latency_bound import (
     POISON,
     RecursiveDoublingBuffers,
@@ -81,7 +81,7 @@ class Communicator(PointToPoint):
         self.nodes: Optional[List[Any]] = None  # each rank's host; found on first need
 
     def hosts(self) -> List[Any]:
-        """Each rank's host (a key per rank), found once by exchanging host names over MPI;
+        """Each rank's host name, found once by exchanging host names over MPI;
         on the virtual cluster all ranks share one host unless ``comm.nodes`` is set."""
         if self.nodes is None:
             mpi_ranks = isinstance(self._t, MPITransport)
@@ -491,7 +491,8 @@ class _Describe:
         peers = sorted({q for c in self.chans for q in c.peers[-4:]})
         return (f"needle.parallel: {self.name} (call #{self.seq}) on rank {self.comm.rank} of "
                 f"{self.comm.size} did not finish within {self.comm.timeout:g} s "
-                f"(NEEDLE_COMM_TIMEOUT); waiting for ranks {peers}")
+                f"(NEEDLE_COMM_TIMEOUT); waiting for ranks {peers}"
+                f"{where(peers, self.comm.nodes)}")
 
 
 def create(mpi_comm: Any = None, timeout: Optional[float] = None,
@@ -504,7 +505,9 @@ def create(mpi_comm: Any = None, timeout: Optional[float] = None,
     MPI = mpi()
     if abort_on_error:
         install_abort_hook()
-    return Communicator(MPI.COMM_WORLD if mpi_comm is None else mpi_comm, timeout)
+    comm = Communicator(MPI.COMM_WORLD if mpi_comm is None else mpi_comm, timeout)
+    comm.hosts()  # once, now: a timeout can then name the hosts of the ranks it waited for
+    return comm
 
 
 def _check_op(op: str) -> None:

@@ -121,12 +121,26 @@ def hierarchical_allreduce(ch: Channel, x: np.ndarray, out: np.ndarray,
     return out
 
 
-def host_key() -> int:
-    """This process's host as a number (a checksum of its host name) for ``discover``."""
-    return zlib.crc32(socket.gethostname().encode())
+NAME_BYTES = 64  # host names longer than this are cut, with a checksum of the whole name
 
 
-def discover(exchange: Any, size: int) -> List[int]:
-    """Every rank's host key, by an allgather (``exchange``: int64 array -> all ranks' ones)."""
-    keys = exchange(np.array([host_key()], dtype=np.int64))
-    return [int(k) for k in keys[:size]]
+def _encoded_name() -> np.ndarray:
+    """This host's name as ``NAME_BYTES // 8`` int64 (for exchanging over int64 messages)."""
+    name = socket.gethostname().encode()
+    if len(name) > NAME_BYTES:
+        name = name[:NAME_BYTES - 9] + b"~" + b"%08x" % zlib.crc32(name)
+    return np.frombuffer(name.ljust(NAME_BYTES, b"\0"), dtype=np.int64).copy()
+
+
+def discover(exchange: Any, size: int) -> List[str]:
+    """Every rank's host name, by an allgather (``exchange``: int64 array -> all ranks')."""
+    words = exchange(_encoded_name())[:size * NAME_BYTES // 8].reshape(size, -1)
+    return [row.tobytes().rstrip(b"\0").decode(errors="replace") for row in words]
+
+
+def where(ranks: Sequence[int], nodes: Optional[Sequence[Hashable]]) -> str:
+    """`` (rank 2 on host h1, ...)`` for error messages; empty when the hosts are unknown or
+    all ranks share one."""
+    if not nodes or len(set(nodes)) < 2:
+        return ""
+    return " (" + ", ".join(f"rank {q} on host {nodes[q]}" for q in ranks) + ")"

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -200,9 +201,15 @@ def _ours() -> List[str]:
 
 
 def _remove(name: str) -> None:
-    """Delete the namespaces ``name-*`` and the folder of cluster ``name``."""
+    """Kill what still runs in the namespaces ``name-*`` (the cluster's own ranks and proxies:
+    a namespace lives on while a process holds it), delete them and the cluster's folder."""
     for ns in _ours():
         if ns.startswith(name + "-"):
+            for pid in ip("netns", "pids", ns, check=False).split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
             ip("netns", "del", ns, check=False)
     shutil.rmtree(Path(tempfile.gettempdir()) / name, ignore_errors=True)
 
