@@ -160,3 +160,24 @@ def test_cluster_refuses_clearly_without_root(monkeypatch):
 def test_cluster_bad_arguments(hosts, slots, rate, match):
     with pytest.raises(ValueError, match=match):
         Cluster(hosts, slots, rate)
+
+
+def test_command_line_up_and_down():
+    reason = netns.available()
+    if reason is not None:
+        pytest.skip(f"no test cluster here: {reason}")
+    cli = [sys.executable, "-m", "needle.parallel.testcluster"]
+    up = subprocess.run(cli + ["up", "--hosts", "2", "--slots", "3"], capture_output=True,
+                        text=True, timeout=60, cwd=ROOT, env=worker_env())
+    folder = up.stdout.strip()
+    name = folder.rstrip("/").split("/")[-1]
+    try:
+        assert up.returncode == 0, up.stderr
+        lines = open(f"{folder}/hostfile").read().split()
+        assert len(lines) == 2 and all(line.endswith(":3") for line in lines)
+        assert len([n for n in leftovers() if n.startswith(name + "-")]) == 3  # 2 hosts, bridge
+    finally:
+        down = subprocess.run(cli + ["down", folder], capture_output=True, text=True,
+                              timeout=60, cwd=ROOT, env=worker_env())
+    assert down.returncode == 0, down.stderr
+    assert not [n for n in leftovers() if n.startswith(name + "-")]
