@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator, List, Optional
 import pytest
 from mpi_helpers import ROOT, mpiexec, worker_env
 
-from needle.parallel.testcluster import Cluster, available
+from needle.parallel.testcluster import Cluster, available, sweep
 from needle.parallel.testcluster.mpirun import mpiexec_command
 from needle.parallel.testcluster.netns import leftovers
 
@@ -26,6 +26,7 @@ def make_cluster(hosts: int = 2, slots: int = 2, rate: Optional[str] = None) -> 
     reason = available()
     if reason is not None:
         pytest.skip(f"no test cluster here: {reason}")
+    sweep()  # clusters left by test runs that were killed (their process is gone)
     cluster = Cluster(hosts, slots, rate)
     try:
         cluster.up()
