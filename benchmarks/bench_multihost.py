@@ -54,7 +54,7 @@ def pingpong(raw, peer: int, nbytes: int, iters: int) -> float:
 def fit_links(raw):
     """(intra-host, inter-host) ``CostModel`` fitted to ping-pong times."""
     from needle.parallel.comm.cost_model import CostModel
-    sizes = [4 << 10, 64 << 10, 1 << 20, 4 << 20]
+    sizes = [4 << 10, 64 << 10, 1 << 20, 16 << 20]  # 16 MiB: past the tbf burst
     models = []
     for peer in (1, 2):
         times = [min(pingpong(raw, peer, n, max(2, min(50, (32 << 20) // n)))

@@ -98,3 +98,23 @@ def test_unequal_hosts_are_refused_by_name():
     with pytest.raises(virtual.RankFailedError, match=r"ValueError: hierarchical allreduce"):
         virtual.run(4, _hier, [np.ones(1 << 15)] * 4, [0, 0, 0, 1], "sum", 1 << 20,
                     "hierarchical")
+
+
+def _hier_async(comm, xs, nodes, op):
+    c = Communicator(comm.transport, chunk_bytes=256)
+    c.nodes = nodes
+    work = c.allreduce_async(xs[comm.rank], op=op, algorithm="hierarchical")
+    while not work.test():  # progress by polling, as DDP does between buckets
+        pass
+    return work.wait()
+
+
+@pytest.mark.parametrize("op, dtype", [("avg", np.float64), ("max", np.int64),
+                                       ("sum", np.float32)])
+def test_async_and_other_ops_equal_reference(op, dtype):
+    nodes = [0, 0, 1, 1, 2, 2]
+    xs = _inputs(6, 1000, dtype)
+    want = hierarchical_allreduce_reference(xs, nodes, op)
+    for r, got in enumerate(virtual.run(6, _hier_async, xs, nodes, op)):
+        assert got.dtype == dtype
+        np.testing.assert_array_equal(got, want[r])
