@@ -24,6 +24,9 @@ def main() -> None:
     except CommTimeoutError as e:
         record = {"time": time.time(), "error": str(e)}
         (folder / f"error{comm.rank}.json").write_text(json.dumps(record))
+        # The first rank to raise aborts the job; give the others (whose deadlines fall a few
+        # milliseconds apart, more on a loaded machine) time to record theirs too.
+        time.sleep(1.0)
         raise
 
 
