@@ -39,12 +39,12 @@ def ip(*args: str, check: bool = True) -> str:
 
 def available() -> Optional[str]:
     """None where namespaces can be made, else the reason why not."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return "making network namespaces needs root (and Linux)"
     if shutil.which("ip") is None:
         return "iproute2's `ip` is not installed"
     if shutil.which("tc") is None:
         return "iproute2's `tc` is not installed"
-    if hasattr(os, "geteuid") and os.geteuid() != 0:
-        return "making network namespaces needs root"
     probe = f"{PREFIX}-{os.getpid()}-probe"
     try:
         ip("netns", "add", probe)
