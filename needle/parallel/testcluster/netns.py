@@ -45,6 +45,8 @@ def available() -> Optional[str]:
         return "iproute2's `ip` is not installed"
     if shutil.which("tc") is None:
         return "iproute2's `tc` is not installed"
+    if shutil.which("unshare") is None:
+        return "util-linux's `unshare` is not installed"
     probe = f"{PREFIX}-{os.getpid()}-probe"
     try:
         ip("netns", "add", probe)
