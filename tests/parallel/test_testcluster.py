@@ -53,7 +53,8 @@ def collectives(comm):
         "alltoall": comm.alltoall(np.arange(8.0) + 10 * r),
         "allreduce_auto": comm.allreduce(np.full(MIB // 8, r + 1.0))[::4096],
         "algorithms": [rec.algorithm for rec in comm.ledger if rec.name == "allreduce"],
-        "nodes": comm.hosts(),
+        "nodes": comm.hosts(),  # found by create()
+        "split_nodes": comm.split(0, r).hosts(),  # found by exchanging messages
     }
 
 
@@ -65,7 +66,8 @@ def test_collectives_across_hosts_equal_numpy_and_cross_the_link(cluster):
     assert [g["node"] for g in got] == [2, 2, 2, 2]
     # the communicator found the hosts and picked the hierarchical allreduce for 1 MiB
     nodes = got[0]["nodes"]
-    assert nodes[0] == nodes[1] != nodes[2] == nodes[3] and all(g["nodes"] == nodes for g in got)
+    assert nodes == [cluster.ns(0)] * 2 + [cluster.ns(1)] * 2
+    assert all(g["nodes"] == nodes and g["split_nodes"] == nodes for g in got)
     assert got[0]["algorithms"] == ["recursive_doubling", "recursive_doubling", "ring",
                                     "hierarchical"]
     x = np.arange(10, dtype=np.float64)

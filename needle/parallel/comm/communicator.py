@@ -29,7 +29,7 @@ import numpy as np
 from . import metadata, select
 from .convert import to_numpy
 from .faults import install_abort_hook
-from .hierarchical import discover, hierarchical_allreduce, where
+from .hierarchical import discover, hierarchical_allreduce, host_name, where
 from .latency_bound import (
     POISON,
     RecursiveDoublingBuffers,
@@ -505,8 +505,12 @@ def create(mpi_comm: Any = None, timeout: Optional[float] = None,
     MPI = mpi()
     if abort_on_error:
         install_abort_hook()
-    comm = Communicator(MPI.COMM_WORLD if mpi_comm is None else mpi_comm, timeout)
-    comm.hosts()  # once, now: a timeout can then name the hosts of the ranks it waited for
+    world = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
+    comm = Communicator(world, timeout)
+    # Each rank's host, once, now (so a timeout can name the hosts of the ranks it waited
+    # for): setup metadata through MPI itself, like the Dup above, so that no exercise's code
+    # runs before the user's first call.
+    comm.nodes = world.allgather(host_name())
     return comm
 
 

@@ -124,9 +124,14 @@ def hierarchical_allreduce(ch: Channel, x: np.ndarray, out: np.ndarray,
 NAME_BYTES = 64  # host names longer than this are cut, with a checksum of the whole name
 
 
+def host_name() -> str:
+    """This process's host, as MPI and the hostfile name it."""
+    return socket.gethostname()
+
+
 def _encoded_name() -> np.ndarray:
     """This host's name as ``NAME_BYTES // 8`` int64 (for exchanging over int64 messages)."""
-    name = socket.gethostname().encode()
+    name = host_name().encode()
     if len(name) > NAME_BYTES:
         name = name[:NAME_BYTES - 9] + b"~" + b"%08x" % zlib.crc32(name)
     return np.frombuffer(name.ljust(NAME_BYTES, b"\0"), dtype=np.int64).copy()
