@@ -28,6 +28,7 @@ from typing import Any, List, Optional
 
 from .comm.faults import REPORT_DIR_ENV as DIR_ENV
 from .comm.faults import install_abort_hook, rank_from_env, remove_exit_guard, write_status
+from .testcluster.mpirun import mpiexec_command
 
 SUPERVISE = "--rank-supervise"  # internal: how mpiexec starts each rank
 CHILD = "--rank-child"  # internal: the rank itself, under its supervisor
@@ -60,8 +61,8 @@ def build_command(argv: Optional[List[str]] = None) -> List[str]:
     if args.module is None and not args.rest:
         parser.error("give a script (or -m module) to run")
     cmd = [find_mpiexec(), "-n", str(args.nproc)]
-    if args.hostfile:
-        cmd += ["-f", args.hostfile]
+    if args.hostfile:  # real hosts, or a test cluster's (needle.parallel.testcluster)
+        cmd = mpiexec_command(cmd[0], args.hostfile, args.nproc)
     shim = ["-m", "needle.parallel.launch", SUPERVISE, "0" if args.no_prefix else "1"]
     target = ["-m", args.module] if args.module else []
     return cmd + [sys.executable] + shim + target + args.rest
@@ -216,6 +217,8 @@ def first_failure(folder: Path) -> Optional[str]:
              "before the first failure, while other ranks still waited for it." for t, q in early]
     first = "failed first" if early else "ended first"
     lines.append(f"needle.parallel.launch: rank {rank} {first}: it {how}.")
+    if "host" in status:
+        lines.append(f"needle.parallel.launch: rank {rank} ran on host {status['host']}.")
     if tail:
         lines.append(f"needle.parallel.launch: last {len(tail)} lines of rank {rank}'s stderr:")
         lines += [f"    {line}" for line in tail]

@@ -2,7 +2,8 @@
 
 Reading order: ``reference.py`` (every algorithm as a pure function over a list of per-rank
 arrays), ``ring.py`` and ``latency_bound.py`` (the same schedules as generators over
-point-to-point messages), ``progress.py`` (channels, waiting, async handles), ``metadata.py``
+point-to-point messages), ``hierarchical.py`` (the allreduce for ranks that share hosts),
+``progress.py`` (channels, waiting, async handles), ``metadata.py``
 (checking that all ranks passed the same arguments), ``select.py`` (choosing an algorithm),
 ``p2p.py`` (send/recv), ``ledger.py`` (what every call sent), ``transport_mpi.py`` and
 ``transport_inprocess.py`` + ``scheduler.py`` (MPI processes or the virtual cluster's threads),

@@ -29,6 +29,7 @@ import numpy as np
 from . import args, metadata, select, threads
 from .convert import to_numpy
 from .faults import install_abort_hook
+from .hierarchical import discover, hierarchical_allreduce, host_name, where
 from .latency_bound import (
     POISON,
     RecursiveDoublingBuffers,
@@ -78,6 +79,15 @@ class Communicator(PointToPoint):
         self._pool: List[np.ndarray] = []
         self._rd_cache: Dict[tuple, RecursiveDoublingBuffers] = {}
         self._results = ResultPool()
+        self.nodes: Optional[List[Any]] = None  # each rank's host; found on first need
+
+    def hosts(self) -> List[Any]:
+        """Each rank's host name, found once by exchanging host names over MPI;
+        on the virtual cluster all ranks share one host unless ``comm.nodes`` is set."""
+        if self.nodes is None:
+            mpi_ranks = isinstance(self._t, MPITransport)
+            self.nodes = discover(self._exchange, self.size) if mpi_ranks else [0] * self.size
+        return self.nodes
 
     # -- the collectives ---------------------------------------------------------------------
     def allreduce(self, a: Any, op: str = "sum", algorithm: str = "auto",
@@ -103,7 +113,7 @@ class Communicator(PointToPoint):
         """Nonblocking ``allreduce``: returns a ``Work``; ``wait()`` gives the result."""
         x, restore = to_numpy(a)
         args.check_op("allreduce", op, x.dtype, self.rank, self.size)
-        algo = choose("allreduce", x.nbytes, self.size, algorithm)
+        algo = choose("allreduce", x.nbytes, self.size, algorithm, self.hosts)
         res = self._output(out, x.shape, x.dtype)
         if _block and algo == "recursive_doubling":  # the latency-bound case: keep it lean
             self._allreduce_small(x, res, op, label)
@@ -120,7 +130,23 @@ class Communicator(PointToPoint):
                 return ring_allreduce(ch, x.reshape(-1), res.reshape(-1), op, items,
                                       ws[:DEPTH * items * x.itemsize].view(x.dtype))
             return self._run("allreduce", algo, desc, body, finish, _block, label, [ws])
+        if algo == "hierarchical":
+            return self._run_hierarchical(x, res, op, desc, finish, _block, label)
         return self._run_fused(x, res, op, desc, finish, _block, label)
+
+    def _run_hierarchical(self, x: np.ndarray, res: np.ndarray, op: str, desc: tuple,
+                          finish: Callable[[Any], Any], block: bool,
+                          label: Optional[str]) -> Any:
+        """``hierarchical.py``'s allreduce over ``self.hosts()``, with the scratch it needs."""
+        nodes, items = self.hosts(), max(1, self.chunk_bytes // x.itemsize)
+        ws, acc_buf = self._take(DEPTH * self.chunk_bytes), self._take(x.nbytes)
+
+        def body(ch: Channel) -> Algorithm:
+            return hierarchical_allreduce(ch, x.reshape(-1), res.reshape(-1), nodes, op, items,
+                                          ws[:DEPTH * items * x.itemsize].view(x.dtype),
+                                          acc_buf[:x.nbytes].view(x.dtype))
+        return self._run("allreduce", "hierarchical", desc, body, finish, block, label,
+                         [ws, acc_buf])
 
     def allgather(self, a: Any, algorithm: str = "auto", out: Optional[np.ndarray] = None,
                   label: Optional[str] = None) -> Any:
@@ -474,7 +500,8 @@ class _Describe:
         peers = sorted({q for c in self.chans for q in c.peers[-4:]})
         return (f"needle.parallel: {self.name} (call #{self.seq}) on rank {self.comm.rank} of "
                 f"{self.comm.size} did not finish within {self.comm.timeout:g} s "
-                f"(NEEDLE_COMM_TIMEOUT); waiting for ranks {peers}")
+                f"(NEEDLE_COMM_TIMEOUT); waiting for ranks {peers}"
+                f"{where(peers, self.comm.nodes)}")
 
 
 def create(mpi_comm: Any = None, timeout: Optional[float] = None,
@@ -489,9 +516,14 @@ def create(mpi_comm: Any = None, timeout: Optional[float] = None,
     MPI = mpi()
     if abort_on_error:
         install_abort_hook()
-    comm = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
-    threads.place(comm, blas_threads)
-    return Communicator(comm, timeout)
+    world = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
+    threads.place(world, blas_threads)
+    comm = Communicator(world, timeout)
+    # Each rank's host, once, now (so a timeout can name the hosts of the ranks it waited
+    # for): setup metadata through MPI itself, like the Dup above, so that no exercise's code
+    # runs before the user's first call.
+    comm.nodes = world.allgather(host_name())
+    return comm
 
 
 def _check_out(out: np.ndarray, shape: tuple, dtype: Any) -> np.ndarray:

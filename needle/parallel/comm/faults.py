@@ -23,6 +23,7 @@ import atexit
 import json
 import os
 import signal
+import socket
 import sys
 import time
 import traceback
@@ -45,7 +46,7 @@ def write_status(status: Dict[str, Any]) -> None:
         return
     path = Path(folder) / f"rank{rank_from_env()}.status"
     if not path.exists():
-        path.write_text(json.dumps(status))
+        path.write_text(json.dumps(dict(status, host=socket.gethostname())))
 
 # Seconds between printing the traceback and MPI_Abort: mpiexec forwards each rank's output
 # asynchronously and drops what it has not forwarded when the abort tears the job down.

@@ -9,9 +9,12 @@ so the crossover grows with the per-message latency ``alpha`` and shrinks with p
 below was measured with ``python -m needle.parallel.bench`` on shared memory.
 """
 import os
+from typing import Callable, Hashable, Optional, Sequence
+
+from .hierarchical import worthwhile
 
 ALGORITHMS = {
-    "allreduce": ("ring", "recursive_doubling"),
+    "allreduce": ("ring", "recursive_doubling", "hierarchical"),
     "allgather": ("ring",),
     "reduce_scatter": ("ring",),
     "broadcast": ("binomial",),
@@ -23,8 +26,11 @@ ALGORITHMS = {
 ALLREDUCE_SMALL = int(os.environ.get("NEEDLE_ALLREDUCE_SMALL", 64 * 1024))
 
 
-def choose(collective: str, nbytes: int, size: int, algorithm: str = "auto") -> str:
-    """The algorithm to run: ``algorithm`` itself when given, else the size-based choice."""
+def choose(collective: str, nbytes: int, size: int, algorithm: str = "auto",
+           hosts: Optional[Callable[[], Sequence[Hashable]]] = None) -> str:
+    """The algorithm to run: ``algorithm`` itself when given, else the size-based choice;
+    a large allreduce over ranks that share hosts (``hosts()``: each rank's host) is
+    hierarchical (``hierarchical.py``)."""
     options = ALGORITHMS[collective]
     if algorithm != "auto":
         if algorithm not in options:
@@ -32,5 +38,7 @@ def choose(collective: str, nbytes: int, size: int, algorithm: str = "auto") -> 
                              f"choose from {options}")
         return algorithm
     if collective == "allreduce":
-        return "recursive_doubling" if nbytes <= ALLREDUCE_SMALL or size == 1 else "ring"
+        if nbytes <= ALLREDUCE_SMALL or size == 1:
+            return "recursive_doubling"
+        return "hierarchical" if hosts is not None and worthwhile(hosts()) else "ring"
     return options[0]

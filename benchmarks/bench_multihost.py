@@ -1,0 +1,172 @@
+"""Allreduce across hosts: measured against the two-link-class alpha-beta model, and the
+hierarchical allreduce against the flat ring.
+
+    python benchmarks/bench_multihost.py [--rate 1gbit] [--sizes 4K,64K,1M,16M,64M] [--reps 3]
+
+Makes a test cluster (``needle.parallel.testcluster``: 2 hosts x 2 ranks, network namespaces
+with each host link shaped to ``--rate`` by ``tc tbf``; needs root), runs itself on its 4 ranks
+with mpiexec over TCP, and removes the cluster.  The ranks first fit alpha and beta of each link
+class by ping-pong (ranks 0-1 share host 0, ranks 0-2 cross the host link), then time each
+allreduce algorithm at each size, all algorithms interleaved within each repetition; time is the
+best repetition of the slowest rank.  ``busbw = 2 (p - 1) / p * size / time`` (nccl-tests).
+``tree`` is needle's binomial reduce to rank 0 followed by its binomial broadcast.  The
+prediction prices each algorithm's textbook schedule (``cost_model.allreduce_steps``) with the
+fitted ``TwoLevelModel``.  Last line: hierarchical / flat ring at the largest size (target
+>= 1.3x at 2 x 2 with a 1 Gbit/s link; the link-bound limit is 1.5x).
+"""
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, List
+
+import numpy as np
+
+ALGORITHMS = ["ring", "recursive_doubling", "tree", "hierarchical"]
+NODES = [0, 0, 1, 1]
+
+
+def parse_size(s: str) -> int:
+    """``4K`` -> 4096, ``64M`` -> 67108864."""
+    s = s.strip().upper()
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(s[-1], 1)
+    return int(s[:-1] if s[-1] in "KMG" else s) * scale
+
+
+def pingpong(raw, peer: int, nbytes: int, iters: int) -> float:
+    """One-way seconds of an ``nbytes`` message between rank 0 and ``peer`` (others idle)."""
+    buf = np.zeros(max(nbytes, 1), np.uint8)
+    raw.Barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        if raw.rank == 0:
+            raw.Send(buf, peer)
+            raw.Recv(buf, peer)
+        elif raw.rank == peer:
+            raw.Recv(buf, 0)
+            raw.Send(buf, 0)
+    t = (time.perf_counter() - t0) / (2 * iters)
+    return raw.bcast(t, root=0)
+
+
+def fit_links(raw):
+    """(intra-host, inter-host) ``CostModel`` fitted to ping-pong times."""
+    from needle.parallel.comm.cost_model import CostModel
+    sizes = [4 << 10, 64 << 10, 1 << 20, 16 << 20]  # 16 MiB: past the tbf burst
+    models = []
+    for peer in (1, 2):
+        times = [min(pingpong(raw, peer, n, max(2, min(50, (32 << 20) // n)))
+                     for _ in range(2)) for n in sizes]
+        models.append(CostModel.fit(sizes, times))
+    return models
+
+
+def cases(comm, n: int) -> Dict[str, Callable[[], object]]:
+    """One allreduce of ``n`` float32 per algorithm."""
+    x = np.full(n, comm.rank + 1.0, np.float32)
+    out = np.empty_like(x)
+
+    def tree() -> object:
+        res = comm.reduce(x, root=0)
+        return comm.broadcast(res if comm.rank == 0 else out, root=0, out=out)
+    run = {a: (lambda a=a: comm.allreduce(x, algorithm=a, out=out))
+           for a in ("ring", "recursive_doubling", "hierarchical")}
+    run["tree"] = tree
+    return {a: run[a] for a in ALGORITHMS}
+
+
+def measure(comm, sizes: List[int], reps: int) -> Dict[int, Dict[str, List[float]]]:
+    """Seconds per call of the slowest rank, per size, algorithm and repetition."""
+    from mpi4py import MPI
+    raw = comm.transport.comm
+    comm.nodes = NODES  # the layout the hostfile makes (checked by the tests)
+    out: Dict[int, Dict[str, List[float]]] = {}
+    for size in sizes:
+        run = cases(comm, size // 4)
+        iters = max(1, min(20, (4 << 20) // size))
+        for fn in run.values():
+            fn()
+        out[size] = {a: [] for a in run}
+        for _ in range(reps):
+            for a, fn in run.items():
+                raw.Barrier()
+                t0 = time.perf_counter()
+                for _ in range(iters):
+                    fn()
+                t = (time.perf_counter() - t0) / iters
+                out[size][a].append(raw.allreduce(t, op=MPI.MAX))
+    return out
+
+
+def worker(args: argparse.Namespace) -> None:
+    """On each rank: fit, measure, and (rank 0) print the table."""
+    from needle.parallel.comm.communicator import create
+    from needle.parallel.comm.cost_model import TwoLevelModel, allreduce_steps
+    comm = create()
+    raw = comm.transport.comm
+    intra, inter = fit_links(raw)
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    times = measure(comm, sizes, args.reps)
+    if comm.rank != 0:
+        return
+    model = TwoLevelModel(intra, inter)
+    p = comm.size
+    print(f"fitted: intra alpha {intra.alpha * 1e6:.1f} us, {1e-9 / intra.beta:.2f} GB/s; "
+          f"inter alpha {inter.alpha * 1e6:.1f} us, {1e-9 / max(inter.beta, 1e-30):.3f} GB/s")
+    print(f"| size | algorithm | measured ms | busbw GB/s | predicted ms | predicted busbw "
+          f"| measured / predicted |\n|{' --- |' * 7}")
+    for size in sizes:
+        for a in ALGORITHMS:
+            t = min(times[size][a])
+            pred = model.schedule(allreduce_steps(a, size, NODES), NODES)
+            bus = 2 * (p - 1) / p * size
+            print(f"| {size >> 10} KiB | {a} | {t * 1e3:.3f} | {bus / t / 1e9:.4f} | "
+                  f"{pred * 1e3:.3f} | {bus / pred / 1e9:.4f} | {t / pred:.2f} |")
+    big = sizes[-1]
+    ratios = [r / h for r, h in zip(times[big]["ring"], times[big]["hierarchical"])]
+    print(f"hierarchical / flat ring speed at {big >> 20} MiB: best-of-reps "
+          f"{min(times[big]['ring']) / min(times[big]['hierarchical']):.2f}x; per rep "
+          f"{', '.join(f'{r:.2f}' for r in ratios)} (target >= 1.3x, link-bound limit 1.5x)")
+
+
+def main() -> int:
+    """Make the cluster, run the workers across it, remove it."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rate", default="1gbit")
+    p.add_argument("--sizes", default="4K,64K,1M,16M,64M")
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        worker(args)
+        return 0
+    from needle.parallel.launch import find_mpiexec
+    from needle.parallel.testcluster import Cluster, available
+    from needle.parallel.testcluster.mpirun import mpiexec_command
+    reason = available()
+    if reason:
+        print(f"bench_multihost: no test cluster here: {reason}", file=sys.stderr)
+        return 2
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                if line.startswith("model name")), "?")
+    print(f"2 hosts x 2 ranks, host links {args.rate} (tc tbf); CPU {cpu}; "
+          f"load average {os.getloadavg()[0]:.1f} at start")
+    root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [root] + [q for q in os.environ.get("PYTHONPATH", "").split(os.pathsep) if q]))
+    with Cluster(2, 2, args.rate) as cluster:
+        cmd = mpiexec_command(find_mpiexec(), str(cluster.hostfile), 4) + [
+            sys.executable, str(Path(__file__).resolve()), "--worker", "--sizes", args.sizes,
+            "--reps", str(args.reps)]
+        before = [cluster.link_bytes(i) for i in range(2)]
+        code = subprocess.call(cmd, env=env, timeout=900)
+        after = [cluster.link_bytes(i) for i in range(2)]
+    print(f"bytes sent on the host links: {[a[0] - b[0] for a, b in zip(after, before)]}; "
+          f"load average {os.getloadavg()[0]:.1f} at end")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""``python -m needle.parallel.testcluster up|down|sweep|run``: the test cluster by hand."""
+import argparse
+import subprocess
+import sys
+from typing import List, Optional
+
+from .mpirun import mpiexec_command, shell_line
+from .netns import Cluster, ClusterUnavailable, _remove, sweep
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Parse the command line and do it."""
+    p = argparse.ArgumentParser(prog="python -m needle.parallel.testcluster",
+                                description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    up = sub.add_parser("up", help="make a cluster and print its folder (holds the hostfile)")
+    up.add_argument("--hosts", type=int, default=2)
+    up.add_argument("--slots", type=int, default=2, help="ranks per host in the hostfile")
+    up.add_argument("--rate", help="shape every host link, e.g. 1gbit (tc tbf)")
+    down = sub.add_parser("down", help="remove a cluster (its folder or name)")
+    down.add_argument("cluster", nargs="?")
+    down.add_argument("--all", action="store_true", help="every cluster made by this module")
+    sub.add_parser("sweep", help="remove clusters whose making process has exited")
+    show = sub.add_parser("command", help="print the mpiexec command for a hostfile")
+    show.add_argument("hostfile")
+    show.add_argument("-n", type=int, default=2)
+    args = p.parse_args(argv)
+    if args.cmd == "up":
+        return _up(args)
+    if args.cmd == "down":
+        if args.all:
+            print("\n".join(sweep(everything=True)))
+        elif args.cluster:
+            _remove(args.cluster.rstrip("/").split("/")[-1])
+        else:
+            p.error("down: give the cluster's folder or name, or --all")
+        return 0
+    if args.cmd == "sweep":
+        print("\n".join(sweep()))
+        return 0
+    print(shell_line(mpiexec_command("mpiexec", args.hostfile, args.n)))
+    return 0
+
+
+def _up(args: argparse.Namespace) -> int:
+    """Make the cluster under a name that outlives this process (``down`` removes it)."""
+    # A name without this process's pid: `sweep` would otherwise remove it once we exit.
+    probe = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    k = 1
+    while f"ndlh-0-{k}-" in probe.stdout:
+        k += 1
+    cluster = Cluster(args.hosts, args.slots, args.rate, name=f"ndlh-0-{k}")
+    try:
+        cluster.up()
+    except ClusterUnavailable as e:
+        print(f"needle testcluster: cannot make the cluster here: {e}", file=sys.stderr)
+        return 2
+    cluster.is_up = False  # keep it after exit
+    print(cluster.folder)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""Run across the test cluster by ``test_testcluster_faults.py``: allreduce in a loop (at most
+60 s) until a fault ends it; the rank that raises records when and what before raising."""
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from needle.parallel.comm.communicator import create
+from needle.parallel.comm.progress import CommTimeoutError
+
+
+def main() -> None:
+    folder = Path(sys.argv[1])
+    comm = create()
+    x = np.ones(1 << 19)  # 4 MiB: a hierarchical allreduce over the host link
+    comm.allreduce(x)
+    (folder / f"started{comm.rank}").write_text(str(time.time()))
+    end = time.monotonic() + 60
+    try:
+        while time.monotonic() < end:
+            comm.allreduce(x)
+    except CommTimeoutError as e:
+        record = {"time": time.time(), "error": str(e)}
+        (folder / f"error{comm.rank}.json").write_text(json.dumps(record))
+        # The first rank to raise aborts the job; give the others (whose deadlines fall a few
+        # milliseconds apart, more on a loaded machine) time to record theirs too.
+        time.sleep(1.0)
+        raise
+
+
+if __name__ == "__main__":
+    main()
