@@ -28,9 +28,12 @@ def check_layout(spec: ModelSpec, lay: Layout, setup: Setup, cluster: ClusterSpe
         v = getattr(lay, name)
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    if lay.gpus > cluster.gpus:
+        raise ValueError(f"dp x tp x pp = {lay.dp} x {lay.tp} x {lay.pp} = {lay.gpus} is more "
+                         f"than the cluster's {cluster.gpus} GPUs")
     if lay.tp > cluster.gpus_per_node:
-        raise ValueError(f"tp={lay.tp} is larger than a node ({cluster.gpus_per_node} GPUs "
-                         f"per node): TP across nodes")
+        raise ValueError(f"TP across nodes: tp={lay.tp} is larger than a node "
+                         f"({cluster.gpus_per_node} GPUs per node)")
     if setup.batch % (lay.dp * lay.microbatch):
         raise ValueError(f"batch={setup.batch} is not divisible by dp x microbatch = "
                          f"{lay.dp} x {lay.microbatch}")

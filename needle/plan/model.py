@@ -23,7 +23,7 @@ __all__ = ["ModelSpec", "PRESETS", "preset", "from_module", "training_flops"]
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A decoder's shape, or (``layers == 0``) only its parameter count."""
+    """A decoder's shape, or (every shape field 0) only its parameter count."""
 
     layers: int = 0
     hidden: int = 0
@@ -37,7 +37,7 @@ class ModelSpec:
     @property
     def is_transformer(self) -> bool:
         """True when the shape is known (activations and FLOPs can be predicted)."""
-        return self.layers > 0
+        return any(getattr(self, k) for k in ("layers", "hidden", "heads", "seq", "vocab"))
 
     @property
     def num_params(self) -> float:
