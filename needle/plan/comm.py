@@ -19,7 +19,8 @@ A layout's collectives per step (Megatron-LM, Narayanan et al. SC'21 sec. 3; ZeR
         the forward is recomputed); with SP each is an allgather + reduce-scatter pair, the
         same bytes;
   pp  : per microbatch one activation send forward and one gradient send backward between
-        neighbouring stages (v times as many with interleaving), s b h / t with SP.
+        neighbouring stages (v times as many with interleaving; ``pp_sends``), s b h / t
+        with SP.
 """
 from typing import List, NamedTuple
 
@@ -33,7 +34,7 @@ from .layout import Layout, Setup
 from .model import ModelSpec
 
 __all__ = ["Collective", "collective_bytes", "collective_messages", "layout_collectives",
-           "comm_seconds"]
+           "comm_seconds", "step_bytes", "pp_sends"]
 
 
 class Collective(NamedTuple):
@@ -69,6 +70,8 @@ def collective_bytes(name: str, items: int, itemsize: int, p: int) -> int:
         return (p - 1) * n * itemsize
     if name == "send":
         return n * itemsize
+    if name == "broadcast":   # binomial tree: the root sends to ceil(log2 p) children
+        return (p - 1).bit_length() * n * itemsize
     raise ValueError(f"unknown collective {name!r}")
 
 
@@ -78,6 +81,8 @@ def collective_messages(name: str, items: int, itemsize: int, p: int) -> int:
         return 0
     if name == "allreduce":
         return _rd_rounds(p) if items * itemsize <= ALLREDUCE_SMALL else 2 * (p - 1)
+    if name == "broadcast":
+        return (p - 1).bit_length()
     return 1 if name == "send" else p - 1
 
 
@@ -115,8 +120,16 @@ def layout_collectives(spec: ModelSpec, lay: Layout, setup: Setup) -> List[Colle
             out.append(Collective("allreduce", "tp", lay.tp, sbh, e, per))
     if lay.pp > 1:
         n = sbh // lay.tp if lay.sp else sbh
-        out.append(Collective("send", "pp", lay.pp, n, e, 2 * m * lay.chunks, "pipeline"))
+        out.append(Collective("send", "pp", lay.pp, n, e, pp_sends(lay.pp, m, lay.chunks),
+                              "pipeline"))
     return out
+
+
+def pp_sends(p: int, m: int, v: int = 1) -> int:
+    """Sends of the busiest stage per step: a middle stage sends each of its v chunks' outputs
+    forward and input gradients backward (2 m v); with 2 stages the ends send one way per
+    chunk boundary (m (2 v - 1))."""
+    return m * (2 * v - 1) if p == 2 else 2 * m * v
 
 
 def _link(cluster: ClusterSpec, lay: Layout, group: str) -> CostModel:

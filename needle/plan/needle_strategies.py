@@ -10,9 +10,10 @@ rules to a list of parameter sizes, so the bytes it predicts are the ledger's to
 from typing import List, Sequence
 
 from ..parallel.data_parallel.buckets import assign_buckets
-from .comm import Collective
+from .comm import Collective, pp_sends
 
-__all__ = ["needle_collectives", "STRATEGIES"]
+__all__ = ["needle_collectives", "needle_tp_collectives", "needle_pp_collectives",
+           "needle_buffer_bytes", "STRATEGIES"]
 
 STRATEGIES = ("ddp", "zero1", "zero2")
 MB = 1024 * 1024
@@ -39,3 +40,43 @@ def needle_collectives(sizes: Sequence[int], itemsize: int, strategy: str, p: in
             out.append(Collective("reduce_scatter", "dp", p, cols + len(idx), itemsize, 1))
         out.append(Collective("allgather", "dp", p, cols, itemsize, 1))
     return out
+
+
+def needle_buffer_bytes(sizes: Sequence[int], itemsize: int, strategy: str, p: int) -> float:
+    """Bytes needle's strategy holds beyond the model states at its peak.
+
+    ZeRO-1/2 allgather each bucket's updated parameters into a new buffer (``_allgather``:
+    ``empty_host(world * cols)``) while the previous one, which the parameters still view, is
+    alive: one more padded copy of the parameters.
+    """
+    if strategy not in ("zero1", "zero2"):
+        return 0.0
+    nbytes = [int(n) * itemsize for n in sizes]
+    layout = assign_buckets(nbytes, ["x"] * len(sizes), 25.0 * MB, 25.0 * MB)
+    return float(sum(p * -(-sum(int(sizes[i]) for i in idx) // p) for idx in layout)
+                 * itemsize)
+
+
+def needle_tp_collectives(layers: int, b: int, s: int, h: int, p: int, m: int = 1,
+                          itemsize: int = 4) -> List[Collective]:
+    """One step of needle's tensor-parallel char transformer (apps/model_parallel_strategies).
+
+    Per layer and microbatch: forward allreduces after the attention and MLP row-parallel
+    layers (2 x s b h); backward the ``copy_to_region`` of the stacked q, k, v inputs (the
+    course's attention normalises q, k and v separately: one call of 3 s b h) and of the MLP
+    input (s b h). Per microbatch: the vocab-parallel embedding's forward allreduce and the
+    column-parallel head's backward one (s b h each), and the vocab-parallel cross entropy's
+    three allreduces of s b floats (max, sum of exponentials, target logit).
+    """
+    sbh = s * b * h
+    return [Collective("allreduce", "tp", p, sbh, itemsize, (3 * layers + 2) * m),
+            Collective("allreduce", "tp", p, 3 * sbh, itemsize, layers * m),
+            Collective("allreduce", "tp", p, s * b, itemsize, 3 * m)]
+
+
+def needle_pp_collectives(b: int, s: int, h: int, p: int, m: int, v: int = 1,
+                          itemsize: int = 4) -> List[Collective]:
+    """One step of needle's PipelineParallel: activation / gradient sends of (b, s, h) per
+    microbatch (``pp_sends``), then the float64 loss broadcast from the last stage."""
+    return [Collective("send", "pp", p, s * b * h, itemsize, pp_sends(p, m, v)),
+            Collective("broadcast", "pp", p, 1, 8, 1)]
