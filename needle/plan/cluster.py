@@ -41,6 +41,7 @@ class ClusterSpec:
     efficiency: float = 0.6              # achieved / peak FLOP/s for the model's GEMMs
     host_beta: float = 1 / 25e9          # CPU <-> GPU (PCIe 4 x16), for offload
     host_adam_rate: float = 1e9          # parameters per second a CPU Adam updates (offload)
+    overlap: bool = True                 # data-parallel comm can hide behind backward
     name: str = "custom"
 
     @property
@@ -115,10 +116,13 @@ def measure_alpha_beta(ranks: int, timeout: float = 60.0) -> Dict[str, float]:
 
 
 def measure_here(ranks: int = 2, mpi: bool = True) -> ClusterSpec:
-    """This machine as a one-node cluster of ``ranks`` CPU ranks, measured now."""
+    """This machine as a one-node cluster of ``ranks`` CPU ranks, measured now.
+
+    Peak FLOP/s is the measured numpy GEMM rate (so MFU is against that), efficiency 1, and no
+    communication overlap (the ranks share the cores that would compute meanwhile)."""
     flops = measure_gemm_flops()
     ab = measure_alpha_beta(ranks) if mpi and ranks > 1 else {"alpha": ALPHA, "beta": BETA}
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / max(ranks, 1)
     return ClusterSpec(1, ranks, float(mem), {"fp32": flops, "mixed": flops},
                        ab["alpha"], ab["beta"], ab["alpha"], ab["beta"], efficiency=1.0,
-                       host_beta=ab["beta"], name=f"here (x{ranks})")
+                       host_beta=ab["beta"], overlap=False, name=f"here (x{ranks})")

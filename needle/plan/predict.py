@@ -12,6 +12,7 @@ Step time on the busiest GPU:
   dp        assumed to overlap with backward when pp = 1 (DDP / ZeRO bucket hooks): only the part
             longer than backward is exposed; with pp > 1 it runs after the pipeline flush and is
             exposed in full; ZeRO-3's forward allgathers overlap the forward the same way;
+            nothing overlaps on a cluster with ``overlap=False`` (``--cluster here``);
   offload   PCIe transfers of the gradients and parameters plus the CPU's optimizer step.
 """
 from dataclasses import dataclass, field
@@ -73,7 +74,10 @@ def _step_time(spec: ModelSpec, lay: Layout, setup: Setup, cluster: ClusterSpec,
     dp_bwd = _sum(cs, cluster, lay, group="dp", overlap="backward")
     dp_fwd = _sum(cs, cluster, lay, group="dp", overlap="forward")
     dp_rest = _sum(cs, cluster, lay, group="dp", overlap="")
-    exposed = max(0.0, dp_bwd - m * bwd) + max(0.0, dp_fwd - m * fwd) + dp_rest
+    if cluster.overlap:
+        exposed = max(0.0, dp_bwd - m * bwd) + max(0.0, dp_fwd - m * fwd) + dp_rest
+    else:
+        exposed = dp_bwd + dp_fwd + dp_rest
     parts = {"compute": m * (fwd + bwd), "tp_comm": m * tp,
              "bubble_and_p2p": pipe - m * (f + b), "dp_comm": dp_bwd + dp_fwd + dp_rest,
              "dp_exposed": exposed, "offload": 0.0}

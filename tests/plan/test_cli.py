@@ -4,7 +4,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from mpi_helpers import mpiexec
+
 from needle.plan.__main__ import main
+from needle.plan.cluster import measure_here
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,3 +44,14 @@ def test_table_prints_best_and_why_not():
                          capture_output=True, text=True, timeout=120, cwd=ROOT, check=True).stdout
     assert "Best first:" in out and "  1. " in out
     assert "does not fit" in out and "TP across nodes" in out
+
+
+@pytest.mark.mpi
+def test_cluster_here_measures_this_machine():
+    """--cluster here: GEMM FLOP/s measured now, alpha/beta from an mpiexec ping-pong (its
+    launch bounded by measure_alpha_beta's 60 s timeout)."""
+    mpiexec()  # skips without mpiexec
+    here = measure_here(2)
+    assert here.gpus == 2 and here.peak_flops["fp32"] > 1e6
+    assert 0 < here.intra_alpha < 1e-2 and 0 < here.intra_beta < 1e-6
+    assert here.overlap is False

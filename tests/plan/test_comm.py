@@ -85,8 +85,8 @@ def test_layout_collectives_textbook_ratios():
 
 
 def test_tp_and_pp_counts():
-    """TP: 4 allreduces of s b h per layer and microbatch (6 with full recompute); PP: one
-    send forward and one backward per microbatch; SP moves the same bytes as
+    """TP: 4 allreduces of s b h per layer and microbatch (6 with full recompute); PP: a
+    middle stage sends forward and backward per microbatch; SP moves the same bytes as
     ring allreduces (messages above the recursive-doubling limit)."""
     spec = ModelSpec(8, 64, 4, 512, 100).check()
     setup = Setup(batch=8, precision="fp32")
@@ -97,5 +97,7 @@ def test_tp_and_pp_counts():
     assert full[0].calls == 6 * 8 * 4
     sp = layout_collectives(spec, Layout(tp=4, microbatch=2, sp=True), setup)
     assert step_bytes(sp) == step_bytes(tp) == 4 * 8 * 4 * 2 * 3 / 4 * sbh * 4
-    pp = layout_collectives(spec, Layout(pp=2, microbatch=2), setup)
-    assert pp == [Collective("send", "pp", 2, sbh, 4, 2 * 4, "pipeline")]
+    pp = layout_collectives(spec, Layout(pp=2, microbatch=2), setup)   # ends: one way each
+    assert pp == [Collective("send", "pp", 2, sbh, 4, 4, "pipeline")]
+    pp4 = layout_collectives(spec, Layout(pp=4, microbatch=2), setup)  # a middle stage: both
+    assert pp4 == [Collective("send", "pp", 4, sbh, 4, 2 * 4, "pipeline")]
