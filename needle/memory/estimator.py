@@ -281,7 +281,9 @@ def backward_liveness_peak(output: Tensor) -> int:
 
 def _nbytes(node: Tensor) -> int:
     data = node.cached_data
-    return int(np.prod(data.shape)) * _itemsize(data.dtype) if data is not None else 0
+    if data is None or not hasattr(data, "shape"):  # a TensorTuple's tuple: its parts count
+        return 0
+    return int(np.prod(data.shape)) * _itemsize(data.dtype)
 
 
 def estimate_module(model: Any, sample_inputs: Sequence[Any], *,

@@ -1,0 +1,238 @@
+"""needle.plan's predictions against runs under mpiexec: per-rank peak memory, bytes sent per
+step, step time, and the ranking of strategies, at 2 and 4 ranks.
+
+    python benchmarks/bench_plan.py [--ranks 2 4] [--steps 6] [--json out.json]
+
+Each strategy runs in ``plan_worker.py`` (the real strategies of apps/: DDP, ZeRO-1/2 and FSDP
+(ZeRO-3) on the course's MLPResNet for digits; TP, PP (1F1B, 4 microbatches) and 3D (dp 2 x
+pp 2) on the character transformer). Predictions, made here without running the strategy:
+
+* memory: ``needle.memory.estimate_module`` of the model on one rank's batch (measured
+  activations, ZeRO/TP/PP divisions of the model states), its total, plus the buffers
+  ``needle_strategies.needle_buffer_bytes`` names;
+* bytes: DDP / ZeRO-1/2 from ``needle_strategies.needle_collectives`` (needle's bucket rules);
+  FSDP, TP, PP and 3D from the planner's textbook counts (``comm.layout_collectives``);
+* time (``--cluster here``): FLOPs per rank / (needle's FLOP/s on this model, measured by the
+  one-rank run of it, x min(1, cores / ranks), the share of the cores each rank gets) +
+  alpha-beta time of the predicted collectives (alpha, beta from a ping-pong run first; no
+  overlap assumed: shared cores leave none to overlap with); for PP and 3D the schedule
+  simulator's makespan. numpy GEMM FLOP/s are measured too (every rank at once, column
+  "GEMM N/1": the rate at N ranks over the rate at 1) but, dominated by per-op overhead at
+  these sizes, needle's step does not run at GEMM speed.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Dict, List, Tuple
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import needle as ndl  # noqa: E402
+from needle import nn  # noqa: E402
+from needle.memory.estimator import estimate_module  # noqa: E402
+from needle.parallel import virtual  # noqa: E402
+from needle.plan.bubble import pipeline_seconds  # noqa: E402
+from needle.plan.cluster import ClusterSpec, measure_alpha_beta  # noqa: E402
+from needle.plan.comm import comm_seconds, layout_collectives, step_bytes  # noqa: E402
+from needle.plan.layout import Layout, Setup  # noqa: E402
+from needle.plan.model import ModelSpec, training_flops  # noqa: E402
+from needle.plan.needle_strategies import (  # noqa: E402
+    needle_buffer_bytes,
+    needle_collectives,
+    needle_pp_collectives,
+    needle_tp_collectives,
+)
+
+DP = ("ddp", "zero1", "zero2", "zero3")
+MP = ("tp", "pp", "3d")
+ZERO = {"ddp": 0, "zero1": 1, "zero2": 2, "zero3": 3, "single": 0}
+
+
+def run_worker(strategy: str, ranks: int, steps: int, timeout: float) -> Dict[str, Any]:
+    """Launch plan_worker.py under mpiexec; its JSON figures."""
+    exe = Path(sys.executable).parent / "mpiexec"
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "r.json"
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        subprocess.run([str(exe if exe.exists() else "mpiexec"), "-n", str(ranks),
+                        sys.executable, str(ROOT / "benchmarks" / "plan_worker.py"), strategy,
+                        str(out), "--steps", str(steps)], check=True, timeout=timeout, env=env,
+                       capture_output=True, cwd=ROOT)
+        return json.loads(out.read_text())
+
+
+def _digits_model() -> Any:
+    from apps import data_parallel_strategies as dps
+    args = SimpleNamespace(seed=0, dtype="float32", batch=32, device=ndl.cpu())
+    return dps.TASKS["digits"](args, ndl.cpu()).model(0)
+
+
+def predict_dp(strategy: str, p: int) -> Tuple[float, float, float]:
+    """(peak bytes, bytes per step, FLOPs per rank) for a data-parallel strategy."""
+    model = _digits_model()
+    x = ndl.Tensor(np.random.default_rng(0).standard_normal((32, 64)).astype(np.float32),
+                   requires_grad=False)
+    y = ndl.Tensor(np.zeros(32), dtype="int64", requires_grad=False)
+    est = estimate_module(model, [x], loss_fn=lambda out: nn.SoftmaxLoss()(out, y),
+                          zero_stage=ZERO[strategy], dp=p)
+    sizes = [int(np.prod(q.shape)) for q in model.parameters()]
+    psi = sum(sizes)
+    if strategy in ("ddp", "zero1", "zero2", "single"):
+        cs = needle_collectives(sizes, 4, "ddp" if strategy == "single" else strategy, p)
+    else:
+        cs = layout_collectives(ModelSpec(params=psi), Layout(dp=p, zero=3),
+                                Setup(p, "fp32", "adam"))
+    extra = needle_buffer_bytes(sizes, 4, strategy, p)
+    return est.total + extra, step_bytes(cs), 6.0 * psi * 32, cs
+
+
+def _lm_spec() -> Tuple[ModelSpec, int]:
+    from apps import model_parallel_strategies as mps
+    vocab = mps.batches(SimpleNamespace(chars=50_000, seq_len=32, batch=16), 4)[1]
+    return ModelSpec(4, 64, 4, 32, vocab).check(), vocab
+
+
+def lm_layout(strategy: str, p: int) -> Layout:
+    """The layout plan_worker.py runs: tp over all, pp over all (4 microbatches), 3d 2 x 2."""
+    if strategy in ("tp", "single_lm"):
+        return Layout(tp=p if strategy == "tp" else 1, microbatch=16)
+    if strategy == "pp":
+        return Layout(pp=p, microbatch=4)
+    return Layout(dp=2, pp=2, microbatch=2)
+
+
+def _lm_memory(lay: Layout, vocab: int) -> float:
+    """estimate_module of the whole character transformer on one rank's batch, / (tp pp)."""
+    from apps import model_parallel_strategies as mps
+
+    def one(comm: Any) -> float:
+        args = SimpleNamespace(d_model=64, heads=4, layers=4, seq_len=32)
+        np.random.seed(0)
+        model = nn.Sequential(*mps.char_transformer(args, vocab, comm))
+        b = 16 // lay.dp // (4 if lay.pp > 1 else 1)
+        ids = ndl.Tensor(np.zeros((b, 32)), dtype="int64", requires_grad=False)
+        y = np.zeros(b * 32, dtype=np.int64)
+        est = estimate_module(model, [ids], loss_fn=lambda out: mps._loss_fn(comm)(
+            out, ndl.Tensor(y, dtype="int64")), tp=lay.tp, pp=lay.pp, dp=lay.dp)
+        return est.total
+    return virtual.run(1, one)[0]
+
+
+def lm_collectives(spec: ModelSpec, lay: Layout, setup: Setup) -> List[Any]:
+    """needle's own TP / PP counts where the layout is pure TP or PP, else the textbook's."""
+    m = setup.batch // (lay.dp * lay.microbatch)
+    if lay.tp > 1 and lay.gpus == lay.tp:
+        return needle_tp_collectives(spec.layers, lay.microbatch, spec.seq, spec.hidden,
+                                     lay.tp, m)
+    if lay.pp > 1 and lay.gpus == lay.pp:
+        return needle_pp_collectives(lay.microbatch, spec.seq, spec.hidden, lay.pp, m)
+    return layout_collectives(spec, lay, setup)
+
+
+def predict_lm(strategy: str, p: int, cluster: ClusterSpec) -> Tuple[float, float, float, Any]:
+    """(peak bytes, bytes per step, seconds) for tp / pp / 3d (or the one-rank 'single_lm')."""
+    spec, vocab = _lm_spec()
+    lay = lm_layout(strategy, p)
+    setup = Setup(16, "fp32", "adam")
+    cs = lm_collectives(spec, lay, setup)
+    rate = cluster.peak_flops["fp32"] * cluster.efficiency
+    m = 16 // (lay.dp * lay.microbatch)
+    flops = training_flops(spec, 16) / lay.gpus
+    f, b = flops / 3 / m / rate, 2 * flops / 3 / m / rate
+    tp = sum(comm_seconds(c, cluster, lay) for c in cs if c.group == "tp") / m
+    p2p = sum(comm_seconds(c, cluster, lay) for c in cs if c.name == "send") / max(1, 2 * m)
+    dp = sum(comm_seconds(c, cluster, lay) for c in cs if c.group == "dp")
+    t = pipeline_seconds("1f1b", lay.pp, m, f + tp / 2, b + tp / 2, p2p) + dp
+    return _lm_memory(lay, vocab), step_bytes(cs), t, lay
+
+
+def _here(rate: float, ab: Dict[str, float], p: int) -> ClusterSpec:
+    """This machine as the planner sees it: ``rate`` FLOP/s per rank, the fitted alpha, beta."""
+    share = min(1.0, (os.cpu_count() or 1) / p)   # p processes share the cores
+    return ClusterSpec(1, p, 1e12, {"fp32": rate, "mixed": rate}, ab["alpha"], ab["beta"],
+                       ab["alpha"], ab["beta"], efficiency=share, name="here")
+
+
+def main() -> None:
+    """Measure, predict, print the table and the rankings."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--timeout", type=float, default=240)
+    ap.add_argument("--json", default="")
+    a = ap.parse_args()
+    load = os.getloadavg()
+    ab = measure_alpha_beta(2)
+    print(f"load average {load[0]:.1f} on {os.cpu_count()} cores; alpha {ab['alpha'] * 1e6:.1f}"
+          f" us, beta {1 / ab['beta'] / 1e9:.2f} GB/s (ping-pong, 2 ranks)")
+    one_dp = run_worker("single", 1, a.steps, a.timeout)
+    one_lm = run_worker("tp", 1, a.steps, a.timeout)
+    spec, _ = _lm_spec()
+    rate_dp = 6.0 * 43530 * 32 / one_dp["step_s"]
+    rate_lm = training_flops(spec, 16) / one_lm["step_s"]
+    print(f"needle FLOP/s at 1 rank: MLPResNet {rate_dp / 1e9:.3f} G "
+          f"({rate_dp / one_dp['gemm_flops']:.3f}"
+          f" of numpy GEMM), char transformer {rate_lm / 1e9:.3f} G "
+          f"({rate_lm / one_lm['gemm_flops']:.3f})")
+    rows: List[Dict[str, Any]] = []
+    head = (f"{'strategy':<8}{'ranks':>6}{'peak MB meas':>14}{'pred':>9}{'ratio':>7}"
+            f"{'bytes/step meas':>17}{'pred':>12}{'ratio':>8}{'step ms meas':>14}{'pred':>9}"
+            f"{'ratio':>7}{'GEMM N/1':>9}")
+    print(head)
+    for p in a.ranks:
+        for s in DP + MP:
+            if s == "3d" and p != 4:
+                continue
+            meas = run_worker(s, p, a.steps, a.timeout)
+            if s in DP:
+                peak, nbytes, flops, cs = predict_dp(s, p)
+                cl = _here(rate_dp, ab, p)
+                t = flops / (rate_dp * cl.efficiency) + sum(
+                    comm_seconds(c, cl, Layout(dp=p)) for c in cs)
+                gemm1 = one_dp["gemm_flops"]
+            else:
+                peak, nbytes, t, _ = predict_lm(s, p, _here(rate_lm, ab, p))
+                gemm1 = one_lm["gemm_flops"]
+            row = {"strategy": s, "ranks": p, "peak_measured": max(meas["peak"]),
+                   "peak_predicted": peak, "bytes_measured": max(meas["bytes"]),
+                   "bytes_predicted": nbytes, "step_s_measured": meas["step_s"],
+                   "step_s_predicted": t, "gemm_ratio": meas["gemm_flops"] / gemm1}
+            rows.append(row)
+            print(f"{s:<8}{p:>6}{row['peak_measured'] / 1e6:>14.2f}{peak / 1e6:>9.2f}"
+                  f"{peak / row['peak_measured']:>7.2f}{row['bytes_measured']:>17,.0f}"
+                  f"{nbytes:>12,.0f}{nbytes / max(row['bytes_measured'], 1):>8.3f}"
+                  f"{meas['step_s'] * 1e3:>14.1f}{t * 1e3:>9.1f}{t / meas['step_s']:>7.2f}"
+                  f"{row['gemm_ratio']:>9.2f}", flush=True)
+    _rankings(rows)
+    if a.json:
+        Path(a.json).write_text(json.dumps({"load": load, "alpha_beta": ab, "rows": rows,
+                                            "rates": [rate_dp, rate_lm]}, indent=1))
+
+
+def _rankings(rows: List[Dict[str, Any]]) -> None:
+    """Per rank count and model family: the order by predicted vs by measured step time."""
+    for p in sorted({r["ranks"] for r in rows}):
+        for fam in (DP, MP):
+            rs = [r for r in rows if r["ranks"] == p and r["strategy"] in fam]
+            if len(rs) < 2:
+                continue
+            pred = [r["strategy"] for r in sorted(rs, key=lambda r: r["step_s_predicted"])]
+            meas = [r["strategy"] for r in sorted(rs, key=lambda r: r["step_s_measured"])]
+            pairs = [(i, j) for i in range(len(rs)) for j in range(i + 1, len(rs))]
+            agree = sum((rs[i]["step_s_predicted"] < rs[j]["step_s_predicted"])
+                        == (rs[i]["step_s_measured"] < rs[j]["step_s_measured"])
+                        for i, j in pairs)
+            print(f"{p} ranks: predicted order {pred}, measured {meas}: "
+                  f"{agree}/{len(pairs)} pairs agree")
+
+
+if __name__ == "__main__":
+    main()

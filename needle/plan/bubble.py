@@ -1,0 +1,47 @@
+"""The pipeline's step time from the schedule simulator (``needle.parallel.pipeline``).
+
+A step of m microbatches on p stages is simulated with per-action costs F and B (seconds for
+one microbatch on one stage; each of v interleaved chunks costs F / v, B / v) and the
+inter-stage message time. Past the warm-up the schedule is periodic, so its makespan grows
+linearly in m: a schedule of more than ``SIM_LIMIT`` microbatches is simulated at m1 = p and
+m2 = 2 p microbatches (2 p and 4 p interleaved) and extended along that line. For GPipe and
+1F1B this is exact; tests/plan/test_bubble.py checks it against the full simulation for all three.
+Costs are normalised to F = 1 and rounded to 3 significant digits so layouts of one shape share
+simulations.
+"""
+from functools import lru_cache
+
+from ..parallel.pipeline.schedules import SCHEDULES
+from ..parallel.pipeline.simulator import simulate
+
+__all__ = ["pipeline_seconds", "makespan", "SIM_LIMIT"]
+
+SIM_LIMIT = 64
+
+
+@lru_cache(maxsize=4096)
+def makespan(schedule: str, p: int, m: int, v: int, f: float, b: float, comm: float) -> float:
+    """The simulator's makespan of one step (per-chunk costs f / v, b / v)."""
+    sched = SCHEDULES[schedule](p, m, v) if schedule == "interleaved" else \
+        SCHEDULES[schedule](p, m)
+    cost = {"F": f / v, "B": b / v}
+    return simulate(sched, lambda s, a: cost[a[0]], comm_cost=comm).makespan
+
+
+def _sig(x: float) -> float:
+    return float(f"{x:.3g}")
+
+
+def pipeline_seconds(schedule: str, p: int, m: int, f: float, b: float, comm: float = 0.0,
+                     chunks: int = 1, limit: int = SIM_LIMIT) -> float:
+    """Seconds of one step's forward and backward passes through the pipeline."""
+    v = chunks if schedule == "interleaved" else 1
+    if p == 1:
+        return m * (f + b)
+    r, c = _sig(b / f), _sig(comm / f)
+    m1 = p * (2 if v > 1 else 1)
+    if m <= max(limit, 2 * m1):
+        return makespan(schedule, p, m, v, 1.0, r, c) * f
+    s1 = makespan(schedule, p, m1, v, 1.0, r, c)
+    s2 = makespan(schedule, p, 2 * m1, v, 1.0, r, c)
+    return (s1 + (m - m1) * (s2 - s1) / m1) * f

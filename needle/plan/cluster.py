@@ -1,0 +1,128 @@
+"""Where it is trained: nodes x GPUs per node, memory, peak FLOP/s, and the links' alpha and beta.
+
+Presets are the vendors' datasheet figures: NVIDIA DGX A100 (8 x A100-SXM4-80GB, 312 TFLOP/s
+dense fp16/bf16 and 19.5 fp32 (156 with TF32), NVLink 3 at 300 GB/s per direction per GPU,
+8 x 200 Gb/s HDR InfiniBand per node = 25 GB/s per GPU) and DGX H100 (989 TFLOP/s dense bf16,
+NVLink 4 at 450 GB/s per direction, 8 x 400 Gb/s NDR = 50 GB/s per GPU). Latencies (alpha) are
+typical NCCL figures: a few microseconds over NVLink, about ten over InfiniBand.
+
+``measure_here(n)`` measures this machine instead: numpy GEMM FLOP/s on one core, and the
+alpha and beta of MPI point-to-point messages between ``n`` ranks (the ping-pong of
+``benchmarks/bench_collectives.py``, fitted by ``CostModel.fit``), launched under ``mpiexec``.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Dict
+
+import numpy as np
+
+from ..parallel.comm.cost_model import ALPHA, BETA
+
+__all__ = ["ClusterSpec", "PRESETS", "preset", "measure_gemm_flops", "measure_here"]
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """A homogeneous cluster; bandwidths as beta (seconds per byte), latencies as alpha."""
+
+    nodes: int
+    gpus_per_node: int
+    gpu_memory: float                    # bytes per GPU
+    peak_flops: Dict[str, float]         # per dtype: "fp32", "mixed"
+    intra_alpha: float
+    intra_beta: float
+    inter_alpha: float
+    inter_beta: float
+    efficiency: float = 0.6              # achieved / peak FLOP/s for the model's GEMMs
+    host_beta: float = 1 / 25e9          # CPU <-> GPU (PCIe 4 x16), for offload
+    host_adam_rate: float = 1e9          # parameters per second a CPU Adam updates (offload)
+    overlap: bool = True                 # data-parallel comm can hide behind backward
+    name: str = "custom"
+
+    @property
+    def gpus(self) -> int:
+        """Every GPU of the cluster."""
+        return self.nodes * self.gpus_per_node
+
+    def check(self) -> "ClusterSpec":
+        """Raise ValueError naming the field when a size is zero or negative."""
+        for name in ("nodes", "gpus_per_node"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        for name in ("gpu_memory", "intra_beta", "inter_beta", "efficiency"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if not all(v > 0 for v in self.peak_flops.values()):
+            raise ValueError(f"peak_flops must be > 0 per dtype, got {self.peak_flops}")
+        return self
+
+    def to_dict(self) -> Dict[str, Any]:
+        """A JSON-ready dict."""
+        return asdict(self)
+
+
+PRESETS: Dict[str, ClusterSpec] = {
+    "dgx-a100-80g": ClusterSpec(1, 8, 80e9, {"mixed": 312e12, "fp32": 19.5e12},
+                                5e-6, 1 / 300e9, 10e-6, 1 / 25e9, name="dgx-a100-80g"),
+    "dgx-a100-40g": ClusterSpec(1, 8, 40e9, {"mixed": 312e12, "fp32": 19.5e12},
+                                5e-6, 1 / 300e9, 10e-6, 1 / 25e9, name="dgx-a100-40g"),
+    "dgx-h100": ClusterSpec(1, 8, 80e9, {"mixed": 989e12, "fp32": 67e12},
+                            4e-6, 1 / 450e9, 8e-6, 1 / 50e9, host_beta=1 / 50e9,
+                            name="dgx-h100"),
+}
+
+
+def preset(name: str, **overrides: Any) -> ClusterSpec:
+    """A named cluster, optionally with fields replaced (``nodes=384``)."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown cluster preset {name!r}; choose one of "
+                         f"{', '.join(PRESETS)} or 'here'")
+    return replace(PRESETS[name], **overrides).check()
+
+
+def measure_gemm_flops(n: int = 256, dtype: str = "float32", seconds: float = 0.3) -> float:
+    """Achieved FLOP/s of an n x n x n numpy matmul (the best of repeated runs)."""
+    a = np.random.default_rng(0).standard_normal((n, n)).astype(dtype)
+    b = a.copy()
+    best, end = np.inf, time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        t0 = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t0)
+    return 2.0 * n ** 3 / best
+
+
+def measure_alpha_beta(ranks: int, timeout: float = 60.0) -> Dict[str, float]:
+    """alpha, beta of MPI messages between ``ranks`` processes (``mpiexec`` ping-pong)."""
+    from . import pingpong
+    exe = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    exe = exe if os.path.exists(exe) else "mpiexec"
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "fit.json")
+        subprocess.run([exe, "-n", str(ranks), sys.executable, pingpong.__file__, out],
+                       check=True, timeout=timeout, capture_output=True,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                           [os.path.dirname(os.path.dirname(os.path.dirname(__file__)))]
+                           + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                              if p])})
+        with open(out) as f:
+            return json.load(f)
+
+
+def measure_here(ranks: int = 2, mpi: bool = True) -> ClusterSpec:
+    """This machine as a one-node cluster of ``ranks`` CPU ranks, measured now.
+
+    Peak FLOP/s is the measured numpy GEMM rate (so MFU is against that), efficiency 1, and no
+    communication overlap (the ranks share the cores that would compute meanwhile)."""
+    flops = measure_gemm_flops()
+    ab = measure_alpha_beta(ranks) if mpi and ranks > 1 else {"alpha": ALPHA, "beta": BETA}
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / max(ranks, 1)
+    return ClusterSpec(1, ranks, float(mem), {"fp32": flops, "mixed": flops},
+                       ab["alpha"], ab["beta"], ab["alpha"], ab["beta"], efficiency=1.0,
+                       host_beta=ab["beta"], overlap=False, name=f"here (x{ranks})")

@@ -1,0 +1,110 @@
+"""Per-GPU bytes of a layout by category: parameters, gradients, optimizer state, activations,
+buffers (and, with offload, what lives on the host instead).
+
+Model states and the per-layer activations come from ``needle.memory.estimator`` (ZeRO's
+(P + G + K) Psi split by tp, pp and the ZeRO stage; Korthikanti et al.'s activation formulas).
+This module adds what a layout changes on top:
+
+* pipeline schedules (Korthikanti et al., arXiv:2205.05198, sec. 4.2.3): the first stage of
+  1F1B keeps p microbatches of L/p layers = L layers' worth; GPipe keeps all m microbatches,
+  m L / p; interleaved 1F1B with v chunks keeps L (1 + (p - 1) / (p v));
+* selective recomputation (sec. 5): the attention core (5 a s / h of the 34 + 5 a s / h) is
+  recomputed, so the layer keeps s b h (10 + 24 / t) without SP, 34 s b h / t with it;
+* buffers: DDP / ZeRO-1/2 gradient buckets (25 MiB, as PyTorch and needle's DDP), ZeRO-3's
+  two prefetched layers of full parameters, two pipeline activation messages in flight;
+* offload (ZeRO-Offload, Ren et al., ATC'21): the fp32 optimizer state lives on the host.
+"""
+from functools import lru_cache
+from typing import Dict, Tuple
+
+from ..memory.estimator import estimate_transformer, optimizer_state_bytes
+from .layout import Layout, Setup
+from .model import ModelSpec
+
+__all__ = ["CATEGORIES", "per_gpu_bytes", "model_state_bytes", "activation_layer_bytes"]
+
+CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "buffers")
+BUCKET = 25 * 2 ** 20
+
+
+def model_state_bytes(psi: float, optimizer: str, precision: str, zero: int,
+                      dp: int) -> Dict[str, float]:
+    """ZeRO's model states for Psi parameters on one GPU (Rajbhandari et al., sec. 3)."""
+    P = 2.0 if precision == "mixed" else 4.0
+    k, _ = optimizer_state_bytes([(1,)], optimizer, precision)  # bytes per parameter, K
+    return {"parameters": P * psi / (dp if zero >= 3 else 1),
+            "gradients": P * psi / (dp if zero >= 2 else 1),
+            "optimizer_state": k * psi / (dp if zero >= 1 else 1)}
+
+
+def activation_layer_bytes(spec: ModelSpec, b: int, t: int, sp: bool, recompute: str,
+                           e: int = 2, dropout: bool = True) -> float:
+    """One layer's activations (Korthikanti et al., Table 2), ``e``-byte activations."""
+    s, h, a = spec.seq, spec.hidden, spec.heads
+    if recompute == "full":
+        return e * s * b * h
+    core = e / 2 * 4 * a * s * s * b / t + (a * s * s * b / t if dropout else 0)  # 5as/h term
+    mask = 2 * s * b * h if dropout else 0
+    if sp:
+        rest = (e / 2 * 32 * s * b * h + mask) / t
+    else:
+        rest = e / 2 * (8 + 24 / t) * s * b * h + mask
+    return rest + (0 if recompute == "selective" else core)
+
+
+@lru_cache(maxsize=4096)
+def _estimator_terms(spec: ModelSpec, mb: int, precision: str, optimizer: str, zero: int,
+                     dp: int, tp: int, pp: int) -> Tuple[Tuple[float, float, float], float]:
+    """((parameters, gradients, optimizer state), output head) from the estimator, cached."""
+    est = estimate_transformer(spec.config(mb), precision=precision, optimizer=optimizer,
+                               zero_stage=zero, dp=dp, tp=tp, pp=pp)
+    return (est["parameters"], est["gradients"], est["optimizer_state"]), est["output_head"]
+
+
+def _in_flight_layers(spec: ModelSpec, lay: Layout, setup: Setup) -> float:
+    """Layers' worth of microbatch activations the busiest stage holds at once."""
+    L, p = spec.layers, lay.pp
+    if p == 1:
+        return float(L)
+    m = setup.batch // (lay.dp * lay.microbatch)
+    if lay.schedule == "gpipe":
+        return L / p * m
+    if lay.schedule == "interleaved":
+        return L * (1 + (p - 1) / (p * lay.chunks))
+    return L / p * min(p, m)
+
+
+def per_gpu_bytes(spec: ModelSpec, lay: Layout, setup: Setup) -> Dict[str, float]:
+    """Bytes on the busiest GPU by category, plus ``host`` (offloaded) and ``total``."""
+    e = 2 if setup.precision == "mixed" else 4
+    if spec.is_transformer:
+        states, head = _estimator_terms(spec, lay.microbatch, setup.precision,
+                                        setup.optimizer, lay.zero, lay.dp, lay.tp, lay.pp)
+        out = dict(zip(("parameters", "gradients", "optimizer_state"), states))
+        layer = activation_layer_bytes(spec, lay.microbatch, lay.tp, lay.sp, lay.recompute, e)
+        act = layer * _in_flight_layers(spec, lay, setup)
+        if lay.recompute == "full":  # one layer is rebuilt in full during its backward
+            act += activation_layer_bytes(spec, lay.microbatch, lay.tp, lay.sp, "none", e)
+        if lay.pp == 1:
+            act += head
+        out["activations"] = act
+        sbh = spec.seq * lay.microbatch * spec.hidden * e
+        layer_params = 12 * spec.hidden ** 2 / lay.tp * e
+    else:
+        out = model_state_bytes(spec.num_params / (lay.tp * lay.pp), setup.optimizer,
+                                setup.precision, lay.zero, lay.dp)
+        out["activations"] = 0.0
+        sbh, layer_params = 0.0, 0.0
+    buffers = 0.0
+    if lay.dp > 1 and lay.zero < 3:
+        buffers += BUCKET
+    if lay.dp > 1 and lay.zero == 3:
+        buffers += 2 * layer_params
+    if lay.pp > 1:
+        buffers += 2 * sbh / (lay.tp if lay.sp else 1)
+    out["buffers"] = buffers
+    out["host"] = 0.0
+    if lay.offload:
+        out["host"], out["optimizer_state"] = out["optimizer_state"], 0.0
+    out["total"] = sum(out[c] for c in CATEGORIES)
+    return out

@@ -1,0 +1,39 @@
+"""Ping-pong between ranks 0 and 1 under mpiexec; rank 0 writes the fitted alpha, beta as JSON."""
+import json
+import sys
+import time
+
+import numpy as np
+
+from needle.parallel import communicator
+from needle.parallel.comm.cost_model import CostModel
+
+SIZES = (8, 1024, 65536, 1 << 20, 4 << 20)
+
+
+def main(path: str) -> None:
+    """Time one-way messages of each size (half a round trip, best of a few) and fit."""
+    comm = communicator.create()
+    times = []
+    for n in SIZES:
+        buf = np.zeros(n, np.uint8)
+        best = np.inf
+        for _ in range(5):
+            comm.barrier()
+            t0 = time.perf_counter()
+            if comm.rank == 0:
+                comm.send(buf, 1)
+                comm.recv(1)
+            elif comm.rank == 1:
+                comm.recv(0)
+                comm.send(buf, 0)
+            best = min(best, (time.perf_counter() - t0) / 2)
+        times.append(best)
+    if comm.rank == 0:
+        fit = CostModel.fit(SIZES, times)
+        with open(path, "w") as f:
+            json.dump({"alpha": fit.alpha, "beta": fit.beta}, f)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,54 @@
+"""Predict every layout and order them: fitting ones by predicted step time (fastest first; by
+memory when only a parameter count is known), then the rest with why not."""
+from typing import List, Optional, Tuple
+
+from .cluster import ClusterSpec
+from .layout import Layout, Setup
+from .layouts import check_layout, enumerate_layouts
+from .memory import per_gpu_bytes
+from .model import ModelSpec
+from .predict import Prediction, predict
+
+__all__ = ["plan"]
+
+
+def _key(p: Prediction) -> Tuple[float, ...]:
+    """Fastest first; by memory, then the simplest layout, when there is no step time."""
+    t = p.step_seconds if p.step_seconds == p.step_seconds else 0.0
+    lay = p.layout
+    return (t, round(p.memory["total"], -6), lay.tp * lay.pp, lay.zero, lay.microbatch)
+
+
+def plan(spec: ModelSpec, setup: Setup, cluster: ClusterSpec, microbatch: Optional[int] = None,
+         layouts: Optional[List[Layout]] = None) -> List[Prediction]:
+    """Predictions for every layout (or ``layouts``): fitting ones best first, then the rest."""
+    spec, setup, cluster = spec.check(), setup.check(), cluster.check()
+    if microbatch is not None and (not isinstance(microbatch, int) or microbatch < 1):
+        raise ValueError(f"microbatch must be a positive integer, got {microbatch!r}")
+    if setup.batch % (microbatch or 1):
+        raise ValueError(f"batch={setup.batch} is not divisible by microbatch={microbatch}")
+    rejected: List[Tuple[Layout, str]] = []
+    if layouts is None:
+        layouts, rejected = enumerate_layouts(spec, setup, cluster, microbatch)
+    else:
+        for lay in layouts:
+            check_layout(spec, lay, setup, cluster)
+    preds = [_fast_predict(spec, lay, setup, cluster) for lay in layouts]
+    fit = sorted((p for p in preds if p.fits), key=_key)
+    rest = sorted((p for p in preds if not p.fits), key=lambda p: p.memory["total"])
+    out = fit + rest
+    for lay, why in rejected:
+        pr = Prediction(lay, {"total": float("nan")}, False, why_not=why)
+        out.append(pr)
+    return out
+
+
+def _fast_predict(spec: ModelSpec, lay: Layout, setup: Setup, cluster: ClusterSpec
+                  ) -> Prediction:
+    """``predict``, skipping the step time of layouts that do not fit."""
+    mem = per_gpu_bytes(spec, lay, setup)
+    if mem["total"] > cluster.gpu_memory:
+        return Prediction(lay, mem, False, why_not=f"does not fit: {mem['total'] / 1e9:.1f} GB "
+                                                   f"> {cluster.gpu_memory / 1e9:.0f} GB")
+    return predict(spec, lay, setup, cluster)
+

@@ -1,0 +1,57 @@
+"""``python -m needle.plan``: the table, --all and --json."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mpi_helpers import mpiexec
+
+from needle.plan.__main__ import main
+from needle.plan.cluster import measure_here
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_json_lists_layouts_with_every_field(capsys):
+    assert main(["--model", "gpt2-medium", "--batch", "32", "--gpus", "8", "--json"]) == 0
+    items = json.loads(capsys.readouterr().out)
+    assert 1 <= len(items) <= 5
+    for it in items:
+        assert it["strategy"] in ("single", "ddp", "zero1", "zero2", "zero3", "tp", "pp",
+                                  "tp+dp", "pp+dp", "tp+pp", "3d")
+        assert it["dp"] * it["tp"] * it["pp"] == 8
+        mem = it["memory_bytes"]
+        cats = ("parameters", "gradients", "optimizer_state", "activations", "buffers")
+        assert abs(sum(mem[c] for c in cats) - it["total_bytes"]) < 1
+        assert it["fits"] is True and it["step_seconds"] > 0
+    times = [it["step_seconds"] for it in items]
+    assert times == sorted(times)
+
+
+def test_all_lists_every_layout_with_why_not(capsys):
+    assert main(["--params", "7.5e9", "--gpus", "64", "--optimizer", "adam",
+                 "--precision", "mixed", "--all", "--json"]) == 0
+    items = json.loads(capsys.readouterr().out)
+    ddp = [i for i in items if i["strategy"] == "ddp"]
+    assert ddp and not ddp[0]["fits"] and ddp[0]["why_not"] == "does not fit: 120.0 GB > 80 GB"
+    assert {i["strategy"] for i in items} >= {"ddp", "zero1", "zero2", "zero3"}
+
+
+def test_table_prints_best_and_why_not():
+    out = subprocess.run([sys.executable, "-m", "needle.plan", "--model", "gpt3-175b",
+                          "--batch", "64", "--gpus", "64", "--microbatch", "1"],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT, check=True).stdout
+    assert "Best first:" in out and "  1. " in out
+    assert "does not fit" in out and "TP across nodes" in out
+
+
+@pytest.mark.mpi
+def test_cluster_here_measures_this_machine():
+    """--cluster here: GEMM FLOP/s measured now, alpha/beta from an mpiexec ping-pong (its
+    launch bounded by measure_alpha_beta's 60 s timeout)."""
+    mpiexec()  # skips without mpiexec
+    here = measure_here(2)
+    assert here.gpus == 2 and here.peak_flops["fp32"] > 1e6
+    assert 0 < here.intra_alpha < 1e-2 and 0 < here.intra_beta < 1e-6
+    assert here.overlap is False

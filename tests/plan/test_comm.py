@@ -1,0 +1,103 @@
+"""Predicted bytes per step against the ledger of real runs on the virtual cluster."""
+import numpy as np
+import pytest
+
+import needle as ndl
+from needle import nn
+from needle.parallel import DistributedDataParallel, ZeroRedundancyOptimizer, virtual
+from needle.plan.comm import Collective, collective_bytes, layout_collectives, step_bytes
+from needle.plan.layout import Layout, Setup
+from needle.plan.model import ModelSpec
+from needle.plan.needle_strategies import needle_collectives
+
+
+def _ledger_bytes(comm, name, make):
+    comm.ledger.reset()
+    getattr(comm, name)(make(comm))
+    return int(comm.ledger.total(name))
+
+
+@pytest.mark.parametrize("p", [2, 3, 4])
+@pytest.mark.parametrize("n", [7, 1001, 16384, 16385, 100003])
+def test_collective_bytes_equal_the_ledger(p, n):
+    """Every rank's ledger; the prediction is the busiest rank's (ring segments are uneven)."""
+    def run(comm):
+        return (_ledger_bytes(comm, "allreduce", lambda c: np.ones(n, np.float32)),
+                _ledger_bytes(comm, "allgather", lambda c: np.ones(n, np.float32)),
+                _ledger_bytes(comm, "reduce_scatter", lambda c: np.ones((c.size, n), np.float32)))
+    got = virtual.run(p, run)
+    for k, name in enumerate(("allreduce", "allgather", "reduce_scatter")):
+        assert max(r[k] for r in got) == collective_bytes(name, n, 4, p), name
+
+
+def _mlp():
+    return nn.Sequential(nn.Linear(20, 300), nn.ReLU(), nn.Linear(300, 300), nn.ReLU(),
+                         nn.Linear(300, 5))
+
+
+def _train_and_count(comm, strategy, steps=2):
+    np.random.seed(comm.rank)
+    model = _mlp()
+    if strategy == "ddp":
+        net, opt = DistributedDataParallel(model, comm), None
+        opt = ndl.optim.Adam(net.parameters(), lr=1e-3)
+    elif strategy == "zero1":
+        net = DistributedDataParallel(model, comm)
+        opt = ZeroRedundancyOptimizer(model.parameters(), ndl.optim.Adam, comm, stage=1, lr=1e-3)
+    else:
+        net = model
+        opt = ZeroRedundancyOptimizer(model.parameters(), ndl.optim.Adam, comm, stage=2, lr=1e-3)
+    comm.ledger.reset()
+    rng = np.random.default_rng(comm.rank)
+    for _ in range(steps):
+        x = ndl.Tensor(rng.standard_normal((8, 20)).astype(np.float32), requires_grad=False)
+        y = ndl.Tensor(rng.integers(0, 5, 8), dtype="int64", requires_grad=False)
+        loss = nn.SoftmaxLoss()(net(x), y)
+        opt.reset_grad()
+        loss.backward()
+        opt.step()
+    return comm.ledger.total() / steps
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "zero1", "zero2"])
+@pytest.mark.parametrize("p", [2, 3])
+def test_needle_strategy_bytes_per_step_are_exact(strategy, p):
+    """DDP, ZeRO-1 and ZeRO-2 on p virtual ranks: bytes per step == the ledger's, every rank."""
+    measured = virtual.run(p, _train_and_count, strategy)
+    sizes = [int(np.prod(q.shape)) for q in _mlp().parameters()]
+    predicted = step_bytes(needle_collectives(sizes, 4, strategy, p))
+    assert max(measured) == predicted
+    assert predicted > 0
+
+
+def test_layout_collectives_textbook_ratios():
+    """Per step: ZeRO-2 sends what DDP sends, ZeRO-1 (needle's) and ZeRO-3 1.5x (ZeRO, sec. 7)."""
+    spec = ModelSpec(params=1_200_000).check()
+    setup = Setup(batch=4)
+    d = 4
+    b = {z: step_bytes(layout_collectives(spec, Layout(dp=d, zero=z), setup))
+         for z in range(4)}
+    psi_bytes = 1_200_000 * 2
+    assert b[0] == 2 * (d - 1) / d * psi_bytes
+    assert b[2] == pytest.approx(b[0], rel=1e-6)
+    assert b[1] == pytest.approx(1.5 * b[0], rel=1e-6)
+    assert b[3] == pytest.approx(1.5 * b[0], rel=1e-6)
+
+
+def test_tp_and_pp_counts():
+    """TP: 4 allreduces of s b h per layer and microbatch (6 with full recompute); PP: a
+    middle stage sends forward and backward per microbatch; SP moves the same bytes as
+    ring allreduces (messages above the recursive-doubling limit)."""
+    spec = ModelSpec(8, 64, 4, 512, 100).check()
+    setup = Setup(batch=8, precision="fp32")
+    sbh = 512 * 2 * 64
+    tp = layout_collectives(spec, Layout(tp=4, microbatch=2), setup)
+    assert tp == [Collective("allreduce", "tp", 4, sbh, 4, 4 * 8 * 4)]
+    full = layout_collectives(spec, Layout(tp=4, microbatch=2, recompute="full"), setup)
+    assert full[0].calls == 6 * 8 * 4
+    sp = layout_collectives(spec, Layout(tp=4, microbatch=2, sp=True), setup)
+    assert step_bytes(sp) == step_bytes(tp) == 4 * 8 * 4 * 2 * 3 / 4 * sbh * 4
+    pp = layout_collectives(spec, Layout(pp=2, microbatch=2), setup)   # ends: one way each
+    assert pp == [Collective("send", "pp", 2, sbh, 4, 4, "pipeline")]
+    pp4 = layout_collectives(spec, Layout(pp=4, microbatch=2), setup)  # a middle stage: both
+    assert pp4 == [Collective("send", "pp", 4, sbh, 4, 2 * 4, "pipeline")]
