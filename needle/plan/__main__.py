@@ -134,6 +134,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"model {spec.name}: {spec.num_params:,.0f} parameters; cluster {cl.name}: "
               f"{cl.nodes} x {cl.gpus_per_node} GPUs of {cl.gpu_memory / 1e9:.0f} GB")
         print(report(preds, args.top, args.all))
+        if spec.is_transformer:
+            print(f"assumed: {cl.efficiency:.0%} of peak FLOP/s in the GEMMs; tp comm not "
+                  f"overlapped; dp comm " + ("hidden behind backward when pp = 1"
+                                             if cl.overlap else "not overlapped")
+                  + " (needle/plan/predict.py)")
     return 0
 
 

@@ -55,3 +55,20 @@ def test_cluster_here_measures_this_machine():
     assert here.gpus == 2 and here.peak_flops["fp32"] > 1e6
     assert 0 < here.intra_alpha < 1e-2 and 0 < here.intra_beta < 1e-6
     assert here.overlap is False
+
+
+def test_from_module_counts_each_parameter_once():
+    """A needle Module is counted by walking it; a tied weight counts once."""
+    from needle import nn
+    from needle.plan.model import from_module
+
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(5, 7)
+            self.b = nn.Linear(7, 5)
+            self.c = self.a          # the same Linear twice
+
+    spec = from_module(Tied())
+    assert spec.num_params == (5 * 7 + 7) + (7 * 5 + 5)
+    assert not spec.is_transformer
