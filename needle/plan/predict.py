@@ -42,10 +42,12 @@ class Prediction:
     flops_per_gpu: float = float("nan")   # achieved FLOP/s per GPU, recomputation counted
     tokens_per_s: float = float("nan")
     why_not: Optional[str] = None
+    precision: str = ""
 
     def to_dict(self) -> Dict[str, Any]:
         """A JSON-ready dict (the ``--json`` item)."""
-        return {**self.layout.to_dict(), "name": self.layout.describe(),
+        return {**self.layout.to_dict(), "precision": self.precision,
+                "name": self.layout.describe() + (f" {self.precision}" if self.precision else ""),
                 "memory_bytes": self.memory, "total_bytes": self.memory["total"],
                 "fits": self.fits, "why_not": self.why_not, "step_seconds": self.step_seconds,
                 "time_parts": self.parts, "bytes_sent_per_step": self.bytes_per_step,
@@ -93,7 +95,7 @@ def predict(spec: ModelSpec, lay: Layout, setup: Setup, cluster: ClusterSpec) ->
     """Memory, fit, and (for transformer shapes) step time, MFU and tokens/s of ``lay``."""
     mem = per_gpu_bytes(spec, lay, setup)
     fits = mem["total"] <= cluster.gpu_memory
-    pred = Prediction(lay, mem, fits)
+    pred = Prediction(lay, mem, fits, precision=setup.precision)
     if not fits:
         pred.why_not = (f"does not fit: {mem['total'] / 1e9:.1f} GB > "
                         f"{cluster.gpu_memory / 1e9:.0f} GB")
