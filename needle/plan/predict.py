@@ -62,6 +62,7 @@ def _sum(cs: List[Collective], cluster: ClusterSpec, lay: Layout, **match: str) 
 
 def _step_time(spec: ModelSpec, lay: Layout, setup: Setup, cluster: ClusterSpec,
                cs: List[Collective]) -> Dict[str, float]:
+    """Seconds by part (see the module docstring) and in all (``step``)."""
     rate = cluster.peak_flops[setup.precision] * cluster.efficiency
     m = setup.batch // (lay.dp * lay.microbatch)
     flops = training_flops(spec, setup.batch, lay.recompute) / lay.gpus
@@ -71,7 +72,7 @@ def _step_time(spec: ModelSpec, lay: Layout, setup: Setup, cluster: ClusterSpec,
     tp = _sum(cs, cluster, lay, group="tp") / m           # per microbatch on one stage
     tp_f = tp * 2 / (6 if lay.recompute == "full" else 4)  # the forward's 2 collectives
     f, b = fwd + tp_f, bwd + tp - tp_f
-    p2p = _sum(cs, cluster, lay, group="pp") / max(1, 2 * m * lay.chunks)
+    p2p = sum(comm_seconds(c, cluster, lay) / c.calls for c in cs if c.group == "pp")  # 1 msg
     pipe = pipeline_seconds(lay.schedule, lay.pp, m, f, b, p2p, lay.chunks)
     dp_bwd = _sum(cs, cluster, lay, group="dp", overlap="backward")
     dp_fwd = _sum(cs, cluster, lay, group="dp", overlap="forward")
