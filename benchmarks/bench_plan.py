@@ -148,7 +148,7 @@ def predict_lm(strategy: str, p: int, cluster: ClusterSpec) -> Tuple[float, floa
     flops = training_flops(spec, 16) / lay.gpus
     f, b = flops / 3 / m / rate, 2 * flops / 3 / m / rate
     tp = sum(comm_seconds(c, cluster, lay) for c in cs if c.group == "tp") / m
-    p2p = sum(comm_seconds(c, cluster, lay) for c in cs if c.name == "send") / max(1, 2 * m)
+    p2p = sum(comm_seconds(c, cluster, lay) / c.calls for c in cs if c.name == "send")
     dp = sum(comm_seconds(c, cluster, lay) for c in cs if c.group == "dp")
     t = pipeline_seconds("1f1b", lay.pp, m, f + tp / 2, b + tp / 2, p2p) + dp
     return _lm_memory(lay, vocab), step_bytes(cs), t, lay

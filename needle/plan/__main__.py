@@ -32,7 +32,8 @@ def _parser() -> argparse.ArgumentParser:
         ap.add_argument("--" + name, type=int)
     ap.add_argument("--batch", type=int, default=None, help="global batch (sequences)")
     ap.add_argument("--microbatch", type=int, default=None, help="sequences per microbatch")
-    ap.add_argument("--precision", choices=PRECISIONS, default="mixed")
+    ap.add_argument("--precision", choices=PRECISIONS + ("any",), default="mixed",
+                    help="fp32, mixed (fp16/bf16 weights and grads + fp32 master), or any: both")
     ap.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw")
     ap.add_argument("--cluster", default="dgx-a100-80g",
                     help=f"{', '.join(clusters.PRESETS)} or 'here' (measured now)")
@@ -97,7 +98,7 @@ def _line(p: Prediction) -> str:
                                                       "buffers") if k in m)
     t = (f"step {p.step_seconds:.3g}s MFU {p.mfu:.1%} {p.tokens_per_s:,.0f} tok/s  "
          if p.step_seconds == p.step_seconds else "")
-    return f"{p.layout.describe():<58} {t}{_gb(m['total'])} GB [{mem}]"
+    return f"{p.layout.describe() + ' ' + p.precision:<64} {t}{_gb(m['total'])} GB [{mem}]"
 
 
 def report(preds: List[Prediction], top: int, show_all: bool) -> str:
@@ -134,6 +135,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"model {spec.name}: {spec.num_params:,.0f} parameters; cluster {cl.name}: "
               f"{cl.nodes} x {cl.gpus_per_node} GPUs of {cl.gpu_memory / 1e9:.0f} GB")
         print(report(preds, args.top, args.all))
+        if spec.is_transformer:
+            print(f"assumed: {cl.efficiency:.0%} of peak FLOP/s in the GEMMs; tp comm not "
+                  f"overlapped; dp comm " + ("hidden behind backward when pp = 1"
+                                             if cl.overlap else "not overlapped")
+                  + " (needle/plan/predict.py)")
     return 0
 
 

@@ -6,8 +6,9 @@ dense fp16/bf16 and 19.5 fp32 (156 with TF32), NVLink 3 at 300 GB/s per directio
 NVLink 4 at 450 GB/s per direction, 8 x 400 Gb/s NDR = 50 GB/s per GPU). Latencies (alpha) are
 typical NCCL figures: a few microseconds over NVLink, about ten over InfiniBand.
 
-``measure_here(n)`` measures this machine instead: numpy GEMM FLOP/s on one core, and the
-alpha and beta of MPI point-to-point messages between ``n`` ranks (the ping-pong of
+``measure_here(n)`` measures this machine instead: numpy GEMM FLOP/s in this process (1 rank)
+and on every one of ``n`` ranks at once (they share the cores), and the alpha and beta of MPI
+point-to-point messages between two of them (a ping-pong as in
 ``benchmarks/bench_collectives.py``, fitted by ``CostModel.fit``), launched under ``mpiexec``.
 """
 import json
@@ -99,7 +100,7 @@ def measure_gemm_flops(n: int = 256, dtype: str = "float32", seconds: float = 0.
 
 
 def measure_alpha_beta(ranks: int, timeout: float = 60.0) -> Dict[str, float]:
-    """alpha, beta of MPI messages between ``ranks`` processes (``mpiexec`` ping-pong)."""
+    """alpha, beta of MPI messages and the per-rank GEMM FLOP/s of ``ranks`` processes."""
     from . import pingpong
     exe = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     exe = exe if os.path.exists(exe) else "mpiexec"
@@ -122,6 +123,7 @@ def measure_here(ranks: int = 2, mpi: bool = True) -> ClusterSpec:
     communication overlap (the ranks share the cores that would compute meanwhile)."""
     flops = measure_gemm_flops()
     ab = measure_alpha_beta(ranks) if mpi and ranks > 1 else {"alpha": ALPHA, "beta": BETA}
+    flops = min(flops, ab.get("gemm_flops", flops))  # per rank, with every rank running
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / max(ranks, 1)
     return ClusterSpec(1, ranks, float(mem), {"fp32": flops, "mixed": flops},
                        ab["alpha"], ab["beta"], ab["alpha"], ab["beta"], efficiency=1.0,

@@ -6,7 +6,8 @@ layer count, dp the rest of the GPUs; ZeRO 0-3 on dp (only 0-1 with pp > 1, as D
 allows); sequence parallel with tp; GPipe / 1F1B / interleaved (v = 2) with pp; recomputation
 none / selective / full; microbatches of 1, 2, 4, 8 sequences (or the one given); CPU offload of
 the optimizer with ZeRO-1/2 (ZeRO-Offload). Gradient accumulation is the microbatch count m =
-batch / (dp x microbatch).
+batch / (dp x microbatch). Precision is the set-up's (``rank.plan`` with ``precision="any"``
+enumerates fp32 and mixed both).
 """
 from typing import Iterator, List, Optional, Tuple
 

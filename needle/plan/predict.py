@@ -42,10 +42,12 @@ class Prediction:
     flops_per_gpu: float = float("nan")   # achieved FLOP/s per GPU, recomputation counted
     tokens_per_s: float = float("nan")
     why_not: Optional[str] = None
+    precision: str = ""
 
     def to_dict(self) -> Dict[str, Any]:
         """A JSON-ready dict (the ``--json`` item)."""
-        return {**self.layout.to_dict(), "name": self.layout.describe(),
+        return {**self.layout.to_dict(), "precision": self.precision,
+                "name": self.layout.describe() + (f" {self.precision}" if self.precision else ""),
                 "memory_bytes": self.memory, "total_bytes": self.memory["total"],
                 "fits": self.fits, "why_not": self.why_not, "step_seconds": self.step_seconds,
                 "time_parts": self.parts, "bytes_sent_per_step": self.bytes_per_step,
@@ -60,6 +62,7 @@ def _sum(cs: List[Collective], cluster: ClusterSpec, lay: Layout, **match: str) 
 
 def _step_time(spec: ModelSpec, lay: Layout, setup: Setup, cluster: ClusterSpec,
                cs: List[Collective]) -> Dict[str, float]:
+    """Seconds by part (see the module docstring) and in all (``step``)."""
     rate = cluster.peak_flops[setup.precision] * cluster.efficiency
     m = setup.batch // (lay.dp * lay.microbatch)
     flops = training_flops(spec, setup.batch, lay.recompute) / lay.gpus
@@ -69,7 +72,7 @@ def _step_time(spec: ModelSpec, lay: Layout, setup: Setup, cluster: ClusterSpec,
     tp = _sum(cs, cluster, lay, group="tp") / m           # per microbatch on one stage
     tp_f = tp * 2 / (6 if lay.recompute == "full" else 4)  # the forward's 2 collectives
     f, b = fwd + tp_f, bwd + tp - tp_f
-    p2p = _sum(cs, cluster, lay, group="pp") / max(1, 2 * m * lay.chunks)
+    p2p = sum(comm_seconds(c, cluster, lay) / c.calls for c in cs if c.group == "pp")  # 1 msg
     pipe = pipeline_seconds(lay.schedule, lay.pp, m, f, b, p2p, lay.chunks)
     dp_bwd = _sum(cs, cluster, lay, group="dp", overlap="backward")
     dp_fwd = _sum(cs, cluster, lay, group="dp", overlap="forward")
@@ -93,7 +96,7 @@ def predict(spec: ModelSpec, lay: Layout, setup: Setup, cluster: ClusterSpec) ->
     """Memory, fit, and (for transformer shapes) step time, MFU and tokens/s of ``lay``."""
     mem = per_gpu_bytes(spec, lay, setup)
     fits = mem["total"] <= cluster.gpu_memory
-    pred = Prediction(lay, mem, fits)
+    pred = Prediction(lay, mem, fits, precision=setup.precision)
     if not fits:
         pred.why_not = (f"does not fit: {mem['total'] / 1e9:.1f} GB > "
                         f"{cluster.gpu_memory / 1e9:.0f} GB")

@@ -1,5 +1,6 @@
 """Predict every layout and order them: fitting ones by predicted step time (fastest first; by
 memory when only a parameter count is known), then the rest with why not."""
+from dataclasses import replace
 from typing import List, Optional, Tuple
 
 from .cluster import ClusterSpec
@@ -21,7 +22,15 @@ def _key(p: Prediction) -> Tuple[float, ...]:
 
 def plan(spec: ModelSpec, setup: Setup, cluster: ClusterSpec, microbatch: Optional[int] = None,
          layouts: Optional[List[Layout]] = None) -> List[Prediction]:
-    """Predictions for every layout (or ``layouts``): fitting ones best first, then the rest."""
+    """Predictions for every layout (or ``layouts``): fitting ones best first, then the rest.
+
+    ``setup.precision == "any"`` plans fp32 and mixed precision both and merges the lists."""
+    if setup.precision == "any":
+        both = [plan(spec, replace(setup, precision=p), cluster, microbatch, layouts)
+                for p in ("mixed", "fp32")]
+        preds = [p for ps in both for p in ps]
+        fit = sorted((p for p in preds if p.fits), key=_key)
+        return fit + [p for p in preds if not p.fits]
     spec, setup, cluster = spec.check(), setup.check(), cluster.check()
     if microbatch is not None and (not isinstance(microbatch, int) or microbatch < 1):
         raise ValueError(f"microbatch must be a positive integer, got {microbatch!r}")
@@ -34,11 +43,14 @@ def plan(spec: ModelSpec, setup: Setup, cluster: ClusterSpec, microbatch: Option
         for lay in layouts:
             check_layout(spec, lay, setup, cluster)
     preds = [_fast_predict(spec, lay, setup, cluster) for lay in layouts]
+    for p in preds:
+        p.precision = setup.precision
     fit = sorted((p for p in preds if p.fits), key=_key)
     rest = sorted((p for p in preds if not p.fits), key=lambda p: p.memory["total"])
     out = fit + rest
     for lay, why in rejected:
-        pr = Prediction(lay, {"total": float("nan")}, False, why_not=why)
+        pr = Prediction(lay, {"total": float("nan")}, False, why_not=why,
+                        precision=setup.precision)
         out.append(pr)
     return out
 

@@ -55,3 +55,37 @@ def test_cluster_here_measures_this_machine():
     assert here.gpus == 2 and here.peak_flops["fp32"] > 1e6
     assert 0 < here.intra_alpha < 1e-2 and 0 < here.intra_beta < 1e-6
     assert here.overlap is False
+
+
+def test_from_module_counts_each_parameter_once():
+    """A needle Module is counted by walking it; a tied weight counts once."""
+    from needle import nn
+    from needle.plan.model import from_module
+
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(5, 7)
+            self.b = nn.Linear(7, 5)
+            self.c = self.a          # the same Linear twice
+
+    spec = from_module(Tied())
+    assert spec.num_params == (5 * 7 + 7) + (7 * 5 + 5)
+    assert not spec.is_transformer
+
+
+def test_precision_any_enumerates_both(capsys):
+    """--precision any: fp32 and mixed layouts in one ranking; fp32 model states are 4+4+8 B."""
+    assert main(["--model", "gpt2-small", "--seq", "256", "--batch", "8", "--gpus", "8",
+                 "--precision", "any", "--optimizer", "adam", "--all", "--json"]) == 0
+    items = json.loads(capsys.readouterr().out)
+    assert {i["precision"] for i in items} == {"fp32", "mixed"}
+    ddp32 = [i for i in items if i["precision"] == "fp32" and i["strategy"] == "ddp"
+             and i["recompute"] == "none" and i["microbatch"] == 1][0]
+    ddp16 = [i for i in items if i["precision"] == "mixed" and i["strategy"] == "ddp"
+             and i["recompute"] == "none" and i["microbatch"] == 1][0]
+    m32, m16 = ddp32["memory_bytes"], ddp16["memory_bytes"]
+    assert m32["parameters"] == 2 * m16["parameters"]
+    assert m32["optimizer_state"] * 12 == m16["optimizer_state"] * 8
+    best = [i for i in items if i["fits"]][0]
+    assert best["precision"] == "mixed"   # 312 vs 19.5 TFLOP/s on an A100
