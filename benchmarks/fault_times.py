@@ -31,7 +31,7 @@ def job(cmd: List[str], timeout: float) -> Tuple[str, float]:
                          stdin=subprocess.DEVNULL, timeout=10 * timeout + 60)
     took = time.monotonic() - start
     lines = [x.strip() for x in res.stderr.splitlines() if x.strip()]
-    keys = ("needle.parallel.launch: rank", "needle.parallel:", "Error:", "Abort(",
+    keys = ("needle.parallel.launch: rank", "needle.parallel", "Error:", "Abort(",
             "error:", "KILLED", "Killed")
     told = next((x for k in keys for x in lines if k in x), f"exit status {res.returncode}")
     return f"exit {res.returncode}: {told[:150]}", took
@@ -99,6 +99,9 @@ def main() -> None:
                          job([mpiexec, "-n", "2", py, WORKER, mode, when], t)))
     for mode in ("kill", "exit0", "exit3"):
         rows.append((f"launcher: rank 1 {mode} mid-job", job(launch + [WORKER, mode, "after"], t)))
+    ps_worker = str(ROOT / "tests" / "parallel" / "faults" / "worker_ps_stuck.py")
+    rows.append(("mpiexec: ASP parameter server, worker rank 2 stuck after 2 steps",
+                 job([mpiexec, "-n", "3", py, ps_worker], t)))
     rows.append(("virtual: rank 0 polls `Work.test()`, rank 1 times out",
                  in_process(lambda: _virtual_poll(t))))
     rows.append(("virtual: `broadcast(root=5)` on 2 ranks", in_process(_virtual_root)))
