@@ -41,6 +41,15 @@ def test_plain_mpiexec_ends_when_a_rank_dies(mode, when):
 
 
 @pytest.mark.mpi
+def test_split_under_mpi_cannot_wait_forever_for_a_rank_that_left():
+    """MPI_Comm_split blocks with no deadline; the ranks now meet (with one) before it."""
+    from mpi_helpers import mpiexec
+    res, took = _job([mpiexec(), "-n", "2", sys.executable, WORKER, "exit3", "split"])
+    assert res.returncode != 0 and took < 4 * TIMEOUT, (took, res.stderr)
+    assert "split (call #1) on rank 0 of 2 did not finish within 3 s" in res.stderr, res.stderr
+
+
+@pytest.mark.mpi
 @pytest.mark.parametrize("mode,how", [
     ("kill", "rank 1 ended first: it was killed by signal 9 (SIGKILL)."),
     ("exit0", "rank 1 ended first: it exited with code 0 mid-job"),
