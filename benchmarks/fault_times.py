@@ -97,6 +97,8 @@ def main() -> None:
             what = {"before": "before `communicator.create()`", "after": "mid-job"}[when]
             rows.append((f"mpiexec: rank 1 {mode} {what}",
                          job([mpiexec, "-n", "2", py, WORKER, mode, when], t)))
+    rows.append(("mpiexec: rank 1 exit3 while rank 0 splits the communicator",
+                 job([mpiexec, "-n", "2", py, WORKER, "exit3", "split"], t)))
     for mode in ("kill", "exit0", "exit3"):
         rows.append((f"launcher: rank 1 {mode} mid-job", job(launch + [WORKER, mode, "after"], t)))
     ps_worker = str(ROOT / "tests" / "parallel" / "faults" / "worker_ps_stuck.py")
