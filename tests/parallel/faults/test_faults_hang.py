@@ -104,3 +104,15 @@ def test_the_exit_guard_leaves_a_ranks_child_processes_alone():
                    str(PARALLEL_TESTS / "faults" / "worker_spawns_child.py")])
     assert res.returncode == 0, res.stdout + res.stderr
     assert res.stdout.count("child 0 \n") + res.stdout.count("child 0\n") == 2, res.stdout
+
+
+@pytest.mark.mpi
+def test_the_exit_guard_does_not_end_a_job_that_never_uses_mpi():
+    """Rank 1 exits at once, rank 0 works for longer than the timeout without MPI: no kill."""
+    from mpi_helpers import mpiexec
+    script = ("import os, time\nimport needle.parallel\n"
+              f"time.sleep({TIMEOUT + 2} if os.environ['PMI_RANK'] == '0' else 0)\n"
+              "print('rank', os.environ['PMI_RANK'], 'done', flush=True)\n")
+    res, _ = _job([mpiexec(), "-n", "2", sys.executable, "-c", script])
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert sorted(res.stdout.split("\n"))[-2:] == ["rank 0 done", "rank 1 done"], res.stdout
