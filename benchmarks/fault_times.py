@@ -31,7 +31,7 @@ def job(cmd: List[str], timeout: float) -> Tuple[str, float]:
                          stdin=subprocess.DEVNULL, timeout=10 * timeout + 60)
     took = time.monotonic() - start
     lines = [x.strip() for x in res.stderr.splitlines() if x.strip()]
-    keys = ("needle.parallel.launch: rank", "needle.parallel:", "Error:", "Abort(",
+    keys = ("needle.parallel.launch: rank", "needle.parallel", "Error:", "Abort(",
             "error:", "KILLED", "Killed")
     told = next((x for k in keys for x in lines if k in x), f"exit status {res.returncode}")
     return f"exit {res.returncode}: {told[:150]}", took
@@ -97,8 +97,13 @@ def main() -> None:
             what = {"before": "before `communicator.create()`", "after": "mid-job"}[when]
             rows.append((f"mpiexec: rank 1 {mode} {what}",
                          job([mpiexec, "-n", "2", py, WORKER, mode, when], t)))
+    rows.append(("mpiexec: rank 1 exit3 while rank 0 splits the communicator",
+                 job([mpiexec, "-n", "2", py, WORKER, "exit3", "split"], t)))
     for mode in ("kill", "exit0", "exit3"):
         rows.append((f"launcher: rank 1 {mode} mid-job", job(launch + [WORKER, mode, "after"], t)))
+    ps_worker = str(ROOT / "tests" / "parallel" / "faults" / "worker_ps_stuck.py")
+    rows.append(("mpiexec: ASP parameter server, worker rank 2 stuck after 2 steps",
+                 job([mpiexec, "-n", "3", py, ps_worker], t)))
     rows.append(("virtual: rank 0 polls `Work.test()`, rank 1 times out",
                  in_process(lambda: _virtual_poll(t))))
     rows.append(("virtual: `broadcast(root=5)` on 2 ranks", in_process(_virtual_root)))

@@ -9,24 +9,20 @@ differ, every rank raises the same ``ValueError`` naming each setting that diffe
 rank's value.
 """
 import json
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
 RECORD = 2048  # bytes per rank: settings are a few numbers and names
 
 
-def optimizer_settings(optimizer: Any, prefix: str = "optimizer") -> Dict[str, Any]:
-    """An optimizer's (or optimizer class + kwargs') class and scalar hyperparameters."""
-    if isinstance(optimizer, tuple):  # (class, kwargs)
-        cls, kwargs = optimizer
-        out = {prefix: getattr(cls, "__name__", str(cls))}
-        out.update({f"{prefix}.{k}": _plain(v) for k, v in sorted(kwargs.items())})
-        return out
-    out = {prefix: type(optimizer).__name__}
-    for k, v in sorted(vars(optimizer).items()):
-        if not k.startswith("_") and _plain(v) is not None:
-            out[f"{prefix}.{k}"] = _plain(v)
+def optimizer_settings(spec: Tuple[Any, Dict[str, Any]],
+                       prefix: str = "optimizer") -> Dict[str, Any]:
+    """``(optimizer class, its keyword arguments)`` as settings: the class name and each
+    hyperparameter (``optimizer.lr``...)."""
+    cls, kwargs = spec
+    out: Dict[str, Any] = {prefix: getattr(cls, "__name__", str(cls))}
+    out.update({f"{prefix}.{k}": v for k, v in sorted(kwargs.items())})
     return out
 
 

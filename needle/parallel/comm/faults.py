@@ -157,10 +157,12 @@ def _abort_if_running() -> None:
 
 def _finalize_if_never_started() -> None:
     """At exit, a rank that never started MPI joins start-up and finalises, so that the ranks
-    waiting in start-up go on (and then time out waiting for this one, naming it)."""
+    waiting in start-up go on (and then time out waiting for this one, naming it).  No
+    watchdog here: ranks still busy without MPI (a job that never uses it) join at their own
+    exit, and those waiting in start-up have theirs."""
     if _mpi_started():
         return
-    MPI = start_mpi("exited before starting MPI")
+    from mpi4py import MPI
     if not MPI.Is_finalized():
         MPI.Finalize()
 

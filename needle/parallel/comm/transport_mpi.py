@@ -11,6 +11,8 @@ import os
 import time
 from typing import Any, Callable, Optional
 
+import numpy as np
+
 from .progress import CommTimeoutError, mpi
 
 _POLLS_BEFORE_YIELD = 256
@@ -45,7 +47,12 @@ class MPITransport:
         return MPITransport(self.comm.Dup(), self.spin)
 
     def split(self, color: int, key: int, exchange: Any = None) -> "MPITransport":
-        """The transport of the ranks with equal ``color``, ordered by ``key`` (collective)."""
+        """The transport of the ranks with equal ``color``, ordered by ``key`` (collective).
+
+        ``exchange`` (an allgather with a deadline) first: ``MPI_Comm_split`` has none, and
+        would wait forever for a rank that never calls it."""
+        if exchange is not None:
+            exchange(np.array([color, key], dtype=np.int64))
         return MPITransport(self.comm.Split(color, key), self.spin)
 
     def free(self) -> None:

@@ -21,6 +21,7 @@ import numpy as np
 
 from ...autograd import Tensor
 from ...nn.nn_moe import MoE, rows, scatter_rows
+from ..comm.agree import agree
 from .comms import all_to_all
 
 __all__ = ["ExpertParallelMoE"]
@@ -35,6 +36,9 @@ class ExpertParallelMoE(MoE):
         if num_experts % comm.size:
             raise ValueError(f"ExpertParallelMoE: {num_experts} experts do not split evenly over "
                              f"{comm.size} ranks")
+        agree(comm, "ExpertParallelMoE", {"d_model": d_model, "d_ff": d_ff,
+                                          "num_experts": num_experts, "top_k": top_k,
+                                          "capacity_factor": capacity_factor, "dtype": dtype})
         super().__init__(d_model, d_ff, num_experts, top_k, capacity_factor, device, dtype)
         self.comm = comm
         per = num_experts // comm.size

@@ -38,6 +38,9 @@ def _build(comm, what):
             FullyShardedDataParallel(_model(), comm, mixed_precision="bf16" if one else None)
         elif what == "pipeline":
             PipelineParallel(nn.Linear(4, 4), comm, num_microbatches=8 if one else 4)
+        elif what == "moe":
+            from needle.parallel.moe.expert_parallel import ExpertParallelMoE
+            ExpertParallelMoE(4, 8, 2, comm, top_k=2 if one else 1)
         elif what == "ps":
             ParameterServer(comm, _model(), ndl.optim.SGD, consistency="ssp",
                             staleness=3 if one else 2, lr=0.1)
@@ -53,6 +56,7 @@ CASES = {
     "fsdp": "mixed_precision: rank 0 has None, rank 1 has 'bf16'",
     "pipeline": "num_microbatches: rank 0 has 4, rank 1 has 8",
     "ps": "staleness: rank 0 has 2, rank 1 has 3",
+    "moe": "top_k: rank 0 has 1, rank 1 has 2",
 }
 
 

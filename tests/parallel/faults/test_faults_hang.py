@@ -41,6 +41,15 @@ def test_plain_mpiexec_ends_when_a_rank_dies(mode, when):
 
 
 @pytest.mark.mpi
+def test_split_under_mpi_cannot_wait_forever_for_a_rank_that_left():
+    """MPI_Comm_split blocks with no deadline; the ranks now meet (with one) before it."""
+    from mpi_helpers import mpiexec
+    res, took = _job([mpiexec(), "-n", "2", sys.executable, WORKER, "exit3", "split"])
+    assert res.returncode != 0 and took < 4 * TIMEOUT, (took, res.stderr)
+    assert "split (call #1) on rank 0 of 2 did not finish within 3 s" in res.stderr, res.stderr
+
+
+@pytest.mark.mpi
 @pytest.mark.parametrize("mode,how", [
     ("kill", "rank 1 ended first: it was killed by signal 9 (SIGKILL)."),
     ("exit0", "rank 1 ended first: it exited with code 0 mid-job"),
@@ -95,3 +104,15 @@ def test_the_exit_guard_leaves_a_ranks_child_processes_alone():
                    str(PARALLEL_TESTS / "faults" / "worker_spawns_child.py")])
     assert res.returncode == 0, res.stdout + res.stderr
     assert res.stdout.count("child 0 \n") + res.stdout.count("child 0\n") == 2, res.stdout
+
+
+@pytest.mark.mpi
+def test_the_exit_guard_does_not_end_a_job_that_never_uses_mpi():
+    """Rank 1 exits at once, rank 0 works for longer than the timeout without MPI: no kill."""
+    from mpi_helpers import mpiexec
+    script = ("import os, time\nimport needle.parallel\n"
+              f"time.sleep({TIMEOUT + 2} if os.environ['PMI_RANK'] == '0' else 0)\n"
+              "print('rank', os.environ['PMI_RANK'], 'done', flush=True)\n")
+    res, _ = _job([mpiexec(), "-n", "2", sys.executable, "-c", script])
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert sorted(res.stdout.split("\n"))[-2:] == ["rank 0 done", "rank 1 done"], res.stdout

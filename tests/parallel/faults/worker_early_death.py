@@ -1,8 +1,9 @@
 """Run under mpiexec by test_faults_hang.py: rank 1 ends in MODE at a given point of the job.
 
 ``python worker_early_death.py MODE WHEN``: MODE is raise, exit0, exit3 or kill; WHEN is
-``before`` (before ``communicator.create()``, MPI not started) or ``after`` (mid-job).
-Rank 0 (and any others) create the communicator and call collectives.
+``before`` (before ``communicator.create()``, MPI not started), ``after`` (mid-job) or
+``split`` (while the others split the communicator). Rank 0 (and any others) create the
+communicator and call collectives.
 """
 import os
 import signal
@@ -32,8 +33,10 @@ def main() -> None:
     from needle.parallel import communicator
     comm = communicator.create()
     comm.allreduce(np.ones(4))
-    if comm.rank == 1 and when == "after":
+    if comm.rank == 1 and when in ("after", "split"):
         die(mode)
+    if when == "split":
+        comm = comm.split(0)
     comm.allreduce(np.ones(4))
     comm.barrier()
 

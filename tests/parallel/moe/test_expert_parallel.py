@@ -98,8 +98,8 @@ def test_expert_parallel_equals_serial(backend, p, top_k, idle):
 
 def mismatched(comm):
     d = D + comm.rank                                  # rank 1 disagrees on d_model
-    moe = ExpertParallelMoE(d, FF, E, comm, dtype="float64")
-    try:
+    try:  # refused at construction (comm/agree.py), before any token moves
+        moe = ExpertParallelMoE(d, FF, E, comm, dtype="float64")
         moe(ndl.Tensor(np.ones((3, d)), dtype="float64"))
     except ValueError as err:
         return str(err)
@@ -109,4 +109,4 @@ def mismatched(comm):
 @pytest.mark.parametrize("backend", backends())
 def test_mismatch_is_an_error_on_every_rank(backend):
     for msg in run_ranks(backend, 2, mismatched, timeout=60):
-        assert msg is not None and "disagree" in msg
+        assert msg is not None and "disagree" in msg and "d_model" in msg
