@@ -255,7 +255,8 @@ class Tensor(Value):
         The dtype rule (without ``dtype``), the course's hw1 and hw3 behaviour at once:
 
         - Tensors, NDArrays and NumPy arrays/scalars keep their dtype: ``Tensor(np.ones(3))``
-          is float64, gradients included, as in hw1's NumPy-backed needle and ``torch.tensor``;
+          is float64, gradients included, as in hw1's NumPy-backed needle and ``torch.tensor``
+          (integer widths needle does not store, e.g. uint16, widen to int64);
         - Python lists, ints and bools give float32, the hw3/hw4 NDArray's dtype (``Tensor([6])``
           is float32 and can take a gradient); a bare Python float is a double, float64, as
           NumPy reads it (hw1 checks ``Tensor(np.random.randn())``, a Python float, in float64);
@@ -277,8 +278,8 @@ class Tensor(Value):
             cached_data = NDArray(array, device=device, dtype=dtype)
         else:
             device = device if device is not None else default_device()
-            if dtype is None and type(array) is float:
-                dtype = "float64"  # a Python float is a double, as NumPy reads it (hw1)
+            if dtype is None:
+                dtype = _default_dtype(array)
             cached_data = Tensor._array_from_numpy(array, device=device, dtype=dtype)
         requires_grad = bool(requires_grad) and _is_float(cached_data)
         self._init(None, (), cached_data=cached_data, requires_grad=requires_grad)
@@ -600,6 +601,20 @@ def _why_no_graph(tensor: Value) -> str:
                "gradient (created with requires_grad=False, or .detach()ed)")
     return ("backward: this tensor does not require a gradient and has no graph (PyTorch: "
             f"'element 0 of tensors does not require grad and does not have a grad_fn'): {why}")
+
+
+def _default_dtype(data: Any) -> Optional[str]:
+    """The dtype ``Tensor(data)`` takes from data that is not a Tensor/NDArray (None: keep it).
+
+    A Python float is a double, float64, as NumPy reads it (hw1); NumPy integers of a width
+    needle does not store (int16, uint16, uint32, uint64) widen to int64.
+    """
+    if type(data) is float:
+        return "float64"
+    kind = getattr(getattr(data, "dtype", None), "kind", None)
+    if kind in ("i", "u") and data.dtype.name not in array_api.dtypes.SUPPORTED:
+        return "int64"
+    return None
 
 
 def _is_float(data: Any) -> bool:

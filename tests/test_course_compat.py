@@ -288,6 +288,8 @@ def test_python_data_gives_float32_the_hw3_default():
     assert ndl.Tensor(np.float32(1.0)).dtype == "float32"   # NumPy scalars keep theirs
     assert ndl.Tensor(np.array([1, 2], dtype=np.int32)).dtype == "int32"
     assert ndl.Tensor(np.ones(2), dtype="float32").dtype == "float32"
+    assert ndl.Tensor(np.array([1, 2], dtype=np.uint16)).numpy().tolist() == [1, 2]
+    assert ndl.Tensor(np.array([1, 2], dtype=np.int16)).dtype == "int64"  # widened, not refused
     from needle import backend_ndarray as nd
     assert nd.array([1.0, 2.0]).dtype == "float32"  # hw3's NDArray default
 

@@ -71,8 +71,13 @@ def export(a: Any, stream: Any = None, max_version: Optional[Tuple[int, int]] = 
         a = _copy(a)
     kwargs = {} if max_version is None else {"max_version": tuple(max_version)}
     if own[0] == _CUDA:
-        return to_dlpack(a).__dlpack__(stream=stream, **kwargs)
-    capsule = to_dlpack(a).__dlpack__(**kwargs)
+        kwargs["stream"] = stream
+    view = to_dlpack(a)
+    try:
+        capsule = view.__dlpack__(**kwargs)
+    except TypeError:  # an older producer without max_version: the legacy capsule is allowed
+        kwargs.pop("max_version", None)
+        capsule = view.__dlpack__(**kwargs)
     if a.dtype == "bfloat16":
         _mark_bfloat16(capsule)
     return capsule
