@@ -5,6 +5,7 @@ process, so the code as saved is what is graded), prints the score and raises wh
 so a notebook run stops at the first question not yet solved, with the exercise named.
 """
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -22,9 +23,11 @@ def grade(*exercises: str, timeout: float = 600) -> Dict[str, Any]:
     """Grade ``exercises`` (ids or prefixes); the report, or ExerciseNotPassed."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
+        # property tests stop at their first failing example (no shrinking): quick feedback
+        env = {"HYPOTHESIS_PROFILE": "grade-failfast", **os.environ}
         res = subprocess.run([sys.executable, "-m", "course.grade", "--report", str(report),
                               "--exercise", *exercises], cwd=ROOT, capture_output=True,
-                             text=True, timeout=timeout)
+                             text=True, timeout=timeout, env=env)
         if not report.exists():
             raise RuntimeError(f"grading {exercises} wrote no report:\n{res.stdout[-3000:]}"
                                f"{res.stderr[-3000:]}")

@@ -1,6 +1,6 @@
-"""Writes the question cells of notebooks/hw1_autograd.ipynb and hw2_nn_training.ipynb.
+"""Writes the question cells of the hw1, hw2 and hw3 (NDArray) notebooks.
 
-    python -m course.notebook_questions   # rewrites both notebooks' question part
+    python -m course.notebook_questions   # rewrites the notebooks' question part
 
 Each question: what to implement (file, function, exercise id), the spec, a cell grading it
 (``grade("<exercise>")``, course/notebook.py) and a short demonstration. The notebooks' own
@@ -174,6 +174,48 @@ HW2: List[Q] = [
      "import apps.mlp_resnet as mr\n\nprint(mr.MLPResNet(64, hidden_dim=32, num_blocks=1))"),
 ]
 
+ND, NP = "needle/backend_ndarray/ndarray.py", "needle/backend_ndarray/ndarray_backend_numpy.py"
+HW3: List[Q] = [
+    ("hw3.ndarray.views", f"{ND}, {NP}",
+     "NDArray.reshape, permute, broadcast_to, _view_of (indexing); backend compact",
+     "Views change (shape, strides, offset) only: reshape of a compact array gets compact "
+     "strides; permute reorders shape and strides; broadcast_to gives stride 0 to new and "
+     "size-1 axes; a slice a:b:s adds a * stride to the offset and multiplies the stride by s; "
+     "compact copies a view into row-major order.",
+     "from needle.backend_ndarray import NDArray\n\n"
+     "v = NDArray(np.arange(12.0).reshape(3, 4))[1:, ::2].permute((1, 0))\n"
+     "print(v.shape, v.strides, v.offset, v.compact().numpy())"),
+    ("hw3.ndarray.flip", ND, "NDArray.flip",
+     "A view: a negative stride on each flipped axis and the offset moved to its last element.",
+     "from needle.backend_ndarray import NDArray\n\n"
+     "print(NDArray(np.arange(6.0).reshape(2, 3)).flip((1,)).numpy())"),
+    ("hw3.ndarray.setitem", NP, "ewise_setitem, scalar_setitem",
+     "Write a compact source (or a scalar) through the view (shape, strides, offset) of out.",
+     "from needle.backend_ndarray import NDArray\n\n"
+     "a = NDArray(np.zeros((3, 4)))\na[1:, ::2] = 7.0\nprint(a.numpy())"),
+    ("hw3.ndarray.reductions", f"{ND}, {NP}", "NDArray._reduce, reduce_sum, reduce_max",
+     "Move the reduced axes last, compact, reduce each contiguous block of reduce_size "
+     "elements (sum accumulates in the output dtype; max of an empty block is an error).",
+     "from needle.backend_ndarray import NDArray\n\n"
+     "print(NDArray(np.arange(24.0).reshape(2, 3, 4)).sum(axis=(0, 2)).numpy())"),
+    ("hw3.ndarray.matmul", f"{ND}, {NP}", "NDArray.__matmul__, backend matmul",
+     "(..., m, n) @ (n, p) with batch axes broadcast; the backend multiplies compact (m, n) "
+     "and (n, p) buffers.",
+     "from needle.backend_ndarray import NDArray\n\n"
+     "print((NDArray(np.ones((2, 3))) @ NDArray(np.ones((3, 2)))).numpy())"),
+    ("hw3.ndarray.matmul_tiled", f"{ND}, {NP}", "NDArray._matmul_tiled, backend matmul_tiled",
+     "Shapes whose m, n, p are multiples of the tile go through the tiled layout: each operand "
+     "as (rows/t, cols/t, t, t) tiles, multiplied tile by tile.",
+     "from needle.backend_ndarray import NDArray\n\n"
+     "a = NDArray(np.random.randn(8, 8))\n"
+     "print(np.allclose((a @ a).numpy(), a.numpy() @ a.numpy()))"),
+    ("hw3.ndarray.gather_scatter", NP, "take_rows, scatter_add_rows",
+     "Embedding lookups: rows of a table gathered by index; their gradient adds each row back "
+     "at its index (repeated indices accumulate).",
+     "table = ndl.Tensor(np.arange(6.0).reshape(3, 2))\n"
+     "print(ndl.ops.embedding(table, ndl.Tensor([2, 0, 2], dtype='int64')))"),
+]
+
 
 def _cell(kind: str, text: str) -> dict:
     cell = {"cell_type": kind, "id": "q" + hashlib.sha1(text.encode()).hexdigest()[:10],
@@ -214,3 +256,4 @@ def rewrite(path: Path, qs: List[Q]) -> None:
 if __name__ == "__main__":
     rewrite(ROOT / "notebooks" / "hw1_autograd.ipynb", HW1)
     rewrite(ROOT / "notebooks" / "hw2_nn_training.ipynb", HW2)
+    rewrite(ROOT / "notebooks" / "hw3_ndarray.ipynb", HW3)

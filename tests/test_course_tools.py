@@ -273,3 +273,19 @@ def test_release_keeps_docstrings_and_comments_outside_regions():
                and (line.strip().startswith("#") or '"""' in line)]
     released = text.splitlines()
     assert outside and all(line in released for line in outside)
+
+
+def test_release_run_that_runs_nothing_is_flagged(tmp_path):
+    """A release whose graded run collected nothing (a module failing at import used to stop
+    the session) reported every test 'skipped' and passed the old check."""
+    ref = {"exercises": [{"tests": [{"test": "t::a", "outcome": "passed", "message": ""},
+                                    {"test": "t::cuda", "outcome": "skipped", "message": ""}]}]}
+    rel = {"exercises": [{"tests": [{"test": "t::a", "outcome": "skipped", "message": "not run"},
+                                    {"test": "t::cuda", "outcome": "skipped", "message": ""}]}]}
+    (tmp_path / "ref.json").write_text(json.dumps(ref))
+    (tmp_path / "rel.json").write_text(json.dumps(rel))
+    assert check_release.not_run_in_release(tmp_path / "ref.json", tmp_path / "rel.json") == [
+        "t::a: not run in the release"]
+    rel["exercises"][0]["tests"][0]["outcome"] = "failed"
+    (tmp_path / "rel.json").write_text(json.dumps(rel))
+    assert check_release.not_run_in_release(tmp_path / "ref.json", tmp_path / "rel.json") == []
