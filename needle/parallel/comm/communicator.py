@@ -78,6 +78,8 @@ class Communicator(PointToPoint):
         self._tags = max(1, self._t.tag_ub // 4)
         self._pool: List[np.ndarray] = []
         self._rd_cache: Dict[tuple, RecursiveDoublingBuffers] = {}
+        self._check = RecursiveDoublingBuffers(0, np.uint8, "min", self._t)
+        self._check_free: List[RecursiveDoublingBuffers] = []
         self._results = ResultPool()
         self.nodes: Optional[List[Any]] = None  # each rank's host; found on first need
 
@@ -339,22 +341,38 @@ class Communicator(PointToPoint):
         t0 = time.perf_counter() if self.ledger.enabled else None
         label = self._regions.label(label)
 
+        check = self._check_buffers(block)
+        metadata.fill_header(check, desc)
+
         def checked() -> Algorithm:
             try:
-                check = RecursiveDoublingBuffers(0, np.uint8, "min", self._t)
-                metadata.fill_header(check, desc)
-                if self.size > 1:
-                    yield from recursive_doubling_allreduce(ctl, check)
-                    self._raise_if_mismatch(check, tag, desc, describe)
-                result = yield from body(ch)
+                result = yield from _overlapped(self.size, recursive_doubling_allreduce(ctl, check),
+                                                body(ch), lambda: self._raise_if_mismatch(
+                                                    check, tag, desc, describe))
                 if t0 is not None:
                     self._record(name, algo, label, ch, t0)
-                return result
-            finally:
+                # Only now: a mismatch or timeout leaves messages posted into these buffers.
                 self._pool.extend(bufs or [])
+                if not block:
+                    self._check_free.append(check)
+                return result
+            except BaseException:
+                if block:  # messages may still be posted into them: never reuse
+                    self._check = RecursiveDoublingBuffers(0, np.uint8, "min", self._t)
+                raise
+            finally:
                 ctl.flush(self._stat("check"))
                 ch.flush(stat)
         return self._drive_or_work(checked(), describe, finish, block)
+
+    def _check_buffers(self, block: bool) -> RecursiveDoublingBuffers:
+        """The 16-byte argument-check buffers: one set for blocking calls, a set per pending
+        nonblocking call (reused once it has finished)."""
+        if block:
+            return self._check
+        if self._check_free:
+            return self._check_free.pop()
+        return RecursiveDoublingBuffers(0, np.uint8, "min", self._t)
 
     def _run_fused(self, x: np.ndarray, res: np.ndarray, op: str, desc: tuple,
                    finish: Callable[[Any], Any], block: bool, label: Optional[str]) -> Any:
@@ -531,6 +549,42 @@ def _check_out(out: np.ndarray, shape: tuple, dtype: Any) -> np.ndarray:
             or not out.flags.c_contiguous:
         raise ValueError(f"out must be a C-contiguous numpy array of shape {shape}, {dtype}")
     return out
+
+
+def _overlapped(size: int, check: Algorithm, body: Algorithm,
+                verify: Callable[[], None]) -> Algorithm:
+    """Run the argument ``check`` and ``body`` with the check's messages in flight together with
+    the body's first messages, so the check adds no round trip to the call.
+
+    Safe on mismatched arguments: before the check has finished the body has only *posted*
+    messages (a generator posts, then yields what it waits for); nothing of the body is waited
+    for until ``verify()`` has passed, so a rank never blocks on a message that a rank with
+    other arguments will not send.  (A mismatch leaves those posted messages pending; they are
+    on this call's own tag, which no later call reuses before the tags wrap around.)
+    """
+    if size == 1:
+        return (yield from body)
+    item = next(check)  # the check's first exchange is posted first...
+    try:
+        first = next(body)  # ...then the body's first messages, which overlap it
+    except StopIteration as stop:
+        first, done = None, stop
+    else:
+        done = None
+    try:
+        while True:
+            item = check.send((yield item))
+    except StopIteration:
+        pass
+    verify()
+    if done is not None:
+        return done.value
+    try:
+        item = first
+        while True:
+            item = body.send((yield item))
+    except StopIteration as stop:
+        return stop.value
 
 
 def _nothing() -> Algorithm:

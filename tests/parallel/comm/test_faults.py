@@ -6,7 +6,7 @@ import worker_faults
 from mpi_helpers import BACKENDS, run_ranks
 
 MISMATCH = ["size_small", "size_large", "dtype", "op", "collective", "allgather_shape",
-            "broadcast_root"]
+            "broadcast_root", "reduce_scatter_size"]
 
 
 BOTH_CALLS = {
@@ -14,6 +14,7 @@ BOTH_CALLS = {
     "dtype": ("dtype=float32", "dtype=int32"), "op": ("op=sum", "op=max"),
     "collective": ("allreduce op=sum", "allgather dtype"),
     "allgather_shape": ("shape=(2, 3)", "shape=(3, 2)"), "broadcast_root": ("root=0", "root=1"),
+    "reduce_scatter_size": ("shape=(16384,)", "shape=(32768,)"),
 }
 
 
