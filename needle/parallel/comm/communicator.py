@@ -5,15 +5,16 @@
     total = comm.allreduce(grad, op="sum")    # numpy array, needle NDArray or Tensor
     work = comm.allreduce_async(grad); ...; total = work.wait()
 
-Each call (1) describes its arguments and checks that all ranks agree (``metadata.py``),
-(2) runs one algorithm generator (``ring.py``, ``latency_bound.py``) over point-to-point
-messages, chosen by size (``select.py``) unless ``algorithm=`` names one, (3) waits with a
-deadline (``progress.py``; ``NEEDLE_COMM_TIMEOUT`` seconds, default 60) and (4) appends a record
-to ``comm.ledger`` (``ledger.py``; ``label=`` and ``comm.region(name)`` name it).  Messages go
-through a *transport*: MPI (``transport_mpi.py``) or the threads of the in-process virtual
-cluster (``transport_inprocess.py``, ``needle.parallel.virtual.run``); everything above it is
-the same code.  MPI's own collectives are never used here; they are only the reference in tests
-and benchmarks.  Point-to-point ``send``/``recv`` are described in ``p2p.py``.
+Each call (1) describes its arguments and checks that all ranks agree (``metadata.py``; the
+check's 16-byte messages fly together with the algorithm's first ones), (2) runs one algorithm
+generator (``ring.py``, ``latency_bound.py``) over point-to-point messages, chosen by size
+(``select.py``) unless ``algorithm=`` names one, (3) waits with a deadline (``progress.py``;
+``NEEDLE_COMM_TIMEOUT`` seconds, default 60) and (4) appends a record to ``comm.ledger``
+(``ledger.py``; ``label=`` and ``comm.region(name)`` name it). Messages go through a
+*transport*: MPI (``transport_mpi.py``) or the threads of the in-process virtual cluster
+(``transport_inprocess.py``, ``needle.parallel.virtual.run``); everything above it is the same
+code. MPI's own collectives are never used here; they are only the reference in tests and
+benchmarks. Point-to-point ``send``/``recv`` are described in ``p2p.py``.
 
 Conventions: allgather concatenates along axis 0 in rank order (all ranks pass the same shape);
 reduce_scatter gives rank r chunk r of p near-equal axis-0 chunks (the first ``n % p`` chunks
