@@ -56,6 +56,9 @@ class Communicator(PointToPoint):
 
     ANY_SOURCE = ANY_SOURCE
     ANY_TAG = ANY_TAG
+    # False: finish the argument check before the first message (as before issue 25; kept so
+    # that the benchmark can measure what overlapping saves).
+    overlap_check = True
 
     def __init__(self, comm: Any, timeout: Optional[float] = None,
                  chunk_bytes: Optional[int] = None) -> None:
@@ -347,9 +350,10 @@ class Communicator(PointToPoint):
 
         def checked() -> Algorithm:
             try:
-                result = yield from _overlapped(self.size, recursive_doubling_allreduce(ctl, check),
-                                                body(ch), lambda: self._raise_if_mismatch(
-                                                    check, tag, desc, describe))
+                result = yield from _overlapped(
+                    self.size, recursive_doubling_allreduce(ctl, check), body,
+                    lambda: self._raise_if_mismatch(check, tag, desc, describe), ch,
+                    self.overlap_check)
                 if t0 is not None:
                     self._record(name, algo, label, ch, t0)
                 # Only now: a mismatch or timeout leaves messages posted into these buffers.
@@ -552,8 +556,8 @@ def _check_out(out: np.ndarray, shape: tuple, dtype: Any) -> np.ndarray:
     return out
 
 
-def _overlapped(size: int, check: Algorithm, body: Algorithm,
-                verify: Callable[[], None]) -> Algorithm:
+def _overlapped(size: int, check: Algorithm, make_body: Callable[[Channel], Algorithm],
+                verify: Callable[[], None], ch: Channel, overlap: bool = True) -> Algorithm:
     """Run the argument ``check`` and ``body`` with the check's messages in flight together with
     the body's first messages, so the check adds no round trip to the call.
 
@@ -564,7 +568,12 @@ def _overlapped(size: int, check: Algorithm, body: Algorithm,
     on this call's own tag, which no later call reuses before the tags wrap around.)
     """
     if size == 1:
-        return (yield from body)
+        return (yield from make_body(ch))
+    if not overlap:
+        yield from check
+        verify()
+        return (yield from make_body(ch))
+    body = make_body(ch)
     item = next(check)  # the check's first exchange is posted first...
     try:
         first = next(body)  # ...then the body's first messages, which overlap it

@@ -33,6 +33,15 @@ def test_mismatch_raises_on_every_rank_naming_both_calls(backend: str, mode: str
         assert first in msg and last in msg, msg
 
 
+@pytest.mark.parametrize("mode", ["collective", "reduce_scatter_size"])
+def test_mismatch_raises_with_the_check_run_first(mode: str) -> None:
+    messages = run_ranks("virtual", 3, worker_faults.caught_mismatch_check_first, mode,
+                         timeout=60)
+    first, last = BOTH_CALLS[mode]
+    for msg in messages:
+        assert "different arguments" in msg and first in msg and last in msg, msg
+
+
 @pytest.mark.mpi
 @pytest.mark.parametrize("ranks", [2, 3])
 @pytest.mark.parametrize("mode", MISMATCH)
