@@ -6,7 +6,10 @@ simple table: latency-bound algorithms (few message rounds, more bytes) for smal
 bandwidth-optimal ones (more rounds, fewest bytes) for large ones.  For allreduce, recursive
 doubling costs ``log2(p) * (alpha + N beta)`` and the ring ``2 (p - 1) (alpha + N beta / p)``,
 so the crossover grows with the per-message latency ``alpha`` and shrinks with p.  The threshold
-below was measured with ``python -m needle.parallel.bench`` on shared memory.
+below is the measured crossover on shared memory, 2 ranks (the 2-core development machine:
+recursive doubling 21 us against the ring's 49 us at 64 KiB, the ring ahead from 256 KiB-1 MiB);
+re-measure it with ``mpiexec -n P python benchmarks/bench_collectives.py --crossovers``, which
+prints both algorithms per size and the value to put here (or in ``NEEDLE_ALLREDUCE_SMALL``).
 """
 import os
 from typing import Callable, Hashable, Optional, Sequence
