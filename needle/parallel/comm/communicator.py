@@ -5,15 +5,16 @@
     total = comm.allreduce(grad, op="sum")    # numpy array, needle NDArray or Tensor
     work = comm.allreduce_async(grad); ...; total = work.wait()
 
-Each call (1) describes its arguments and checks that all ranks agree (``metadata.py``),
-(2) runs one algorithm generator (``ring.py``, ``latency_bound.py``) over point-to-point
-messages, chosen by size (``select.py``) unless ``algorithm=`` names one, (3) waits with a
-deadline (``progress.py``; ``NEEDLE_COMM_TIMEOUT`` seconds, default 60) and (4) appends a record
-to ``comm.ledger`` (``ledger.py``; ``label=`` and ``comm.region(name)`` name it).  Messages go
-through a *transport*: MPI (``transport_mpi.py``) or the threads of the in-process virtual
-cluster (``transport_inprocess.py``, ``needle.parallel.virtual.run``); everything above it is
-the same code.  MPI's own collectives are never used here; they are only the reference in tests
-and benchmarks.  Point-to-point ``send``/``recv`` are described in ``p2p.py``.
+Each call (1) describes its arguments and checks that all ranks agree (``metadata.py``; the
+check's 16-byte messages fly together with the algorithm's first ones), (2) runs one algorithm
+generator (``ring.py``, ``latency_bound.py``) over point-to-point messages, chosen by size
+(``select.py``) unless ``algorithm=`` names one, (3) waits with a deadline (``progress.py``;
+``NEEDLE_COMM_TIMEOUT`` seconds, default 60) and (4) appends a record to ``comm.ledger``
+(``ledger.py``; ``label=`` and ``comm.region(name)`` name it). Messages go through a
+*transport*: MPI (``transport_mpi.py``) or the threads of the in-process virtual cluster
+(``transport_inprocess.py``, ``needle.parallel.virtual.run``); everything above it is the same
+code. MPI's own collectives are never used here; they are only the reference in tests and
+benchmarks. Point-to-point ``send``/``recv`` are described in ``p2p.py``.
 
 Conventions: allgather concatenates along axis 0 in rank order (all ranks pass the same shape);
 reduce_scatter gives rank r chunk r of p near-equal axis-0 chunks (the first ``n % p`` chunks
@@ -55,6 +56,9 @@ class Communicator(PointToPoint):
 
     ANY_SOURCE = ANY_SOURCE
     ANY_TAG = ANY_TAG
+    # False: finish the argument check before the first message (as before issue 25; kept so
+    # that the benchmark can measure what overlapping saves).
+    overlap_check = True
 
     def __init__(self, comm: Any, timeout: Optional[float] = None,
                  chunk_bytes: Optional[int] = None) -> None:
@@ -78,6 +82,8 @@ class Communicator(PointToPoint):
         self._tags = max(1, self._t.tag_ub // 4)
         self._pool: List[np.ndarray] = []
         self._rd_cache: Dict[tuple, RecursiveDoublingBuffers] = {}
+        self._check = RecursiveDoublingBuffers(0, np.uint8, "min", self._t)
+        self._check_free: List[RecursiveDoublingBuffers] = []
         self._results = ResultPool()
         self.nodes: Optional[List[Any]] = None  # each rank's host; found on first need
 
@@ -339,22 +345,39 @@ class Communicator(PointToPoint):
         t0 = time.perf_counter() if self.ledger.enabled else None
         label = self._regions.label(label)
 
+        check = self._check_buffers(block)
+        metadata.fill_header(check, desc)
+
         def checked() -> Algorithm:
             try:
-                check = RecursiveDoublingBuffers(0, np.uint8, "min", self._t)
-                metadata.fill_header(check, desc)
-                if self.size > 1:
-                    yield from recursive_doubling_allreduce(ctl, check)
-                    self._raise_if_mismatch(check, tag, desc, describe)
-                result = yield from body(ch)
+                result = yield from _overlapped(
+                    self.size, recursive_doubling_allreduce(ctl, check), body,
+                    lambda: self._raise_if_mismatch(check, tag, desc, describe), ch,
+                    self.overlap_check)
                 if t0 is not None:
                     self._record(name, algo, label, ch, t0)
-                return result
-            finally:
+                # Only now: a mismatch or timeout leaves messages posted into these buffers.
                 self._pool.extend(bufs or [])
+                if not block:
+                    self._check_free.append(check)
+                return result
+            except BaseException:
+                if block:  # messages may still be posted into them: never reuse
+                    self._check = RecursiveDoublingBuffers(0, np.uint8, "min", self._t)
+                raise
+            finally:
                 ctl.flush(self._stat("check"))
                 ch.flush(stat)
         return self._drive_or_work(checked(), describe, finish, block)
+
+    def _check_buffers(self, block: bool) -> RecursiveDoublingBuffers:
+        """The 16-byte argument-check buffers: one set for blocking calls, a set per pending
+        nonblocking call (reused once it has finished)."""
+        if block:
+            return self._check
+        if self._check_free:
+            return self._check_free.pop()
+        return RecursiveDoublingBuffers(0, np.uint8, "min", self._t)
 
     def _run_fused(self, x: np.ndarray, res: np.ndarray, op: str, desc: tuple,
                    finish: Callable[[Any], Any], block: bool, label: Optional[str]) -> Any:
@@ -531,6 +554,47 @@ def _check_out(out: np.ndarray, shape: tuple, dtype: Any) -> np.ndarray:
             or not out.flags.c_contiguous:
         raise ValueError(f"out must be a C-contiguous numpy array of shape {shape}, {dtype}")
     return out
+
+
+def _overlapped(size: int, check: Algorithm, make_body: Callable[[Channel], Algorithm],
+                verify: Callable[[], None], ch: Channel, overlap: bool = True) -> Algorithm:
+    """Run the argument ``check`` and ``body`` with the check's messages in flight together with
+    the body's first messages, so the check adds no round trip to the call.
+
+    Safe on mismatched arguments: before the check has finished the body has only *posted*
+    messages (a generator posts, then yields what it waits for); nothing of the body is waited
+    for until ``verify()`` has passed, so a rank never blocks on a message that a rank with
+    other arguments will not send.  (A mismatch leaves those posted messages pending; they are
+    on this call's own tag, which no later call reuses before the tags wrap around.)
+    """
+    if size == 1:
+        return (yield from make_body(ch))
+    if not overlap:
+        yield from check
+        verify()
+        return (yield from make_body(ch))
+    body = make_body(ch)
+    item = next(check)  # the check's first exchange is posted first...
+    try:
+        first = next(body)  # ...then the body's first messages, which overlap it
+    except StopIteration as stop:
+        first, done = None, stop
+    else:
+        done = None
+    try:
+        while True:
+            item = check.send((yield item))
+    except StopIteration:
+        pass
+    verify()
+    if done is not None:
+        return done.value
+    try:
+        item = first
+        while True:
+            item = body.send((yield item))
+    except StopIteration as stop:
+        return stop.value
 
 
 def _nothing() -> Algorithm:

@@ -19,8 +19,8 @@ call's arguments.  Each step compares the partner's header with ours; a differen
 message of the wrong size or a partner's ``POISON`` makes ours ``POISON``.  Since every rank's
 header reaches every rank exactly as the data does, all ranks end with h when every rank passed
 the same arguments and with ``POISON`` otherwise, at no extra message cost.  With an empty
-payload the same function is the cheap metadata check used before every other collective (see
-``metadata.py``).
+payload the same function is the cheap metadata check that runs beside the first messages of
+every other collective (see ``metadata.py``).
 """
 from typing import Any, List
 

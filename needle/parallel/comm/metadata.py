@@ -1,13 +1,15 @@
 """Checking that all ranks called the same collective with compatible arguments.
 
 A collective whose ranks disagree about the size, dtype or op would otherwise hang (a receive
-that never matches) or, worse, silently compute garbage.  Before moving data each rank therefore
-describes its call as a short string ("allreduce op=sum dtype=float32 shape=(4, 3) ..."), hashes
-it to an integer h and runs a recursive-doubling exchange of a 16-byte header holding h
+that never matches) or, worse, silently compute garbage.  Each rank therefore describes its call
+as a short string ("allreduce op=sum dtype=float32 shape=(4, 3) ..."), hashes it to an integer h
+and runs a recursive-doubling exchange of a 16-byte header holding h
 (``latency_bound.recursive_doubling_allreduce`` with no payload): each step compares the
 partner's header with its own and poisons its own on a difference, so every rank ends with h iff
-all ranks hashed the same string.  The small-message allreduce carries the same header inside
-its data messages, so its check costs nothing extra.
+all ranks hashed the same string.  The exchange is posted together with the algorithm's first
+messages (``communicator._overlapped``), so it adds no round trip: the algorithm only waits for a
+message once the check has passed.  The small-message allreduce carries the same header inside
+its data messages.
 
 Only when the hashes differ do the ranks exchange their full description strings (a ring
 allgather of fixed-size byte records) so that every rank can raise the same ``ValueError``

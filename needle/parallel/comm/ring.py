@@ -33,6 +33,24 @@ def _pieces(b: List[int], i: int, p: int, chunk: int) -> List[slice]:
     return [slice(k, min(k + chunk, hi)) for k in range(lo, hi, chunk)]
 
 
+def ring_allreduce_naive(ch: Channel, x: np.ndarray, op: str = "sum") -> Algorithm:
+    """The textbook ring allreduce of flat ``x`` (one message per step, no pieces): read this
+    first; ``ring_allreduce`` below is the same schedule, chunked and pipelined."""
+    p, r, ufunc = ch.size, ch.rank, UFUNCS[op]
+    out, b = x.copy(), chunk_bounds(x.size, p)
+    right, left = (r + 1) % p, (r - 1) % p
+
+    def seg(i: int) -> np.ndarray:
+        return out[b[i % p]:b[i % p + 1]]
+    for s in range(p - 1):  # reduce-scatter: send what we summed last, add what arrives
+        tmp = np.empty_like(seg(r - s - 1))
+        yield [ch.isend(seg(r - s), right), ch.irecv(tmp, left)]
+        ufunc(seg(r - s - 1), tmp, out=seg(r - s - 1))
+    for s in range(p - 1):  # allgather: rank r now owns segment r + 1; pass them around
+        yield [ch.isend(seg(r + 1 - s), right), ch.irecv(seg(r - s), left)]
+    return out
+
+
 def ring_reduce_scatter(ch: Channel, x: np.ndarray, acc: np.ndarray, b: List[int], op: str,
                         shift: int, chunk: int, workspace: np.ndarray,
                         forward_last: bool = False, final: Optional[np.ndarray] = None

@@ -6,7 +6,7 @@ import worker_faults
 from mpi_helpers import BACKENDS, run_ranks
 
 MISMATCH = ["size_small", "size_large", "dtype", "op", "collective", "allgather_shape",
-            "broadcast_root"]
+            "broadcast_root", "reduce_scatter_size"]
 
 
 BOTH_CALLS = {
@@ -14,6 +14,7 @@ BOTH_CALLS = {
     "dtype": ("dtype=float32", "dtype=int32"), "op": ("op=sum", "op=max"),
     "collective": ("allreduce op=sum", "allgather dtype"),
     "allgather_shape": ("shape=(2, 3)", "shape=(3, 2)"), "broadcast_root": ("root=0", "root=1"),
+    "reduce_scatter_size": ("shape=(16384,)", "shape=(32768,)"),
 }
 
 
@@ -30,6 +31,15 @@ def test_mismatch_raises_on_every_rank_naming_both_calls(backend: str, mode: str
         first, last = BOTH_CALLS[mode]
         assert f"ranks [{ranks - 1}]: " in msg and "ranks [0" in msg, msg
         assert first in msg and last in msg, msg
+
+
+@pytest.mark.parametrize("mode", ["collective", "reduce_scatter_size"])
+def test_mismatch_raises_with_the_check_run_first(mode: str) -> None:
+    messages = run_ranks("virtual", 3, worker_faults.caught_mismatch_check_first, mode,
+                         timeout=60)
+    first, last = BOTH_CALLS[mode]
+    for msg in messages:
+        assert "different arguments" in msg and first in msg and last in msg, msg
 
 
 @pytest.mark.mpi

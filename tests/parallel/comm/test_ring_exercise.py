@@ -10,6 +10,8 @@ import pytest
 from needle.parallel import virtual
 from needle.parallel.comm import reference
 from needle.parallel.comm.communicator import Communicator
+from needle.parallel.comm.progress import Channel, drive
+from needle.parallel.comm.ring import ring_allreduce_naive
 
 pytestmark = pytest.mark.collectives
 
@@ -58,3 +60,17 @@ def _bytes_sent(comm, n):
 def test_ring_sends_2_p_minus_1_over_p_n(p: int) -> None:
     n = 1200
     assert virtual.run(p, _bytes_sent, n) == [2 * (p - 1) * n * 4 // p] * p
+
+
+def _naive(comm, xs):
+    gen = ring_allreduce_naive(Channel(comm.transport, 1000), xs[comm.rank])
+    return drive(gen, comm.transport, 20, lambda: "ring_allreduce_naive timed out")
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 5])
+@pytest.mark.parametrize("n", [0, 3, 41])
+def test_naive_ring_allreduce_equals_the_reference(p: int, n: int) -> None:
+    xs = inputs(p, n, p * 10 + n)
+    expect = reference.ring_allreduce(xs)
+    for r, got in enumerate(virtual.run(p, _naive, xs)):
+        assert got.tobytes() == expect[r].tobytes()

@@ -31,6 +31,8 @@ def mismatch(comm: communicator.Communicator, mode: str) -> None:
         comm.allgather(x) if last else comm.allreduce(x)
     elif mode == "allgather_shape":
         comm.allgather(np.ones((3, 2) if last else (2, 3)))
+    elif mode == "reduce_scatter_size":  # mid-size: the ring runs beside the check
+        comm.reduce_scatter(np.ones((1 << 15) if last else (1 << 14), dtype=np.float32))
     elif mode == "broadcast_root":
         comm.broadcast(x, root=1 if last else 0)
     print(f"rank {r} finished without error", flush=True)
@@ -44,6 +46,12 @@ def caught_mismatch(comm: communicator.Communicator, mode: str) -> str:
     except ValueError as err:
         return str(err)
     return "finished without error"
+
+
+def caught_mismatch_check_first(comm: communicator.Communicator, mode: str) -> str:
+    """``caught_mismatch`` with the argument check finished before the first message."""
+    comm.overlap_check = False
+    return caught_mismatch(comm, mode)
 
 
 def main() -> None:
