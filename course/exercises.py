@@ -148,7 +148,8 @@ EXERCISES: List[Exercise] = [
                                           "test_reference::test_reduce_scatter_reference*",
                                           "test_reference::test_allgather_and_alltoall_*",
                                           "test_reference::test_ring_segments_circulate_*")),
-    Exercise("collectives.mpi", 3, ("test_collectives::test_collectives_match_references*",)),
+    Exercise("collectives.mpi", 3, ("test_collectives::test_collectives_match_references*",
+                                    "test_ring_exercise::test_naive_ring_allreduce_*")),
 ]
 
 # Regions no graded test runs in-process on a CPU machine, with the exercise that grades them
