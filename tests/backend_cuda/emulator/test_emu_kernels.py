@@ -271,7 +271,7 @@ def test_layernorm_forward_and_backward(dtype):
     block = (K.row_block(cols),)
     kernel("layernorm.cu", K.typed_name("layernorm_fwd", dtype), dtype)(
         (rows,), block, (ptr(x), ptr(w), ptr(b), ptr(y), ptr(mean), ptr(rstd), np.int64(rows),
-                         np.int64(cols), np.float32(eps)))
+                         np.int64(cols), acc.type(eps)))
     xd = f64(x)
     mu, var = xd.mean(1), xd.var(1)
     rs = 1 / np.sqrt(var + eps)
@@ -307,12 +307,12 @@ def test_adam_step(dtype, decoupled):
     p, g = rand(n, dtype, seed=17), rand(n, dtype, seed=18)
     m, v = rand(n, acc, seed=19) * 0.1, rand(n, acc, 0, 1, 20) * 0.01
     p0, m0, v0 = f64(p), f64(m), f64(v)
-    f32 = np.float32
-    hyper = [f32(x) for x in (lr, b1, b2, eps, wd, 1 - b1 ** step, 1 - b2 ** step)]
+    to_acc = NP_DTYPE[acc].type
+    hyper = [to_acc(x) for x in (lr, b1, 1 - b1, b2, 1 - b2, eps, wd, 1 - b1 ** step,
+                                 1 - b2 ** step)]
     launch_ewise(kernel("adam.cu", K.typed_name("adam_step", dtype), dtype), n,
                  (ptr(p), ptr(g), ptr(m), ptr(v), np.int64(n), *hyper, np.int32(decoupled)))
-    # the kernel takes its hyperparameters as float32, also for float64 parameters
-    lr, b1, b2, eps, wd, bc1, bc2 = (float(x) for x in hyper)
+    bc1, bc2 = 1 - b1 ** step, 1 - b2 ** step  # exact: the kernel gets 1 - b_i, not b_i only
     grad = f64(g) if decoupled else f64(g) + wd * p0
     w = p0 - lr * wd * p0 if decoupled else p0
     mi = b1 * m0 + (1 - b1) * grad
