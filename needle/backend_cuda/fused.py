@@ -106,7 +106,7 @@ def dropout(x: Any, y: Any, mask: Any, prob: float, seed: int, offset: int) -> N
     n = x.size
     _launch_flat("dropout.cu", "dropout_fwd", x, n,
                  (x.array, y.array, mask.array, np.int64(n), np.float32(prob),
-                  np.float32(1.0 / (1.0 - prob)), np.uint64(seed % 2 ** 64),
+                  _acc(1.0 / (1.0 - prob), x), np.uint64(seed % 2 ** 64),
                   np.uint64(offset % 2 ** 64)))
 
 
@@ -114,7 +114,7 @@ def dropout_backward(dy: Any, mask: Any, dx: Any, prob: float) -> None:
     """dx = dy * mask / (1 - prob)."""
     n = dy.size
     _launch_flat("dropout.cu", "dropout_bwd", dy, n,
-                 (dy.array, mask.array, dx.array, np.int64(n), np.float32(1.0 / (1.0 - prob))))
+                 (dy.array, mask.array, dx.array, np.int64(n), _acc(1.0 / (1.0 - prob), dy)))
 
 
 def dropout_uniform_reference(seed: int, offset: int, n: int) -> np.ndarray:

@@ -342,16 +342,18 @@ def test_dropout(dtype):
     np.testing.assert_array_equal(u, u_want)
     x = rand(n, dtype, seed=21)
     y, mask = np.zeros_like(x), np.zeros(n, np.bool_)
-    scale = np.float32(1 / (1 - prob))  # a float parameter, also for float64 data
+    # scale in the accumulation type: float64 data is scaled by the exact double 1 / (1 - p)
+    # (regression: a float scale made float64 dropout 2e-8 off)
+    scale = NP_DTYPE[K.ACC_DTYPE[dtype]].type(1 / (1 - prob))
     launch_ewise(kernel("dropout.cu", K.typed_name("dropout_fwd", dtype), dtype), n,
                  (ptr(x), ptr(y), ptr(mask), np.int64(n), np.float32(prob), scale,
                   np.uint64(seed), np.uint64(offset)))
     np.testing.assert_array_equal(mask, u_want >= np.float32(prob))
-    close(y, np.where(mask, f64(x) * f64(scale), 0), dtype)
+    close(y, np.where(mask, f64(x) / (1 - prob), 0), dtype)
     dy, dx = rand(n, dtype, seed=22), np.zeros_like(x)
     launch_ewise(kernel("dropout.cu", K.typed_name("dropout_bwd", dtype), dtype), n,
                  (ptr(dy), ptr(mask), ptr(dx), np.int64(n), scale))
-    close(dx, np.where(mask, f64(dy) * f64(scale), 0), dtype)
+    close(dx, np.where(mask, f64(dy) / (1 - prob), 0), dtype)
 
 
 def test_bfloat16_dtype_is_ml_dtypes():
