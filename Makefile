@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 # the graded tests (HIDDEN=dir adds an instructor's hidden tests).
 HIDDEN ?=
 
-.PHONY: install demo lint test bench clean student grade
+.PHONY: install demo lint test test-cuda-sanitize bench clean student grade
 
 install:
 	$(PIP) install -q -e ".[dev]"
@@ -26,6 +26,18 @@ lint:
 
 test: install lint
 	$(PYTHON) -m pytest -q $(PYTEST_ARGS) tests
+
+# Every CUDA kernel test on the emulator's thread engine under ThreadSanitizer, then
+# AddressSanitizer (needle/backend_cuda/emulator/sanitize.py): fails on a data race, an
+# out-of-bounds access or a divergent barrier. `make test` runs the float32 part of it
+# (tests/backend_cuda/emulator/test_emu_sanitize.py). Installs gcc's runtimes when missing.
+test-cuda-sanitize: install
+	@for lib in libtsan.so libasan.so; do \
+		p=$$($(CXX) -print-file-name=$$lib); \
+		[ -e "$$p" ] || (apt-get update -q && apt-get install -y -q libtsan2 libasan8) || \
+			{ echo "test-cuda-sanitize needs gcc's libtsan2 and libasan8"; exit 1; }; \
+	done
+	$(PYTHON) -m needle.backend_cuda.emulator.sanitize --mode both
 
 # Every CPU benchmark, one after the other (run on a quiet machine); figures go in
 # benchmarks/README.md. GPU: see benchmarks/README.md (needs a CUDA machine).

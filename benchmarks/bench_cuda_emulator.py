@@ -6,7 +6,7 @@
 These are CPU timings of needle's CUDA kernels run by the emulator (every CUDA thread of a
 block a fiber on one core), NOT GPU figures: they say what a test or a homework costs on a
 laptop, nothing about a GPU. Each op is timed beside NumPy doing the same on the same host
-(the reference), interleaved, and the ratio emulator / NumPy is printed.
+(the reference, one BLAS thread), interleaved, and the ratio emulator / NumPy is printed.
 """
 import argparse
 import json
@@ -147,6 +147,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
     args = parser.parse_args()
+    try:  # the emulator runs a launch on one core: give the NumPy reference one BLAS thread too
+        from threadpoolctl import threadpool_limits
+        threadpool_limits(1)
+    except ImportError:
+        pass
     print(f"CUDA emulator (CPU timings, not GPU figures) on {machine()}", flush=True)
     print(f"device {ndl.cuda()}, engine {os.environ.get('NEEDLE_CUDA_EMULATOR_ENGINE', 'fiber')}")
     bench_build()

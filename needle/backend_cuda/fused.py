@@ -17,6 +17,12 @@ __all__ = ["softmax_rows", "logsumexp_rows", "layer_norm_fwd", "layer_norm_bwd",
            "dropout", "dropout_backward", "dropout_uniform_reference"]
 
 
+def _acc(val: float, x: Any) -> Any:
+    """``val`` as the accumulation-typed scalar (float32, float64 for float64) of ``x``."""
+    from . import _runtime as rt
+    return rt.scalar_arg(val, x.dtype.name)
+
+
 def _launch_rows(filename: str, kernel: str, x: Any, rows: int, cols: int, args: tuple) -> None:
     from . import _runtime as rt
     if rows == 0 or cols == 0:
@@ -53,7 +59,7 @@ def layer_norm_fwd(x: Any, w: Any, b: Any, y: Any, mean: Any, rstd: Any, rows: i
     """y, mean, rstd of layer norm over rows of length ``cols``; mean, rstd float32 (float64)."""
     _launch_rows("layernorm.cu", "layernorm_fwd", x, rows, cols,
                  (x.array, w.array, b.array, y.array, mean.array, rstd.array, np.int64(rows),
-                  np.int64(cols), np.float32(eps)))
+                  np.int64(cols), _acc(eps, x)))
 
 
 def layer_norm_bwd(dy: Any, x: Any, w: Any, mean: Any, rstd: Any, dx: Any, dw: Any, db: Any,
@@ -85,13 +91,14 @@ def layer_norm_bwd(dy: Any, x: Any, w: Any, mean: Any, rstd: Any, dx: Any, dw: A
 
 def adam_update(p: Any, g: Any, m: Any, v: Any, lr: float, beta1: float, beta2: float,
                 eps: float, weight_decay: float, step: int, decoupled: bool) -> None:
-    """One Adam/AdamW step in place on p (with gradient g of p's dtype), m and v (float32)."""
+    """One Adam/AdamW step in place on p (with gradient g of p's dtype), m and v (float32,
+    float64 for float64 p); 1 - beta is formed here, in double, not from a rounded beta."""
     n = p.size
+    hyper = (lr, beta1, 1 - beta1, beta2, 1 - beta2, eps, weight_decay, 1 - beta1 ** step,
+             1 - beta2 ** step)
     _launch_flat("adam.cu", "adam_step", p, n,
-                 (p.array, g.array, m.array, v.array, np.int64(n), np.float32(lr),
-                  np.float32(beta1), np.float32(beta2), np.float32(eps),
-                  np.float32(weight_decay), np.float32(1 - beta1 ** step),
-                  np.float32(1 - beta2 ** step), np.int32(bool(decoupled))))
+                 (p.array, g.array, m.array, v.array, np.int64(n),
+                  *(_acc(h, p) for h in hyper), np.int32(bool(decoupled))))
 
 
 def dropout(x: Any, y: Any, mask: Any, prob: float, seed: int, offset: int) -> None:
@@ -99,7 +106,7 @@ def dropout(x: Any, y: Any, mask: Any, prob: float, seed: int, offset: int) -> N
     n = x.size
     _launch_flat("dropout.cu", "dropout_fwd", x, n,
                  (x.array, y.array, mask.array, np.int64(n), np.float32(prob),
-                  np.float32(1.0 / (1.0 - prob)), np.uint64(seed % 2 ** 64),
+                  _acc(1.0 / (1.0 - prob), x), np.uint64(seed % 2 ** 64),
                   np.uint64(offset % 2 ** 64)))
 
 
@@ -107,7 +114,7 @@ def dropout_backward(dy: Any, mask: Any, dx: Any, prob: float) -> None:
     """dx = dy * mask / (1 - prob)."""
     n = dy.size
     _launch_flat("dropout.cu", "dropout_bwd", dy, n,
-                 (dy.array, mask.array, dx.array, np.int64(n), np.float32(1.0 / (1.0 - prob))))
+                 (dy.array, mask.array, dx.array, np.int64(n), _acc(1.0 / (1.0 - prob), dy)))
 
 
 def dropout_uniform_reference(seed: int, offset: int, n: int) -> np.ndarray:

@@ -78,7 +78,7 @@ static thread_local const Launch* tls_launch = nullptr;
 // makes a sigprocmask system call, ~1 us, and a block of 1024 threads switches thousands of
 // times). The symbol is local to this library.
 asm(R"(
-  .text
+  .pushsection .text
   .p2align 4
   .type cuda_emu_switch, @function
 cuda_emu_switch:
@@ -104,6 +104,7 @@ cuda_emu_switch:
   popq %rbp
   ret
   .size cuda_emu_switch, .-cuda_emu_switch
+  .popsection
 )");
 extern "C" __attribute__((visibility("hidden"))) void cuda_emu_switch(void** save, void* to);
 

@@ -24,22 +24,27 @@ __device__ __forceinline__ float uniform(unsigned long long seed, unsigned long 
 
 }  // namespace ndl
 
-// y[i] = keep ? x[i] * scale : 0 with keep = uniform >= p; mask[i] = keep.
+// y[i] = keep ? x[i] * scale : 0 with keep = uniform >= p; mask[i] = keep. scale = 1 / (1 - p)
+// comes in the accumulation type: a float scale would be 2e-8 off for float64 data.
 template <typename T>
-__global__ void dropout_fwd(const T* x, T* y, bool* mask, long long n, float p, float scale,
-                            unsigned long long seed, unsigned long long offset) {
+__global__ void dropout_fwd(const T* x, T* y, bool* mask, long long n, float p,
+                            typename ndl::Acc<T>::type scale, unsigned long long seed,
+                            unsigned long long offset) {
+  typedef typename ndl::Acc<T>::type A;
   for (long long i = ndl::global_id(); i < n; i += ndl::grid_stride()) {
     const bool keep = ndl::uniform(seed, offset + (unsigned long long)i) >= p;
     mask[i] = keep;
-    y[i] = ndl::from_acc<T>(keep ? ndl::to_acc(x[i]) * scale : 0.0f);
+    y[i] = ndl::from_acc<T>(keep ? ndl::to_acc(x[i]) * scale : A(0));
   }
 }
 
 // dx[i] = mask[i] ? dy[i] * scale : 0
 template <typename T>
-__global__ void dropout_bwd(const T* dy, const bool* mask, T* dx, long long n, float scale) {
+__global__ void dropout_bwd(const T* dy, const bool* mask, T* dx, long long n,
+                            typename ndl::Acc<T>::type scale) {
+  typedef typename ndl::Acc<T>::type A;
   for (long long i = ndl::global_id(); i < n; i += ndl::grid_stride())
-    dx[i] = ndl::from_acc<T>(mask[i] ? ndl::to_acc(dy[i]) * scale : 0.0f);
+    dx[i] = ndl::from_acc<T>(mask[i] ? ndl::to_acc(dy[i]) * scale : A(0));
 }
 
 // Exact-RNG reference for tests: u[i] = uniform(seed, offset + i) as float32.

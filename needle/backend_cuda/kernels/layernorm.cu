@@ -6,12 +6,13 @@
 // The unfused version (fused.layer_norm_naive) builds the same from ~10 separate kernels.
 #include "common.cuh"
 
-// Per row r: mean[r], rstd[r] (float32 for low-precision T), y[r, :].
+// Per row r: mean[r], rstd[r] (float32 for low-precision T), y[r, :]. eps comes in the
+// accumulation type: a float eps would round 1e-5 for float64 rows (rstd off by 1e-8).
 template <typename T>
 __global__ void layernorm_fwd(const T* x, const T* w, const T* b, T* y,
                               typename ndl::Acc<T>::type* mean_out,
                               typename ndl::Acc<T>::type* rstd_out, long long rows,
-                              long long cols, float eps) {
+                              long long cols, typename ndl::Acc<T>::type eps) {
   typedef typename ndl::Acc<T>::type A;
   __shared__ A smem[32];
   for (long long r = blockIdx.x; r < rows; r += gridDim.x) {

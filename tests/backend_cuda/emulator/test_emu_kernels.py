@@ -143,11 +143,8 @@ def _cast_inputs(src: str) -> np.ndarray:
         return vals.astype(NP_DTYPE[src])
 
 
-@pytest.mark.parametrize("src", DTYPES)
-@pytest.mark.parametrize("dst", DTYPES)
+@pytest.mark.parametrize("src,dst", [(s, d) for s in DTYPES for d in DTYPES if s != d])
 def test_ewise_astype_bit_exact(src, dst):
-    if src == dst:
-        pytest.skip("no cast kernel for equal dtypes")
     a = _cast_inputs(src)
     n = a.size
     out = np.zeros(n, NP_DTYPE[dst])
@@ -271,7 +268,7 @@ def test_layernorm_forward_and_backward(dtype):
     block = (K.row_block(cols),)
     kernel("layernorm.cu", K.typed_name("layernorm_fwd", dtype), dtype)(
         (rows,), block, (ptr(x), ptr(w), ptr(b), ptr(y), ptr(mean), ptr(rstd), np.int64(rows),
-                         np.int64(cols), np.float32(eps)))
+                         np.int64(cols), acc.type(eps)))
     xd = f64(x)
     mu, var = xd.mean(1), xd.var(1)
     rs = 1 / np.sqrt(var + eps)
@@ -307,12 +304,12 @@ def test_adam_step(dtype, decoupled):
     p, g = rand(n, dtype, seed=17), rand(n, dtype, seed=18)
     m, v = rand(n, acc, seed=19) * 0.1, rand(n, acc, 0, 1, 20) * 0.01
     p0, m0, v0 = f64(p), f64(m), f64(v)
-    f32 = np.float32
-    hyper = [f32(x) for x in (lr, b1, b2, eps, wd, 1 - b1 ** step, 1 - b2 ** step)]
+    to_acc = NP_DTYPE[acc].type
+    hyper = [to_acc(x) for x in (lr, b1, 1 - b1, b2, 1 - b2, eps, wd, 1 - b1 ** step,
+                                 1 - b2 ** step)]
     launch_ewise(kernel("adam.cu", K.typed_name("adam_step", dtype), dtype), n,
                  (ptr(p), ptr(g), ptr(m), ptr(v), np.int64(n), *hyper, np.int32(decoupled)))
-    # the kernel takes its hyperparameters as float32, also for float64 parameters
-    lr, b1, b2, eps, wd, bc1, bc2 = (float(x) for x in hyper)
+    bc1, bc2 = 1 - b1 ** step, 1 - b2 ** step  # exact: the kernel gets 1 - b_i, not b_i only
     grad = f64(g) if decoupled else f64(g) + wd * p0
     w = p0 - lr * wd * p0 if decoupled else p0
     mi = b1 * m0 + (1 - b1) * grad
@@ -345,16 +342,18 @@ def test_dropout(dtype):
     np.testing.assert_array_equal(u, u_want)
     x = rand(n, dtype, seed=21)
     y, mask = np.zeros_like(x), np.zeros(n, np.bool_)
-    scale = np.float32(1 / (1 - prob))  # a float parameter, also for float64 data
+    # scale in the accumulation type: float64 data is scaled by the exact double 1 / (1 - p)
+    # (regression: a float scale made float64 dropout 2e-8 off)
+    scale = NP_DTYPE[K.ACC_DTYPE[dtype]].type(1 / (1 - prob))
     launch_ewise(kernel("dropout.cu", K.typed_name("dropout_fwd", dtype), dtype), n,
                  (ptr(x), ptr(y), ptr(mask), np.int64(n), np.float32(prob), scale,
                   np.uint64(seed), np.uint64(offset)))
     np.testing.assert_array_equal(mask, u_want >= np.float32(prob))
-    close(y, np.where(mask, f64(x) * f64(scale), 0), dtype)
+    close(y, np.where(mask, f64(x) / (1 - prob), 0), dtype)
     dy, dx = rand(n, dtype, seed=22), np.zeros_like(x)
     launch_ewise(kernel("dropout.cu", K.typed_name("dropout_bwd", dtype), dtype), n,
                  (ptr(dy), ptr(mask), ptr(dx), np.int64(n), scale))
-    close(dx, np.where(mask, f64(dy) * f64(scale), 0), dtype)
+    close(dx, np.where(mask, f64(dy) / (1 - prob), 0), dtype)
 
 
 def test_bfloat16_dtype_is_ml_dtypes():

@@ -216,3 +216,16 @@ def test_two_modules_keep_their_own_builtins():
         b((3,), (32,), (ptr(ob),))
     np.testing.assert_array_equal(oa, np.tile(np.arange(32), 3))
     np.testing.assert_array_equal(ob, np.repeat(np.arange(3), 32))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_atomics_and_syncwarp(engine):
+    body = ("atomicAdd(&out_f[0], 0.5f);\natomicAdd(&out_i[0], 1);\n"
+            "atomicMax(&out_i[1], (int)(blockIdx.x * blockDim.x + threadIdx.x));\n"
+            "__shared__ int s[64];\ns[threadIdx.x] = threadIdx.x;\n__syncwarp();\n"
+            "out_i[2 + blockIdx.x * 64 + threadIdx.x] = s[threadIdx.x ^ 1];")
+    k = one_kernel(body, "float* out_f, int* out_i", engine=engine, name="atomics")
+    out_f, out_i = np.zeros(1, np.float32), np.zeros(2 + 3 * 64, np.int32)
+    k((3,), (64,), (ptr(out_f), ptr(out_i)))
+    assert out_f[0] == 0.5 * 192 and out_i[0] == 192 and out_i[1] == 191
+    np.testing.assert_array_equal(out_i[2:], np.tile(np.arange(64) ^ 1, 3))

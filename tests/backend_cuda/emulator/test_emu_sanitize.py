@@ -63,11 +63,12 @@ def test_asan_passes_ewise_and_flags_an_off_by_one(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["thread", "address"])
 def test_sanitizer_pass_over_the_float32_kernels(mode):
-    """What CI runs through ``make test``: every float32 kernel test (and the strided copies)
-    under the sanitizer; ``make test-cuda-sanitize`` runs all dtypes."""
+    """What CI runs through ``make test``: the float32 tests of every kernel whose threads
+    share memory (reduce, softmax, layernorm, tiled matmul, strided) under the sanitizer;
+    ``make test-cuda-sanitize`` runs every kernel test of every dtype."""
     if build.find_runtime(mode) is None:
         pytest.skip(f"gcc's {mode} sanitizer runtime is not installed")
+    select = "float32 and (reduce or softmax or logsumexp or layernorm or tiled) or strided"
     res = sanitize.run_pytest(mode, ["tests/backend_cuda/emulator/test_emu_kernels.py",
-                                     "-k", "float32 or strided"], timeout=CHILD_TIMEOUT,
-                              cwd=str(ROOT))
+                                     "-k", select], timeout=CHILD_TIMEOUT, cwd=str(ROOT))
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-5000:]
