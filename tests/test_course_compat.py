@@ -16,6 +16,7 @@ import pytest
 import needle as ndl
 from needle.backend_ndarray import ndarray_backend_numpy as numpy_backend
 from needle.backend_ndarray.device import BackendDevice
+from tests.course_public.course_data import gradient_check
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,32 +44,6 @@ def test_apps_import_top_level_as_the_course_tests_do():
 
 
 # ------------------------------------------------------------------ NDArray.flat
-def _course_gradient_check(f, *args, tol=1e-6, backward=False, **kwargs):
-    """The course's hw gradient checker (central differences through ``.flat``)."""
-    eps = 1e-4
-    numerical_grads = [np.zeros(a.shape) for a in args]
-    for i in range(len(args)):
-        for j in range(args[i].realize_cached_data().size):
-            args[i].realize_cached_data().flat[j] += eps
-            f1 = float(f(*args, **kwargs).numpy().sum())
-            args[i].realize_cached_data().flat[j] -= 2 * eps
-            f2 = float(f(*args, **kwargs).numpy().sum())
-            args[i].realize_cached_data().flat[j] += eps
-            numerical_grads[i].flat[j] = (f1 - f2) / (2 * eps)
-    if not backward:
-        out = f(*args, **kwargs)
-        computed_grads = [x.numpy() for x in
-                          out.op.gradient_as_tuple(ndl.Tensor(np.ones(out.shape)), out)]
-    else:
-        out = f(*args, **kwargs).sum()
-        out.backward()
-        computed_grads = [a.grad.numpy() for a in args]
-    error = sum(np.linalg.norm(computed_grads[i] - numerical_grads[i])
-                for i in range(len(args)))
-    assert error < tol
-    return computed_grads
-
-
 def test_flat_is_a_view_that_writes_through():
     x = ndl.NDArray(np.arange(12, dtype=np.float32).reshape(3, 4))
     assert x.flat.shape == (12,)
@@ -90,10 +65,10 @@ def test_course_gradient_checker_runs_through_flat():
     a = ndl.Tensor(np.random.randn(3, 4), dtype="float64")
     b = ndl.Tensor(np.random.randn(4, 2), dtype="float64")
     before = a.numpy().copy()
-    grads = _course_gradient_check(ndl.matmul, a, b, tol=1e-5)
+    grads = gradient_check(ndl.matmul, a, b, tol=1e-5)
     np.testing.assert_allclose(grads[0], np.ones((3, 2)) @ b.numpy().T, rtol=1e-6)
     np.testing.assert_allclose(a.numpy(), before, rtol=0, atol=1e-12)  # +eps -2eps +eps
-    _course_gradient_check(lambda x: ndl.exp(x).sum(axes=(1,)), a, tol=1e-4, backward=True)
+    gradient_check(lambda x: ndl.exp(x).sum(axes=(1,)), a, tol=1e-4, backward=True)
 
 
 def test_flat_plus_eps_changes_the_tensor_in_place():

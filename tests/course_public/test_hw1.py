@@ -1,41 +1,16 @@
 """The course's hw1 public tests (tests/test_autograd_hw.py), with needle as the course's needle.
 
 Same calls, dtypes and tolerances: ``assert_allclose`` at its default rtol 1e-7 on forward
-passes from Python lists, ``gradient_check`` (the course's checker, copied below) at tol 1e-6
-on float64 NumPy data, and MNIST's test split where the course reads it. Expected forward
+passes from Python lists, ``gradient_check`` (the course's checker, in course_data.py) at tol
+1e-6 on float64 NumPy data, and MNIST's test split where the course reads it. Expected forward
 values are the float64 results of the same inputs, as the course's literals are.
 """
 import numdifftools as nd
 import numpy as np
-from course_data import T10K_IMAGES, T10K_LABELS, needs_mnist
+from course_data import T10K_IMAGES, T10K_LABELS, gradient_check, needs_mnist
 
 import needle as ndl
 from apps.simple_ml import loss_err, nn_epoch, parse_mnist, softmax_loss
-
-
-def gradient_check(f, *args, tol=1e-6, backward=False, **kwargs):
-    eps = 1e-4
-    numerical_grads = [np.zeros(a.shape) for a in args]
-    for i in range(len(args)):
-        for j in range(args[i].realize_cached_data().size):
-            args[i].realize_cached_data().flat[j] += eps
-            f1 = float(f(*args, **kwargs).numpy().sum())
-            args[i].realize_cached_data().flat[j] -= 2 * eps
-            f2 = float(f(*args, **kwargs).numpy().sum())
-            args[i].realize_cached_data().flat[j] += eps
-            numerical_grads[i].flat[j] = (f1 - f2) / (2 * eps)
-    if not backward:
-        out = f(*args, **kwargs)
-        computed_grads = [x.numpy() for x in
-                          out.op.gradient_as_tuple(ndl.Tensor(np.ones(out.shape)), out)]
-    else:
-        out = f(*args, **kwargs).sum()
-        out.backward()
-        computed_grads = [a.grad.numpy() for a in args]
-    error = sum(np.linalg.norm(computed_grads[i] - numerical_grads[i])
-                for i in range(len(args)))
-    assert error < tol
-    return computed_grads
 
 
 # ------------------------------------------------------------------ forward
