@@ -6,24 +6,15 @@ import signal
 
 import pytest
 
+from needle.backend_cuda.emulator import unavailable_reason
+
 EMU_TEST_TIMEOUT = float(os.environ.get("NEEDLE_CUDA_EMU_TEST_TIMEOUT", "240"))
-
-
-def emulator_missing() -> str:
-    """Why the emulator cannot build here ('' when it can)."""
-    from needle.backend_cuda.emulator import build
-    try:
-        build.compiler()
-        build.cuda_include_dirs()
-    except build.EmulatorUnavailable as e:
-        return str(e)
-    return ""
 
 
 @pytest.fixture(autouse=True)
 def _emulator_or_skip():
     """Skip (printing why) where g++ or the nvidia-cuda-* wheels are missing."""
-    why = emulator_missing()
+    why = unavailable_reason()
     if why:
         pytest.skip(why)
 
