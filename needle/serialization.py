@@ -23,7 +23,7 @@ import os
 import struct
 import tempfile
 import zlib
-from typing import Any, BinaryIO, Dict, List, Optional, Tuple
+from typing import Any, BinaryIO, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -123,13 +123,18 @@ def save(obj: Any, path: str) -> None:
     """Write ``obj`` (nested dicts/lists of Tensors, arrays and scalars) to ``path`` atomically."""
     arrays: List[Tuple[str, np.ndarray]] = []
     tree = _encode(obj, arrays, "obj")
-    path = os.fspath(path)
+    write_atomic(os.fspath(path), lambda f: _write(f, tree, arrays))
+
+
+def write_atomic(path: str, write: Callable[[BinaryIO], None]) -> None:
+    """Run ``write`` on a temporary file beside ``path``, then rename it over ``path``: readers
+    see the old file or the whole new one, never a part."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
                                dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
-            _write(f, tree, arrays)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

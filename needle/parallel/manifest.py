@@ -12,7 +12,6 @@ Every error names the file.
 """
 import json
 import os
-import tempfile
 import zlib
 from typing import Any, Dict, List
 
@@ -43,23 +42,9 @@ def write(comm: Any, directory: str, name: str, mine: str, extra: List[int],
         files = [{"file": bytes(names[128 * r:128 * (r + 1)]).rstrip(b"\0").decode(),
                   "crc32": int(rows[r, 0]), "extra": [int(v) for v in rows[r, 1:]]}
                  for r in range(comm.size)]
-        _write_atomic(os.path.join(directory, name), dict(meta, files=files))
+        text = json.dumps(dict(meta, files=files), indent=1).encode()
+        serialization.write_atomic(os.path.join(directory, name), lambda f: f.write(text))
     comm.barrier()
-
-
-def _write_atomic(path: str, obj: Dict[str, Any]) -> None:
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
-                               dir=os.path.dirname(os.path.abspath(path)))
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
 
 
 def read(directory: str, name: str, who: str, keys: tuple = ()) -> Dict[str, Any]:
