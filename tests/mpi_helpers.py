@@ -2,6 +2,7 @@
 import os
 import pickle
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -24,6 +25,39 @@ def mpiexec() -> str:
     return found
 
 
+def _session_members(sid: int) -> List[int]:
+    """Every live process whose session is ``sid`` (read from /proc; [] where it is absent)."""
+    pids = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid:  # after "pid (comm)": state ppid pgrp session ...
+            pids.append(int(entry.name))
+    return pids
+
+
+def run_bounded(cmd: List[str], timeout: float, **kwargs: Any) -> subprocess.CompletedProcess:
+    """``subprocess.run(cmd, capture_output=True, text=True, timeout=...)`` in a session of its
+    own; past ``timeout`` every process of that session (mpiexec, its proxies, every rank and
+    the children they forked) is killed before TimeoutExpired is raised, so a job that outlives
+    its bound leaves nothing running (plain ``subprocess.run`` kills only ``cmd`` itself)."""
+    with subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, **kwargs) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for pid in _session_members(proc.pid) or [proc.pid]:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            proc.communicate()
+            raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def worker_env(**extra: str) -> dict:
     """The environment for workers: needle importable from this checkout."""
     env = dict(os.environ)
@@ -40,8 +74,8 @@ def make_run_mpi() -> Callable[..., Tuple[subprocess.CompletedProcess, float]]:
             env: dict = None) -> Tuple[subprocess.CompletedProcess, float]:
         cmd = [mpiexec(), "-n", str(k), sys.executable, str(PARALLEL_TESTS / worker), *args]
         start = time.monotonic()
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-                             env=worker_env(**(env or {})), stdin=subprocess.DEVNULL)
+        res = run_bounded(cmd, timeout, cwd=ROOT, env=worker_env(**(env or {})),
+                          stdin=subprocess.DEVNULL)
         return res, time.monotonic() - start
     return run
 
@@ -69,8 +103,7 @@ def run_ranks(backend: str, k: int, fn: Callable, *args: Any, timeout: float = 1
                str(spec)]
         env = worker_env(PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]),
                          **(env or {}))
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-                             env=env, stdin=subprocess.DEVNULL)
+        res = run_bounded(cmd, timeout, cwd=ROOT, env=env, stdin=subprocess.DEVNULL)
         if res.returncode != 0:
             raise RuntimeError(f"mpiexec -n {k} {fn.__name__} exited {res.returncode}:\n"
                                f"{res.stdout[-3000:]}\n{res.stderr[-5000:]}")

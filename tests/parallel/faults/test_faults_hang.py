@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 import pytest
-from mpi_helpers import PARALLEL_TESTS, ROOT, worker_env
+from mpi_helpers import PARALLEL_TESTS, ROOT, run_bounded, worker_env
 
 from needle.parallel import CommTimeoutError, RankFailedError, virtual
 
@@ -19,9 +19,8 @@ MODES = ["raise", "exit0", "exit3", "kill"]
 
 def _job(cmd, limit=5 * TIMEOUT + 10):
     start = time.monotonic()
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, cwd=ROOT,
-                         env=worker_env(NEEDLE_COMM_TIMEOUT=str(TIMEOUT)),
-                         stdin=subprocess.DEVNULL)
+    res = run_bounded(cmd, limit, cwd=ROOT, env=worker_env(NEEDLE_COMM_TIMEOUT=str(TIMEOUT)),
+                      stdin=subprocess.DEVNULL)
     return res, time.monotonic() - start
 
 
