@@ -540,8 +540,10 @@ def create(mpi_comm: Any = None, timeout: Optional[float] = None,
     if abort_on_error:
         install_abort_hook()
     world = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
-    threads.place(world, blas_threads)
+    # Every rank arrives (with a deadline) inside Communicator() before the blocking setup
+    # collectives below: a rank that ended before create() must not leave the others in them.
     comm = Communicator(world, timeout)
+    threads.place(world, blas_threads)
     # Each rank's host, once, now (so a timeout can name the hosts of the ranks it waited
     # for): setup metadata through MPI itself, like the Dup above, so that no exercise's code
     # runs before the user's first call.
