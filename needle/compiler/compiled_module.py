@@ -17,7 +17,7 @@ class CompiledModule:
         self.compiled = make(module, guard=self._modes)
 
     def _modes(self) -> tuple:
-        return tuple(m.training for m in self._orig_mod.modules())
+        return tuple(m.training for _, m in self._orig_mod.named_modules())
 
     def __call__(self, *args: Any) -> Any:
         return self.compiled(*args)
