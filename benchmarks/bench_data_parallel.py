@@ -255,7 +255,7 @@ def bench_default_threads(comm: Any, args: Any) -> List[str]:
         layers += [nn.Linear(a, b), nn.ReLU()]
     net = DistributedDataParallel(nn.Sequential(*layers[:-1]), comm)
     rng = np.random.default_rng(comm.rank)
-    x = ndl.Tensor(rng.standard_normal((128, ISSUE_MLP[0])), requires_grad=False)
+    x = ndl.Tensor(rng.standard_normal((128, ISSUE_MLP[0])), dtype="float32", requires_grad=False)
     y = ndl.Tensor(rng.integers(0, ISSUE_MLP[-1], 128), dtype="int64", requires_grad=False)
     cases = {"needle_ddp": train_step(net, ndl.optim.Adam(net.parameters(), lr=1e-3), x, y,
                                       lambda m, x, y: nn.SoftmaxLoss()(m(x), y)),
