@@ -5,14 +5,13 @@ with the host compiler, ``needle/backend_cuda/emulator``): ``NEEDLE_CUDA_EMULATO
 here (ignored where a GPU is present); set it to 0 to skip them instead. Each test marked
 ``cuda`` that runs emulated has a wall-clock bound (``NEEDLE_CUDA_TEST_TIMEOUT`` seconds).
 """
-import faulthandler
 import os
-import signal
 
 os.environ.setdefault("NEEDLE_CUDA_EMULATOR", "1")  # before needle is imported: see above
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from helpers import wall_clock_bound  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
 import needle as ndl  # noqa: E402
@@ -39,11 +38,6 @@ def _seed_and_restore_modes():
     ndl.autograd._GRAD_ENABLED = grad_enabled
 
 
-def _timed_out(signum: int, frame: object) -> None:
-    raise TimeoutError(f"an emulated CUDA test ran past {CUDA_TEST_TIMEOUT:.0f} s "
-                       f"(NEEDLE_CUDA_TEST_TIMEOUT)")
-
-
 @pytest.fixture(autouse=True)
 def _bound_emulated_cuda_tests(request: pytest.FixtureRequest):
     """Fail an emulated ``cuda`` test past the bound; kill the run if a kernel never returns."""
@@ -51,12 +45,6 @@ def _bound_emulated_cuda_tests(request: pytest.FixtureRequest):
     if not emulated or request.node.get_closest_marker("cuda") is None:
         yield
         return
-    old = signal.signal(signal.SIGALRM, _timed_out)  # raises once control is back in Python
-    signal.setitimer(signal.ITIMER_REAL, CUDA_TEST_TIMEOUT)
-    faulthandler.dump_traceback_later(CUDA_TEST_TIMEOUT + 60, exit=True)  # stuck in a kernel
-    try:
+    with wall_clock_bound(CUDA_TEST_TIMEOUT, f"an emulated CUDA test ran past "
+                          f"{CUDA_TEST_TIMEOUT:.0f} s (NEEDLE_CUDA_TEST_TIMEOUT)"):
         yield
-    finally:
-        faulthandler.cancel_dump_traceback_later()
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)

@@ -3,7 +3,10 @@
 Import from any test module with ``from helpers import DEVICES, numerical_grad`` (``pytest.ini``
 puts ``tests/`` on the path).
 """
-from typing import Any, Callable, List, Optional, Sequence
+import contextlib
+import faulthandler
+import signal
+from typing import Any, Callable, Iterator, List, Optional, Sequence
 
 import numpy as np
 import pytest
@@ -80,3 +83,20 @@ def check_op_gradient(fn: Callable[..., Any], np_fn: Callable[..., Any],
         assert t.grad.dtype == "float64", f"input {i}: grad dtype {t.grad.dtype}"
         np.testing.assert_allclose(t.grad.numpy(), g, rtol=rtol, atol=atol,
                                    err_msg=f"gradient of input {i}")
+
+
+@contextlib.contextmanager
+def wall_clock_bound(seconds: float, message: str) -> Iterator[None]:
+    """Raise TimeoutError(message) past ``seconds`` (once control is back in Python), and kill
+    the whole run 60 s later if it never comes back (a kernel that never returns)."""
+    def timed_out(signum: int, frame: object) -> None:
+        raise TimeoutError(message)
+    old = signal.signal(signal.SIGALRM, timed_out)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    faulthandler.dump_traceback_later(seconds + 60, exit=True)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
