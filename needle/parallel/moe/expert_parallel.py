@@ -9,7 +9,7 @@ are weighted by the gates. Rank r holds experts [r E/p, (r+1) E/p).
 Token counts differ per rank and per expert, so the counts are exchanged first (one small
 all-gather of every rank's tokens-per-expert, with d_model and E so that a mismatched
 configuration is an error on every rank instead of a hang); the data all-to-alls then pad to the
-largest block (``comms.py``). Autograd runs through both all-to-alls.
+largest block (``ep_comms.py``). Autograd runs through both all-to-alls.
 
 Built with the same seed, the router and the experts are the serial ``nn.MoE``'s (every rank draws
 all of them, in the serial order, and keeps its own), so each rank's output equals ``nn.MoE`` on
@@ -22,7 +22,7 @@ import numpy as np
 from ...autograd import Tensor
 from ...nn.nn_moe import MoE, rows, scatter_rows
 from ..comm.agree import agree
-from .comms import all_to_all
+from .ep_comms import all_to_all
 
 __all__ = ["ExpertParallelMoE"]
 

@@ -2,7 +2,7 @@
 from .partition import balanced_cuts, partition
 from .pipeline_parallel import PipelineParallel
 from .schedules import SCHEDULES, gpipe, interleaved_1f1b, one_f_one_b
-from .simulator import DeadlockError, Timeline, simulate
+from .simulator import ScheduleDeadlockError, Timeline, simulate
 
 __all__ = ["PipelineParallel", "gpipe", "one_f_one_b", "interleaved_1f1b", "SCHEDULES",
-           "simulate", "Timeline", "DeadlockError", "partition", "balanced_cuts"]
+           "simulate", "Timeline", "ScheduleDeadlockError", "partition", "balanced_cuts"]

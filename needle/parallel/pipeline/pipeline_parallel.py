@@ -12,7 +12,7 @@ is a mean. The loss is returned on every rank.
 Messages are ordered by the schedule's simulated timeline (``_plan``): every rank handles its
 sends, receives and computations in increasing simulated time, a single order shared by both
 ends of every link, so no schedule can deadlock, even if every send were synchronous (they are
-nonblocking here, ``p2p.py``).
+nonblocking here, ``pp_comms.py``).
 The real start and end of each computation is recorded in ``timeline``.
 """
 import time
@@ -23,7 +23,7 @@ import numpy as np
 from ...autograd import Tensor, find_topo_sort
 from ...nn.nn_module import Module
 from ..comm.agree import agree
-from .p2p import ACTIVATION, GRADIENT, Links
+from .pp_comms import ACTIVATION, GRADIENT, Links
 from .schedules import SCHEDULES, interleaved_1f1b
 from .simulator import simulate, virtual_stage
 

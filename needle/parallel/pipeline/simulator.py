@@ -5,16 +5,16 @@ each as soon as the stage is free and its inputs have arrived (F(m) of the previ
 stage, B(m) of the next one, plus ``comm_cost`` for a message between two stages). With unit
 costs (F = 1, B = 2) GPipe and 1F1B leave each stage idle (p-1)/(m+p-1) of the time and
 interleaved 1F1B (p-1)/(v m+p-1) (Narayanan et al., arXiv:2104.04473, sec. 2.2). A schedule
-that can never finish (a cycle of waits) raises ``DeadlockError`` instead of hanging.
+that can never finish (a cycle of waits) raises ``ScheduleDeadlockError`` instead of hanging.
 """
 from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from .schedules import Action
 
-__all__ = ["simulate", "Timeline", "DeadlockError", "virtual_stage", "unit_cost"]
+__all__ = ["simulate", "Timeline", "ScheduleDeadlockError", "virtual_stage", "unit_cost"]
 
 
-class DeadlockError(RuntimeError):
+class ScheduleDeadlockError(RuntimeError):
     """No stage can run its next action: the schedule waits on itself."""
 
 
@@ -80,7 +80,7 @@ def simulate(schedule: List[List[Action]], cost: Callable[[int, Action], float] 
                 progressed = True
         if not progressed:
             heads = {s: schedule[s][pos[s]] for s in range(p) if pos[s] < len(schedule[s])}
-            raise DeadlockError(f"pipeline schedule cannot proceed; stages wait at {heads}")
+            raise ScheduleDeadlockError(f"pipeline schedule cannot proceed; stages wait at {heads}")
     makespan = max(free)
     busy = [sum(e - b for _, b, e in ev) for ev in events]
     return Timeline(events, makespan, busy)

@@ -1,11 +1,18 @@
 """Tensor parallelism (Megatron-LM, arXiv:1909.08053) and sequence parallelism (arXiv:2205.05198).
 
-``comms.py`` holds the communication as autograd ops; ``layers.py`` the parallel Linear and
+``tp_comms.py`` holds the communication as autograd ops; ``layers.py`` the parallel Linear and
 Embedding; ``cross_entropy.py`` the vocab-parallel loss; ``attention.py`` and ``transformer.py``
 the parallel transformer layer. Every layer is handed its tensor-parallel communicator.
 """
 from .attention import ParallelSelfAttention
-from .comms import (
+from .cross_entropy import gathered_cross_entropy, vocab_parallel_cross_entropy
+from .layers import (
+    ColumnParallelLinear,
+    RowParallelLinear,
+    VocabParallelEmbedding,
+    allreduce_sequence_parallel_grads,
+)
+from .tp_comms import (
     copy_to_region,
     gather_from_region,
     gather_from_sequence_region,
@@ -13,13 +20,6 @@ from .comms import (
     reduce_scatter_to_sequence_region,
     scatter_to_region,
     scatter_to_sequence_region,
-)
-from .cross_entropy import gathered_cross_entropy, vocab_parallel_cross_entropy
-from .layers import (
-    ColumnParallelLinear,
-    RowParallelLinear,
-    VocabParallelEmbedding,
-    allreduce_sequence_parallel_grads,
 )
 from .transformer import ParallelMLP, ParallelTransformerBlock
 

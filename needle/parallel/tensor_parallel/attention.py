@@ -15,8 +15,8 @@ from ...autograd import Tensor
 from ...nn.nn_basic import LayerNorm1d
 from ...nn.nn_module import Module
 from ...nn.nn_transformer import MultiHeadAttention
-from .comms import copy_to_region, gather_from_sequence_region
 from .layers import ColumnParallelLinear, RowParallelLinear, divide, forget
+from .tp_comms import copy_to_region, gather_from_sequence_region
 
 __all__ = ["ParallelSelfAttention"]
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from ...autograd import NDArray, Tensor, TensorOp
 from ...nn.nn_basic import SoftmaxLoss
-from .comms import gather_from_region
+from .tp_comms import gather_from_region
 
 __all__ = ["vocab_parallel_cross_entropy", "VocabParallelCrossEntropy",
            "gathered_cross_entropy"]

@@ -26,7 +26,7 @@ from ... import init, ops
 from ...autograd import Tensor
 from ...nn.nn_basic import Linear
 from ...nn.nn_module import Module, Parameter
-from .comms import (
+from .tp_comms import (
     copy_to_region,
     gather_from_region,
     gather_from_sequence_region,

@@ -39,7 +39,7 @@ from ..comm.agree import agree
 from ..data_parallel.buckets import Bucket, BucketReducer, reduce_dtype
 from ..data_parallel.ddp import replicate_from_rank0
 from ..data_parallel.replicas import empty_host
-from . import checkpoint
+from . import sharded_state
 from .flat_param import FlatParamUnit
 
 __all__ = ["FullyShardedDataParallel"]
@@ -187,21 +187,21 @@ class FullyShardedDataParallel(Module):
 
     def full_state_dict(self) -> Dict[str, np.ndarray]:
         """The whole model's state dict (plain model's keys) on every rank (collective)."""
-        return checkpoint.full_state_dict(self)
+        return sharded_state.full_state_dict(self)
 
     state_dict = full_state_dict
 
     def load_state_dict(self, state_dict: Dict[str, Any], strict: bool = True) -> Any:
         """Load a plain model's state dict: each rank keeps its shard of it."""
-        return checkpoint.load_full_state_dict(self, state_dict, strict)
+        return sharded_state.load_full_state_dict(self, state_dict, strict)
 
     def save_sharded(self, directory: str, optimizer: Any = None) -> None:
         """Each rank writes its shards (and optimizer state); rank 0 writes the index."""
-        checkpoint.save_sharded(self, directory, optimizer)
+        sharded_state.save_sharded(self, directory, optimizer)
 
     def load_sharded(self, directory: str, optimizer: Any = None) -> None:
         """Reload ``save_sharded`` output (the same world size and units)."""
-        checkpoint.load_sharded(self, directory, optimizer)
+        sharded_state.load_sharded(self, directory, optimizer)
 
     @property
     def units(self) -> List[FlatParamUnit]:

@@ -9,8 +9,8 @@ from mpi_helpers import BACKENDS, run_ranks
 
 from needle import nn, serialization
 from needle.parallel.pipeline import partition
-from needle.parallel.pipeline.checkpoint import load_stage, save_stage
-from needle.parallel.tensor_parallel import checkpoint as tp_checkpoint
+from needle.parallel.pipeline.stage_state import load_stage, save_stage
+from needle.parallel.tensor_parallel import sharded_state as tp_state
 
 pytestmark = pytest.mark.faults
 
@@ -75,12 +75,12 @@ def test_missing_or_truncated_manifest_names_the_file(tmp_path):
 
 def _tp_save(comm, directory):
     np.random.seed(3)
-    tp_checkpoint.save_sharded(nn.Linear(4, 6, dtype="float64"), comm, directory)
+    tp_state.save_sharded(nn.Linear(4, 6, dtype="float64"), comm, directory)
 
 
 def _tp_load(comm, directory):
     try:
-        tp_checkpoint.load_sharded(nn.Linear(4, 6, dtype="float64"), comm, directory)
+        tp_state.load_sharded(nn.Linear(4, 6, dtype="float64"), comm, directory)
     except (ValueError, OSError) as err:
         return f"{type(err).__name__}: {err}"
     return None

@@ -4,7 +4,7 @@ from mpi_helpers import run_ranks
 
 from needle import nn
 from needle.parallel.pipeline import partition
-from needle.parallel.pipeline.checkpoint import load_stage, save_stage
+from needle.parallel.pipeline.stage_state import load_stage, save_stage
 
 
 def build(seed):

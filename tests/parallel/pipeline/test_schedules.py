@@ -3,7 +3,7 @@ simulator's bubble against the papers' formulas."""
 import pytest
 
 from needle.parallel.pipeline.schedules import gpipe, interleaved_1f1b, one_f_one_b
-from needle.parallel.pipeline.simulator import DeadlockError, simulate, virtual_stage
+from needle.parallel.pipeline.simulator import ScheduleDeadlockError, simulate, virtual_stage
 
 
 def test_gpipe_exact():
@@ -89,7 +89,7 @@ def test_interleaved_bubble_equals_formula(p, m, v):
 
 def test_deadlock_detected():
     # stage 1 wants B(0) before it has run F(0): nothing can ever run it
-    with pytest.raises(DeadlockError):
+    with pytest.raises(ScheduleDeadlockError):
         simulate([[("F", 0), ("B", 0)], [("B", 0), ("F", 0)]])
 
 

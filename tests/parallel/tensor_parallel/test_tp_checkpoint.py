@@ -10,7 +10,7 @@ from needle.parallel.tensor_parallel import (
     ParallelTransformerBlock,
     VocabParallelEmbedding,
 )
-from needle.parallel.tensor_parallel.checkpoint import (
+from needle.parallel.tensor_parallel.sharded_state import (
     gather_state_dict,
     load_full_state_dict,
     load_sharded,
