@@ -39,6 +39,20 @@ def _graph_bytes(out: Tensor, params: set) -> int:
     return total
 
 
+class _Step:
+    """What one ``train_step`` carries between actions: inputs, messages, graphs, sums."""
+
+    def __init__(self, xs: List[np.ndarray], ys: List[np.ndarray], params: List[Tensor]) -> None:
+        self.xs, self.ys, self.params = xs, ys, params
+        self.pids = {id(q) for q in params}
+        self.dtype = params[0].dtype if params else "float32"
+        self.acc: Dict[int, np.ndarray] = {}
+        self.inbox: Dict[Tuple[str, int, int], np.ndarray] = {}
+        self.stored: Dict[Tuple[int, int], Tuple[Tensor, Optional[Tensor], int]] = {}
+        self.losses: List[float] = []
+        self.live = 0
+
+
 class PipelineParallel:
     """This rank's stage of a pipeline-parallel model, and the step that drives it."""
 
@@ -101,77 +115,90 @@ class PipelineParallel:
 
     def train_step(self, x: Any, y: Any) -> float:
         """Forward and backward of the batch (x, y); leaves summed gradients in ``.grad``."""
+        step = self._start_step(x, y)
+        for what, kind, mb, k in self._plan_items:
+            if what == "run" and kind == "F":
+                self._forward(step, mb, k)
+            elif what == "run":
+                self._backward(step, mb, k)
+            else:
+                self._message(step, what, kind, mb, k)
+        self.links.wait_all()
+        for q in step.params:
+            q.grad = (Tensor(step.acc[id(q)], dtype=q.dtype, requires_grad=False)
+                      if id(q) in step.acc else None)
+        total = np.array([sum(step.losses)], dtype=np.float64)
+        if self.num_stages > 1:
+            total = self.comm.broadcast(total, root=(self.num_virtual - 1) % self.num_stages,
+                                        label="pp.loss")
+        return float(total[0])
+
+    def _start_step(self, x: Any, y: Any) -> "_Step":
+        """Check the batch, cut it into microbatches and reset the step's records."""
         x = np.asarray(x.numpy() if hasattr(x, "numpy") else x)
         y = np.asarray(y.numpy() if hasattr(y, "numpy") else y)
-        m, p, nv = self.num_microbatches, self.num_stages, self.num_virtual
+        m = self.num_microbatches
         if x.shape[0] % m or y.shape[0] != x.shape[0]:
             raise ValueError(f"{m} microbatches do not divide the batch of {x.shape[0]} "
                              f"(targets: {y.shape[0]})")
-        xs, ys = np.split(x, m), np.split(y, m)
-        params = self.parameters()
-        pids = {id(q) for q in params}
-        acc: Dict[int, np.ndarray] = {}
-        inbox: Dict[Tuple[str, int, int], np.ndarray] = {}
-        stored: Dict[Tuple[int, int], Tuple[Tensor, Tensor, int]] = {}
-        losses, live = [], 0
         self.timeline, self.peak_activation_bytes = [], 0
-        dtype = params[0].dtype if params else "float32"
-        for what, kind, mb, k in self._plan_items:
-            chunk = self.chunks[k // p]
-            if what == "recv" and kind == "F":
-                inbox[(kind, mb, k)] = self.links.recv((k - 1) % p, ACTIVATION)
-            elif what == "recv":
-                inbox[(kind, mb, k)] = self.links.recv((k + 1) % p, GRADIENT)
-            elif what == "send" and kind == "F":
-                self.links.send(stored[(mb, k)][1].numpy(), (k + 1) % p, ACTIVATION)
-            elif what == "send":
-                self.links.send(stored.pop((mb, k))[0].grad.numpy(), (k - 1) % p, GRADIENT)
-            elif kind == "F":
-                t0 = time.perf_counter()
-                if k == 0:
-                    kind_in = xs[mb].dtype.kind  # token ids stay integers
-                    inp = Tensor(xs[mb], dtype=xs[mb].dtype.name if kind_in in "iu" else dtype,
-                                 requires_grad=False)
-                else:
-                    inp = Tensor(inbox.pop(("F", mb, k)), dtype=dtype, requires_grad=True)
-                out = chunk(inp)
-                if k == nv - 1:
-                    out = self.loss_fn(out, Tensor(ys[mb], dtype=ys[mb].dtype.name,
-                                                   requires_grad=False)) * (1.0 / m)
-                    losses.append(float(out.numpy()))
-                nbytes = _graph_bytes(out, pids)
-                stored[(mb, k)] = (inp, out, nbytes)
-                live += nbytes
-                self.peak_activation_bytes = max(self.peak_activation_bytes, live)
-                self.timeline.append((("F", mb, k // p), t0, time.perf_counter()))
-            else:
-                t0 = time.perf_counter()
-                inp, out, nbytes = stored[(mb, k)]
-                for q in chunk.parameters():
-                    q.grad = None
-                if k == nv - 1:
-                    out.backward(create_graph=False)
-                else:
-                    g = Tensor(inbox.pop(("B", mb, k)), dtype=out.dtype, requires_grad=False)
-                    out.backward(g, create_graph=False)
-                for q in chunk.parameters():
-                    if q.grad is not None:
-                        g = q.grad.numpy()
-                        acc[id(q)] = acc[id(q)] + g if id(q) in acc else g.copy()
-                live -= nbytes
-                if k > 0:
-                    stored[(mb, k)] = (inp, None, 0)   # keep the input's grad for the send
-                else:
-                    del stored[(mb, k)]
-                self.timeline.append((("B", mb, k // p), t0, time.perf_counter()))
-        self.links.wait_all()
-        for q in params:
-            q.grad = (Tensor(acc[id(q)], dtype=q.dtype, requires_grad=False)
-                      if id(q) in acc else None)
-        total = np.array([sum(losses)], dtype=np.float64)
-        if p > 1:
-            total = self.comm.broadcast(total, root=(nv - 1) % p, label="pp.loss")
-        return float(total[0])
+        return _Step(np.split(x, m), np.split(y, m), self.parameters())
+
+    def _message(self, step: "_Step", what: str, kind: str, mb: int, k: int) -> None:
+        """Receive or send virtual stage k's activation ("F") or input gradient ("B")."""
+        p = self.num_stages
+        if what == "recv" and kind == "F":
+            step.inbox[(kind, mb, k)] = self.links.recv((k - 1) % p, ACTIVATION)
+        elif what == "recv":
+            step.inbox[(kind, mb, k)] = self.links.recv((k + 1) % p, GRADIENT)
+        elif kind == "F":
+            self.links.send(step.stored[(mb, k)][1].numpy(), (k + 1) % p, ACTIVATION)
+        else:
+            self.links.send(step.stored.pop((mb, k))[0].grad.numpy(), (k - 1) % p, GRADIENT)
+
+    def _forward(self, step: "_Step", mb: int, k: int) -> None:
+        """Forward of microbatch mb through virtual stage k (plus the loss on the last one)."""
+        t0 = time.perf_counter()
+        if k == 0:
+            xb = step.xs[mb]  # token ids stay integers
+            inp = Tensor(xb, dtype=xb.dtype.name if xb.dtype.kind in "iu" else step.dtype,
+                         requires_grad=False)
+        else:
+            inp = Tensor(step.inbox.pop(("F", mb, k)), dtype=step.dtype, requires_grad=True)
+        out = self.chunks[k // self.num_stages](inp)
+        if k == self.num_virtual - 1:
+            yb = step.ys[mb]
+            out = self.loss_fn(out, Tensor(yb, dtype=yb.dtype.name, requires_grad=False)) * (
+                1.0 / self.num_microbatches)
+            step.losses.append(float(out.numpy()))
+        nbytes = _graph_bytes(out, step.pids)
+        step.stored[(mb, k)] = (inp, out, nbytes)
+        step.live += nbytes
+        self.peak_activation_bytes = max(self.peak_activation_bytes, step.live)
+        self.timeline.append((("F", mb, k // self.num_stages), t0, time.perf_counter()))
+
+    def _backward(self, step: "_Step", mb: int, k: int) -> None:
+        """Backward of microbatch mb through virtual stage k; adds to the summed gradients."""
+        t0 = time.perf_counter()
+        chunk = self.chunks[k // self.num_stages]
+        inp, out, nbytes = step.stored[(mb, k)]
+        for q in chunk.parameters():
+            q.grad = None
+        if k == self.num_virtual - 1:
+            out.backward(create_graph=False)
+        else:
+            g = Tensor(step.inbox.pop(("B", mb, k)), dtype=out.dtype, requires_grad=False)
+            out.backward(g, create_graph=False)
+        for q in chunk.parameters():
+            if q.grad is not None:
+                g = q.grad.numpy()
+                step.acc[id(q)] = step.acc[id(q)] + g if id(q) in step.acc else g.copy()
+        step.live -= nbytes
+        if k > 0:
+            step.stored[(mb, k)] = (inp, None, 0)   # keep the input's grad for the send
+        else:
+            del step.stored[(mb, k)]
+        self.timeline.append((("B", mb, k // self.num_stages), t0, time.perf_counter()))
 
     def gather_timeline(self) -> List[List[Tuple[Tuple, float, float]]]:
         """Every stage's recorded timeline (seconds from the earliest start), on every rank."""
