@@ -2,21 +2,24 @@
 
 MPI sends raw host memory, so every input becomes a C-contiguous numpy array first.  A CUDA
 NDArray or Tensor is staged through the host (``.numpy()``), since the MPI wheel is not
-CUDA-aware, and the result goes back to the input's device.  needle's array and tensor modules
-are imported lazily, on the first call.
+CUDA-aware, and the result goes back to the input's device.
+
+The host bridge every strategy uses (data parallel, ZeRO/FSDP, the parameter server, the TP and
+MoE comms): ``host_view`` gives a tensor's data as NumPy (a view through DLPack on the CPU, no
+copy; a copy elsewhere), ``to_tensor`` / ``to_ndarray`` wrap a NumPy result back on a device,
+and ``empty_host`` allocates a host buffer through needle so that ``MemoryTracker`` counts it.
 """
-from typing import Any, Callable, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 import numpy as np
 
+from ...autograd import Tensor
+from ...backend_ndarray import NDArray, array, cpu, dlpack
+from ...backend_ndarray.dtypes import to_numpy_dtype
+
+__all__ = ["to_numpy", "host_view", "to_tensor", "to_ndarray", "empty_host"]
+
 Restore = Callable[[np.ndarray], Any]
-
-
-def _needle_types() -> Tuple[Any, Any]:
-    """(NDArray class, Tensor class), imported on first use so that plain numpy needs neither."""
-    from needle.autograd import Tensor
-    from needle.backend_ndarray import NDArray
-    return NDArray, Tensor
 
 
 def to_numpy(a: Any) -> Tuple[np.ndarray, Restore]:
@@ -26,21 +29,18 @@ def to_numpy(a: Any) -> Tuple[np.ndarray, Restore]:
         return a, _identity
     if isinstance(a, (np.ndarray, np.generic, int, float, bool)):
         return _contiguous(np.asarray(a)), _identity
-    ndarray_cls, tensor_cls = _needle_types()
-    if isinstance(a, tensor_cls):
+    if isinstance(a, Tensor):
         device = a.device
 
-        def to_tensor(x: np.ndarray) -> Any:
-            return tensor_cls(x, device=device, dtype=x.dtype.name, requires_grad=False)
-        return _contiguous(a.numpy()), to_tensor
-    if isinstance(a, ndarray_cls):
-        from needle.backend_ndarray import array
-
+        def restore_tensor(x: np.ndarray) -> Any:
+            return Tensor(x, device=device, dtype=x.dtype.name, requires_grad=False)
+        return _contiguous(a.numpy()), restore_tensor
+    if isinstance(a, NDArray):
         device = a.device
 
-        def to_ndarray(x: np.ndarray) -> Any:
+        def restore_ndarray(x: np.ndarray) -> Any:
             return array(x, dtype=x.dtype.name, device=device)
-        return _contiguous(a.numpy()), to_ndarray
+        return _contiguous(a.numpy()), restore_ndarray
     raise TypeError(f"collectives take numpy arrays, needle NDArrays or Tensors, not {type(a)}")
 
 
@@ -51,3 +51,33 @@ def _identity(x: np.ndarray) -> np.ndarray:
 def _contiguous(x: np.ndarray) -> np.ndarray:
     # Not np.ascontiguousarray: it turns 0-d arrays into 1-d ones.
     return x if x.flags.c_contiguous else x.copy(order="C")
+
+
+def host_view(x: Any) -> np.ndarray:
+    """The data of a Tensor/NDArray as NumPy: a view on the CPU (no copy), else a copy."""
+    a = x.realize_cached_data() if isinstance(x, Tensor) else x
+    if a.device.name == "cpu" and a.dtype != "bfloat16":
+        return dlpack.to_dlpack(a)
+    return a.numpy()
+
+
+def to_tensor(arr: np.ndarray, device: Any = None, dtype: Optional[str] = None) -> Tensor:
+    """A constant Tensor over ``arr``: shares its memory on the CPU, copied to other devices."""
+    device = cpu() if device is None else device
+    if dtype is not None and to_numpy_dtype(dtype) != arr.dtype:
+        arr = arr.astype(to_numpy_dtype(dtype))
+    if device.name == "cpu" and arr.dtype.name != "bfloat16":
+        return Tensor.make_const(dlpack.from_dlpack(arr))
+    return Tensor.make_const(NDArray(arr, device=device, dtype=arr.dtype.name))
+
+
+def to_ndarray(arr: np.ndarray, like: NDArray) -> NDArray:
+    """``arr`` as an NDArray on the device and in the dtype of the NDArray ``like``."""
+    return NDArray(np.ascontiguousarray(arr), device=like.device, dtype=like.dtype)
+
+
+def empty_host(n: int, dtype: Any) -> Tuple[NDArray, np.ndarray]:
+    """A length-``n`` CPU buffer allocated by needle (so ``MemoryTracker`` sees it) and a NumPy
+    view of it; keep the NDArray alive as long as the view is used."""
+    nd = NDArray.make((int(n),), device=cpu(), dtype=np.dtype(dtype))
+    return nd, dlpack.to_dlpack(nd)

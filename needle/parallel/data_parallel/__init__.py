@@ -6,7 +6,7 @@ values so that every replica starts equal).
 """
 from .buckets import Bucket, BucketReducer, assign_buckets
 from .ddp import DataParallelNaive, DistributedDataParallel
-from .replicas import broadcast_tensors, check_same_shapes
+from .replicas import broadcast_tensors, check_same_shapes, replicate_from_rank0
 
 __all__ = ["DataParallelNaive", "DistributedDataParallel", "Bucket", "BucketReducer",
-           "assign_buckets", "broadcast_tensors", "check_same_shapes"]
+           "assign_buckets", "broadcast_tensors", "check_same_shapes", "replicate_from_rank0"]

@@ -24,9 +24,9 @@ import numpy as np
 
 from ...autograd import Tensor
 from ...backend_ndarray.dtypes import to_numpy_dtype
-from .replicas import empty_host, host_view
+from ..comm.convert import empty_host, host_view
 
-__all__ = ["assign_buckets", "reduce_dtype", "Bucket", "BucketReducer"]
+__all__ = ["assign_buckets", "reduce_dtype", "Bucket", "BucketReducer", "reduce_scatter_bucket"]
 
 _DONE = object()  # a bucket's ``work`` once ``on_done`` has consumed its result
 
@@ -136,6 +136,15 @@ class Bucket:
         self.have[:] = False
         self.pending = len(self.params)
         self.work = None
+
+
+def reduce_scatter_bucket(comm: Any, bucket: "Bucket") -> Tuple[Any, Any]:
+    """Start summing ``bucket.buffer`` over the ranks, row r to rank r (ZeRO-2 and FSDP).
+
+    Returns (the storage of the received row, to keep alive while the row is used; the Work).
+    """
+    storage, out = empty_host(bucket.buffer.shape[1], bucket.buffer.dtype)
+    return storage, comm.reduce_scatter_async(bucket.buffer, op="sum", out=out.reshape(1, -1))
 
 
 class BucketReducer:

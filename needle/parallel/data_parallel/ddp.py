@@ -24,23 +24,17 @@ from typing import Any, Iterator, List, Set
 
 import numpy as np
 
-from ... import autograd
 from ...autograd import Tensor
 from ...nn import Module
 from ..comm.agree import agree
+from ..comm.convert import host_view, to_tensor
 from .buckets import Bucket, BucketReducer, assign_buckets, reduce_dtype
-from .replicas import broadcast_tensors, check_same_shapes, host_view, to_tensor
+from .grad_hooks import BackwardHooks
+from .replicas import replicate_from_rank0
 
 __all__ = ["DataParallelNaive", "DistributedDataParallel"]
 
 MB = 1024 * 1024
-
-
-def replicate_from_rank0(module: Module, comm: Any, what: str) -> None:
-    """Check that all ranks hold the same parameter/buffer shapes, then copy rank 0's values."""
-    named = list(module.named_parameters()) + list(module.named_buffers())
-    check_same_shapes(comm, named, what)
-    broadcast_tensors(comm, [t for _, t in named], root=0)
 
 
 class _DataParallel(Module):
@@ -54,23 +48,28 @@ class _DataParallel(Module):
         self.comm = comm
         replicate_from_rank0(module, comm, what)
         # Trained parameters in registration order, each once (tied weights are one tensor).
-        self._handles = [p.register_post_accumulate_grad_hook(self._on_grad)
-                         for p in self._trained()]
+        self._hooks = BackwardHooks(self._trained(), self._on_grad, self._on_end)
 
     def _trained(self) -> List[Tensor]:
         return [p for p in self.module.parameters() if p.requires_grad]
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if self._hooks.interrupted():  # a previous backward raised before its end
+            self._restart()
         return self.module(*args, **kwargs)
 
     def _on_grad(self, param: Tensor) -> None:
         raise NotImplementedError
 
+    def _on_end(self) -> None:
+        raise NotImplementedError
+
+    def _restart(self) -> None:
+        """Forget what a backward that raised left half done."""
+
     def remove_hooks(self) -> None:
         """Detach from the module (it trains as a plain single-process model again)."""
-        for h in self._handles:
-            h.remove()
-        self._handles = []
+        self._hooks.remove()
 
 
 class DataParallelNaive(_DataParallel):
@@ -81,9 +80,13 @@ class DataParallelNaive(_DataParallel):
         super().__init__(module, comm, "DataParallelNaive")
 
     def _on_grad(self, param: Tensor) -> None:
-        if not self._ready:  # the first gradient of this backward: sync when it ends
-            autograd.queue_callback(self.sync_gradients)
         self._ready.add(id(param))
+
+    def _on_end(self) -> None:
+        self.sync_gradients()
+
+    def _restart(self) -> None:
+        self._ready.clear()
 
     def sync_gradients(self) -> None:
         """Average every parameter's gradient over the ranks (run when backward ends)."""
@@ -119,7 +122,6 @@ class DistributedDataParallel(_DataParallel):
                                                 "overlap": bool(overlap)})
         self.overlap = overlap
         self._sync = True
-        self._queued = False
         super().__init__(module, comm, "DistributedDataParallel")
         params = self._trained()
         layout = assign_buckets([p.size * np.dtype(reduce_dtype(p.dtype)).itemsize for p in params],
@@ -143,16 +145,10 @@ class DistributedDataParallel(_DataParallel):
         finally:
             self._sync = prev
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        if self._queued:  # a previous backward raised before its end: start clean
-            self.reducer.reset()
-            self._queued = False
-        return self.module(*args, **kwargs)
+    def _restart(self) -> None:
+        self.reducer.reset()
 
     def _on_grad(self, param: Tensor) -> None:
-        if not self._queued:  # the first gradient of this backward
-            self._queued = True
-            autograd.queue_callback(self._finish)
         self.reducer.add(param, accumulate=True)
         if self._sync and self.overlap:
             self.reducer.launch_ready()
@@ -160,9 +156,8 @@ class DistributedDataParallel(_DataParallel):
     def _allreduce(self, bucket: Bucket) -> Any:
         return self.comm.allreduce_async(bucket.buffer, op="sum", out=bucket.buffer)
 
-    def _finish(self) -> None:
+    def _on_end(self) -> None:
         """End of backward: wait for every bucket, then hand out the averaged gradients."""
-        self._queued = False
         if not self._sync:  # no_sync: keep what the buckets accumulated for the next sync
             self.reducer.rearm()
             return

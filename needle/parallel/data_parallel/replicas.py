@@ -5,20 +5,18 @@ Every data-parallel strategy starts here (PyTorch's DDP and FSDP ``sync_module_s
 ``ValueError`` on every rank when they differ, naming the rank, the parameter and both shapes;
 ``broadcast_tensors`` then copies rank 0's values into every rank's tensors with one broadcast
 of their packed bytes.
-
-The helpers below move data between needle tensors and the NumPy buffers that collectives
-send: on the CPU a NumPy *view* (no copy) through DLPack, elsewhere a copy through the host.
+``replicate_from_rank0`` does both for a module (DDP, FSDP and the parameter server start with
+it). The host bridge (``host_view``, ``to_tensor``, ``empty_host``) is in ``comm/convert.py``.
 """
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, List, Sequence, Tuple
 
 import numpy as np
 
 from ...autograd import Tensor
-from ...backend_ndarray import NDArray, cpu
-from ...backend_ndarray import dlpack as _dlpack
-from ...backend_ndarray.dtypes import to_numpy_dtype
+from ...backend_ndarray import NDArray
+from ...nn import Module
 
-__all__ = ["host_view", "to_tensor", "empty_host", "check_same_shapes", "broadcast_tensors"]
+__all__ = ["check_same_shapes", "broadcast_tensors", "replicate_from_rank0"]
 
 MAX_DIMS = 8
 _DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "uint8", "int16", "int32",
@@ -27,31 +25,6 @@ _DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "uint8", "int16"
 
 def _data(x: Any) -> NDArray:
     return x.realize_cached_data() if isinstance(x, Tensor) else x
-
-
-def host_view(x: Any) -> np.ndarray:
-    """The data of a Tensor/NDArray as NumPy: a view on the CPU (no copy), else a copy."""
-    a = _data(x)
-    if a.device.name == "cpu" and a.dtype != "bfloat16":
-        return _dlpack.to_dlpack(a)
-    return a.numpy()
-
-
-def to_tensor(arr: np.ndarray, device: Any = None, dtype: Optional[str] = None) -> Tensor:
-    """A constant Tensor over ``arr``: shares its memory on the CPU, copied to other devices."""
-    device = cpu() if device is None else device
-    if dtype is not None and to_numpy_dtype(dtype) != arr.dtype:
-        arr = arr.astype(to_numpy_dtype(dtype))
-    if device.name == "cpu" and arr.dtype.name != "bfloat16":
-        return Tensor.make_const(_dlpack.from_dlpack(arr))
-    return Tensor.make_const(NDArray(arr, device=device, dtype=arr.dtype.name))
-
-
-def empty_host(n: int, dtype: Any) -> Tuple[NDArray, np.ndarray]:
-    """A length-``n`` CPU buffer allocated by needle (so ``MemoryTracker`` sees it) and a NumPy
-    view of it; keep the NDArray alive as long as the view is used."""
-    nd = NDArray.make((int(n),), device=cpu(), dtype=np.dtype(dtype))
-    return nd, _dlpack.to_dlpack(nd)
 
 
 def _describe(shapes: Sequence[Tuple[int, ...]], dtypes: Sequence[str]) -> np.ndarray:
@@ -112,3 +85,10 @@ def broadcast_tensors(comm: Any, tensors: Sequence[Tensor], root: int = 0) -> No
         piece = packed[start:start + r.nbytes].view(a._np_dtype).reshape(a.shape)
         start += r.nbytes
         t.cached_data = NDArray(piece, device=a.device, dtype=a.dtype)
+
+
+def replicate_from_rank0(module: Module, comm: Any, what: str) -> None:
+    """Check that all ranks hold the same parameter/buffer shapes, then copy rank 0's values."""
+    named = list(module.named_parameters()) + list(module.named_buffers())
+    check_same_shapes(comm, named, what)
+    broadcast_tensors(comm, [t for _, t in named], root=0)

@@ -12,6 +12,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ...autograd import NDArray, Tensor, TensorOp
+from ..comm.convert import to_ndarray
 
 __all__ = ["all_to_all"]
 
@@ -38,7 +39,7 @@ class AllToAll(TensorOp):
         flat = buf.reshape((p * m,) + x.shape[1:])
         got = self.comm.alltoall(flat, label=self.label).reshape(buf.shape)
         out = np.concatenate([got[j, :self.recv[j]] for j in range(p)], axis=0)
-        return NDArray(np.ascontiguousarray(out), device=a.device, dtype=a.dtype)
+        return to_ndarray(out, like=a)
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
         return AllToAll(self.comm, self.recv, self.send, self.max_rows,

@@ -21,8 +21,7 @@ import sys
 from typing import Any, Dict, List, Optional
 
 from ..comm.agree import agree, optimizer_settings
-from ..data_parallel.ddp import replicate_from_rank0
-from ..data_parallel.replicas import check_same_shapes
+from ..data_parallel.replicas import check_same_shapes, replicate_from_rank0
 from .consistency import staleness_of
 from .server import Server, ServerEvent
 from .worker import Worker

@@ -17,8 +17,8 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 import numpy as np
 
 from ...autograd import Tensor
+from ..comm.convert import host_view, to_tensor
 from ..comm.p2p import ANY_SOURCE
-from ..data_parallel.replicas import host_view, to_tensor
 from .consistency import ClockTable
 from .messages import (
     CLOCK,

@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from ...autograd import Tensor
-from ..data_parallel.replicas import host_view, to_tensor
+from ..comm.convert import host_view, to_tensor
 from .messages import CLOCK, DONE, PAYLOAD, PULL, PUSH, REQUEST, header, recv_reply
 
 __all__ = ["Worker", "train_worker"]

@@ -20,14 +20,11 @@ from typing import Any
 import numpy as np
 
 from ...autograd import NDArray, Tensor, TensorOp
+from ..comm.convert import to_ndarray
 
 __all__ = ["copy_to_region", "reduce_from_region", "gather_from_region", "scatter_to_region",
            "gather_from_sequence_region", "reduce_scatter_to_sequence_region",
            "scatter_to_sequence_region"]
-
-
-def _nd(x: np.ndarray, like: NDArray) -> NDArray:
-    return NDArray(np.ascontiguousarray(x), device=like.device, dtype=like.dtype)
 
 
 def _chunk(x: np.ndarray, axis: int, rank: int, size: int) -> np.ndarray:
@@ -73,7 +70,7 @@ class ReduceFromRegion(TensorOp):
         self.comm, self.label = comm, label
 
     def compute(self, a: NDArray) -> NDArray:
-        return _nd(self.comm.allreduce(a.numpy(), label=self.label), a)
+        return to_ndarray(self.comm.allreduce(a.numpy(), label=self.label), a)
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
         return copy_to_region(out_grad, self.comm)
@@ -87,7 +84,7 @@ class GatherFromRegion(TensorOp):
         self.comm, self.label = comm, label
 
     def compute(self, a: NDArray) -> NDArray:
-        return _nd(_allgather_axis(self.comm, a.numpy(), a.ndim - 1, self.label), a)
+        return to_ndarray(_allgather_axis(self.comm, a.numpy(), a.ndim - 1, self.label), a)
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
         return scatter_to_region(out_grad, self.comm)
@@ -101,7 +98,7 @@ class ScatterToRegion(TensorOp):
         self.comm = comm
 
     def compute(self, a: NDArray) -> NDArray:
-        return _nd(_chunk(a.numpy(), a.ndim - 1, self.comm.rank, self.comm.size), a)
+        return to_ndarray(_chunk(a.numpy(), a.ndim - 1, self.comm.rank, self.comm.size), a)
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
         return GatherFromRegion(self.comm, "tp.scatter.backward")(out_grad)
@@ -115,7 +112,7 @@ class GatherFromSequenceRegion(TensorOp):
         self.comm, self.axis, self.label = comm, axis, label
 
     def compute(self, a: NDArray) -> NDArray:
-        return _nd(_allgather_axis(self.comm, a.numpy(), self.axis, self.label), a)
+        return to_ndarray(_allgather_axis(self.comm, a.numpy(), self.axis, self.label), a)
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
         return ReduceScatterToSequenceRegion(self.comm, self.axis, "sp.g.backward")(out_grad)
@@ -129,7 +126,7 @@ class ReduceScatterToSequenceRegion(TensorOp):
         self.comm, self.axis, self.label = comm, axis, label
 
     def compute(self, a: NDArray) -> NDArray:
-        return _nd(_reduce_scatter_axis(self.comm, a.numpy(), self.axis, self.label), a)
+        return to_ndarray(_reduce_scatter_axis(self.comm, a.numpy(), self.axis, self.label), a)
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
         return GatherFromSequenceRegion(self.comm, self.axis, "sp.g_bar.backward")(out_grad)
@@ -143,7 +140,7 @@ class ScatterToSequenceRegion(TensorOp):
         self.comm, self.axis = comm, axis
 
     def compute(self, a: NDArray) -> NDArray:
-        return _nd(_chunk(a.numpy(), self.axis, self.comm.rank, self.comm.size), a)
+        return to_ndarray(_chunk(a.numpy(), self.axis, self.comm.rank, self.comm.size), a)
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
         return GatherFromSequenceRegion(self.comm, self.axis, "sp.scatter.backward")(out_grad)

@@ -19,7 +19,7 @@ from ...autograd import Tensor
 from ...backend_ndarray import NDArray
 from ...backend_ndarray.dtypes import to_numpy_dtype
 from ...nn import Parameter
-from ..data_parallel.replicas import empty_host, host_view, to_tensor
+from ..comm.convert import empty_host, host_view, to_tensor
 from .sharding import chunk_cols
 
 __all__ = ["FlatParamUnit"]

@@ -36,9 +36,9 @@ from ...autograd import Tensor
 from ...backend_ndarray import cpu
 from ...nn import Module, Parameter
 from ..comm.agree import agree
-from ..data_parallel.buckets import Bucket, BucketReducer, reduce_dtype
-from ..data_parallel.ddp import replicate_from_rank0
-from ..data_parallel.replicas import empty_host
+from ..data_parallel.buckets import Bucket, BucketReducer, reduce_dtype, reduce_scatter_bucket
+from ..data_parallel.grad_hooks import BackwardHooks
+from ..data_parallel.replicas import replicate_from_rank0
 from . import sharded_state
 from .flat_param import FlatParamUnit
 
@@ -83,8 +83,7 @@ class FullyShardedDataParallel(Module):
         self._unit_of_bucket = {id(b): u for b, u in zip(self._reducer.buckets,
                                                          reversed(self._units))}
         self._unit_of_param = {id(p): u for u in self._units for p in u.params}
-        self._handles = [p.register_post_accumulate_grad_hook(self._on_grad) for p in params]
-        self._queued = False
+        self._hooks = BackwardHooks(params, self._on_grad, self._finish)
         for unit, unit_module in wrapped:  # an instance attribute shadows the class's forward
             unit_module.forward = self._wrap(unit, unit_module.forward)
 
@@ -141,9 +140,8 @@ class FullyShardedDataParallel(Module):
         return out
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        if self._queued:  # a previous backward raised before its end: start clean
+        if self._hooks.interrupted():  # a previous backward raised before its end
             self._reducer.reset()
-            self._queued = False
         compute = PRECISIONS[self.mixed_precision]
         if compute is not None:  # inputs in the compute dtype too (PyTorch: cast_forward_inputs)
             args = tuple(_cast(a, compute) for a in args)
@@ -154,9 +152,6 @@ class FullyShardedDataParallel(Module):
 
     # -- backward ------------------------------------------------------------------------
     def _on_grad(self, param: Tensor) -> None:
-        if not self._queued:
-            self._queued = True
-            autograd.queue_callback(self._finish)
         full = self._reducer.add(param)
         param.grad = None  # only the shard's gradient is kept
         if full is not None:
@@ -165,8 +160,8 @@ class FullyShardedDataParallel(Module):
 
     def _reduce_scatter(self, bucket: Bucket) -> Any:
         unit = self._unit_of_bucket[id(bucket)]
-        unit.pending_storage, out = empty_host(bucket.buffer.shape[1], bucket.buffer.dtype)
-        return self.comm.reduce_scatter_async(bucket.buffer, op="sum", out=out.reshape(1, -1))
+        unit.pending_storage, work = reduce_scatter_bucket(self.comm, bucket)
+        return work
 
     def _take_grad(self, bucket: Bucket, row: np.ndarray) -> None:
         unit = self._unit_of_bucket[id(bucket)]
@@ -174,7 +169,6 @@ class FullyShardedDataParallel(Module):
         bucket.release()
 
     def _finish(self) -> None:
-        self._queued = False
         self._reducer.finish()
         for unit in self._units:
             unit.free()  # units gathered for backward whose gradients never came

@@ -28,19 +28,19 @@ from typing import Any, Dict, Iterable, List, Sequence, Tuple
 
 import numpy as np
 
-from ... import autograd
 from ...autograd import Tensor
 from ...backend_ndarray.dtypes import to_numpy_dtype
 from ...optim import SGD, Adam
 from ..comm.agree import agree, optimizer_settings
-from ..data_parallel.buckets import Bucket, BucketReducer, assign_buckets
-from ..data_parallel.replicas import (
-    broadcast_tensors,
-    check_same_shapes,
-    empty_host,
-    host_view,
-    to_tensor,
+from ..comm.convert import empty_host, host_view, to_tensor
+from ..data_parallel.buckets import (
+    Bucket,
+    BucketReducer,
+    assign_buckets,
+    reduce_scatter_bucket,
 )
+from ..data_parallel.grad_hooks import BackwardHooks
+from ..data_parallel.replicas import broadcast_tensors, check_same_shapes
 from .sharding import chunk_cols, owned_pieces
 
 __all__ = ["ZeroRedundancyOptimizer"]
@@ -144,30 +144,24 @@ class ZeroRedundancyOptimizer:
             mine = [t for b in self.buckets for pc, t in zip(b.pieces, b.tensors)
                     if group_of[id(b.params[pc.slot])] == g]
             self.optimizers.append(optimizer_class(mine, **{**defaults, **opts}))
-        self._handles: list = []
+        self._hooks = BackwardHooks([], self._on_grad, self._finish)
         if stage == 2:
             self.reducer = BucketReducer(self.params, layout, rows=comm.size,
                                          launch=self._reduce_scatter, on_done=self._take_shard)
             self._sharded = {id(b): sb for b, sb in zip(self.reducer.buckets, self.buckets)}
-            self._queued = False
-            self._handles = [p.register_post_accumulate_grad_hook(self._on_grad)
-                             for p in self.params]
+            self._hooks = BackwardHooks(self.params, self._on_grad, self._finish)
 
     # -- gradients -----------------------------------------------------------------------
     def _on_grad(self, param: Tensor) -> None:
         """Stage 2: the gradient goes into its bucket and the full-size ``.grad`` is dropped."""
-        if not self._queued:
-            self._queued = True
-            autograd.queue_callback(self._finish)
         self.reducer.add(param)
         param.grad = None
         self.reducer.launch_ready()
 
     def _reduce_scatter(self, bucket: Bucket) -> Any:
         sb = self._sharded[id(bucket)]
-        sb.grad_storage, out = empty_host(bucket.buffer.shape[1], bucket.buffer.dtype)
-        return self.comm.reduce_scatter_async(bucket.buffer, op="sum",
-                                              out=out.reshape(1, -1))
+        sb.grad_storage, work = reduce_scatter_bucket(self.comm, bucket)
+        return work
 
     def _take_shard(self, bucket: Bucket, row: np.ndarray) -> None:
         """A bucket's reduce-scatter finished: my averaged rows become my pieces' gradients."""
@@ -181,7 +175,6 @@ class ZeroRedundancyOptimizer:
         bucket.release()
 
     def _finish(self) -> None:
-        self._queued = False
         self.reducer.finish()
 
     def _grads_from_params(self) -> None:
@@ -267,9 +260,7 @@ class ZeroRedundancyOptimizer:
 
     def remove_hooks(self) -> None:
         """Stop reduce-scattering gradients from backward (stage 2)."""
-        for h in self._handles:
-            h.remove()
-        self._handles = []
+        self._hooks.remove()
 
     def __repr__(self) -> str:
         inner = type(self.optimizers[0]).__name__ if self.optimizers else "?"
