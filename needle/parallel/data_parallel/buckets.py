@@ -25,6 +25,7 @@ import numpy as np
 from ...autograd import Tensor
 from ...backend_ndarray.dtypes import to_numpy_dtype
 from ..comm.convert import empty_host, host_view
+from .flat_layout import FlatLayout
 
 __all__ = ["assign_buckets", "reduce_dtype", "Bucket", "BucketReducer", "reduce_scatter_bucket"]
 
@@ -65,16 +66,14 @@ def assign_buckets(sizes_bytes: Sequence[int], dtypes: Sequence[str], cap_bytes:
     return sorted(done, key=lambda b: -b[0])
 
 
-class Bucket:
+class Bucket(FlatLayout):
     """One flat buffer holding the gradients of ``params`` (see the module docstring)."""
 
     def __init__(self, params: Sequence[Tensor], rows: int, dtype: Any) -> None:
         self.params = list(params)
-        self.sizes = [int(np.prod(p.shape)) for p in self.params]
-        self.offsets = list(np.cumsum([0] + self.sizes[:-1]).astype(int))
-        self.numel = sum(self.sizes)
+        # cols: data elements per row (the last row padded)
+        super().__init__([tuple(p.shape) for p in self.params], rows)
         self.rows = rows
-        self.cols = -(-self.numel // rows)  # data elements per row (the last row padded)
         self.dtype = dtype
         self._storage: Any = None
         self.buffer: Any = None  # (rows, cols + flags), allocated when the first grad arrives

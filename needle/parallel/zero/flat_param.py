@@ -20,7 +20,7 @@ from ...backend_ndarray import NDArray
 from ...backend_ndarray.dtypes import to_numpy_dtype
 from ...nn import Parameter
 from ..comm.convert import empty_host, host_view, to_tensor
-from .sharding import chunk_cols
+from ..data_parallel.flat_layout import FlatLayout
 
 __all__ = ["FlatParamUnit"]
 
@@ -36,7 +36,7 @@ def _placeholder(shape: Tuple[int, ...], dtype: str, device: Any,
     return cache[key].reshape((1,) * len(shape)).broadcast_to(shape)
 
 
-class FlatParamUnit:
+class FlatParamUnit(FlatLayout):
     """One FSDP unit: the parameters it owns, its flat shard, and gather / free."""
 
     def __init__(self, name: str, named: List[Tuple[str, Tensor]], comm: Any,
@@ -52,15 +52,9 @@ class FlatParamUnit:
         self.dtype = self.params[0].dtype
         self.compute_dtype = compute_dtype or self.dtype
         self.device = self.params[0].device  # where forward and backward compute
-        self.shapes = [tuple(p.shape) for p in self.params]
-        self.sizes = [int(np.prod(s)) for s in self.shapes]
-        self.offsets = list(np.cumsum([0] + self.sizes[:-1]).astype(int))
-        self.numel = sum(self.sizes)
-        self.cols = chunk_cols(self.numel, comm.size)
-        full = np.zeros(comm.size * self.cols, dtype=to_numpy_dtype(self.dtype))
-        for p, off, n in zip(self.params, self.offsets, self.sizes):
-            full[off:off + n] = host_view(p).reshape(-1)
-        mine = full[comm.rank * self.cols:(comm.rank + 1) * self.cols]
+        super().__init__([tuple(p.shape) for p in self.params], comm.size)
+        full = self.flatten([host_view(p) for p in self.params], to_numpy_dtype(self.dtype))
+        mine = self.part(full, comm.rank)
         # The master shard: full precision, on the host with cpu_offload.
         self.shard = Parameter(mine, device=shard_device, dtype=self.dtype)
         self.gathered = False
@@ -81,9 +75,8 @@ class FlatParamUnit:
         if self.gathered:
             return
         flat = self.full_flat()
-        for p, off, n, shape in zip(self.params, self.offsets, self.sizes, self.shapes):
-            p.cached_data = to_tensor(flat[off:off + n].reshape(shape), self.device,
-                                      self.compute_dtype).cached_data
+        for p, view in zip(self.params, self.views(flat)):
+            p.cached_data = to_tensor(view, self.device, self.compute_dtype).cached_data
         if self.compute_dtype != self.dtype:
             self._storage = None  # the casts are copies: the gathered buffer can go
         self.gathered = True
@@ -106,20 +99,17 @@ class FlatParamUnit:
 
     def unflatten(self, flat: np.ndarray) -> Dict[str, np.ndarray]:
         """name -> array of each parameter, from the unit's full flat vector."""
-        return {name: flat[off:off + n].reshape(shape).copy() for name, off, n, shape in
-                zip(self.names, self.offsets, self.sizes, self.shapes)}
+        return {name: view.copy() for name, view in zip(self.names, self.views(flat))}
 
     def load_flat(self, values: Dict[str, np.ndarray]) -> None:
         """Set this rank's shard from full per-parameter arrays (same names and shapes)."""
-        full = np.zeros(self.comm.size * self.cols, dtype=to_numpy_dtype(self.dtype))
-        for name, off, n, shape in zip(self.names, self.offsets, self.sizes, self.shapes):
-            value = np.asarray(values[name])
+        arrays = [np.asarray(values[name]) for name in self.names]
+        for name, value, shape in zip(self.names, arrays, self.shapes):
             if value.shape != shape:
                 raise ValueError(f"FullyShardedDataParallel: {name!r} has shape {value.shape} "
                                  f"in the state dict but {shape} in the model (rank "
                                  f"{self.comm.rank})")
-            full[off:off + n] = value.reshape(-1)
-        mine = full[self.comm.rank * self.cols:(self.comm.rank + 1) * self.cols]
+        mine = self.part(self.flatten(arrays, to_numpy_dtype(self.dtype)), self.comm.rank)
         self.shard.cached_data = NDArray(mine, device=self.shard.device, dtype=self.dtype)
 
     def __repr__(self) -> str:

@@ -11,6 +11,8 @@ is padded to ``N * cols`` (``cols = ceil(numel / N)``) and rank r owns positions
 """
 from typing import List, NamedTuple, Sequence
 
+from ..data_parallel.flat_layout import chunk_cols
+
 __all__ = ["Piece", "chunk_cols", "owned_pieces"]
 
 
@@ -22,11 +24,6 @@ class Piece(NamedTuple):
     start: int
     length: int
     at: int
-
-
-def chunk_cols(numel: int, world: int) -> int:
-    """Elements per rank when ``numel`` elements are padded to a multiple of ``world``."""
-    return -(-numel // world)
 
 
 def owned_pieces(sizes: Sequence[int], world: int, rank: int) -> List[Piece]:

@@ -39,9 +39,10 @@ from ..data_parallel.buckets import (
     assign_buckets,
     reduce_scatter_bucket,
 )
+from ..data_parallel.flat_layout import FlatLayout
 from ..data_parallel.grad_hooks import BackwardHooks
 from ..data_parallel.replicas import broadcast_tensors, check_same_shapes
-from .sharding import chunk_cols, owned_pieces
+from .sharding import owned_pieces
 
 __all__ = ["ZeroRedundancyOptimizer"]
 
@@ -88,15 +89,12 @@ def _check_optimizer(cls: type, groups: Sequence[Tuple[list, dict]], defaults: D
                                 f"{j} is a {type(t).__name__}, not a Tensor")
 
 
-class _ShardedBucket:
+class _ShardedBucket(FlatLayout):
     """One bucket of parameters and the pieces of them this rank owns."""
 
     def __init__(self, params: List[Tensor], world: int, rank: int) -> None:
         self.params = params
-        self.sizes = [int(np.prod(p.shape)) for p in params]
-        self.offsets = list(np.cumsum([0] + self.sizes[:-1]).astype(int))
-        self.numel = sum(self.sizes)
-        self.cols = chunk_cols(self.numel, world)
+        super().__init__([tuple(p.shape) for p in params], world)
         self.pieces = owned_pieces(self.sizes, world, rank)
         # Each piece is a 1-D Tensor the inner optimizer updates; it starts as a view of its
         # parameter's elements, and after each step a view of the gathered parameters.
@@ -209,9 +207,8 @@ class ZeroRedundancyOptimizer:
 
     def _scatter_params(self, b: _ShardedBucket, gathered: np.ndarray) -> None:
         """Point every parameter (and my pieces) at the gathered flat buffer: no copies."""
-        for p, off, n in zip(b.params, b.offsets, b.sizes):
-            p.cached_data = to_tensor(gathered[off:off + n].reshape(p.shape), p.device,
-                                      p.dtype).cached_data
+        for p, view in zip(b.params, b.views(gathered)):
+            p.cached_data = to_tensor(view, p.device, p.dtype).cached_data
         base = self.comm.rank * b.cols
         for pc, t in zip(b.pieces, b.tensors):
             t.cached_data = to_tensor(gathered[base + pc.at:base + pc.at + pc.length],

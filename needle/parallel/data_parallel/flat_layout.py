@@ -1,0 +1,47 @@
+"""Many tensors as one flat vector: where each one lies, and the vector cut into equal parts.
+
+DDP's gradient buckets (Li et al., "PyTorch Distributed", VLDB 2020, sec. 3.2), ZeRO's sharded
+buckets (Rajbhandari et al., "ZeRO", SC 2020, sec. 5) and FSDP's flat parameters (Zhao et al.,
+"PyTorch FSDP", VLDB 2023, sec. 3.2) all lay tensors of ``shapes`` back to back in one vector of
+``numel`` elements (tensor i at ``[offsets[i], offsets[i] + sizes[i])``), padded to
+``parts * cols`` with ``cols = ceil(numel / parts)``; part r is ``[r cols, (r + 1) cols)``
+(one row of a reduce-scatter, one rank's shard).
+"""
+from typing import Any, List, Sequence, Tuple
+
+import numpy as np
+
+__all__ = ["FlatLayout", "chunk_cols"]
+
+
+def chunk_cols(numel: int, parts: int) -> int:
+    """Elements per part when ``numel`` elements are padded to a multiple of ``parts``."""
+    return -(-numel // parts)
+
+
+class FlatLayout:
+    """Tensors of ``shapes`` back to back in one flat vector, padded to ``parts`` equal parts."""
+
+    def __init__(self, shapes: Sequence[Tuple[int, ...]], parts: int) -> None:
+        self.shapes = [tuple(int(d) for d in s) for s in shapes]
+        self.sizes = [int(np.prod(s)) for s in self.shapes]
+        self.offsets = [int(o) for o in np.cumsum([0] + self.sizes)[:-1]]
+        self.numel = sum(self.sizes)
+        self.parts = parts
+        self.cols = chunk_cols(self.numel, parts)
+
+    def views(self, flat: np.ndarray) -> List[np.ndarray]:
+        """Each tensor's elements of ``flat``, in its shape (views, no copies)."""
+        return [flat[off:off + n].reshape(shape)
+                for off, n, shape in zip(self.offsets, self.sizes, self.shapes)]
+
+    def flatten(self, arrays: Sequence[Any], dtype: Any) -> np.ndarray:
+        """A new zero-padded flat vector of ``parts * cols`` elements holding ``arrays``."""
+        flat = np.zeros(self.parts * self.cols, dtype=dtype)
+        for a, off, n in zip(arrays, self.offsets, self.sizes):
+            flat[off:off + n] = np.asarray(a).reshape(-1)
+        return flat
+
+    def part(self, flat: np.ndarray, r: int) -> np.ndarray:
+        """Part ``r`` of the padded flat vector (a view)."""
+        return flat[r * self.cols:(r + 1) * self.cols]
