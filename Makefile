@@ -23,6 +23,7 @@ demo: install
 # pyflakes, pycodestyle and import order (ruff.toml); `make test` runs it first.
 lint:
 	$(PYTHON) -m ruff check .
+	$(PYTHON) -m mypy  # needle/parallel (mypy.ini)
 
 test: install lint
 	$(PYTHON) -m pytest -q $(PYTEST_ARGS) tests

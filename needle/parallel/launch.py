@@ -152,6 +152,7 @@ def supervise(prefix: str, rest: List[str]) -> int:
         signal.signal(sig, lambda s, _f: child.send_signal(s))
     err_file = open(Path(report) / f"rank{rank_from_env()}.err", "ab") if report else None
     out = sys.stderr.buffer
+    assert child.stderr is not None  # Popen(stderr=PIPE)
     for line in iter(child.stderr.readline, b""):
         out.write(line)
         out.flush()

@@ -13,11 +13,12 @@ Every error names the file.
 import json
 import os
 import zlib
-from typing import Any, Dict, List
+from typing import Any, BinaryIO, Dict, List
 
 import numpy as np
 
 from .. import serialization
+from .comm.protocol import Comm
 
 CHUNK = 1 << 22
 
@@ -31,7 +32,7 @@ def file_crc(path: str) -> int:
     return crc
 
 
-def write(comm: Any, directory: str, name: str, mine: str, extra: List[int],
+def write(comm: Comm, directory: str, name: str, mine: str, extra: List[int],
           meta: Dict[str, Any]) -> None:
     """Collective, after each rank wrote ``mine``: rank 0 writes ``name`` listing every rank's
     file, its checksum and its ``extra`` ints (in rank order), then every rank waits for it."""
@@ -43,7 +44,7 @@ def write(comm: Any, directory: str, name: str, mine: str, extra: List[int],
                   "crc32": int(rows[r, 0]), "extra": [int(v) for v in rows[r, 1:]]}
                  for r in range(comm.size)]
         text = json.dumps(dict(meta, files=files), indent=1).encode()
-        serialization.write_atomic(os.path.join(directory, name), lambda f: f.write(text))
+        serialization.write_atomic(os.path.join(directory, name), lambda f: _write(f, text))
     comm.barrier()
 
 
@@ -76,3 +77,7 @@ def load(directory: str, entry: Dict[str, Any], who: str) -> Any:
             f"{who}: {path} does not match the checksum in its manifest (rewritten or "
             "corrupted after the checkpoint was saved; not mixing it in)")
     return serialization.load(path)
+
+
+def _write(f: BinaryIO, data: bytes) -> None:
+    f.write(data)

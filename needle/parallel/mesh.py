@@ -6,7 +6,9 @@ on GPU Clusters Using Megatron-LM", SC 2021, sec. 3) is built from this one grid
 (neighbours, so the chattiest traffic stays close), only in pp a pipeline, only in dp a
 data-parallel group.
 """
-from typing import Any, Tuple
+from typing import Tuple
+
+from .comm.protocol import Comm
 
 __all__ = ["ProcessMesh"]
 
@@ -14,7 +16,7 @@ __all__ = ["ProcessMesh"]
 class ProcessMesh:
     """Sub-communicators ``.dp``, ``.pp``, ``.tp`` of ``comm`` arranged as a (dp, pp, tp) grid."""
 
-    def __init__(self, comm: Any, dp: int = 1, pp: int = 1, tp: int = 1) -> None:
+    def __init__(self, comm: Comm, dp: int = 1, pp: int = 1, tp: int = 1) -> None:
         for name, n in (("dp", dp), ("pp", pp), ("tp", tp)):
             if not isinstance(n, int) or n < 1:
                 raise ValueError(f"ProcessMesh: {name} must be a positive int, got {n!r}")

@@ -49,13 +49,13 @@ def _set_grad_mode(v: Tuple[bool, bool]) -> None:
 
 def _get_autocast() -> Tuple[Any, Any]:
     amp = sys.modules.get("needle.amp.autocast")  # not imported: autocast was never used
-    return (amp._DTYPE if amp is not None else None), autograd._AUTOCAST_HOOK
+    return (amp._DTYPE if amp is not None else None), autograd._AUTOCAST_HOOK  # type: ignore
 
 
 def _set_autocast(v: Tuple[Any, Any]) -> None:
     amp = sys.modules.get("needle.amp.autocast")
     if amp is not None:
-        amp._DTYPE = v[0]
+        amp._DTYPE = v[0]  # type: ignore[attr-defined]
     autograd._AUTOCAST_HOOK = v[1]
 
 

@@ -8,10 +8,12 @@ point-to-point messages), ``hierarchical.py`` (the allreduce for ranks that shar
 ``p2p.py`` (send/recv), ``ledger.py`` (what every call sent), ``transport_mpi.py`` and
 ``transport_inprocess.py`` + ``scheduler.py`` (MPI processes or the virtual cluster's threads),
 ``cost_model.py`` (alpha-beta), ``result_pool.py`` (memory for large results), ``faults.py``
-(ending the job when a rank fails), ``convert.py`` (numpy / NDArray / Tensor), and
-``communicator.py``, the class that puts them together.
+(ending the job when a rank fails), ``convert.py`` (numpy / NDArray / Tensor, the host bridge),
+``communicator.py``, the class that puts them together, and ``protocol.py`` (``Comm``: the type
+of every strategy's ``comm`` argument).
 """
 from .communicator import Communicator, create
 from .progress import CommTimeoutError, DeadlockError, Work
+from .protocol import Comm
 
-__all__ = ["Communicator", "CommTimeoutError", "DeadlockError", "Work", "create"]
+__all__ = ["Comm", "Communicator", "CommTimeoutError", "DeadlockError", "Work", "create"]

@@ -13,6 +13,8 @@ from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
+from .protocol import Comm
+
 RECORD = 2048  # bytes per rank: settings are a few numbers and names
 
 
@@ -47,7 +49,7 @@ def _record(settings: Dict[str, Any], who: str) -> np.ndarray:
     return out
 
 
-def agree(comm: Any, who: str, settings: Dict[str, Any]) -> None:
+def agree(comm: Comm, who: str, settings: Dict[str, Any]) -> None:
     """Collective: raise on every rank if the ranks' ``settings`` differ, naming them."""
     if comm.size == 1:
         return

@@ -27,7 +27,7 @@ def check_rank(call: str, name: str, value: Any, rank: int, size: int) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{_where(call, name, value, rank, size)}: {name} must be an int rank, "
                         f"not {type(value).__name__}")
-    if not 0 <= value < size:
+    if not 0 <= int(value) < size:
         raise ValueError(f"{_where(call, name, value, rank, size)}: {name} must be a rank of "
                          f"this communicator, 0..{size - 1}")
     return int(value)
@@ -39,7 +39,7 @@ def check_tag(call: str, tag: Any, tag_ub: int, rank: int, size: int,
     if isinstance(tag, bool) or not isinstance(tag, numbers.Integral):
         raise TypeError(f"{_where(call, 'tag', tag, rank, size)}: tag must be an int, not "
                         f"{type(tag).__name__}")
-    if tag != any_tag and not 0 <= tag < tag_ub:
+    if tag != any_tag and not 0 <= int(tag) < tag_ub:
         raise ValueError(f"{_where(call, 'tag', tag, rank, size)}: tag must be in "
                          f"[0, {tag_ub})")
     return int(tag)

@@ -21,7 +21,7 @@ must hold the same number of ranks.
 """
 import socket
 import zlib
-from typing import Any, Hashable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -47,7 +47,7 @@ def worthwhile(nodes: Optional[Sequence[Hashable]]) -> bool:
     """True when the ranks span several hosts with several (equally many) ranks on each."""
     if not nodes:
         return False
-    sizes = {}
+    sizes: Dict[Hashable, int] = {}
     for n in nodes:
         sizes[n] = sizes.get(n, 0) + 1
     return len(sizes) > 1 and len(set(sizes.values())) == 1 and min(sizes.values()) > 1

@@ -14,7 +14,7 @@ finished segments (allgather).  Each rank sends ``2 (p - 1) / p * N`` bytes in t
 optimal.  Recursive doubling and binomial trees follow R. Thakur, R. Rabenseifner and W. Gropp,
 "Optimization of collective communication operations in MPICH", IJHPCA 19(1), 2005.
 """
-from typing import Callable, List, Optional
+from typing import Callable, List
 
 import numpy as np
 
@@ -106,7 +106,7 @@ def ring_allreduce(xs: List[Array], op: str = "sum") -> List[Array]:
 def recursive_doubling_allreduce(xs: List[Array], op: str = "sum") -> List[Array]:
     """Recursive doubling allreduce (Thakur et al. 2005, with the non-power-of-two fold)."""
     p, ufunc = len(xs), UFUNCS[op]
-    vals: List[Optional[Array]] = [np.array(x, copy=True) for x in xs]
+    vals: List[Array] = [np.array(x, copy=True) for x in xs]
     p2 = 1 << (p.bit_length() - 1)
     rem = p - p2
     for r in range(1, 2 * rem, 2):  # odd ranks absorb their even neighbour

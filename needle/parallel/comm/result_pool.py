@@ -2,8 +2,9 @@
 
 ``comm.allreduce(x)`` without ``out=`` must return a fresh array.  A fresh 64 MiB array comes
 straight from ``mmap`` (glibc serves allocations over 32 MiB that way), so each of its 16384
-pages is faulted in and zeroed by the kernel the first time the collective writes it: at 2 ranks
-that made the plain call 1.46x slower than with ``out=``.
+pages is faulted in and zeroed by the kernel the first time the collective writes it, which made
+the plain call clearly slower than one with ``out=`` (figure in benchmarks/README.md, "Figures
+behind constants and docstrings").
 
 The pool keeps the buffers of the last few large results.  A buffer is handed out again only when
 nothing but the pool refers to it: every numpy view of a result (and every object holding such a

@@ -6,11 +6,10 @@ simple table: latency-bound algorithms (few message rounds, more bytes) for smal
 bandwidth-optimal ones (more rounds, fewest bytes) for large ones.  For allreduce, recursive
 doubling costs ``log2(p) * (alpha + N beta)`` and the ring ``2 (p - 1) (alpha + N beta / p)``,
 so the crossover grows with the per-message latency ``alpha`` and shrinks with p.  The threshold
-below comes from shared memory, 2 ranks, on the 2-core development machine (recursive doubling
-21 us against the ring's 49 us at 64 KiB at low load; under heavy load in issue 25 the two tied
-at 256 KiB and the ring won from 1 MiB, so 64 KiB is kept until a quiet re-measurement);
-re-measure it with ``mpiexec -n P python benchmarks/bench_collectives.py --crossovers``, which
-prints both algorithms per size and the value to put here (or in ``NEEDLE_ALLREDUCE_SMALL``).
+below was measured over shared memory with 2 ranks (the figures are in benchmarks/README.md,
+"Figures behind constants and docstrings"); re-measure it with
+``mpiexec -n P python benchmarks/bench_collectives.py --crossovers``, which prints both
+algorithms per size and the value to put here (or in ``NEEDLE_ALLREDUCE_SMALL``).
 """
 import os
 from typing import Callable, Hashable, Optional, Sequence

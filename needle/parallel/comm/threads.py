@@ -2,7 +2,8 @@
 
 Each process's OpenBLAS (or MKL, or an OpenMP runtime) starts one thread per core it sees, so
 ``mpiexec -n 2`` on two cores runs four BLAS threads that preempt each other in every matmul
-(measured: a 2-rank MLP DDP step 3x slower than torch DDP's). ``torchrun`` sets
+(the measured cost is in benchmarks/README.md, "Figures behind constants and docstrings").
+``torchrun`` sets
 ``OMP_NUM_THREADS=1`` for this reason; here ``create()`` gives each rank
 ``cores on the node // ranks on the node`` threads (at least one), with ``threadpoolctl``,
 because NumPy has loaded its BLAS before any communicator exists (environment variables set

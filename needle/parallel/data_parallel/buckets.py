@@ -25,6 +25,7 @@ import numpy as np
 from ...autograd import Tensor
 from ...backend_ndarray.dtypes import to_numpy_dtype
 from ..comm.convert import empty_host, host_view
+from ..comm.protocol import Comm
 from .flat_layout import FlatLayout
 
 __all__ = ["assign_buckets", "reduce_dtype", "Bucket", "BucketReducer", "reduce_scatter_bucket"]
@@ -137,7 +138,7 @@ class Bucket(FlatLayout):
         self.work = None
 
 
-def reduce_scatter_bucket(comm: Any, bucket: "Bucket") -> Tuple[Any, Any]:
+def reduce_scatter_bucket(comm: Comm, bucket: "Bucket") -> Tuple[Any, Any]:
     """Start summing ``bucket.buffer`` over the ranks, row r to rank r (ZeRO-2 and FSDP).
 
     Returns (the storage of the received row, to keep alive while the row is used; the Work).

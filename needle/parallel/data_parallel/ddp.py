@@ -28,6 +28,7 @@ from ...autograd import Tensor
 from ...nn import Module
 from ..comm.agree import agree
 from ..comm.convert import host_view, to_tensor
+from ..comm.protocol import Comm
 from .buckets import Bucket, BucketReducer, assign_buckets, reduce_dtype
 from .grad_hooks import BackwardHooks
 from .replicas import replicate_from_rank0
@@ -40,7 +41,7 @@ MB = 1024 * 1024
 class _DataParallel(Module):
     """What both versions share: the wrapped module, rank 0's start, the hooks' bookkeeping."""
 
-    def __init__(self, module: Module, comm: Any, what: str) -> None:
+    def __init__(self, module: Module, comm: Comm, what: str) -> None:
         super().__init__()
         if not isinstance(module, Module):
             raise TypeError(f"{what} wraps an nn.Module, got {type(module).__name__}")
@@ -75,7 +76,7 @@ class _DataParallel(Module):
 class DataParallelNaive(_DataParallel):
     """One blocking allreduce per gradient once backward has finished (Li et al., sec. 3.1)."""
 
-    def __init__(self, module: Module, comm: Any) -> None:
+    def __init__(self, module: Module, comm: Comm) -> None:
         self._ready: Set[int] = set()  # ids of the parameters that got a gradient this backward
         super().__init__(module, comm, "DataParallelNaive")
 
@@ -111,7 +112,7 @@ class DistributedDataParallel(_DataParallel):
     bucket (PyTorch's ``gradient_as_bucket_view``); parameters that no rank used keep None.
     """
 
-    def __init__(self, module: Module, comm: Any, bucket_cap_mb: float = 25.0,
+    def __init__(self, module: Module, comm: Comm, bucket_cap_mb: float = 25.0,
                  first_bucket_mb: float = 1.0, overlap: bool = True) -> None:
         for name, cap in (("bucket_cap_mb", bucket_cap_mb), ("first_bucket_mb", first_bucket_mb)):
             if not isinstance(cap, (int, float)) or not cap > 0:

@@ -15,6 +15,7 @@ import numpy as np
 from ...autograd import Tensor
 from ...backend_ndarray import NDArray
 from ...nn import Module
+from ..comm.protocol import Comm
 
 __all__ = ["check_same_shapes", "broadcast_tensors", "replicate_from_rank0"]
 
@@ -45,7 +46,7 @@ def _unpack(row: np.ndarray) -> Tuple[Tuple[int, ...], str]:
     return shape, dtype
 
 
-def check_same_shapes(comm: Any, named: Sequence[Tuple[str, Any]], what: str) -> None:
+def check_same_shapes(comm: Comm, named: Sequence[Tuple[str, Any]], what: str) -> None:
     """Raise on every rank unless all ranks hold tensors of equal count, shapes and dtypes.
 
     ``named`` lists (name, Tensor); ``what`` names the caller in the message.
@@ -70,7 +71,7 @@ def check_same_shapes(comm: Any, named: Sequence[Tuple[str, Any]], what: str) ->
                                  f"model (seen from rank {comm.rank})")
 
 
-def broadcast_tensors(comm: Any, tensors: Sequence[Tensor], root: int = 0) -> None:
+def broadcast_tensors(comm: Comm, tensors: Sequence[Tensor], root: int = 0) -> None:
     """Overwrite each tensor's data with ``root``'s, in one broadcast of their packed bytes."""
     if comm.size == 1 or not tensors:
         return
@@ -87,7 +88,7 @@ def broadcast_tensors(comm: Any, tensors: Sequence[Tensor], root: int = 0) -> No
         t.cached_data = NDArray(piece, device=a.device, dtype=a.dtype)
 
 
-def replicate_from_rank0(module: Module, comm: Any, what: str) -> None:
+def replicate_from_rank0(module: Module, comm: Comm, what: str) -> None:
     """Check that all ranks hold the same parameter/buffer shapes, then copy rank 0's values."""
     named = list(module.named_parameters()) + list(module.named_buffers())
     check_same_shapes(comm, named, what)

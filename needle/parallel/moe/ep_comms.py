@@ -7,20 +7,23 @@ j to ``max_rows`` (the largest chunk any rank sends anyone, known to all ranks f
 exchanged before) and the receiver drops the padding. The gradient of an all-to-all is the
 all-to-all with send and receive counts swapped.
 """
-from typing import Any, Sequence
+from typing import Sequence, Union
 
 import numpy as np
 
 from ...autograd import NDArray, Tensor, TensorOp
 from ..comm.convert import to_ndarray
+from ..comm.protocol import Comm
 
 __all__ = ["all_to_all"]
+
+Counts = Union[Sequence[int], np.ndarray]  # rows per rank
 
 
 class AllToAll(TensorOp):
     """Rows [sum(send[:j]), sum(send[:j+1])) go to rank j; received rows concatenated by rank."""
 
-    def __init__(self, comm: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
+    def __init__(self, comm: Comm, send_counts: Counts, recv_counts: Counts,
                  max_rows: int, label: str = "moe.all_to_all") -> None:
         self.comm, self.max_rows, self.label = comm, max_rows, label
         self.send = np.asarray(send_counts, dtype=np.int64)
@@ -46,7 +49,7 @@ class AllToAll(TensorOp):
                         self.label + ".backward")(out_grad)
 
 
-def all_to_all(x: Tensor, comm: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
+def all_to_all(x: Tensor, comm: Comm, send_counts: Sequence[int], recv_counts: Sequence[int],
                max_rows: int, label: str = "moe.all_to_all") -> Tensor:
     """Exchange row blocks of x (S, d) between all ranks (uneven sizes, padded to max_rows)."""
     return AllToAll(comm, send_counts, recv_counts, max_rows, label)(x)

@@ -22,6 +22,7 @@ import numpy as np
 from ...autograd import Tensor
 from ...nn.nn_moe import MoE, rows, scatter_rows
 from ..comm.agree import agree
+from ..comm.protocol import Comm
 from .ep_comms import all_to_all
 
 __all__ = ["ExpertParallelMoE"]
@@ -30,7 +31,7 @@ __all__ = ["ExpertParallelMoE"]
 class ExpertParallelMoE(MoE):
     """``nn.MoE`` whose experts live on different ranks of ``comm``."""
 
-    def __init__(self, d_model: int, d_ff: int, num_experts: int, comm: Any, top_k: int = 1,
+    def __init__(self, d_model: int, d_ff: int, num_experts: int, comm: Comm, top_k: int = 1,
                  capacity_factor: float = 1.25, device: Optional[Any] = None,
                  dtype: str = "float32") -> None:
         if num_experts % comm.size:

@@ -11,9 +11,11 @@ point-to-point messages (``comm.send`` / ``comm.irecv``).
 Messages between one pair of ranks with one tag arrive in the order sent, so a worker's push
 is always seen before its next clock, and a payload right after its header.
 """
-from typing import Any, Tuple
+from typing import Tuple
 
 import numpy as np
+
+from ..comm.protocol import Comm
 
 __all__ = ["PULL", "PUSH", "CLOCK", "DONE", "OK", "ERROR", "REQUEST", "PAYLOAD", "REPLY",
            "REPLY_PAYLOAD", "header", "send_error", "recv_reply", "ParameterServerError"]
@@ -33,13 +35,13 @@ def header(op: int, key: int, clock: int) -> np.ndarray:
     return np.array([op, key, clock], dtype=np.int64)
 
 
-def send_error(comm: Any, worker: int, message: str) -> None:
+def send_error(comm: Comm, worker: int, message: str) -> None:
     """Tell ``worker`` that training failed, and why."""
     comm.send(header(ERROR, -1, -1), worker, REPLY)
     comm.send(np.frombuffer(message.encode(), dtype=np.uint8).copy(), worker, REPLY_PAYLOAD)
 
 
-def recv_reply(comm: Any, server: int) -> Tuple[int, np.ndarray]:
+def recv_reply(comm: Comm, server: int) -> Tuple[int, np.ndarray]:
     """(server clock, parameter) of a pull's reply; raises the server's error if it failed."""
     h = comm.recv(server, REPLY)
     payload = comm.recv(server, REPLY_PAYLOAD)

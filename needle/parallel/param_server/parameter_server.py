@@ -21,6 +21,7 @@ import sys
 from typing import Any, Dict, List, Optional
 
 from ..comm.agree import agree, optimizer_settings
+from ..comm.protocol import Comm
 from ..data_parallel.replicas import check_same_shapes, replicate_from_rank0
 from .consistency import staleness_of
 from .server import Server, ServerEvent
@@ -29,7 +30,7 @@ from .worker import Worker
 __all__ = ["ParameterServer"]
 
 
-def _end_job(comm: Any, dead: List[int], timeout: float) -> None:
+def _end_job(comm: Comm, dead: List[int], timeout: float) -> None:
     """At exit: abort the job, naming the workers presumed dead (they may be stuck, alive)."""
     sys.stderr.write(f"needle.parallel: parameter server (rank {comm.rank}): worker ranks "
                      f"{dead} were presumed dead (silent for {timeout:g} s); training went on "
@@ -41,7 +42,7 @@ def _end_job(comm: Any, dead: List[int], timeout: float) -> None:
 class ParameterServer:
     """This rank's role in a parameter-server job (server or worker) over ``model``'s keys."""
 
-    def __init__(self, comm: Any, model: Any, optimizer_class: Any, num_servers: int = 1,
+    def __init__(self, comm: Comm, model: Any, optimizer_class: Any, num_servers: int = 1,
                  consistency: str = "bsp", staleness: Optional[int] = None,
                  timeout: float = 30.0, **optimizer_kwargs: Any) -> None:
         s = staleness_of(consistency, staleness)

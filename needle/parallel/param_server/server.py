@@ -19,6 +19,7 @@ import numpy as np
 from ...autograd import Tensor
 from ..comm.convert import host_view, to_tensor
 from ..comm.p2p import ANY_SOURCE
+from ..comm.protocol import Comm
 from .consistency import ClockTable
 from .messages import (
     CLOCK,
@@ -54,7 +55,7 @@ class ServerEvent(NamedTuple):
 class Server:
     """One server rank: the parameters whose keys it owns, their optimizer, the clock table."""
 
-    def __init__(self, comm: Any, params: Dict[int, Tensor], names: Dict[int, str],
+    def __init__(self, comm: Comm, params: Dict[int, Tensor], names: Dict[int, str],
                  workers: List[int], staleness: float, optimizer: Any, timeout: float) -> None:
         self.comm, self.params, self.names = comm, params, names
         self.workers, self.optimizer, self.timeout = workers, optimizer, timeout
@@ -195,6 +196,7 @@ class Server:
             self.told.add(w)
 
     def _tell(self, worker: int) -> None:
+        assert self.failure is not None  # only told after _fail
         if worker not in self.told:
             self.told.add(worker)
             send_error(self.comm, worker, self.failure)

@@ -20,6 +20,7 @@ import numpy as np
 
 from ...autograd import Tensor
 from ..comm.convert import host_view, to_tensor
+from ..comm.protocol import Comm
 from .messages import CLOCK, DONE, PAYLOAD, PULL, PUSH, REQUEST, header, recv_reply
 
 __all__ = ["Worker", "train_worker"]
@@ -28,7 +29,7 @@ __all__ = ["Worker", "train_worker"]
 class Worker:
     """A worker's connection to the servers: which server owns which key, and its clock."""
 
-    def __init__(self, comm: Any, keys: Dict[str, int], server_of: Dict[int, int],
+    def __init__(self, comm: Comm, keys: Dict[str, int], server_of: Dict[int, int],
                  servers: List[int]) -> None:
         self.comm, self.keys, self.server_of, self.servers = comm, keys, server_of, servers
         self.clock_value = 0
@@ -77,7 +78,8 @@ def train_worker(ps: Any, model: Any, loss_fn: Callable[..., Tensor],
         raise ValueError(f"delay_factor must be >= 1 (1 = no delay), got {delay_factor}")
     named = list(model.named_parameters())
     rng = np.random.default_rng(seed)
-    history, start = [], time.perf_counter()
+    history: List[Any] = []
+    start = time.perf_counter()
     for step in range(steps):
         if stop_after is not None and step == stop_after:
             return history  # a crash: no finish(), the servers must notice the silence

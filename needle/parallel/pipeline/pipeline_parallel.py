@@ -16,13 +16,14 @@ nonblocking here, ``pp_comms.py``).
 The real start and end of each computation is recorded in ``timeline``.
 """
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union, cast
 
 import numpy as np
 
 from ...autograd import Tensor, find_topo_sort
 from ...nn.nn_module import Module
 from ..comm.agree import agree
+from ..comm.protocol import Comm
 from .pp_comms import ACTIVATION, GRADIENT, Links
 from .schedules import SCHEDULES, interleaved_1f1b
 from .simulator import simulate, virtual_stage
@@ -48,7 +49,7 @@ class _Step:
         self.dtype = params[0].dtype if params else "float32"
         self.acc: Dict[int, np.ndarray] = {}
         self.inbox: Dict[Tuple[str, int, int], np.ndarray] = {}
-        self.stored: Dict[Tuple[int, int], Tuple[Tensor, Optional[Tensor], int]] = {}
+        self.stored: Dict[Tuple[int, int], Tuple[Tensor, Any, int]] = {}  # (input, output, bytes)
         self.losses: List[float] = []
         self.live = 0
 
@@ -56,12 +57,13 @@ class _Step:
 class PipelineParallel:
     """This rank's stage of a pipeline-parallel model, and the step that drives it."""
 
-    def __init__(self, stage_module: Union[Module, Sequence[Module]], comm: Any,
+    def __init__(self, stage_module: Union[Module, Sequence[Module]], comm: Comm,
                  num_microbatches: int, schedule: str = "1f1b",
                  loss_fn: Optional[Callable[[Tensor, Tensor], Tensor]] = None) -> None:
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {sorted(SCHEDULES)}, got {schedule!r}")
-        chunks = list(stage_module) if isinstance(stage_module, (list, tuple)) else [stage_module]
+        chunks: List[Module] = (list(stage_module) if isinstance(stage_module, (list, tuple))
+                                else [cast(Module, stage_module)])
         if schedule != "interleaved" and len(chunks) != 1:
             raise ValueError(f"schedule {schedule!r} runs one module per stage, got {len(chunks)}")
         agree(comm, "PipelineParallel", {"num_microbatches": num_microbatches,
@@ -82,7 +84,8 @@ class PipelineParallel:
 
     def parameters(self) -> List[Tensor]:
         """This stage's parameters (all its chunks), deduplicated by identity."""
-        seen, out = set(), []
+        seen: Set[int] = set()
+        out: List[Tensor] = []
         for c in self.chunks:
             for p in c.parameters():
                 if id(p) not in seen:
@@ -90,7 +93,7 @@ class PipelineParallel:
                     out.append(p)
         return out
 
-    def _plan(self) -> List[Tuple[str, Tuple]]:
+    def _plan(self) -> List[Tuple[str, str, int, int]]:
         """This rank's computations and messages, in the simulated timeline's order."""
         p, nv = self.num_stages, self.num_virtual
         sim = simulate(self.schedule, num_virtual=nv)
@@ -167,6 +170,9 @@ class PipelineParallel:
             inp = Tensor(step.inbox.pop(("F", mb, k)), dtype=step.dtype, requires_grad=True)
         out = self.chunks[k // self.num_stages](inp)
         if k == self.num_virtual - 1:
+            if self.loss_fn is None:
+                raise ValueError("PipelineParallel: the last stage computes the loss, so it needs "
+                                 f"loss_fn (rank {self.stage})")
             yb = step.ys[mb]
             out = self.loss_fn(out, Tensor(yb, dtype=yb.dtype.name, requires_grad=False)) * (
                 1.0 / self.num_microbatches)
@@ -191,8 +197,8 @@ class PipelineParallel:
             out.backward(g, create_graph=False)
         for q in chunk.parameters():
             if q.grad is not None:
-                g = q.grad.numpy()
-                step.acc[id(q)] = step.acc[id(q)] + g if id(q) in step.acc else g.copy()
+                grad = q.grad.numpy()
+                step.acc[id(q)] = step.acc[id(q)] + grad if id(q) in step.acc else grad.copy()
         step.live -= nbytes
         if k > 0:
             step.stored[(mb, k)] = (inp, None, 0)   # keep the input's grad for the send

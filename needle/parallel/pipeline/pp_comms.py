@@ -9,6 +9,8 @@ from typing import Any, List
 
 import numpy as np
 
+from ..comm.protocol import Comm
+
 __all__ = ["Links", "ACTIVATION", "GRADIENT"]
 
 ACTIVATION, GRADIENT = 1, 2
@@ -17,7 +19,7 @@ ACTIVATION, GRADIENT = 1, 2
 class Links:
     """This stage's messages to and from the other stages of ``comm``."""
 
-    def __init__(self, comm: Any) -> None:
+    def __init__(self, comm: Comm) -> None:
         self.comm = comm
         self._pending: List[Any] = []
 

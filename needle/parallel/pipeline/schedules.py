@@ -15,7 +15,7 @@ on stage k needs B(m) of stage k+1 (and its own F(m)).
 * ``interleaved_1f1b`` (arXiv:2104.04473, sec. 2.2.2, Fig. 4 bottom): v chunks per stage cut the
   bubble to (p-1)/(v*m+p-1) at the price of v times more point-to-point messages.
 """
-from typing import List, Tuple
+from typing import Callable, Dict, List, Tuple
 
 __all__ = ["gpipe", "one_f_one_b", "interleaved_1f1b", "Action", "SCHEDULES"]
 
@@ -85,4 +85,5 @@ def interleaved_1f1b(num_stages: int, num_microbatches: int,
     return out
 
 
-SCHEDULES = {"gpipe": gpipe, "1f1b": one_f_one_b, "interleaved": interleaved_1f1b}
+SCHEDULES: Dict[str, Callable[..., List[List[Action]]]] = {
+    "gpipe": gpipe, "1f1b": one_f_one_b, "interleaved": interleaved_1f1b}

@@ -15,6 +15,7 @@ import numpy as np
 from ...nn.nn_basic import Sequential
 from ...serialization import save
 from .. import manifest
+from ..comm.protocol import Comm
 
 MANIFEST = "pipeline.json"
 
@@ -34,7 +35,7 @@ def _rename(state: Dict[str, Any], shift: int) -> Dict[str, Any]:
     return out
 
 
-def save_stage(stage: Sequential, first_layer: int, comm: Any, directory: str) -> None:
+def save_stage(stage: Sequential, first_layer: int, comm: Comm, directory: str) -> None:
     """Write this stage's layers under their global indices (collective: ends in a barrier)."""
     os.makedirs(directory, exist_ok=True)
     mine = f"stage{comm.rank}.ndl"

@@ -8,13 +8,14 @@ its three LayerNorm outputs are stacked and pass ONE ``f`` (or, under sequence p
 all-gather along the sequence: Korthikanti et al., arXiv:2205.05198, sec. 4.2.2), so the layer
 communicates once in each direction, as in the paper.
 """
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 from ... import ops
 from ...autograd import Tensor
 from ...nn.nn_basic import LayerNorm1d
 from ...nn.nn_module import Module
 from ...nn.nn_transformer import MultiHeadAttention
+from ..comm.protocol import Comm
 from .layers import ColumnParallelLinear, RowParallelLinear, divide, forget
 from .tp_comms import copy_to_region, gather_from_sequence_region
 
@@ -24,7 +25,7 @@ __all__ = ["ParallelSelfAttention"]
 class ParallelSelfAttention(Module):
     """needle's pre-norm ``AttentionLayer`` (self-attention) with heads split over ``comm``."""
 
-    def __init__(self, q_features: int, num_head: int, dim_head: int, comm: Any, *,
+    def __init__(self, q_features: int, num_head: int, dim_head: int, comm: Comm, *,
                  causal: bool = True, sequence_parallel: bool = False,
                  recompute_gather: bool = False, device: Optional[Any] = None,
                  dtype: str = "float32") -> None:
@@ -33,12 +34,13 @@ class ParallelSelfAttention(Module):
         self.heads_per_rank = divide(num_head, comm.size, "ParallelSelfAttention num_head")
         self.sequence_parallel = sequence_parallel
         self.recompute_gather = sequence_parallel and recompute_gather
-        kw = dict(device=device, dtype=dtype)
+        kw: Dict[str, Any] = dict(device=device, dtype=dtype)
         self.prenorm_q = LayerNorm1d(q_features, fused=True, **kw)
         self.prenorm_k = LayerNorm1d(q_features, fused=True, **kw)
         self.prenorm_v = LayerNorm1d(q_features, fused=True, **kw)
         for norm in (self.prenorm_q, self.prenorm_k, self.prenorm_v):
-            norm.weight.sequence_parallel = norm.bias.sequence_parallel = sequence_parallel
+            for q in (norm.weight, norm.bias):
+                q.sequence_parallel = sequence_parallel  # type: ignore[attr-defined]
         inner = num_head * dim_head
         # same draws, same order as the serial layer: q, k, v projections, then the output
         self.q_projection = ColumnParallelLinear(q_features, inner, comm, bias=False, **kw)
@@ -66,7 +68,7 @@ class ParallelSelfAttention(Module):
         flat = x.reshape((b * t, f))
         normed = [n(flat).reshape((b, t, f))
                   for n in (self.prenorm_q, self.prenorm_k, self.prenorm_v)]
-        qkv = ops.stack(normed, 0)                                   # (3, B, T, D)
+        qkv = ops.stack(tuple(normed), 0)                                   # (3, B, T, D)
         if self.sequence_parallel:
             qkv = gather_from_sequence_region(qkv, self.comm, axis=2)  # (3, B, T*p, D)
         else:

@@ -9,19 +9,20 @@ needs only three reductions of B numbers each, never the (B, V) logits:
     3. sum over ranks of sum_{v in V_r} exp(z_iv - m_i)            (allreduce, sum)
 The gradient on rank r is (softmax(z)[:, V_r] - onehot(y)[:, V_r]) / B: local, no communication.
 """
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from ...autograd import NDArray, Tensor, TensorOp
 from ...nn.nn_basic import SoftmaxLoss
+from ..comm.protocol import Comm
 from .tp_comms import gather_from_region
 
 __all__ = ["vocab_parallel_cross_entropy", "VocabParallelCrossEntropy",
            "gathered_cross_entropy"]
 
 
-def gathered_cross_entropy(logits_shard: Tensor, targets: Any, comm: Any) -> Tensor:
+def gathered_cross_entropy(logits_shard: Tensor, targets: Any, comm: Comm) -> Tensor:
     """The naive version: all-gather the full (B, V) logits on every rank, then the serial
     loss. Correct, but every rank receives B * V numbers (and keeps them for backward)."""
     t = np.asarray(targets.numpy() if hasattr(targets, "numpy") else targets).astype(np.int64)
@@ -33,9 +34,10 @@ def gathered_cross_entropy(logits_shard: Tensor, targets: Any, comm: Any) -> Ten
 class VocabParallelCrossEntropy(TensorOp):
     """Mean cross-entropy of (B, V/p) logit shards against targets (B,) in [0, V)."""
 
-    def __init__(self, targets: np.ndarray, comm: Any) -> None:
+    def __init__(self, targets: np.ndarray, comm: Comm) -> None:
         self.targets, self.comm = targets, comm
-        self.probs = self.onehot = None
+        self.probs: Any = None  # (B, V/p) softmax, kept for the gradient
+        self.onehot: Any = None
 
     def compute(self, logits: NDArray) -> NDArray:
         z = logits.numpy()                                           # (B, V/p)
@@ -56,13 +58,13 @@ class VocabParallelCrossEntropy(TensorOp):
         return NDArray(np.asarray(loss, dtype=z.dtype), device=logits.device, dtype=logits.dtype)
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
-        logits = node.inputs[0]
+        logits = cast(Tensor, node.inputs[0])
         g = (self.probs - self.onehot) / self.probs.shape[0]
         g = Tensor(g, device=logits.device, dtype=logits.dtype, requires_grad=False)
         return g * out_grad.reshape((1, 1)).broadcast_to(g.shape)
 
 
-def vocab_parallel_cross_entropy(logits_shard: Tensor, targets: Any, comm: Any) -> Tensor:
+def vocab_parallel_cross_entropy(logits_shard: Tensor, targets: Any, comm: Comm) -> Tensor:
     """Mean cross-entropy (a scalar on every rank) of vocab-sharded logits (B, V/p)."""
     if logits_shard.ndim != 2:
         raise ValueError(f"vocab_parallel_cross_entropy expects logits (B, V/p), got "

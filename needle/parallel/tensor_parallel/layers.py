@@ -18,14 +18,15 @@ along the sequence (instead of ``g``). Parameters applied to sequence shards (th
 bias, LayerNorms) then hold partial gradients: they are marked ``sequence_parallel = True`` and
 ``allreduce_sequence_parallel_grads`` sums them, as Megatron does.
 """
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 import numpy as np
 
 from ... import init, ops
-from ...autograd import Tensor
+from ...autograd import Tensor, Value
 from ...nn.nn_basic import Linear
 from ...nn.nn_module import Module, Parameter
+from ..comm.protocol import Comm
 from .tp_comms import (
     copy_to_region,
     gather_from_region,
@@ -52,11 +53,11 @@ def _shard(full: Tensor, axis: int, rank: int, parts: int, **kw: Any) -> Paramet
     n = arr.shape[axis] // parts
     piece = np.take(arr, np.arange(rank * n, (rank + 1) * n), axis=axis)
     param = Parameter(np.ascontiguousarray(piece), **kw)
-    param.tp_axis = axis          # which axis of the full weight is split (for checkpoints)
+    param.tp_axis = axis  # type: ignore[attr-defined]  # the split axis (for checkpoints)
     return param
 
 
-def forget(*nodes: Tensor) -> None:
+def forget(*nodes: Value) -> None:
     """Drop the data of graph nodes; backward recomputes it on demand (realize_cached_data).
 
     Korthikanti et al. (arXiv:2205.05198, sec. 4.2.2): under sequence parallelism the
@@ -77,7 +78,7 @@ def _matmul(x: Tensor, w: Tensor) -> Tensor:
 class ColumnParallelLinear(Module):
     """Y_r = X A_r + b_r: this rank's columns of a Linear (arXiv:1909.08053, eq. 3)."""
 
-    def __init__(self, in_features: int, out_features: int, comm: Any, bias: bool = True,
+    def __init__(self, in_features: int, out_features: int, comm: Comm, bias: bool = True,
                  gather_output: bool = False, sequence_parallel: bool = False,
                  recompute_gather: bool = False, device: Optional[Any] = None,
                  dtype: str = "float32") -> None:
@@ -87,7 +88,7 @@ class ColumnParallelLinear(Module):
         self.out_per_rank = divide(out_features, p, "ColumnParallelLinear out_features")
         self.gather_output, self.sequence_parallel = gather_output, sequence_parallel
         self.recompute_gather = recompute_gather
-        kw = dict(device=device, dtype=dtype)
+        kw: Dict[str, Any] = dict(device=device, dtype=dtype)
         # the serial nn.Linear's own draws (hw2.nn.linear), then this rank's columns of them
         full = Linear(in_features, out_features, bias=bias, **kw)
         self.weight = _shard(full.weight, 1, r, p, **kw)
@@ -116,7 +117,7 @@ class ColumnParallelLinear(Module):
 class RowParallelLinear(Module):
     """Y = sum_r X_r A_r + b: this rank's rows of a Linear (arXiv:1909.08053, eq. 3)."""
 
-    def __init__(self, in_features: int, out_features: int, comm: Any, bias: bool = True,
+    def __init__(self, in_features: int, out_features: int, comm: Comm, bias: bool = True,
                  input_is_parallel: bool = True, sequence_parallel: bool = False,
                  device: Optional[Any] = None, dtype: str = "float32") -> None:
         super().__init__()
@@ -124,13 +125,13 @@ class RowParallelLinear(Module):
         self.comm, self.in_features, self.out_features = comm, in_features, out_features
         self.in_per_rank = divide(in_features, p, "RowParallelLinear in_features")
         self.input_is_parallel, self.sequence_parallel = input_is_parallel, sequence_parallel
-        kw = dict(device=device, dtype=dtype)
+        kw: Dict[str, Any] = dict(device=device, dtype=dtype)
         full = Linear(in_features, out_features, bias=bias, **kw)  # the serial layer's draws
         self.weight = _shard(full.weight, 0, r, p, **kw)
         self.bias = None
         if full.bias is not None:  # replicated, added once after the reduction
             self.bias = Parameter(full.bias.numpy(), **kw)
-            self.bias.sequence_parallel = sequence_parallel
+            self.bias.sequence_parallel = sequence_parallel  # type: ignore[attr-defined]
 
     def forward(self, x: Tensor) -> Tensor:
         """x (..., in/p) (or (..., in) with input_is_parallel=False) -> (..., out)."""
@@ -154,7 +155,7 @@ class RowParallelLinear(Module):
 class VocabParallelEmbedding(Module):
     """An embedding whose vocabulary rows are split across ranks (arXiv:1909.08053, sec. 3)."""
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, comm: Any,
+    def __init__(self, num_embeddings: int, embedding_dim: int, comm: Comm,
                  sequence_parallel: bool = False, device: Optional[Any] = None,
                  dtype: str = "float32") -> None:
         super().__init__()
@@ -163,7 +164,7 @@ class VocabParallelEmbedding(Module):
         rows = divide(num_embeddings, p, "VocabParallelEmbedding num_embeddings")
         self.start, self.end = r * rows, (r + 1) * rows
         self.sequence_parallel = sequence_parallel
-        kw = dict(device=device, dtype=dtype)
+        kw: Dict[str, Any] = dict(device=device, dtype=dtype)
         self.weight = _shard(init.randn(num_embeddings, embedding_dim, **kw), 0, r, p, **kw)
 
     def forward(self, idx: Any) -> Tensor:
@@ -181,7 +182,7 @@ class VocabParallelEmbedding(Module):
         return reduce_from_region(emb, self.comm)
 
 
-def allreduce_sequence_parallel_grads(module: Module, comm: Any) -> None:
+def allreduce_sequence_parallel_grads(module: Module, comm: Comm) -> None:
     """Sum, over the tensor-parallel group, the gradients of parameters marked
     ``sequence_parallel`` (they saw only this rank's slice of the sequence)."""
     for p in module.parameters():

@@ -19,6 +19,7 @@ import numpy as np
 from ...nn.nn_module import Module
 from ...serialization import save
 from .. import manifest
+from ..comm.protocol import Comm
 
 __all__ = ["shard_axes", "gather_state_dict", "load_full_state_dict", "save_sharded",
            "load_sharded"]
@@ -38,7 +39,7 @@ def _slice(full: np.ndarray, axis: Optional[int], rank: int, size: int) -> np.nd
     return np.array_split(full, size, axis=axis)[rank]
 
 
-def gather_state_dict(module: Module, comm: Any) -> Dict[str, np.ndarray]:
+def gather_state_dict(module: Module, comm: Comm) -> Dict[str, np.ndarray]:
     """The module's state in the serial layout (every shard all-gathered), on every rank."""
     out = {}
     axes = shard_axes(module)
@@ -52,14 +53,14 @@ def gather_state_dict(module: Module, comm: Any) -> Dict[str, np.ndarray]:
     return out
 
 
-def load_full_state_dict(module: Module, comm: Any, state: Dict[str, Any]) -> None:
+def load_full_state_dict(module: Module, comm: Comm, state: Dict[str, Any]) -> None:
     """Load a serial-layout state into this rank's shards."""
     axes = shard_axes(module)
     mine = {n: _slice(np.asarray(v), axes.get(n), comm.rank, comm.size) for n, v in state.items()}
     module.load_state_dict(mine)
 
 
-def save_sharded(module: Module, comm: Any, directory: str) -> None:
+def save_sharded(module: Module, comm: Comm, directory: str) -> None:
     """Each rank writes its shard; rank 0 writes the index (tp size, axis of each name)."""
     os.makedirs(directory, exist_ok=True)
     mine = f"shard{comm.rank}.ndl"
@@ -69,7 +70,7 @@ def save_sharded(module: Module, comm: Any, directory: str) -> None:
                    {"format": "needle-tp-1", "tp": comm.size, "axes": axes})
 
 
-def load_sharded(module: Module, comm: Any, directory: str) -> None:
+def load_sharded(module: Module, comm: Comm, directory: str) -> None:
     """Load a ``save_sharded`` checkpoint written at any tp into this rank's new shards."""
     who = f"load_sharded (tensor parallel, rank {comm.rank})"
     index = manifest.read(directory, "index.json", who, ("tp", "axes"))

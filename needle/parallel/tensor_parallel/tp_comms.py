@@ -15,12 +15,12 @@ call is labelled in ``comm.ledger`` by the paper's name: "tp.g" and "tp.f.backwa
 "sp.g"/"sp.g_bar" and their ".backward" (sequence parallelism).
 Activations are (B, T, ...) with the sequence on axis 1; the "last axis" ops split features.
 """
-from typing import Any
 
 import numpy as np
 
 from ...autograd import NDArray, Tensor, TensorOp
 from ..comm.convert import to_ndarray
+from ..comm.protocol import Comm
 
 __all__ = ["copy_to_region", "reduce_from_region", "gather_from_region", "scatter_to_region",
            "gather_from_sequence_region", "reduce_scatter_to_sequence_region",
@@ -35,13 +35,13 @@ def _chunk(x: np.ndarray, axis: int, rank: int, size: int) -> np.ndarray:
     return np.take(x, np.arange(rank * w, (rank + 1) * w), axis=axis)
 
 
-def _allgather_axis(comm: Any, x: np.ndarray, axis: int, label: str) -> np.ndarray:
+def _allgather_axis(comm: Comm, x: np.ndarray, axis: int, label: str) -> np.ndarray:
     """All-gather along ``axis`` (the communicator concatenates along axis 0)."""
     moved = np.ascontiguousarray(np.moveaxis(x, axis, 0))
     return np.moveaxis(comm.allgather(moved, label=label), 0, axis)
 
 
-def _reduce_scatter_axis(comm: Any, x: np.ndarray, axis: int, label: str) -> np.ndarray:
+def _reduce_scatter_axis(comm: Comm, x: np.ndarray, axis: int, label: str) -> np.ndarray:
     """Sum over ranks, keep this rank's equal chunk of ``axis``."""
     if x.shape[axis] % comm.size:
         raise ValueError(f"reduce-scatter: axis {axis} of length {x.shape[axis]} does not "
@@ -53,7 +53,7 @@ def _reduce_scatter_axis(comm: Any, x: np.ndarray, axis: int, label: str) -> np.
 class CopyToRegion(TensorOp):
     """Megatron's f (arXiv:1909.08053, Fig. 3a): identity forward, allreduce backward."""
 
-    def __init__(self, comm: Any) -> None:
+    def __init__(self, comm: Comm) -> None:
         self.comm = comm
 
     def compute(self, a: NDArray) -> NDArray:
@@ -66,7 +66,7 @@ class CopyToRegion(TensorOp):
 class ReduceFromRegion(TensorOp):
     """Megatron's g (arXiv:1909.08053, Fig. 3b): allreduce forward, identity backward."""
 
-    def __init__(self, comm: Any, label: str = "tp.g") -> None:
+    def __init__(self, comm: Comm, label: str = "tp.g") -> None:
         self.comm, self.label = comm, label
 
     def compute(self, a: NDArray) -> NDArray:
@@ -80,7 +80,7 @@ class GatherFromRegion(TensorOp):
     """All-gather along the last axis forward, keep this rank's slice backward (Megatron's
     ``gather_output`` of a column-parallel layer, arXiv:1909.08053 sec. 3)."""
 
-    def __init__(self, comm: Any, label: str = "tp.gather") -> None:
+    def __init__(self, comm: Comm, label: str = "tp.gather") -> None:
         self.comm, self.label = comm, label
 
     def compute(self, a: NDArray) -> NDArray:
@@ -94,7 +94,7 @@ class ScatterToRegion(TensorOp):
     """Keep this rank's slice of the last axis forward, all-gather it backward (the input of
     a row-parallel layer whose input is not yet split, arXiv:1909.08053 sec. 3)."""
 
-    def __init__(self, comm: Any) -> None:
+    def __init__(self, comm: Comm) -> None:
         self.comm = comm
 
     def compute(self, a: NDArray) -> NDArray:
@@ -108,7 +108,7 @@ class GatherFromSequenceRegion(TensorOp):
     """Korthikanti's g (arXiv:2205.05198, sec. 4.2.2): all-gather along the sequence axis
     forward, reduce-scatter along it backward."""
 
-    def __init__(self, comm: Any, axis: int = 1, label: str = "sp.g") -> None:
+    def __init__(self, comm: Comm, axis: int = 1, label: str = "sp.g") -> None:
         self.comm, self.axis, self.label = comm, axis, label
 
     def compute(self, a: NDArray) -> NDArray:
@@ -122,7 +122,7 @@ class ReduceScatterToSequenceRegion(TensorOp):
     """Korthikanti's g-bar (arXiv:2205.05198, sec. 4.2.2): reduce-scatter along the sequence
     axis forward, all-gather along it backward."""
 
-    def __init__(self, comm: Any, axis: int = 1, label: str = "sp.g_bar") -> None:
+    def __init__(self, comm: Comm, axis: int = 1, label: str = "sp.g_bar") -> None:
         self.comm, self.axis, self.label = comm, axis, label
 
     def compute(self, a: NDArray) -> NDArray:
@@ -136,7 +136,7 @@ class ScatterToSequenceRegion(TensorOp):
     """Keep this rank's slice of the sequence forward, all-gather backward: how a replicated
     activation (an embedding's output) enters the sequence-parallel region."""
 
-    def __init__(self, comm: Any, axis: int = 1) -> None:
+    def __init__(self, comm: Comm, axis: int = 1) -> None:
         self.comm, self.axis = comm, axis
 
     def compute(self, a: NDArray) -> NDArray:
@@ -146,36 +146,36 @@ class ScatterToSequenceRegion(TensorOp):
         return GatherFromSequenceRegion(self.comm, self.axis, "sp.scatter.backward")(out_grad)
 
 
-def copy_to_region(x: Tensor, comm: Any) -> Tensor:
+def copy_to_region(x: Tensor, comm: Comm) -> Tensor:
     """f: identity forward, allreduce of the gradient backward."""
     return CopyToRegion(comm)(x)
 
 
-def reduce_from_region(x: Tensor, comm: Any) -> Tensor:
+def reduce_from_region(x: Tensor, comm: Comm) -> Tensor:
     """g: allreduce forward, identity backward."""
     return ReduceFromRegion(comm)(x)
 
 
-def gather_from_region(x: Tensor, comm: Any) -> Tensor:
+def gather_from_region(x: Tensor, comm: Comm) -> Tensor:
     """All-gather the last axis (backward: keep this rank's slice)."""
     return GatherFromRegion(comm)(x)
 
 
-def scatter_to_region(x: Tensor, comm: Any) -> Tensor:
+def scatter_to_region(x: Tensor, comm: Comm) -> Tensor:
     """This rank's slice of the last axis (backward: all-gather)."""
     return ScatterToRegion(comm)(x)
 
 
-def gather_from_sequence_region(x: Tensor, comm: Any, axis: int = 1) -> Tensor:
+def gather_from_sequence_region(x: Tensor, comm: Comm, axis: int = 1) -> Tensor:
     """SP's g: all-gather the sequence axis (backward: reduce-scatter)."""
     return GatherFromSequenceRegion(comm, axis)(x)
 
 
-def reduce_scatter_to_sequence_region(x: Tensor, comm: Any, axis: int = 1) -> Tensor:
+def reduce_scatter_to_sequence_region(x: Tensor, comm: Comm, axis: int = 1) -> Tensor:
     """SP's g-bar: reduce-scatter the sequence axis (backward: all-gather)."""
     return ReduceScatterToSequenceRegion(comm, axis)(x)
 
 
-def scatter_to_sequence_region(x: Tensor, comm: Any, axis: int = 1) -> Tensor:
+def scatter_to_sequence_region(x: Tensor, comm: Comm, axis: int = 1) -> Tensor:
     """This rank's slice of the sequence axis (backward: all-gather)."""
     return ScatterToSequenceRegion(comm, axis)(x)

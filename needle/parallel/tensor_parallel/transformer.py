@@ -12,11 +12,12 @@ shrink by p.
 ``ParallelTransformerBlock`` mirrors ``nn.TransformerLayer`` (dropout 0) parameter for parameter,
 in the same order, so the same seed builds the serial layer's weights, sliced.
 """
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 from ...autograd import Tensor
 from ...nn.nn_basic import LayerNorm1d, ReLU
 from ...nn.nn_module import Module
+from ..comm.protocol import Comm
 from .attention import ParallelSelfAttention
 from .layers import ColumnParallelLinear, RowParallelLinear
 
@@ -26,11 +27,11 @@ __all__ = ["ParallelMLP", "ParallelTransformerBlock"]
 class ParallelMLP(Module):
     """relu(x A_r + a_r) B_r summed over ranks, + b (arXiv:1909.08053, Fig. 3a)."""
 
-    def __init__(self, d_model: int, hidden_size: int, comm: Any, *,
+    def __init__(self, d_model: int, hidden_size: int, comm: Comm, *,
                  sequence_parallel: bool = False, recompute_gather: bool = False,
                  device: Optional[Any] = None, dtype: str = "float32") -> None:
         super().__init__()
-        kw = dict(device=device, dtype=dtype)
+        kw: Dict[str, Any] = dict(device=device, dtype=dtype)
         self.linear1 = ColumnParallelLinear(d_model, hidden_size, comm,
                                             sequence_parallel=sequence_parallel,
                                             recompute_gather=recompute_gather, **kw)
@@ -52,18 +53,18 @@ class ParallelTransformerBlock(Module):
     """
 
     def __init__(self, q_features: int, num_head: int, dim_head: int, hidden_size: int,
-                 comm: Any, *, causal: bool = True, sequence_parallel: bool = False,
+                 comm: Comm, *, causal: bool = True, sequence_parallel: bool = False,
                  recompute_gather: bool = False, device: Optional[Any] = None,
                  dtype: str = "float32") -> None:
         super().__init__()
-        kw = dict(device=device, dtype=dtype)
+        kw: Dict[str, Any] = dict(device=device, dtype=dtype)
         self.comm, self.sequence_parallel = comm, sequence_parallel
         self.attn = ParallelSelfAttention(q_features, num_head, dim_head, comm, causal=causal,
                                           sequence_parallel=sequence_parallel,
                                           recompute_gather=recompute_gather, **kw)
         self.layernorm1 = LayerNorm1d(q_features, fused=True, **kw)
-        self.layernorm1.weight.sequence_parallel = sequence_parallel
-        self.layernorm1.bias.sequence_parallel = sequence_parallel
+        for q in (self.layernorm1.weight, self.layernorm1.bias):  # partial grads under SP
+            q.sequence_parallel = sequence_parallel  # type: ignore[attr-defined]
         self.mlp = ParallelMLP(q_features, hidden_size, comm, sequence_parallel=sequence_parallel,
                                recompute_gather=recompute_gather, **kw)
 

@@ -153,6 +153,7 @@ class Cluster:
 
     def _shape(self, ns: str, dev: str) -> None:
         """A token bucket on ``dev``'s egress: ``rate``, a burst of ~4 ms of it."""
+        assert self.rate is not None and self.rate_bps is not None  # only called with a rate
         burst = max(int(self.rate_bps / 8 / 250), 32 * 1024)
         cmd = ["tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "tbf", "rate", self.rate,
                "burst", str(burst), "latency", "50ms"]

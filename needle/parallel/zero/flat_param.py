@@ -20,6 +20,7 @@ from ...backend_ndarray import NDArray
 from ...backend_ndarray.dtypes import to_numpy_dtype
 from ...nn import Parameter
 from ..comm.convert import empty_host, host_view, to_tensor
+from ..comm.protocol import Comm
 from ..data_parallel.flat_layout import FlatLayout
 
 __all__ = ["FlatParamUnit"]
@@ -39,7 +40,7 @@ def _placeholder(shape: Tuple[int, ...], dtype: str, device: Any,
 class FlatParamUnit(FlatLayout):
     """One FSDP unit: the parameters it owns, its flat shard, and gather / free."""
 
-    def __init__(self, name: str, named: List[Tuple[str, Tensor]], comm: Any,
+    def __init__(self, name: str, named: List[Tuple[str, Tensor]], comm: Comm,
                  compute_dtype: Optional[str], shard_device: Any) -> None:
         self.name, self.comm = name, comm
         self.names = [n for n, _ in named]

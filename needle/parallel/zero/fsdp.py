@@ -36,6 +36,7 @@ from ...autograd import Tensor
 from ...backend_ndarray import cpu
 from ...nn import Module, Parameter
 from ..comm.agree import agree
+from ..comm.protocol import Comm
 from ..data_parallel.buckets import Bucket, BucketReducer, reduce_dtype, reduce_scatter_bucket
 from ..data_parallel.grad_hooks import BackwardHooks
 from ..data_parallel.replicas import replicate_from_rank0
@@ -50,7 +51,7 @@ PRECISIONS = {None: None, "bf16": "bfloat16", "fp16": "float16"}
 class FullyShardedDataParallel(Module):
     """ZeRO-3 / FSDP: wrap ``module``; train ``fsdp.parameters()`` (this rank's flat shards)."""
 
-    def __init__(self, module: Module, comm: Any, mixed_precision: Optional[str] = None,
+    def __init__(self, module: Module, comm: Comm, mixed_precision: Optional[str] = None,
                  cpu_offload: bool = False, units: Optional[Sequence[Module]] = None) -> None:
         super().__init__()
         if mixed_precision not in PRECISIONS:

@@ -33,6 +33,7 @@ from ...backend_ndarray.dtypes import to_numpy_dtype
 from ...optim import SGD, Adam
 from ..comm.agree import agree, optimizer_settings
 from ..comm.convert import empty_host, host_view, to_tensor
+from ..comm.protocol import Comm
 from ..data_parallel.buckets import (
     Bucket,
     BucketReducer,
@@ -71,7 +72,7 @@ def _check_optimizer(cls: type, groups: Sequence[Tuple[list, dict]], defaults: D
         raise ValueError(f"ZeroRedundancyOptimizer: {cls.__name__} does not update elements "
                          "independently, so it cannot run on flat shards (use SGD, Adam, AdamW, "
                          "or set elementwise = True on an optimizer class that does)")
-    sig = inspect.signature(cls.__init__)
+    sig = inspect.signature(cls)  # the constructor's parameters, without self
     takes_any = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
     accepted = [n for n in sig.parameters if n not in ("self", "params")]
     options = [("the defaults", defaults)] + [(f"param group {i}", g) for i, (_, g) in
@@ -108,7 +109,7 @@ class _ShardedBucket(FlatLayout):
 class ZeroRedundancyOptimizer:
     """``optimizer_class`` over this rank's shard; stage 1 (state) or stage 2 (state + grads)."""
 
-    def __init__(self, params: Iterable[Any], optimizer_class: type, comm: Any, stage: int = 1,
+    def __init__(self, params: Iterable[Any], optimizer_class: type, comm: Comm, stage: int = 1,
                  bucket_cap_mb: float = 25.0, **defaults: Any) -> None:
         if stage not in (1, 2):
             raise ValueError(f"ZeroRedundancyOptimizer: stage must be 1 or 2 (rank {comm.rank}); "

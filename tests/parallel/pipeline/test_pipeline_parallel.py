@@ -146,3 +146,17 @@ def test_bad_input_on_every_rank(backend):
     for errors in run_ranks(backend, 2, bad_pipeline, timeout=60):
         assert "16 layers into 17 pipeline stages" in errors[0]
         assert "3 microbatches do not divide the batch of 8" in errors[1]
+
+
+def step_without_loss(comm):
+    pipe = PipelineParallel(build(), comm, 2)  # one stage: it is the last one
+    try:
+        pipe.train_step(*data())
+    except ValueError as err:
+        return str(err)
+    return "no error"
+
+
+def test_the_last_stage_without_a_loss_fn_is_a_clear_error():
+    (message,) = run_ranks("virtual", 1, step_without_loss, timeout=60)
+    assert "needs loss_fn" in message and "rank 0" in message
