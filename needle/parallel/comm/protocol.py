@@ -64,7 +64,7 @@ class Comm(Protocol):
     def barrier(self, label: Optional[str] = None) -> None:
         """Return once every rank has entered."""
 
-    def split(self, color: int, key: int = 0) -> Any:
+    def split(self, color: int, key: int = 0) -> "Comm":
         """The subgroup of the ranks that passed the same ``color``, ordered by ``key``."""
 
     def region(self, name: str) -> ContextManager[None]:
