@@ -9,7 +9,7 @@
 Layout (one concept per folder; each strategy is handed its communicator explicitly):
 
 * ``comm/``: the communicator, its collectives and their pure reference algorithms, the MPI and
-  in-process transports, the communication ledger;
+  in-process transports, the communication ledger, and ``Comm``, the type of every ``comm``;
 * ``virtual.py``: the in-process virtual cluster (threads, deterministic);
 * ``launch.py``: ``python -m needle.parallel.launch -n 4 script.py``;
 * ``data_parallel/``, ``zero/``, ``param_server/``: data-parallel training;
@@ -25,13 +25,14 @@ from .comm.faults import install_exit_guard
 from .comm.ledger import Ledger, Record
 from .comm.p2p import ANY_SOURCE, ANY_TAG, P2PStatus
 from .comm.progress import CommTimeoutError, DeadlockError, Work
+from .comm.protocol import Comm
 from .data_parallel import DataParallelNaive, DistributedDataParallel
 from .mesh import ProcessMesh
 from .param_server import ParameterServer
 from .virtual import RankFailedError
 from .zero import FullyShardedDataParallel, ZeroRedundancyOptimizer
 
-__all__ = ["ANY_SOURCE", "ANY_TAG", "Communicator", "CommTimeoutError", "DataParallelNaive",
+__all__ = ["ANY_SOURCE", "ANY_TAG", "Comm", "Communicator", "CommTimeoutError", "DataParallelNaive",
            "DeadlockError", "DistributedDataParallel", "FullyShardedDataParallel",
            "ZeroRedundancyOptimizer", "ParameterServer",
            "Ledger", "P2PStatus", "ProcessMesh", "RankFailedError", "Record", "Work",
