@@ -37,30 +37,34 @@ def _all(p, m):
             yield f"interleaved{v}", interleaved_1f1b(p, m, v), v
 
 
+def _check_stage(name, acts, s, p, m, v):
+    """Every (microbatch, chunk) once forward and once backward, F before B; peak in flight."""
+    keys = [(a[1], a[2] if len(a) > 2 else 0) for a in acts]
+    fs = [k for a, k in zip(acts, keys) if a[0] == "F"]
+    bs = [k for a, k in zip(acts, keys) if a[0] == "B"]
+    want = {(i, c) for i in range(m) for c in range(v)}
+    assert len(fs) == len(bs) == m * v and set(fs) == set(bs) == want, name
+    for k in want:
+        assert keys.index(k) < len(keys) - 1 - keys[::-1].index(k) or m * v == 0
+        assert acts[keys.index(k)][0] == "F", (name, s, k)
+    # in flight (forwarded, not yet backwarded) microbatches
+    live, peak = 0, 0
+    for a in acts:
+        live += 1 if a[0] == "F" else -1
+        peak = max(peak, live)
+    if name == "1f1b":
+        assert peak <= min(p - s, m), (s, peak)
+    if name == "gpipe":
+        assert peak == m
+
+
 @pytest.mark.parametrize("p", range(1, 9))
 @pytest.mark.parametrize("m", [1, 2, 3, 8, 16])
 def test_invariants(p, m):
     for name, sched, v in _all(p, m):
         assert len(sched) == p
         for s, acts in enumerate(sched):
-            # every (microbatch, chunk) exactly once forward and once backward, F before B
-            keys = [(a[1], a[2] if len(a) > 2 else 0) for a in acts]
-            fs = [k for a, k in zip(acts, keys) if a[0] == "F"]
-            bs = [k for a, k in zip(acts, keys) if a[0] == "B"]
-            want = {(i, c) for i in range(m) for c in range(v)}
-            assert len(fs) == len(bs) == m * v and set(fs) == set(bs) == want, name
-            for k in want:
-                assert keys.index(k) < len(keys) - 1 - keys[::-1].index(k) or m * v == 0
-                assert acts[keys.index(k)][0] == "F", (name, s, k)
-            # in flight (forwarded, not yet backwarded) microbatches
-            live, peak = 0, 0
-            for a in acts:
-                live += 1 if a[0] == "F" else -1
-                peak = max(peak, live)
-            if name == "1f1b":
-                assert peak <= min(p - s, m), (s, peak)
-            if name == "gpipe":
-                assert peak == m
+            _check_stage(name, acts, s, p, m, v)
         # stage s's F(m) after stage s-1's F(m), B(m) after stage s+1's B(m): the simulator
         # raises on any violation it cannot wait out, and checks each start after its inputs
         t = simulate(sched)
