@@ -223,9 +223,11 @@ DONE_TAG = 77
 
 
 def wait_quietly(comm: Any) -> None:
-    """Wait for rank 0's word, sleeping between polls instead of spinning on a core."""
+    """Wait for rank 0's word, sleeping between polls instead of spinning on a core.  A long
+    poll (rank 0 may time a single-process run for longer than the timeout); a rank 0 that
+    fails aborts the job, so this cannot wait forever."""
     work = comm.irecv(0, DONE_TAG)
-    while not work.test():
+    while not work.poll():
         time.sleep(0.01)
 
 
