@@ -16,19 +16,26 @@ time out in their next call).  A watchdog kills the rank (SIGKILL, which hydra a
 the end of the job) if start-up does not complete within ``NEEDLE_COMM_TIMEOUT`` seconds, e.g.
 when the other ranks never start MPI.
 
+After start-up, hydra cannot tell a rank that calls ``os._exit(0)`` mid-job from one that has
+finished: it kills the other ranks at once and exits with status 0, nobody named.  Under plain
+``mpiexec`` the watchdog therefore stays as the rank's guardian (``_guard``): it outlives such a
+rank, says which rank left, and keeps the job alive until the ranks waiting for it time out
+(naming it and the call) and abort the job.
+
 Under ``needle.parallel.launch`` the hook first records the exception in the launcher's report
 folder (``NEEDLE_LAUNCH_DIR``), so the launcher can say which rank failed first and why.
 """
 import atexit
 import json
 import os
+import select
 import signal
 import socket
 import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 REPORT_DIR_ENV = "NEEDLE_LAUNCH_DIR"
 GUARD_ENV = "NEEDLE_EXIT_GUARD_PID"  # the rank that installed the exit guard
@@ -93,30 +100,116 @@ def start_mpi(why: str) -> Any:
     starting MPI would otherwise keep the others in start-up forever).
 
     The watchdog is a forked process: ``MPI_Init`` runs inside an import, holding the GIL, so
-    no Python thread of this process could run while it waits."""
+    no Python thread of this process could run while it waits.  Under plain ``mpiexec`` it
+    then stays as the rank's *guardian* (``_guard``); under ``needle.parallel.launch`` the
+    rank's supervisor does that job and the watchdog ends once MPI has started."""
     if _mpi_started() or not under_mpi_launcher() or not hasattr(os, "fork"):
         from mpi4py import MPI
         return MPI
     timeout = float(os.environ.get("NEEDLE_COMM_TIMEOUT", "60"))
-    me, msg = os.getpid(), (
-        f"needle.parallel: rank {rank_from_env()} {why}; not every rank reached MPI start-up "
-        f"within {timeout:g} s (NEEDLE_COMM_TIMEOUT: one ended or is stuck before starting "
-        "MPI): killing this rank to end the job\n").encode()
+    guard = not os.environ.get(REPORT_DIR_ENV)
+    me, (rd, wr) = os.getpid(), os.pipe()
     watchdog = os.fork()
-    if watchdog == 0:  # the child: sleep, then end the rank that is still starting
+    if watchdog == 0:  # the child: watch the rank start MPI, then (plain mpiexec) guard it
         try:
-            time.sleep(timeout)
-            if os.getppid() == me:
-                os.write(2, msg)
-                os.kill(me, signal.SIGKILL)
+            os.close(wr)
+            _watch(me, rd, timeout, why, guard)
         finally:
             os._exit(0)
+    os.close(rd)
     try:
         from mpi4py import MPI
-    finally:
-        os.kill(watchdog, signal.SIGKILL)
-        os.waitpid(watchdog, 0)
+    except BaseException:
+        _stop(watchdog, wr)
+        raise
+    if not guard:
+        _stop(watchdog, wr)
+        return MPI
+    os.write(wr, STARTED)
+    atexit.register(_tell_clean_exit, wr, me)  # os._exit and signals skip it: how the guard tells
     return MPI
+
+
+def _stop(watchdog: int, wr: int) -> None:
+    os.kill(watchdog, signal.SIGKILL)
+    os.waitpid(watchdog, 0)
+    os.close(wr)
+
+
+def _tell_clean_exit(wr: int, rank_pid: int) -> None:
+    if os.getpid() == rank_pid:  # not in a child the rank forked (it inherits the handler)
+        os.write(wr, CLEAN_EXIT)
+
+
+STARTED, CLEAN_EXIT = b"S", b"E"  # what a rank tells its watchdog through the pipe
+
+
+def _watch(rank_pid: int, rd: int, timeout: float, why: str, guard: bool) -> None:
+    """In the watchdog: SIGKILL the rank if MPI start-up takes longer than ``timeout``; with
+    ``guard``, then watch it until it ends (``_guard``)."""
+    told, deadline = b"", time.monotonic() + timeout
+    while STARTED not in told:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            os.write(2, (f"needle.parallel: rank {rank_from_env()} {why}; not every rank reached "
+                         f"MPI start-up within {timeout:g} s (NEEDLE_COMM_TIMEOUT: one ended or "
+                         "is stuck before starting MPI): killing this rank to end the job\n"
+                         ).encode())
+            write_status({"returncode": -signal.SIGKILL, "consequence": True,
+                          "time": time.time()})  # the launcher names the rank that never came
+            os.kill(rank_pid, signal.SIGKILL)
+            return
+        chunk = _read(rd, min(left, 1.0), rank_pid)
+        if chunk == b"":
+            return  # the rank ended during start-up: mpiexec sees that itself
+        told += chunk or b""
+    if guard:
+        _guard(rank_pid, rd, told, timeout)
+
+
+def _read(rd: int, seconds: float, rank_pid: int) -> Optional[bytes]:
+    """What the rank wrote within ``seconds`` (None: nothing yet), b"" once it has ended (the
+    pipe's end closed, or this process re-parented: a child the rank forked may hold the pipe)."""
+    ready, _, _ = select.select([rd], [], [], seconds)
+    if ready:
+        return os.read(rd, 16)
+    return b"" if os.getppid() != rank_pid else None
+
+
+def _guard(rank_pid: int, rd: int, told: bytes, timeout: float) -> None:
+    """Plain ``mpiexec`` cannot tell a rank's ``os._exit(0)`` mid-job from a clean end: it tears
+    the job down with status 0 at once, before any rank can say what happened.  So this process
+    (forked before ``MPI_Init``, holding the rank's output and PMI connection) outlives the rank:
+    if the rank ends with code 0 without Python's exit, it says so and keeps those open, so the
+    other ranks' calls waiting for it time out, naming it and the call, and abort the job; if the
+    job still runs ``2 * timeout + 5`` s later, it aborts it itself (a PMI ``abort``)."""
+    while CLEAN_EXIT not in told:
+        chunk = _read(rd, 1.0, rank_pid)
+        if chunk == b"":
+            break
+        told += chunk or b""
+    if CLEAN_EXIT in told or _exit_status(rank_pid) not in (0, None):
+        return  # a clean end, or a signal / nonzero code: mpiexec ends the job itself
+    rank = rank_from_env()
+    os.write(2, (f"needle.parallel: rank {rank} (pid {rank_pid}) exited with code 0 mid-job "
+                 "without Python's exit (os._exit?) and without finalising MPI; the ranks "
+                 f"waiting for it raise when their NEEDLE_COMM_TIMEOUT ({timeout:g} s) "
+                 "passes\n").encode())
+    time.sleep(2 * timeout + 5)
+    os.write(2, f"needle.parallel: rank {rank} left mid-job: aborting the job\n".encode())
+    fd = os.environ.get("PMI_FD", "")
+    if fd.isdigit():  # MPICH's PMI-1 wire protocol: what MPI_Abort sends
+        os.write(int(fd), b"cmd=abort exitcode=1\n")
+        time.sleep(ABORT_GRACE)
+
+
+def _exit_status(pid: int) -> Optional[int]:
+    """The wait status of an ended (not yet reaped) process, from ``/proc`` (None if gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def install_exit_guard() -> None:
