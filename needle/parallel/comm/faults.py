@@ -182,14 +182,19 @@ def _guard(rank_pid: int, rd: int, told: bytes, timeout: float) -> None:
     (forked before ``MPI_Init``, holding the rank's output and PMI connection) outlives the rank:
     if the rank ends with code 0 without Python's exit, it says so and keeps those open, so the
     other ranks' calls waiting for it time out, naming it and the call, and abort the job; if the
-    job still runs ``2 * timeout + 5`` s later, it aborts it itself (a PMI ``abort``)."""
+    job still runs ``2 * timeout + 5`` s later, it aborts it itself (a PMI ``abort``).  A rank
+    that ends with a nonzero code or a signal without Python's exit (``MPI_Abort`` on a
+    sub-communicator exits with its code) has the job aborted with that code at once."""
     while CLEAN_EXIT not in told:
         chunk = _read(rd, 1.0, rank_pid)
         if chunk == b"":
             break
         told += chunk or b""
-    if CLEAN_EXIT in told or _exit_status(rank_pid) not in (0, None):
-        return  # a clean end, or a signal / nonzero code: mpiexec ends the job itself
+    status = None if CLEAN_EXIT in told else _exit_status(rank_pid)
+    if CLEAN_EXIT in told or status:  # a clean end, or a signal / nonzero code
+        if status:  # hydra, seeing the end only now (this process held the rank's output),
+            _pmi_abort(status >> 8 or 128 + (status & 0x7F))  # ends the job only if told
+        return
     rank = rank_from_env()
     os.write(2, (f"needle.parallel: rank {rank} (pid {rank_pid}) exited with code 0 mid-job "
                  "without Python's exit (os._exit?) and without finalising MPI; the ranks "
@@ -197,9 +202,15 @@ def _guard(rank_pid: int, rd: int, told: bytes, timeout: float) -> None:
                  "passes\n").encode())
     time.sleep(2 * timeout + 5)
     os.write(2, f"needle.parallel: rank {rank} left mid-job: aborting the job\n".encode())
+    _pmi_abort(1)
+
+
+def _pmi_abort(code: int) -> None:
+    """End the job with ``code``, as ``MPI_Abort`` does: MPICH's PMI-1 ``abort`` command on the
+    rank's PMI connection (which this process shares)."""
     fd = os.environ.get("PMI_FD", "")
-    if fd.isdigit():  # MPICH's PMI-1 wire protocol: what MPI_Abort sends
-        os.write(int(fd), b"cmd=abort exitcode=1\n")
+    if fd.isdigit():
+        os.write(int(fd), f"cmd=abort exitcode={code}\n".encode())
         time.sleep(ABORT_GRACE)
 
 

@@ -112,7 +112,9 @@ class Work:
 
     ``test()`` has the same deadline as ``wait()``: once the communicator's timeout has passed
     since the call last made progress (posting it counts), it raises ``CommTimeoutError``, so a
-    rank polling ``test()`` in a loop for a peer that has left cannot poll forever.  A caller
+    rank polling ``test()`` in a loop for a peer that has left cannot poll forever.  A gap
+    longer than the timeout between two ``test()`` calls (the rank computed; under MPI nothing
+    moved meanwhile) starts the count again.  A caller
     that waits on purpose for longer (a server's long poll for requests that come when workers
     are ready) uses ``poll()`` and bounds its own wait.
     """
@@ -122,7 +124,7 @@ class Work:
         self._gen, self._transport, self._timeout = gen, transport, timeout
         self._describe, self._finish = describe, finish
         self._done, self._result = False, None
-        self._progress = time.monotonic()
+        self._progress = self._tested = time.monotonic()  # last progress, last test()
         self._advance(None)
 
     def _advance(self, truncated: Optional[bool]) -> None:
@@ -136,7 +138,11 @@ class Work:
         ``CommTimeoutError`` once the timeout has passed since the call last made progress."""
         if self.poll():
             return True
-        if time.monotonic() - self._progress > self._timeout:
+        now = time.monotonic()
+        if now - self._tested > self._timeout:  # the caller did not poll for that long (it
+            self._progress = now  # computed): its peer had no chance to progress, start again
+        self._tested = now
+        if now - self._progress > self._timeout:
             raise CommTimeoutError(self._describe())
         return False
 

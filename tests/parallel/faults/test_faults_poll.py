@@ -38,6 +38,21 @@ def test_virtual_ranks_polling_test_for_each_other_raise_within_the_timeout():
                "within 0.5 s" in str(err), err
 
 
+def _compute_then_test(comm):
+    if comm.rank == 0:
+        work = comm.irecv(1, tag=6)
+        time.sleep(0.8)  # computing longer than the timeout (rank 1 cannot run meanwhile)
+        work.test()  # nothing yet: rank 1 has not had a chance to send
+        return float(work.wait()[0])
+    comm.send(np.full(1, 7.0), 0, tag=6)
+    return 0.0
+
+
+def test_a_test_after_a_long_computation_is_not_a_timeout():
+    """Counting the computation as polling would raise in that first test()."""
+    assert virtual.run(2, _compute_then_test, timeout=0.5) == [7.0, 0.0]
+
+
 def _slow_worker_long_poll(comm):
     """One server, one worker that computes (holding the baton) for longer than the
     communicator's timeout between steps: the server's long poll must not time out."""
