@@ -74,7 +74,7 @@ def install_abort_hook() -> None:
             previous(kind, value, tb)
         sys.stderr.flush()
         sys.stdout.flush()
-        time.sleep(ABORT_GRACE)
+        time.sleep(_grace(kind))
         from mpi4py import MPI
 
         world = MPI.COMM_WORLD
@@ -82,6 +82,19 @@ def install_abort_hook() -> None:
             world.Abort(1)
     hook.needle_abort = True  # type: ignore[attr-defined]
     sys.excepthook = hook
+
+
+# Under the launcher, a rank that timed out waiting for others waits this long before aborting
+# the job: the supervisors of the ranks it waited for (starved under heavy load) may not have
+# recorded yet how those ended, and the abort would kill them first (the launcher would then
+# know only of the timeout).  A supervisor that records ends the job itself, sooner.
+CONSEQUENCE_GRACE = 2.0
+
+
+def _grace(kind: Any) -> float:
+    """Seconds to wait before ``MPI_Abort`` after an uncaught exception of type ``kind``."""
+    waited = any(k.__name__ in ("CommTimeoutError", "DeadlockError") for k in kind.__mro__)
+    return CONSEQUENCE_GRACE if waited and os.environ.get(REPORT_DIR_ENV) else ABORT_GRACE
 
 
 def under_mpi_launcher() -> bool:
@@ -236,7 +249,7 @@ def install_exit_guard() -> None:
     def hook(kind: Any, value: Any, tb: Any) -> None:
         if _mpi_started():  # started, perhaps with no communicator (and no abort hook) yet
             previous(kind, value, tb)
-            _abort_if_running()
+            _abort_if_running(kind)
             return
         write_status({"exception": f"{kind.__name__}: {value}", "time": time.time()})
         sys.stderr.write("".join(traceback.format_exception(kind, value, tb)))
@@ -250,10 +263,10 @@ def install_exit_guard() -> None:
     atexit.register(_finalize_if_never_started)
 
 
-def _abort_if_running() -> None:
+def _abort_if_running(kind: Any) -> None:
     sys.stderr.flush()
     sys.stdout.flush()
-    time.sleep(ABORT_GRACE)
+    time.sleep(_grace(kind))
     MPI = sys.modules["mpi4py.MPI"]
     if MPI.Is_initialized() and not MPI.Is_finalized():
         MPI.COMM_WORLD.Abort(1)

@@ -99,6 +99,16 @@ def test_launcher_names_the_rank_that_died_not_the_one_that_timed_out_first():
     assert "rank 1 ended first: it was killed by signal 9 (SIGKILL)." in res.stderr, res.stderr
 
 
+@pytest.mark.mpi
+def test_launcher_names_the_rank_whose_supervisor_was_starved():
+    """Rank 1's supervisor is stopped when rank 1 dies and resumes after rank 0's timeout: rank
+    0's abort used to kill it before it recorded anything, and the launcher named rank 0."""
+    res, took = _job([sys.executable, "-m", "needle.parallel.launch", "-n", "2", WORKER,
+                      "kill-starved", "after"])
+    assert res.returncode != 0 and took < 5 * TIMEOUT, (took, res.stderr)
+    assert "rank 1 ended first: it was killed by signal 9 (SIGKILL)." in res.stderr, res.stderr
+
+
 def _status(folder, rank, **status):
     (folder / f"rank{rank}.status").write_text(json.dumps(status))
 

@@ -26,6 +26,11 @@ def die(mode: str) -> None:
         os._exit(0)
     if mode == "exit3":
         sys.exit(3)
+    if mode == "kill-starved":  # under the launcher: the parent is this rank's supervisor
+        later = float(os.environ["NEEDLE_COMM_TIMEOUT"]) + 1
+        subprocess.Popen(["sh", "-c", f"sleep {later}; kill -CONT {os.getppid()}"],
+                         start_new_session=True)
+        os.kill(os.getppid(), signal.SIGSTOP)
     if mode == "kill-late-seen":  # the sleeper inherits stderr: its pipe stays open 10 s
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(10)"])
     os.kill(os.getpid(), signal.SIGKILL)
