@@ -138,3 +138,23 @@ def test_model_parallel_settings_disagreeing_under_mpiexec():
         for what, msg in zip(MODEL_PARALLEL_CASES, msgs):
             want = MODEL_PARALLEL_CASES[what].format(r=r)
             assert msg is not None and want in msg, (what, r, msg)
+
+
+def _moe_forward_on_rank_0_only(comm):
+    from needle.parallel.moe.expert_parallel import ExpertParallelMoE
+    np.random.seed(0)
+    moe = ExpertParallelMoE(4, 8, 2, comm)
+    if comm.rank == 0:  # rank 1 leaves: no configuration differs
+        moe(ndl.Tensor(np.ones((3, 4), dtype="float32")))
+
+
+def test_a_rank_that_left_is_not_reported_as_a_configuration_disagreement():
+    """ExpertParallelMoE wrapped every error of its count exchange (a deadlock here) in
+    'ranks disagree on the configuration'."""
+    from needle.parallel import CommTimeoutError, RankFailedError
+    with pytest.raises(RankFailedError) as info:
+        virtual.run(2, _moe_forward_on_rank_0_only, timeout=1)
+    err = info.value.errors[0]
+    assert isinstance(err, CommTimeoutError), err
+    assert "allgather (call #2) on rank 0 of 2, waiting for ranks [1]" in str(err), err
+    assert "disagree" not in str(err)
