@@ -203,8 +203,12 @@ def _guard(rank_pid: int, rd: int, told: bytes, timeout: float) -> None:
         if chunk == b"":
             break
         told += chunk or b""
+    blind = False  # the pipe closed but the rank lives on (it closed its descriptors): it can
+    while CLEAN_EXIT not in told and os.getppid() == rank_pid:  # no longer tell a clean end
+        blind = True
+        time.sleep(0.2)
     status = None if CLEAN_EXIT in told else _exit_status(rank_pid)
-    if CLEAN_EXIT in told or status:  # a clean end, or a signal / nonzero code
+    if CLEAN_EXIT in told or status or blind:  # a clean end, or a signal / nonzero code
         if status:  # hydra, seeing the end only now (this process held the rank's output),
             _pmi_abort(status >> 8 or 128 + (status & 0x7F))  # ends the job only if told
         return
