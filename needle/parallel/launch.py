@@ -243,6 +243,9 @@ def first_failure(folder: Path) -> Optional[str]:
              "before the first failure, while other ranks still waited for it." for t, q in early]
     first = "failed first" if early else "ended first"
     lines.append(f"needle.parallel.launch: rank {rank} {first}: it {how}.")
+    if consequence(status):  # nobody else recorded a failure: the ranks it waited for are
+        lines.append("needle.parallel.launch: no rank it waited for recorded how it ended "
+                     "(stuck without communicating, or killed with the job).")
     if "host" in status:
         lines.append(f"needle.parallel.launch: rank {rank} ran on host {status['host']}.")
     if tail:

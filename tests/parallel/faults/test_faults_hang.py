@@ -127,7 +127,9 @@ def test_a_timeout_is_not_named_before_the_failure_it_waited_for(tmp_path):
 
 def test_a_timeout_alone_is_named(tmp_path):
     _status(tmp_path, 0, exception="CommTimeoutError: waiting for ranks [1]", time=100.0)
-    assert "rank 0 ended first: it raised CommTimeoutError" in first_failure(tmp_path)
+    report = first_failure(tmp_path)
+    assert "rank 0 ended first: it raised CommTimeoutError" in report
+    assert "no rank it waited for recorded how it ended (stuck without communicating" in report
 
 
 def _poll_while_peer_times_out(comm):
