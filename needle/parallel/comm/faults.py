@@ -203,10 +203,13 @@ def _guard(rank_pid: int, rd: int, told: bytes, timeout: float) -> None:
         if chunk == b"":
             break
         told += chunk or b""
-    blind = False  # the pipe closed but the rank lives on (it closed its descriptors): it can
-    while CLEAN_EXIT not in told and os.getppid() == rank_pid:  # no longer tell a clean end
-        blind = True
-        time.sleep(0.2)
+    # A dying rank closes its files before its children are re-parented: wait for that.  A rank
+    # alive a second after the pipe closed closed it itself (its descriptors): it can no longer
+    # tell a clean end (blind).
+    blind, since = False, time.monotonic()
+    while CLEAN_EXIT not in told and os.getppid() == rank_pid:
+        blind = time.monotonic() - since > 1.0
+        time.sleep(0.05)
     status = None if CLEAN_EXIT in told else _exit_status(rank_pid)
     if CLEAN_EXIT in told or status or blind:  # a clean end, or a signal / nonzero code
         if status:  # hydra, seeing the end only now (this process held the rank's output),
