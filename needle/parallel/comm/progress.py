@@ -114,9 +114,9 @@ class Work:
     since the call last made progress (posting it counts), it raises ``CommTimeoutError``, so a
     rank polling ``test()`` in a loop for a peer that has left cannot poll forever.  A gap
     longer than the timeout between two ``test()`` calls (the rank computed; under MPI nothing
-    moved meanwhile) starts the count again.  A caller
-    that waits on purpose for longer (a server's long poll for requests that come when workers
-    are ready) uses ``poll()`` and bounds its own wait.
+    moved meanwhile) starts the count again.  A caller that waits on purpose for longer (a
+    server's long poll for requests that come when workers are ready) uses ``poll()`` and
+    bounds its own wait.
     """
 
     def __init__(self, gen: Algorithm, transport: Any, timeout: float,
