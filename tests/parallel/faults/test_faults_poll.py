@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 import pytest
-from mpi_helpers import PARALLEL_TESTS, ROOT, mpiexec, run_bounded, worker_env
+from mpi_helpers import BACKENDS, PARALLEL_TESTS, ROOT, mpiexec, run_bounded, run_ranks, worker_env
 
 import needle as ndl
 from needle import nn
@@ -53,9 +53,22 @@ def test_a_test_after_a_long_computation_is_not_a_timeout():
     assert virtual.run(2, _compute_then_test, timeout=0.5) == [7.0, 0.0]
 
 
+def compute(comm, seconds):
+    """Stand-in for ``seconds`` of computation.  On the virtual cluster the other ranks run
+    meanwhile (as other processes would): an unbounded poll of a receive nobody sends."""
+    if hasattr(comm.transport, "comm"):  # MPI: the server polls in its own process
+        time.sleep(seconds)
+        return
+    never = comm.irecv(0, tag=99)
+    for _ in range(int(seconds / 0.05)):
+        time.sleep(0.05)
+        never.poll()
+
+
 def _slow_worker_long_poll(comm):
     """One server, one worker that computes (holding the baton) for longer than the
     communicator's timeout between steps: the server's long poll must not time out."""
+    comm.timeout = 0.3  # this job's communicator timeout (MPI: after a create() with the default)
     np.random.seed(0)
     model = nn.Sequential(nn.Linear(4, 3))
     ps = ParameterServer(comm, model, ndl.optim.SGD, consistency="asp", timeout=30.0, lr=0.1)
@@ -63,16 +76,17 @@ def _slow_worker_long_poll(comm):
 
     def batches():
         while True:
-            time.sleep(0.6)  # > the 0.3 s communicator timeout
+            compute(comm, 0.6)  # > the 0.3 s communicator timeout
             yield ndl.Tensor(x), ndl.Tensor(y)
     if ps.is_server:
         return len(ps.serve())
     return len(train_worker(ps, model, lambda m, a, b: nn.SoftmaxLoss()(m(a), b), batches(), 2))
 
 
-def test_the_parameter_servers_long_poll_outlasts_the_timeout():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_parameter_servers_long_poll_outlasts_the_timeout(backend):
     """With the server polling ``test()`` (bounded), it raised CommTimeoutError here."""
-    server_events, steps = virtual.run(2, _slow_worker_long_poll, timeout=0.3)
+    server_events, steps = run_ranks(backend, 2, _slow_worker_long_poll, timeout=60)
     assert steps == 2 and server_events > 0
 
 
