@@ -63,6 +63,8 @@ def build_command(argv: Optional[List[str]] = None) -> List[str]:
         parser.error("give a script (or -m module) to run")
     if args.nproc < 1:  # mpiexec -n 0 (or -3) quietly runs one rank
         parser.error(f"-n must be at least 1, not {args.nproc}")
+    if args.hostfile and not Path(args.hostfile).is_file():  # not mpiexec's five-line trace
+        parser.error(f"-f {args.hostfile}: no such host file")
     cmd = [find_mpiexec(), "-n", str(args.nproc)]
     if args.hostfile:  # real hosts, or a test cluster's (needle.parallel.testcluster)
         cmd = mpiexec_command(cmd[0], args.hostfile, args.nproc)

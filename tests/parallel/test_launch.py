@@ -66,3 +66,10 @@ def test_launch_refuses_fewer_than_one_rank(n: str, capsys) -> None:
     with pytest.raises(SystemExit):
         build_command(["-n", n, "script.py"])
     assert f"-n must be at least 1, not {n}" in capsys.readouterr().err
+
+
+def test_launch_refuses_a_missing_host_file(tmp_path, capsys) -> None:
+    from needle.parallel.launch import build_command
+    with pytest.raises(SystemExit):
+        build_command(["-n", "2", "-f", str(tmp_path / "hosts"), "script.py"])
+    assert f"-f {tmp_path / 'hosts'}: no such host file" in capsys.readouterr().err
