@@ -91,6 +91,16 @@ def parser() -> argparse.ArgumentParser:
 
 def finish_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
     """Refuse options the strategy does not use and input that cannot work; fill defaults."""
+    _refuse_unused(p, args)
+    for dest, value in DEFAULTS["dp" if args.strategy in DP else "mp"].items():
+        if getattr(args, dest, None) is None:
+            setattr(args, dest, value)
+    _refuse_input(p, args)
+    return args
+
+
+def _refuse_unused(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Options given to a strategy that does not use them: an error naming both."""
     s = args.strategy
     for dest, users in OPTION_USERS.items():
         if getattr(args, dest, None) is not None and s not in users:
@@ -102,9 +112,11 @@ def finish_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argpars
                 "on the CPU)")
     if s == "ps" and args.staleness is not None and args.consistency != "ssp":
         p.error(f"--staleness applies to --consistency ssp, not {args.consistency or 'bsp'}")
-    for dest, value in DEFAULTS["dp" if s in DP else "mp"].items():
-        if getattr(args, dest, None) is None:
-            setattr(args, dest, value)
+
+
+def _refuse_input(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Input that cannot work (no steps, an empty batch, microbatches that do not divide)."""
+    s = args.strategy
     for dest in ("steps", "batch"):
         if getattr(args, dest) < 1:
             p.error(f"--{dest} must be at least 1, not {getattr(args, dest)}")
@@ -115,7 +127,6 @@ def finish_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argpars
         if args.microbatches < 1 or rows % args.microbatches:
             p.error(f"--microbatches {args.microbatches} does not divide the {rows} rows of "
                     f"--batch {args.batch}" + (f" / --dp {args.dp}" if s == "3d" else ""))
-    return args
 
 
 def local_rank(comm: Any) -> int:
@@ -168,8 +179,9 @@ def plot(out: Dict[str, Any], path: str) -> bool:
     title = f"{out.get('strategy')} on {out.get('ranks')} ranks"
     if curves:
         ax = axes.pop(0)
-        for label, (xs, ys, xlabel) in curves.items():
+        for label, (xs, ys, _) in curves.items():
             ax.plot(xs, ys, label=label)
+        xlabel = next(iter(curves.values()))[2]  # one x axis: every curve is in steps or seconds
         ax.set(xlabel=xlabel, ylabel="loss", title=title)
         if len(curves) > 1:
             ax.legend(fontsize=7)
@@ -223,9 +235,11 @@ DONE_TAG = 77
 
 
 def wait_quietly(comm: Any) -> None:
-    """Wait for rank 0's word, sleeping between polls instead of spinning on a core."""
+    """Wait for rank 0's word, sleeping between polls instead of spinning on a core.  A long
+    poll (rank 0 may time a single-process run for longer than the timeout); a rank 0 that
+    fails aborts the job, so this cannot wait forever."""
     work = comm.irecv(0, DONE_TAG)
-    while not work.test():
+    while not work.poll():
         time.sleep(0.01)
 
 

@@ -61,6 +61,29 @@ def _virtual_poll(timeout: float) -> None:
     virtual.run(2, fn, timeout=timeout)
 
 
+def _virtual_both_poll(timeout: float) -> None:
+    from needle.parallel import virtual
+
+    def fn(comm):
+        work = comm.irecv(1 - comm.rank, tag=4)  # never sent
+        while not work.test():
+            pass
+    virtual.run(2, fn, timeout=timeout)
+
+
+def _virtual_tp() -> None:
+    from needle.parallel import virtual
+    from needle.parallel.tensor_parallel.transformer import ParallelTransformerBlock
+    virtual.run(2, lambda comm: ParallelTransformerBlock(8, 2, 4, 16, comm,
+                                                         sequence_parallel=comm.rank == 1))
+
+
+def _virtual_mesh() -> None:
+    from needle.parallel import virtual
+    from needle.parallel.mesh import ProcessMesh
+    virtual.run(2, lambda comm: ProcessMesh(comm, dp=2 - comm.rank, tp=1 + comm.rank))
+
+
 def _virtual_root() -> None:
     from needle.parallel import virtual
     virtual.run(2, lambda comm: comm.broadcast(np.ones(3), root=5))
@@ -99,14 +122,23 @@ def main() -> None:
                          job([mpiexec, "-n", "2", py, WORKER, mode, when], t)))
     rows.append(("mpiexec: rank 1 exit3 while rank 0 splits the communicator",
                  job([mpiexec, "-n", "2", py, WORKER, "exit3", "split"], t)))
-    for mode in ("kill", "exit0", "exit3"):
+    rows.append(("mpiexec: rank 1 exit0 after its last call (rank 0 finishes)",
+                 job([mpiexec, "-n", "2", py, WORKER, "exit0", "end"], t)))
+    poll = str(ROOT / "tests" / "parallel" / "faults" / "worker_poll_after_exit.py")
+    rows.append(("mpiexec: rank 0 polls `Work.test()` after rank 1 returned",
+                 job([mpiexec, "-n", "2", py, poll], t)))
+    for mode in ("kill", "exit0", "exit3", "kill-late-seen", "kill-starved"):
         rows.append((f"launcher: rank 1 {mode} mid-job", job(launch + [WORKER, mode, "after"], t)))
     ps_worker = str(ROOT / "tests" / "parallel" / "faults" / "worker_ps_stuck.py")
     rows.append(("mpiexec: ASP parameter server, worker rank 2 stuck after 2 steps",
                  job([mpiexec, "-n", "3", py, ps_worker], t)))
     rows.append(("virtual: rank 0 polls `Work.test()`, rank 1 times out",
                  in_process(lambda: _virtual_poll(t))))
+    rows.append(("virtual: both ranks poll `Work.test()` for each other",
+                 in_process(lambda: _virtual_both_poll(t))))
     rows.append(("virtual: `broadcast(root=5)` on 2 ranks", in_process(_virtual_root)))
+    rows.append(("virtual: TP block, `sequence_parallel` differs", in_process(_virtual_tp)))
+    rows.append(("virtual: `ProcessMesh` (dp, tp) differs", in_process(_virtual_mesh)))
     rows.append(("virtual: DDP bucket_cap_mb differs", in_process(_virtual_ddp)))
     rows.append(("`ndl.load` of a file with 4 KiB zeroed", in_process(_corrupt_checkpoint)))
     rows.append(("`train_parallel --steps 0`",

@@ -92,6 +92,8 @@ class MoE(Module):
         if top_k not in (1, 2) or top_k > num_experts:
             raise ValueError(f"MoE: top_k must be 1 or 2 and <= num_experts ({num_experts}), "
                              f"got {top_k}")
+        if not capacity_factor > 0:  # 0 slots per expert: every token dropped, output all zero
+            raise ValueError(f"MoE: capacity_factor must be > 0, got {capacity_factor}")
         self.d_model, self.num_experts = d_model, num_experts
         self.top_k, self.capacity_factor = top_k, capacity_factor
         kw = dict(device=device, dtype=dtype)

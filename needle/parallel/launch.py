@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, List, Optional
@@ -60,6 +61,10 @@ def build_command(argv: Optional[List[str]] = None) -> List[str]:
     args.rest = module_args + args.rest
     if args.module is None and not args.rest:
         parser.error("give a script (or -m module) to run")
+    if args.nproc < 1:  # mpiexec -n 0 (or -3) quietly runs one rank
+        parser.error(f"-n must be at least 1, not {args.nproc}")
+    if args.hostfile and not Path(args.hostfile).is_file():  # not mpiexec's five-line trace
+        parser.error(f"-f {args.hostfile}: no such host file")
     cmd = [find_mpiexec(), "-n", str(args.nproc)]
     if args.hostfile:  # real hosts, or a test cluster's (needle.parallel.testcluster)
         cmd = mpiexec_command(cmd[0], args.hostfile, args.nproc)
@@ -151,29 +156,39 @@ def supervise(prefix: str, rest: List[str]) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda s, _f: child.send_signal(s))
     err_file = open(Path(report) / f"rank{rank_from_env()}.err", "ab") if report else None
-    out = sys.stderr.buffer
-    assert child.stderr is not None  # Popen(stderr=PIPE)
-    for line in iter(child.stderr.readline, b""):
-        out.write(line)
-        out.flush()
-        if err_file:
-            err_file.write(line)
-            err_file.flush()
-    code = child.wait()
+    copier = threading.Thread(target=_copy_stderr, args=(child.stderr, err_file), daemon=True)
+    copier.start()
+    # The time of death, not of observation: the stderr pipe may stay open long after the
+    # rank died (a process it started holds it), by which time the ranks that waited for it
+    # have timed out and would be reported as failing first.
+    code, died = child.wait(), time.time()
+    copier.join(STDERR_GRACE)
     if report:  # exit code 0 too: a rank that ends cleanly mid-job stalls the others
-        status = {"returncode": code, "time": time.time()}
+        status = {"returncode": code, "time": died}
         if code == 0 and not (Path(report) / f"rank{rank_from_env()}.exit").exists():
             status["no_exit"] = True  # os._exit(0): MPI never finalised, the job is torn down
         write_status(status)
         if status.get("no_exit"):
             code = 1
-    if err_file:
-        err_file.close()
     if code < 0:  # killed by a signal: die the same way so mpiexec sees it
         if -code not in (signal.SIGKILL, signal.SIGSTOP):  # those have no handler to reset
             signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     return code
+
+
+STDERR_GRACE = 1.0  # seconds to finish copying a dead rank's stderr
+
+
+def _copy_stderr(stream: Any, err_file: Any) -> None:
+    """Copy the rank's stderr to ours, keeping a copy in ``err_file`` for the report."""
+    out = sys.stderr.buffer
+    for line in iter(stream.readline, b""):
+        out.write(line)
+        out.flush()
+        if err_file:
+            err_file.write(line)
+            err_file.flush()
 
 
 def _how(status: dict) -> str:
@@ -200,6 +215,15 @@ def _reports(folder: Path) -> list:
     return sorted(reports, key=lambda r: r[0])
 
 
+CONSEQUENCES = ("CommTimeoutError", "DeadlockError")  # what a rank raises when others fail
+
+
+def consequence(status: dict) -> bool:
+    """Whether a rank's end is what another rank's failure causes (it waited for it in vain)."""
+    return bool(status.get("consequence")) or \
+        str(status.get("exception", "")).startswith(CONSEQUENCES)
+
+
 def first_failure(folder: Path) -> Optional[str]:
     """The report on the rank that failed first (how it ended and its last stderr lines), and
     on any rank that exited cleanly before it, mid-job."""
@@ -208,6 +232,9 @@ def first_failure(folder: Path) -> Optional[str]:
               or r[2].get("no_exit")]
     if not failed:
         return None
+    # A timeout is the consequence of another rank's failure when there is one: it is reported
+    # ahead of it only by a clock (under heavy load, a rank's death can be seen seconds late).
+    failed.sort(key=lambda r: (consequence(r[2]), r[0]))
     when, rank, status = failed[0]
     how = _how(status)
     early = [(t, q) for t, q, st in reports if t < when and st.get("returncode") == 0]
@@ -218,6 +245,9 @@ def first_failure(folder: Path) -> Optional[str]:
              "before the first failure, while other ranks still waited for it." for t, q in early]
     first = "failed first" if early else "ended first"
     lines.append(f"needle.parallel.launch: rank {rank} {first}: it {how}.")
+    if consequence(status):  # nobody else recorded a failure: the ranks it waited for are
+        lines.append("needle.parallel.launch: no rank it waited for recorded how it ended "
+                     "(stuck without communicating, or killed with the job).")
     if "host" in status:
         lines.append(f"needle.parallel.launch: rank {rank} ran on host {status['host']}.")
     if tail:

@@ -8,6 +8,7 @@ data-parallel group.
 """
 from typing import Tuple
 
+from .comm.agree import agree
 from .comm.protocol import Comm
 
 __all__ = ["ProcessMesh"]
@@ -23,6 +24,9 @@ class ProcessMesh:
         if dp * pp * tp != comm.size:
             raise ValueError(f"ProcessMesh: dp * pp * tp = {dp} * {pp} * {tp} = {dp * pp * tp} "
                              f"does not equal the world size {comm.size}")
+        # Ranks that view the world as different grids would split it into groups that do not
+        # match (collectives between strangers, or silently wrong sums): agree on it first.
+        agree(comm, "ProcessMesh", {"dp": dp, "pp": pp, "tp": tp})
         self.world = comm
         self.shape: Tuple[int, int, int] = (dp, pp, tp)
         self.dp_rank, self.pp_rank, self.tp_rank = self.coords(comm.rank)

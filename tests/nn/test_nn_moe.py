@@ -92,3 +92,6 @@ def test_bad_input():
         nn.MoE(4, 8, 4, top_k=3)
     with pytest.raises(ValueError, match="d_model=4"):
         nn.MoE(4, 8, 4)(ndl.Tensor(np.zeros((2, 5)), dtype="float32"))
+    for factor in (0, -1.0, float("nan")):  # 0 slots: every token dropped, an all-zero output
+        with pytest.raises(ValueError, match=f"capacity_factor must be > 0, got {factor}"):
+            nn.MoE(4, 8, 4, capacity_factor=factor)

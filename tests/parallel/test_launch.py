@@ -57,3 +57,19 @@ def test_launch_names_the_rank_that_ended_first(tmp_path, death: str) -> None:
     tail = res.stderr.split("lines of rank 1's stderr:")[-1]
     last = "ValueError: boom on purpose" if death == "raise" else "rank 1 is about to go"
     assert last in tail, res.stderr
+
+
+@pytest.mark.parametrize("n", ["0", "-3"])
+def test_launch_refuses_fewer_than_one_rank(n: str, capsys) -> None:
+    """mpiexec -n 0 (or -3) quietly ran one rank."""
+    from needle.parallel.launch import build_command
+    with pytest.raises(SystemExit):
+        build_command(["-n", n, "script.py"])
+    assert f"-n must be at least 1, not {n}" in capsys.readouterr().err
+
+
+def test_launch_refuses_a_missing_host_file(tmp_path, capsys) -> None:
+    from needle.parallel.launch import build_command
+    with pytest.raises(SystemExit):
+        build_command(["-n", "2", "-f", str(tmp_path / "hosts"), "script.py"])
+    assert f"-f {tmp_path / 'hosts'}: no such host file" in capsys.readouterr().err

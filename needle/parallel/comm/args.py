@@ -68,6 +68,18 @@ def check_dtype(call: str, dtype: Any, rank: int, size: int, reduce: bool = Fals
                         f"{what}")
 
 
+def check_recv_buffer(call: str, out: Any, rank: int, size: int) -> None:
+    """``out=`` of a receive: a writeable C-contiguous numpy array (messages land in it as
+    raw bytes), else an error naming it."""
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"{call} on rank {rank} of {size}: out must be a numpy array, not "
+                        f"{type(out).__name__}")
+    if not (out.flags.c_contiguous and out.flags.writeable):
+        what = "strided" if out.flags.writeable else "read-only"
+        raise ValueError(f"{call} on rank {rank} of {size}: out must be a writeable C-contiguous "
+                         f"numpy array, not a {what} {out.dtype}{out.shape} array")
+
+
 def check_int(call: str, name: str, value: Any, rank: int, size: int) -> int:
     """``value`` as an int (a split's color or key), else a ``TypeError`` naming it."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):

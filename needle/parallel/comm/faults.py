@@ -16,19 +16,26 @@ time out in their next call).  A watchdog kills the rank (SIGKILL, which hydra a
 the end of the job) if start-up does not complete within ``NEEDLE_COMM_TIMEOUT`` seconds, e.g.
 when the other ranks never start MPI.
 
+After start-up, hydra cannot tell a rank that calls ``os._exit(0)`` mid-job from one that has
+finished: it kills the other ranks at once and exits with status 0, nobody named.  Under plain
+``mpiexec`` the watchdog therefore stays as the rank's guardian (``_guard``): it outlives such a
+rank, says which rank left, and keeps the job alive until the ranks waiting for it time out
+(naming it and the call) and abort the job.
+
 Under ``needle.parallel.launch`` the hook first records the exception in the launcher's report
 folder (``NEEDLE_LAUNCH_DIR``), so the launcher can say which rank failed first and why.
 """
 import atexit
 import json
 import os
+import select
 import signal
 import socket
 import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 REPORT_DIR_ENV = "NEEDLE_LAUNCH_DIR"
 GUARD_ENV = "NEEDLE_EXIT_GUARD_PID"  # the rank that installed the exit guard
@@ -67,7 +74,7 @@ def install_abort_hook() -> None:
             previous(kind, value, tb)
         sys.stderr.flush()
         sys.stdout.flush()
-        time.sleep(ABORT_GRACE)
+        time.sleep(_grace(kind))
         from mpi4py import MPI
 
         world = MPI.COMM_WORLD
@@ -75,6 +82,19 @@ def install_abort_hook() -> None:
             world.Abort(1)
     hook.needle_abort = True  # type: ignore[attr-defined]
     sys.excepthook = hook
+
+
+# Under the launcher, a rank that timed out waiting for others waits this long before aborting
+# the job: the supervisors of the ranks it waited for (starved under heavy load) may not have
+# recorded yet how those ended, and the abort would kill them first (the launcher would then
+# know only of the timeout).  A supervisor that records ends the job itself, sooner.
+CONSEQUENCE_GRACE = 2.0
+
+
+def _grace(kind: Any) -> float:
+    """Seconds to wait before ``MPI_Abort`` after an uncaught exception of type ``kind``."""
+    waited = any(k.__name__ in ("CommTimeoutError", "DeadlockError") for k in kind.__mro__)
+    return CONSEQUENCE_GRACE if waited and os.environ.get(REPORT_DIR_ENV) else ABORT_GRACE
 
 
 def under_mpi_launcher() -> bool:
@@ -93,30 +113,134 @@ def start_mpi(why: str) -> Any:
     starting MPI would otherwise keep the others in start-up forever).
 
     The watchdog is a forked process: ``MPI_Init`` runs inside an import, holding the GIL, so
-    no Python thread of this process could run while it waits."""
+    no Python thread of this process could run while it waits.  Under plain ``mpiexec`` it
+    then stays as the rank's *guardian* (``_guard``); under ``needle.parallel.launch`` the
+    rank's supervisor does that job and the watchdog ends once MPI has started."""
     if _mpi_started() or not under_mpi_launcher() or not hasattr(os, "fork"):
         from mpi4py import MPI
         return MPI
     timeout = float(os.environ.get("NEEDLE_COMM_TIMEOUT", "60"))
-    me, msg = os.getpid(), (
-        f"needle.parallel: rank {rank_from_env()} {why}; not every rank reached MPI start-up "
-        f"within {timeout:g} s (NEEDLE_COMM_TIMEOUT: one ended or is stuck before starting "
-        "MPI): killing this rank to end the job\n").encode()
+    guard = not os.environ.get(REPORT_DIR_ENV)
+    me, (rd, wr) = os.getpid(), os.pipe()
     watchdog = os.fork()
-    if watchdog == 0:  # the child: sleep, then end the rank that is still starting
+    if watchdog == 0:  # the child: watch the rank start MPI, then (plain mpiexec) guard it
         try:
-            time.sleep(timeout)
-            if os.getppid() == me:
-                os.write(2, msg)
-                os.kill(me, signal.SIGKILL)
+            os.close(wr)
+            _watch(me, rd, timeout, why, guard)
         finally:
             os._exit(0)
+    os.close(rd)
     try:
         from mpi4py import MPI
-    finally:
-        os.kill(watchdog, signal.SIGKILL)
-        os.waitpid(watchdog, 0)
+    except BaseException:
+        _stop(watchdog, wr)
+        raise
+    if not guard:
+        _stop(watchdog, wr)
+        return MPI
+    os.write(wr, STARTED)
+    atexit.register(_tell_clean_exit, wr, me)  # os._exit and signals skip it: how the guard tells
     return MPI
+
+
+def _stop(watchdog: int, wr: int) -> None:
+    os.kill(watchdog, signal.SIGKILL)
+    os.waitpid(watchdog, 0)
+    os.close(wr)
+
+
+def _tell_clean_exit(wr: int, rank_pid: int) -> None:
+    if os.getpid() == rank_pid:  # not in a child the rank forked (it inherits the handler)
+        os.write(wr, CLEAN_EXIT)
+
+
+STARTED, CLEAN_EXIT = b"S", b"E"  # what a rank tells its watchdog through the pipe
+
+
+def _watch(rank_pid: int, rd: int, timeout: float, why: str, guard: bool) -> None:
+    """In the watchdog: SIGKILL the rank if MPI start-up takes longer than ``timeout``; with
+    ``guard``, then watch it until it ends (``_guard``)."""
+    told, deadline = b"", time.monotonic() + timeout
+    while STARTED not in told:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            os.write(2, (f"needle.parallel: rank {rank_from_env()} {why}; not every rank reached "
+                         f"MPI start-up within {timeout:g} s (NEEDLE_COMM_TIMEOUT: one ended or "
+                         "is stuck before starting MPI): killing this rank to end the job\n"
+                         ).encode())
+            write_status({"returncode": -signal.SIGKILL, "consequence": True,
+                          "time": time.time()})  # the launcher names the rank that never came
+            os.kill(rank_pid, signal.SIGKILL)
+            return
+        chunk = _read(rd, min(left, 1.0), rank_pid)
+        if chunk == b"":
+            return  # the rank ended during start-up: mpiexec sees that itself
+        told += chunk or b""
+    if guard:
+        _guard(rank_pid, rd, told, timeout)
+
+
+def _read(rd: int, seconds: float, rank_pid: int) -> Optional[bytes]:
+    """What the rank wrote within ``seconds`` (None: nothing yet), b"" once it has ended (the
+    pipe's end closed, or this process re-parented: a child the rank forked may hold the pipe)."""
+    ready, _, _ = select.select([rd], [], [], seconds)
+    if ready:
+        return os.read(rd, 16)
+    return b"" if os.getppid() != rank_pid else None
+
+
+def _guard(rank_pid: int, rd: int, told: bytes, timeout: float) -> None:
+    """Plain ``mpiexec`` cannot tell a rank's ``os._exit(0)`` mid-job from a clean end: it tears
+    the job down with status 0 at once, before any rank can say what happened.  So this process
+    (forked before ``MPI_Init``, holding the rank's output and PMI connection) outlives the rank:
+    if the rank ends with code 0 without Python's exit, it says so and keeps those open, so the
+    other ranks' calls waiting for it time out, naming it and the call, and abort the job; if the
+    job still runs ``2 * timeout + 5`` s later, it aborts it itself (a PMI ``abort``).  A rank
+    that ends with a nonzero code or a signal without Python's exit (``MPI_Abort`` on a
+    sub-communicator exits with its code) has the job aborted with that code at once."""
+    while CLEAN_EXIT not in told:
+        chunk = _read(rd, 1.0, rank_pid)
+        if chunk == b"":
+            break
+        told += chunk or b""
+    # A dying rank closes its files before its children are re-parented: wait for that.  A rank
+    # alive a second after the pipe closed closed it itself (its descriptors): it can no longer
+    # tell a clean end (blind).
+    blind, since = False, time.monotonic()
+    while CLEAN_EXIT not in told and os.getppid() == rank_pid:
+        blind = time.monotonic() - since > 1.0
+        time.sleep(0.05)
+    status = None if CLEAN_EXIT in told else _exit_status(rank_pid)
+    if CLEAN_EXIT in told or status or blind:  # a clean end, or a signal / nonzero code
+        if status:  # hydra, seeing the end only now (this process held the rank's output),
+            _pmi_abort(status >> 8 or 128 + (status & 0x7F))  # ends the job only if told
+        return
+    rank = rank_from_env()
+    os.write(2, (f"needle.parallel: rank {rank} (pid {rank_pid}) exited with code 0 mid-job "
+                 "without Python's exit (os._exit?) and without finalising MPI; the ranks "
+                 f"waiting for it raise when their NEEDLE_COMM_TIMEOUT ({timeout:g} s) "
+                 "passes\n").encode())
+    time.sleep(2 * timeout + 5)
+    os.write(2, f"needle.parallel: rank {rank} left mid-job: aborting the job\n".encode())
+    _pmi_abort(1)
+
+
+def _pmi_abort(code: int) -> None:
+    """End the job with ``code``, as ``MPI_Abort`` does: MPICH's PMI-1 ``abort`` command on the
+    rank's PMI connection (which this process shares)."""
+    fd = os.environ.get("PMI_FD", "")
+    if fd.isdigit():
+        os.write(int(fd), f"cmd=abort exitcode={code}\n".encode())
+        time.sleep(ABORT_GRACE)
+
+
+def _exit_status(pid: int) -> Optional[int]:
+    """The wait status of an ended (not yet reaped) process, from ``/proc`` (None if gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def install_exit_guard() -> None:
@@ -132,7 +256,7 @@ def install_exit_guard() -> None:
     def hook(kind: Any, value: Any, tb: Any) -> None:
         if _mpi_started():  # started, perhaps with no communicator (and no abort hook) yet
             previous(kind, value, tb)
-            _abort_if_running()
+            _abort_if_running(kind)
             return
         write_status({"exception": f"{kind.__name__}: {value}", "time": time.time()})
         sys.stderr.write("".join(traceback.format_exception(kind, value, tb)))
@@ -146,10 +270,10 @@ def install_exit_guard() -> None:
     atexit.register(_finalize_if_never_started)
 
 
-def _abort_if_running() -> None:
+def _abort_if_running(kind: Any) -> None:
     sys.stderr.flush()
     sys.stdout.flush()
-    time.sleep(ABORT_GRACE)
+    time.sleep(_grace(kind))
     MPI = sys.modules["mpi4py.MPI"]
     if MPI.Is_initialized() and not MPI.Is_finalized():
         MPI.COMM_WORLD.Abort(1)

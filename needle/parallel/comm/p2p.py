@@ -128,6 +128,8 @@ class PointToPoint:
         if source != ANY_SOURCE:
             source = args.check_rank("recv", "source", source, self.rank, self.size)
         tag = args.check_tag("recv", tag, self._hdr_t.tag_ub, self.rank, self.size, ANY_TAG)
+        if out is not None:
+            args.check_recv_buffer("recv", out, self.rank, self.size)
         self._stat("recv")["calls"] += 1
         src = self._hdr_t.ANY_SOURCE if source == ANY_SOURCE else source
         hdr = Channel(self._hdr_t, self._hdr_t.ANY_TAG if tag == ANY_TAG else tag)

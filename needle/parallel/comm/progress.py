@@ -15,6 +15,7 @@ else whether a receive was truncated), ``wait(item, timeout, describe)`` (poll u
 raise ``CommTimeoutError``) and ``idle()`` (called when a nonblocking ``test`` found nothing), so
 the same generators, checks, timeouts and counters run over both.
 """
+import time
 from typing import Any, Callable, Dict, Generator, List, Optional
 
 Stat = Dict[str, int]
@@ -108,6 +109,14 @@ class Work:
     MPI moves messages only while some rank calls into it, so long computations between start and
     ``wait()`` should call ``test()`` now and then to keep a pipelined collective flowing.  On the
     virtual cluster a ``test()`` that finds nothing lets the other ranks run.
+
+    ``test()`` has the same deadline as ``wait()``: once the communicator's timeout has passed
+    since the call last made progress (posting it counts), it raises ``CommTimeoutError``, so a
+    rank polling ``test()`` in a loop for a peer that has left cannot poll forever.  A gap
+    longer than the timeout between two ``test()`` calls (the rank computed; under MPI nothing
+    moved meanwhile) starts the count again.  A caller that waits on purpose for longer (a
+    server's long poll for requests that come when workers are ready) uses ``poll()`` and
+    bounds its own wait.
     """
 
     def __init__(self, gen: Algorithm, transport: Any, timeout: float,
@@ -115,6 +124,7 @@ class Work:
         self._gen, self._transport, self._timeout = gen, transport, timeout
         self._describe, self._finish = describe, finish
         self._done, self._result = False, None
+        self._progress = self._tested = time.monotonic()  # last progress, last test()
         self._advance(None)
 
     def _advance(self, truncated: Optional[bool]) -> None:
@@ -124,13 +134,27 @@ class Work:
             self._done, self._result = True, self._finish(stop.value)
 
     def test(self) -> bool:
-        """Make progress without blocking; True once the call has finished."""
+        """Make progress without blocking; True once the call has finished.  Raises
+        ``CommTimeoutError`` once the timeout has passed since the call last made progress."""
+        if self.poll():
+            return True
+        now = time.monotonic()
+        if now - self._tested > self._timeout:  # the caller did not poll for that long (it
+            self._progress = now  # computed): its peer had no chance to progress, start again
+        self._tested = now
+        if now - self._progress > self._timeout:
+            raise CommTimeoutError(self._describe())
+        return False
+
+    def poll(self) -> bool:
+        """``test()`` without the deadline: for a long poll whose caller bounds its own wait."""
         while not self._done:
             truncated = self._transport.poll(self._item)
             if truncated is None:
                 self._transport.idle()
                 return False
             self._advance(truncated)
+            self._progress = time.monotonic()
         return True
 
     def is_completed(self) -> bool:

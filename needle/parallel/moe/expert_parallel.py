@@ -52,7 +52,8 @@ class ExpertParallelMoE(MoE):
         mine = np.concatenate([[self.d_model, self.num_experts], counts]).reshape(1, -1)
         try:
             table = self.comm.allgather(mine.astype(np.int64), label="moe.counts")
-        except Exception as err:  # a different E gives a different shape: the comm says so
+        except ValueError as err:  # a different E gives a different shape: the comm says so
+            # (only that: a timeout or deadlock, a rank that left, is no disagreement)
             raise ValueError(f"ExpertParallelMoE: ranks disagree on the configuration "
                              f"(this rank: d_model={self.d_model}, "
                              f"num_experts={self.num_experts}): {err}") from err

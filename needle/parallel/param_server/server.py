@@ -81,7 +81,7 @@ class Server:
         while self._active():
             if work is None:
                 work = self.comm.irecv(ANY_SOURCE, REQUEST, return_status=True)
-            if work.test():
+            if work.poll():  # a long poll: the silence check below bounds it, not the timeout
                 h, status = work.wait()
                 work = None
                 self.last_heard[status.source] = time.monotonic()

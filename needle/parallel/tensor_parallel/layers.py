@@ -26,6 +26,7 @@ from ... import init, ops
 from ...autograd import Tensor, Value
 from ...nn.nn_basic import Linear
 from ...nn.nn_module import Module, Parameter
+from ..comm.agree import agree
 from ..comm.protocol import Comm
 from .tp_comms import (
     copy_to_region,
@@ -84,6 +85,10 @@ class ColumnParallelLinear(Module):
                  dtype: str = "float32") -> None:
         super().__init__()
         p, r = comm.size, comm.rank
+        agree(comm, "ColumnParallelLinear", dict(
+            in_features=in_features, out_features=out_features, bias=bias,
+            gather_output=gather_output, sequence_parallel=sequence_parallel,
+            recompute_gather=recompute_gather, dtype=dtype))
         self.comm, self.in_features, self.out_features = comm, in_features, out_features
         self.out_per_rank = divide(out_features, p, "ColumnParallelLinear out_features")
         self.gather_output, self.sequence_parallel = gather_output, sequence_parallel
@@ -122,6 +127,10 @@ class RowParallelLinear(Module):
                  device: Optional[Any] = None, dtype: str = "float32") -> None:
         super().__init__()
         p, r = comm.size, comm.rank
+        agree(comm, "RowParallelLinear", dict(
+            in_features=in_features, out_features=out_features, bias=bias,
+            input_is_parallel=input_is_parallel, sequence_parallel=sequence_parallel,
+            dtype=dtype))
         self.comm, self.in_features, self.out_features = comm, in_features, out_features
         self.in_per_rank = divide(in_features, p, "RowParallelLinear in_features")
         self.input_is_parallel, self.sequence_parallel = input_is_parallel, sequence_parallel
@@ -160,6 +169,9 @@ class VocabParallelEmbedding(Module):
                  dtype: str = "float32") -> None:
         super().__init__()
         p, r = comm.size, comm.rank
+        agree(comm, "VocabParallelEmbedding", dict(
+            num_embeddings=num_embeddings, embedding_dim=embedding_dim,
+            sequence_parallel=sequence_parallel, dtype=dtype))
         self.comm, self.num_embeddings, self.embedding_dim = comm, num_embeddings, embedding_dim
         rows = divide(num_embeddings, p, "VocabParallelEmbedding num_embeddings")
         self.start, self.end = r * rows, (r + 1) * rows

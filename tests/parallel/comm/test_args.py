@@ -21,6 +21,9 @@ CASES = [
     ("send(tag=-3)", "send(tag=-3) on rank {r} of 2: tag must be in"),
     ("recv(source=2)", "recv(source=2) on rank {r} of 2: source must be a rank"),
     ("recv(tag=-5)", "recv(tag=-5) on rank {r} of 2: tag must be in"),
+    ("recv(out=strided)", "recv on rank {r} of 2: out must be a writeable C-contiguous numpy "
+                          "array, not a strided float64(4,) array"),
+    ("recv(out=list)", "recv on rank {r} of 2: out must be a numpy array, not list"),
 ]
 
 
@@ -42,6 +45,8 @@ def _call(comm, case):
         "send(tag=-3)": lambda: comm.send(x, dest=1 - comm.rank, tag=-3),
         "recv(source=2)": lambda: comm.recv(source=2),
         "recv(tag=-5)": lambda: comm.recv(source=1 - comm.rank, tag=-5),
+        "recv(out=strided)": lambda: comm.recv(1 - comm.rank, out=np.zeros((4, 2))[:, 0]),
+        "recv(out=list)": lambda: comm.recv(1 - comm.rank, out=[0.0] * 4),
     }
     calls[case]()
 

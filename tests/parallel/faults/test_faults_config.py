@@ -11,6 +11,7 @@ from needle.parallel import (
     FullyShardedDataParallel,
     ParameterServer,
     ZeroRedundancyOptimizer,
+    virtual,
 )
 from needle.parallel.pipeline.pipeline_parallel import PipelineParallel
 
@@ -67,3 +68,93 @@ def test_disagreeing_settings_are_named_on_every_rank(backend):
                                           env={"NEEDLE_COMM_TIMEOUT": "10"})):
             assert msg is not None and want in msg, (what, r, msg)
             assert f"(rank {r}): ranks disagree on their settings" in msg, msg
+
+
+def _build_model_parallel(comm, what):
+    """Tensor-, sequence-, expert-parallel and 3D set-ups with one setting that differs on
+    rank 1; the error message (None if nothing was raised)."""
+    from needle.parallel.mesh import ProcessMesh
+    from needle.parallel.moe.expert_parallel import ExpertParallelMoE
+    from needle.parallel.tensor_parallel.layers import (
+        ColumnParallelLinear,
+        RowParallelLinear,
+        VocabParallelEmbedding,
+    )
+    from needle.parallel.tensor_parallel.transformer import ParallelTransformerBlock
+    one = comm.rank == 1
+    builders = {
+        "tp_sequence_parallel": lambda: ParallelTransformerBlock(
+            8, 2, 4, 16, comm, sequence_parallel=one),
+        "tp_num_head": lambda: ParallelTransformerBlock(8, 4 if one else 2, 2, 16, comm),
+        "tp_column_gather": lambda: ColumnParallelLinear(4, 8, comm, gather_output=one),
+        "tp_row_input": lambda: RowParallelLinear(8, 4, comm, input_is_parallel=not one),
+        "tp_vocab": lambda: VocabParallelEmbedding(12 if one else 10, 4, comm),
+        "moe_num_experts": lambda: ExpertParallelMoE(4, 8, 4 if one else 2, comm),
+        "moe_capacity": lambda: ExpertParallelMoE(4, 8, 2, comm,
+                                                  capacity_factor=2.0 if one else 1.25),
+        "mesh_tp": lambda: ProcessMesh(comm, dp=1 if one else 2, tp=2 if one else 1),
+    }
+    try:
+        builders[what]()
+    except ValueError as err:
+        return str(err)
+    return None
+
+
+def _build_every_model_parallel(comm):
+    return [_build_model_parallel(comm, what) for what in MODEL_PARALLEL_CASES]
+
+
+MODEL_PARALLEL_CASES = {
+    "tp_sequence_parallel": "ParallelSelfAttention (rank {r}): ranks disagree on their settings: "
+                            "sequence_parallel: rank 0 has False, rank 1 has True",
+    "tp_num_head": "num_head: rank 0 has 2, rank 1 has 4",
+    "tp_column_gather": "ColumnParallelLinear (rank {r}): ranks disagree on their settings: "
+                        "gather_output: rank 0 has False, rank 1 has True",
+    "tp_row_input": "input_is_parallel: rank 0 has True, rank 1 has False",
+    "tp_vocab": "VocabParallelEmbedding (rank {r}): ranks disagree on their settings: "
+                "num_embeddings: rank 0 has 10, rank 1 has 12",
+    "moe_num_experts": "num_experts: rank 0 has 2, rank 1 has 4",
+    "moe_capacity": "capacity_factor: rank 0 has 1.25, rank 1 has 2.0",
+    "mesh_tp": "ProcessMesh (rank {r}): ranks disagree on their settings: dp: rank 0 has 2, "
+               "rank 1 has 1; tp: rank 0 has 1, rank 1 has 2",
+}
+
+
+@pytest.mark.parametrize("what", sorted(MODEL_PARALLEL_CASES))
+def test_model_parallel_settings_disagreeing_are_named_on_every_rank(what):
+    """Before, tp_sequence_parallel gave a shape error deep in a matmul and mesh_tp split the
+    ranks into groups that did not match (no error at all on 2 ranks)."""
+    for r, msg in enumerate(virtual.run(2, _build_model_parallel, what)):
+        want = MODEL_PARALLEL_CASES[what].format(r=r)
+        assert msg is not None and want in msg, (what, r, msg)
+
+
+@pytest.mark.mpi
+def test_model_parallel_settings_disagreeing_under_mpiexec():
+    every = run_ranks("mpi", 2, _build_every_model_parallel, timeout=120,
+                      env={"NEEDLE_COMM_TIMEOUT": "10"})
+    for r, msgs in enumerate(every):
+        for what, msg in zip(MODEL_PARALLEL_CASES, msgs):
+            want = MODEL_PARALLEL_CASES[what].format(r=r)
+            assert msg is not None and want in msg, (what, r, msg)
+
+
+def _moe_forward_on_rank_0_only(comm):
+    from needle.parallel.moe.expert_parallel import ExpertParallelMoE
+    np.random.seed(0)
+    moe = ExpertParallelMoE(4, 8, 2, comm)
+    if comm.rank == 0:  # rank 1 leaves: no configuration differs
+        moe(ndl.Tensor(np.ones((3, 4), dtype="float32")))
+
+
+def test_a_rank_that_left_is_not_reported_as_a_configuration_disagreement():
+    """ExpertParallelMoE wrapped every error of its count exchange (a deadlock here) in
+    'ranks disagree on the configuration'."""
+    from needle.parallel import CommTimeoutError, RankFailedError
+    with pytest.raises(RankFailedError) as info:
+        virtual.run(2, _moe_forward_on_rank_0_only, timeout=1)
+    err = info.value.errors[0]
+    assert isinstance(err, CommTimeoutError), err
+    assert "allgather (call #2) on rank 0 of 2, waiting for ranks [1]" in str(err), err
+    assert "disagree" not in str(err)

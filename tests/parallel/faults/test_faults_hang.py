@@ -1,6 +1,7 @@
 """Fault injection, hangs: a rank that dies at any point (before MPI starts, before its
 communicator exists, mid-job) ends every rank within the timeout, under plain mpiexec, the
 launcher and the virtual cluster; the launcher names the rank and how it ended."""
+import json
 import subprocess
 import sys
 import time
@@ -10,6 +11,7 @@ import pytest
 from mpi_helpers import PARALLEL_TESTS, ROOT, run_bounded, worker_env
 
 from needle.parallel import CommTimeoutError, RankFailedError, virtual
+from needle.parallel.launch import first_failure
 
 pytestmark = pytest.mark.faults
 TIMEOUT = 3  # NEEDLE_COMM_TIMEOUT of these jobs: every one must end well within 5 x this
@@ -31,12 +33,33 @@ def test_plain_mpiexec_ends_when_a_rank_dies(mode, when):
     """Before the fix, rank 1 raising before create() left rank 0 in MPI start-up forever."""
     from mpi_helpers import mpiexec
     res, took = _job([mpiexec(), "-n", "2", sys.executable, WORKER, mode, when])
-    # Known limit: after MPI started, a rank that calls os._exit(0) (no MPI_Finalize) makes
-    # hydra kill the others with SIGKILL and exit 0; the launcher reports it (test below).
-    assert res.returncode != 0 or (mode, when) == ("exit0", "after"), res.stdout + res.stderr
+    assert res.returncode != 0, res.stdout + res.stderr
     assert took < 4 * TIMEOUT, took
     if mode == "raise":
         assert "rank 1 fails on purpose" in res.stderr
+
+
+@pytest.mark.mpi
+def test_plain_mpiexec_names_a_rank_that_calls_os_exit_0_mid_job():
+    """hydra used to kill rank 0 at once and exit 0, nobody named: now rank 1's guardian says
+    it left, and rank 0 raises within the timeout naming its call and rank 1."""
+    from mpi_helpers import mpiexec
+    res, took = _job([mpiexec(), "-n", "2", sys.executable, WORKER, "exit0", "after"])
+    assert res.returncode != 0 and took < 4 * TIMEOUT, (took, res.stdout + res.stderr)
+    assert "needle.parallel: rank 1 (pid" in res.stderr, res.stderr
+    assert "exited with code 0 mid-job" in res.stderr
+    assert "CommTimeoutError: needle.parallel: allreduce (call #2) on rank 0 of 2 did not " \
+           f"finish within {TIMEOUT} s (NEEDLE_COMM_TIMEOUT); waiting for ranks [1]" in res.stderr
+
+
+@pytest.mark.mpi
+def test_plain_mpiexec_fails_a_job_whose_rank_left_with_os_exit_0_after_its_last_call():
+    """No rank waits for it: its guardian aborts the job after 2 * timeout + 5 s (hydra said 0)."""
+    from mpi_helpers import mpiexec
+    res, took = _job([mpiexec(), "-n", "2", sys.executable, WORKER, "exit0", "end"])
+    assert res.returncode != 0, res.stdout + res.stderr
+    assert "rank 1 left mid-job: aborting the job" in res.stderr, res.stderr
+    assert 2 * TIMEOUT + 5 <= took < 2 * TIMEOUT + 5 + 2 * TIMEOUT, took
 
 
 @pytest.mark.mpi
@@ -64,6 +87,49 @@ def test_launcher_names_the_rank_and_how_without_its_own_traceback(mode, how, wh
     own = [line for line in res.stderr.splitlines() if not line.lstrip().startswith("[")]
     assert not any("Traceback" in line or "Error" in line for line in own
                    if not line.startswith("needle.parallel.launch:")), res.stderr
+
+
+@pytest.mark.mpi
+def test_launcher_names_the_rank_that_died_not_the_one_that_timed_out_first():
+    """Rank 1's supervisor used to note its death only at the end of its stderr (here held open
+    10 s by a process it started), after rank 0's timeout: the launcher named rank 0."""
+    res, took = _job([sys.executable, "-m", "needle.parallel.launch", "-n", "2", WORKER,
+                      "kill-late-seen", "after"])
+    assert res.returncode != 0 and took < 4 * TIMEOUT, (took, res.stderr)
+    assert "rank 1 ended first: it was killed by signal 9 (SIGKILL)." in res.stderr, res.stderr
+
+
+@pytest.mark.mpi
+def test_launcher_names_the_rank_whose_supervisor_was_starved():
+    """Rank 1's supervisor is stopped when rank 1 dies and resumes after rank 0's timeout: rank
+    0's abort used to kill it before it recorded anything, and the launcher named rank 0."""
+    res, took = _job([sys.executable, "-m", "needle.parallel.launch", "-n", "2", WORKER,
+                      "kill-starved", "after"])
+    assert res.returncode != 0 and took < 5 * TIMEOUT, (took, res.stderr)
+    assert "rank 1 ended first: it was killed by signal 9 (SIGKILL)." in res.stderr, res.stderr
+
+
+def _status(folder, rank, **status):
+    (folder / f"rank{rank}.status").write_text(json.dumps(status))
+
+
+def test_a_timeout_is_not_named_before_the_failure_it_waited_for(tmp_path):
+    """By the clock rank 0's timeout came first (rank 1's death seen late); rank 1 caused it."""
+    _status(tmp_path, 0, exception="CommTimeoutError: needle.parallel: allreduce (call #2) on "
+            "rank 0 of 3 did not finish within 3 s; waiting for ranks [1]", time=100.0)
+    _status(tmp_path, 1, returncode=-9, time=104.0)
+    _status(tmp_path, 2, exception="DeadlockError: ...", time=100.5)
+    report = first_failure(tmp_path)
+    assert "rank 1 ended first: it was killed by signal 9 (SIGKILL)." in report, report
+    _status(tmp_path, 1, exception="RuntimeError: bad batch", time=99.0)  # the clock agrees
+    assert "rank 1 ended first: it raised RuntimeError: bad batch." in first_failure(tmp_path)
+
+
+def test_a_timeout_alone_is_named(tmp_path):
+    _status(tmp_path, 0, exception="CommTimeoutError: waiting for ranks [1]", time=100.0)
+    report = first_failure(tmp_path)
+    assert "rank 0 ended first: it raised CommTimeoutError" in report
+    assert "no rank it waited for recorded how it ended (stuck without communicating" in report
 
 
 def _poll_while_peer_times_out(comm):

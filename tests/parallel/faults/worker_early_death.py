@@ -1,12 +1,16 @@
 """Run under mpiexec by test_faults_hang.py: rank 1 ends in MODE at a given point of the job.
 
-``python worker_early_death.py MODE WHEN``: MODE is raise, exit0, exit3 or kill; WHEN is
+``python worker_early_death.py MODE WHEN``: MODE is raise, exit0, exit3, kill or
+``kill-late-seen`` (SIGKILL after starting a process that keeps this rank's stderr open for a
+while, so its supervisor sees the end of its output long after its death); WHEN is
 ``before`` (before ``communicator.create()``, MPI not started), ``after`` (mid-job) or
-``split`` (while the others split the communicator). Rank 0 (and any others) create the
+``split`` (while the others split the communicator) or ``end`` (after the last call, while
+the others finish). Rank 0 (and any others) create the
 communicator and call collectives.
 """
 import os
 import signal
+import subprocess
 import sys
 
 import numpy as np
@@ -22,6 +26,13 @@ def die(mode: str) -> None:
         os._exit(0)
     if mode == "exit3":
         sys.exit(3)
+    if mode == "kill-starved":  # under the launcher: the parent is this rank's supervisor
+        later = float(os.environ["NEEDLE_COMM_TIMEOUT"]) + 1
+        subprocess.Popen(["sh", "-c", f"sleep {later}; kill -CONT {os.getppid()}"],
+                         start_new_session=True)
+        os.kill(os.getppid(), signal.SIGSTOP)
+    if mode == "kill-late-seen":  # the sleeper inherits stderr: its pipe stays open 10 s
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(10)"])
     os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -39,6 +50,8 @@ def main() -> None:
         comm = comm.split(0)
     comm.allreduce(np.ones(4))
     comm.barrier()
+    if comm.rank == 1 and when == "end":
+        die(mode)
 
 
 if __name__ == "__main__":
