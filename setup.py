@@ -9,7 +9,7 @@ setup(
     python_requires=">=3.9",
     install_requires=["numpy>=1.23", "ml_dtypes>=0.3", "mpi4py>=3.1", "mpich", "tqdm",
                       "scikit-learn", "threadpoolctl>=3",
-                      # needle.compile's CPU kernels (backend_ndarray/fused_expr.py says why)
+                      # needle.compile's CPU kernels (fused_elementwise_cpu.py says why)
                       "numba>=0.59"],
     extras_require={
         "cuda": ["cupy-cuda12x"],

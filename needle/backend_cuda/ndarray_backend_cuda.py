@@ -12,11 +12,12 @@ from typing import Any, Dict, Tuple
 import numpy as np
 
 from . import _runtime as rt
-from . import emulator, fused
+from . import emulator
+from . import fused_ops_cuda as fused
 from . import kernel_specs as K
 from ._runtime import cp, memory_stats, reset_peak_memory  # noqa: F401
 from .emulator import cupy_module
-from .fused_elementwise import fused_elementwise
+from .fused_elementwise_cuda import fused_elementwise
 
 __device_name__ = "cuda"
 # True when kernels run on the CPU (NEEDLE_CUDA_EMULATOR, see emulator/): ndl.cuda()'s repr says so
@@ -487,7 +488,7 @@ _PRIMITIVES.update({name: globals()[name] for name in (
     "memory_stats", "reset_peak_memory", "set_matmul_kernel", "get_matmul_kernel",
     *("ewise_" + op for op in EWISE_BINARY + EWISE_UNARY),
     *("scalar_" + op for op in EWISE_BINARY))})
-# Optional fused primitives (needle.backend_ndarray.fused uses them when a device has them).
+# Optional fused primitives (needle.backend_ndarray.fused_ops uses them when a device has them).
 _PRIMITIVES.update({name: getattr(fused, name) for name in (
     "softmax_rows", "logsumexp_rows", "layer_norm_fwd", "layer_norm_bwd", "adam_update",
     "dropout", "dropout_backward")})

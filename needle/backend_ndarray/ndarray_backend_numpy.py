@@ -13,8 +13,8 @@ A new backend (see ``needle/backend_cuda``) implements exactly this list:
     take_rows(a, idx, out, row_size), scatter_add_rows(src, idx, out, row_size) (embeddings),
     from_numpy(a, out), to_numpy(a, shape, strides, offset);
     optionally ewise_strided(name, a, a_view, b, b_view, out) (see its docstring),
-    fused_elementwise(expr, inputs, out, shape, reduce) (fused_expr.py), adam_update
-    (adam_cpu.py, where numba is installed; see fused.py) and the course's
+    fused_elementwise(expr, inputs, out, shape, reduce) (fused_elementwise_cpu.py), adam_update
+    (adam_cpu.py, where numba is installed; see fused_ops.py) and the course's
     matmul_tiled(a, b, out, m, n, p) with ``__tile_size__``.
 
 Strides and offsets are counted in elements, not bytes. The ``out`` of an elementwise or
@@ -25,9 +25,9 @@ from typing import Any, Sequence, Tuple
 import numpy as np
 
 from . import adam_cpu
-from .fused_expr import fused_elementwise  # noqa: F401  (optional primitive; see there)
+from .fused_elementwise_cpu import fused_elementwise  # noqa: F401  (optional primitive; see there)
 
-if adam_cpu.AVAILABLE:  # the one fused primitive of fused.py this backend offers
+if adam_cpu.AVAILABLE:  # the one primitive of fused_ops.py this backend offers
     adam_update = adam_cpu.adam_update
 
 __device_name__ = "cpu"

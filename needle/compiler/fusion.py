@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 import numpy as np
 
 from ..backend_ndarray import NDArray
-from ..backend_ndarray.fused_expr import rename
+from ..backend_ndarray.fused_elementwise_cpu import rename
 from .capture import Trace, View
 
 _BINOP = {"add": "+", "sub": "-", "mul": "*", "div": "/", "pow": "**", "eq": "==",

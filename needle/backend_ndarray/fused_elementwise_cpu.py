@@ -3,7 +3,7 @@
 ``expr`` is a few SSA statements in Python syntax over inputs ``x0..xk`` (array views) and
 ``c0..cm`` (scalars), the last one assigning ``out``: ``t0 = x0 - x1; out = exp(t0) * c0``.
 Functions: exp, log, tanh, sqrt, abs, sin, cos, where(cond, a, b); operators + - * / **,
-comparisons, & and |. ``needle.compile`` writes these (``needle/compile/fusion.py``).
+comparisons, & and |. ``needle.compile`` writes these (``needle/compiler/fusion.py``).
 
 Engines, chosen once per process (``NEEDLE_FUSED_ENGINE`` overrides):
 
