@@ -1,7 +1,8 @@
 """The CPU backend's ``fused_elementwise`` primitive: one expression, one pass over memory.
 
 ``expr`` is a few SSA statements in Python syntax over inputs ``x0..xk`` (array views) and
-``c0..cm`` (scalars), the last one assigning ``out``: ``t0 = x0 - x1; out = exp(t0) * c0``.
+``c0..cm`` (scalars), the last one assigning ``out``: ``t0 = x0 - x1; out = exp(t0) * c0``
+(``kernel_expr.py``).
 Functions: exp, log, tanh, sqrt, abs, sin, cos, where(cond, a, b); operators + - * / **,
 comparisons, & and |. ``needle.compile`` writes these (``needle/compiler/fusion.py``).
 
@@ -43,6 +44,8 @@ import sys
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
+
+from .kernel_expr import rename, split
 
 _FUNCS = {"exp": np.exp, "log": np.log, "tanh": np.tanh, "sqrt": np.sqrt, "abs": np.abs,
           "sin": np.sin, "cos": np.cos, "where": np.where}
@@ -220,7 +223,7 @@ def kernel_for(expr: str, views: list, out: np.ndarray, engine: Optional[str] = 
 def _numexpr_kernel(expr: str, views: list) -> Callable:
     import numexpr
     from numexpr.necompiler import getContext, getExprNames
-    stmts = [s.split(" = ", 1) for s in expr.split("; ")]
+    stmts = split(expr)
     names: Dict[str, str] = {}
     for lhs, rhs in stmts:  # substitute the temporaries: numexpr takes one expression
         for k, v in names.items():
@@ -242,20 +245,6 @@ def _numexpr_kernel(expr: str, views: list) -> Callable:
         scal = [np.asarray(a) for a in args if not isinstance(a, np.ndarray)]
         nex(*arrs, *scal, out=out, order="K", casting="unsafe", ex_uses_vml=vml)
     return run
-
-
-def rename(expr: str, names: Dict[str, str]) -> str:
-    """``expr`` with each name token (``x0``, ``t3``, ...) found in ``names`` replaced."""
-    out, tok = [], ""
-    for ch in expr + " ":
-        if ch.isalnum() or ch == "_":
-            tok += ch
-            continue
-        if tok:
-            out.append(names.get(tok, tok))
-            tok = ""
-        out.append(ch)
-    return "".join(out)[:-1]
 
 
 def fused_elementwise(expr: str, inputs: Sequence[Any], out: Any, shape: Tuple[int, ...],
