@@ -14,10 +14,12 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..backend_ndarray import primitives as P
+
 _CTYPE = {np.dtype("float32"): "float", np.dtype("float64"): "double",
           np.dtype("bool"): "bool"}
-_FUNCS = {"exp": "exp", "log": "log", "tanh": "tanh", "sqrt": "sqrt", "abs": "fabs",
-          "sin": "sin", "cos": "cos"}
+# the expressions' functions (primitives.py) as CUDA math functions; where() is a conditional
+_FUNCS = {f: {"abs": "fabs"}.get(f, f) for f in P.FUNCTIONS if f != "where"}
 _OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.BitOr: "|",
         ast.BitAnd: "&"}
 _CMPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">",

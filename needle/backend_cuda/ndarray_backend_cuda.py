@@ -11,6 +11,7 @@ from typing import Any, Dict, Tuple
 
 import numpy as np
 
+from ..backend_ndarray import primitives as P
 from . import _runtime as rt
 from . import emulator
 from . import fused_ops_cuda as fused
@@ -23,8 +24,7 @@ __device_name__ = "cuda"
 # True when kernels run on the CPU (NEEDLE_CUDA_EMULATOR, see emulator/): ndl.cuda()'s repr says so
 EMULATED = emulator.active()
 
-EWISE_BINARY = tuple(K.BINARY_FUNCTOR)
-EWISE_UNARY = tuple(K.UNARY_FUNCTOR)
+EWISE_BINARY, EWISE_UNARY = P.EWISE_BINARY, P.EWISE_UNARY  # declared in primitives.py
 _FLOATS = frozenset(K.FLOAT_DTYPES)
 _MATMUL_MODE = [rt.matmul_mode_from_env()]
 

@@ -46,9 +46,9 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 import numpy as np
 
 from .kernel_expr import rename, split
+from .primitives import FUNCTIONS
 
-_FUNCS = {"exp": np.exp, "log": np.log, "tanh": np.tanh, "sqrt": np.sqrt, "abs": np.abs,
-          "sin": np.sin, "cos": np.cos, "where": np.where}
+_FUNCS = {f: getattr(np, f) for f in FUNCTIONS}  # exp -> np.exp, where -> np.where, ...
 _TRANSCENDENTAL = ("exp(", "log(", "tanh(", "sin(", "cos(", "sqrt(", "**")
 
 

@@ -28,7 +28,7 @@ class Primitive(NamedTuple):
     write: int                                # argument position of the buffer written
     partial: bool = False                     # only part of the written buffer changes
     elementwise: bool = False                 # out[i] depends on the inputs' element i only
-    expr: Optional[str] = None                # Python-syntax expression over {0}, {1}, {2}
+    expr: Optional[str] = None                # Python-syntax expression over {0}, {1}, ...
     scalar: int = -1                          # position of the scalar argument, if any
     family: str = ""                          # "binary", "compare", "unary" or ""
     required: bool = True                     # every backend implements it
@@ -52,6 +52,8 @@ UNARY_EXPR = {"neg": "-{0}", "log": "log({0})", "exp": "exp({0})", "tanh": "tanh
 EWISE_BINARY = tuple(BINARY_EXPR) + tuple(COMPARE_EXPR)
 EWISE_UNARY = tuple(UNARY_EXPR)
 COMPARISONS = frozenset(COMPARE_EXPR)
+# The functions the expressions call (each backend's code generator maps them to its own)
+FUNCTIONS = tuple(e.split("(")[0] for e in UNARY_EXPR.values() if "(" in e) + ("where",)
 
 _VIEW = ("shape", "strides", "offset")
 
