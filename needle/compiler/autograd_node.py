@@ -107,6 +107,8 @@ def trace_backward(device: Any, roots: List[Tensor], leaves: List[Tensor]
     """(trace, gradient-input handles, leaf gradients) of ``roots``' backward, with ones as
     the roots' gradients; the leaves' ``.grad`` and hooks are left as they were."""
     gs = [full(r.shape, 1, dtype=r.dtype, device=device) for r in roots]
+    root: Value
+    g: Value
     if len(roots) == 1:
         root, g = roots[0], Tensor.make_const(gs[0])
     else:

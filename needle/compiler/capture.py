@@ -223,10 +223,10 @@ def alive_elsewhere(trace: Trace, keep: Sequence[int], others: Sequence[Trace] =
                     ) -> List[int]:
     """Internal buffers that something besides the trace, the ``others`` traces that read
     them, and ``keep`` still references."""
-    keep = set(keep)
+    kept = set(keep)
     out, arrays = [], trace.arrays
     for i in range(len(arrays)):
-        if not trace.internal[i] or i in keep:
+        if not trace.internal[i] or i in kept:
             continue
         # two references are ours: the list's and getrefcount's argument
         ours = 2 + sum(t.index_of(arrays[i]) is not None for t in others)

@@ -75,7 +75,7 @@ class CompiledFunction:
     def key(self, args: tuple) -> tuple:
         """The guard: shape, strides, dtype and device of each tensor argument, else its value;
         grad mode (results carry a graph only with it on), and ``guard()`` when given."""
-        out = []
+        out: List[tuple] = []
         for a in args:
             if isinstance(a, Tensor):
                 d = a.realize_cached_data()
