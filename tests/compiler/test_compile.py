@@ -17,8 +17,8 @@ from needle.backend_ndarray import fused_elementwise_cpu
 from needle.compiler import DataDependentError
 from needle.compiler.fusion import fuse
 
-test_ops = importlib.import_module("ops.test_ops")
-OPS, make_inputs = test_ops.OPS, test_ops.make_inputs
+op_table = importlib.import_module("ops.op_table")
+OPS, make_inputs = op_table.OPS, op_table.make_inputs
 TOL = dict(rtol=1e-12, atol=1e-12)
 
 
