@@ -1,6 +1,6 @@
 """The CUDA backend: needle's array primitives on GPU buffers, with kernels from kernels/*.cu.
 
-Implements exactly the list in ``needle/backend_ndarray/ndarray_backend_numpy.py``. Floating
+Implements the primitives ``needle/backend_ndarray/primitives.py`` declares. Floating
 dtypes (float16, bfloat16, float32, float64) run needle's own kernels; integer and bool
 buffers (indices, masks) use CuPy's ufuncs. Matmul goes to cuBLAS by default; set
 ``NEEDLE_CUDA_MATMUL=tiled`` (or ``set_matmul_kernel("tiled")``) to run the teaching kernel.

@@ -5,7 +5,7 @@ work that a training step really does: gradients compute masks from data on NDAr
 (``ReLU.gradient``, ``Max.gradient``), shape queries realize lazy nodes, and broadcasts and
 transposes become ``compact`` copies only inside NDArray. One level down every computation,
 forward, backward and the copies, is a call of a named primitive on flat buffers
-(``backend_ndarray/ndarray_backend_numpy.py``), the same list on every device. That tape is
+(declared in ``backend_ndarray/primitives.py``), the same list on every device. That tape is
 the graph here, as a CUDA graph records kernels (and as tinygrad's LazyBuffers record
 buffer ops): nodes are primitive calls, edges are buffers read after being written.
 
