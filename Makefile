@@ -20,10 +20,11 @@ install:
 demo: install
 	$(PYTHON) -m apps.demo
 
-# pyflakes, pycodestyle and import order (ruff.toml); `make test` runs it first.
+# pyflakes, pycodestyle and import order (ruff.toml), then types (mypy.ini); `make test` runs
+# it first.
 lint:
 	$(PYTHON) -m ruff check .
-	$(PYTHON) -m mypy  # needle/parallel (mypy.ini)
+	$(PYTHON) -m mypy
 
 test: install lint
 	$(PYTHON) -m pytest -q $(PYTEST_ARGS) tests

@@ -9,17 +9,17 @@ setup(
     python_requires=">=3.9",
     install_requires=["numpy>=1.23", "ml_dtypes>=0.3", "mpi4py>=3.1", "mpich", "tqdm",
                       "scikit-learn", "threadpoolctl>=3",
-                      # needle.compile's CPU kernels (backend_ndarray/fused_expr.py says why)
+                      # needle.compile's CPU kernels (fused_elementwise_cpu.py says why)
                       "numba>=0.59"],
     extras_require={
         "cuda": ["cupy-cuda12x"],
         # NVRTC + CUDA headers let CI compile every kernel source without a GPU
         # coverage: the student-release check; nbclient/ipykernel/matplotlib: the notebooks
         # nvcc (crt/host_defines.h) + cccl (nv/target): cuda_fp16.h under g++ for the CUDA emulator
-        # mypy: `make lint` type-checks needle/parallel (mypy.ini)
+        # mypy: `make lint` type-checks the packages mypy.ini lists
         "dev": ["pytest>=7", "hypothesis>=6", "ruff>=0.6", "mypy>=1.10", "numexpr>=2.8",
-                "nvidia-cuda-nvrtc-cu12",
-                "nvidia-cuda-runtime-cu12", "nvidia-cuda-nvcc-cu12", "nvidia-cuda-cccl-cu12",
+                "nvidia-cuda-nvrtc-cu12", "nvidia-cuda-runtime-cu12", "nvidia-cuda-nvcc-cu12",
+                "nvidia-cuda-cccl-cu12",
                 "coverage>=7", "nbclient>=0.7", "nbformat>=5", "ipykernel>=6", "matplotlib>=3.5",
                 # the course's public tests take numerical gradients with numdifftools
                 "numdifftools>=0.9"],

@@ -122,8 +122,8 @@ def _kind(fn: Callable, flat: list) -> str:
     """The class of one plan entry, for the time breakdown."""
     name = getattr(fn, "__name__", "")
     if name == "fused_elementwise":
-        from needle.backend_ndarray import fused_expr
-        numpy_engine = any(f in flat[0] for f in fused_expr._TRANSCENDENTAL)
+        from needle.backend_ndarray import fused_elementwise_cpu
+        numpy_engine = any(f in flat[0] for f in fused_elementwise_cpu._TRANSCENDENTAL)
         return "fused reduction" if flat[4] else (
             "fused, NumPy engine (exp/log/sqrt)" if numpy_engine else "fused, numba")
     if name in ("matmul", "matmul_tiled"):
@@ -207,8 +207,8 @@ def main() -> None:
     args = parser.parse_args()
     threads = blas_threads(args.threads)
     torch = torch_threads(threads)
-    from needle.backend_ndarray import fused_expr
-    print(f"threads {threads}; fused engine {fused_expr.ENGINE}; load average "
+    from needle.backend_ndarray import fused_elementwise_cpu
+    print(f"threads {threads}; fused engine {fused_elementwise_cpu.ENGINE}; load average "
           f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     print(f"BLAS: {blas_setup()}")
     failed = False

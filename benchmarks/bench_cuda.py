@@ -109,7 +109,7 @@ def bench_bandwidth(n_elem: int, torch) -> None:
 
 
 def bench_fused(rows: int, cols: int, torch) -> None:
-    from needle.backend_ndarray import fused as F
+    from needle.backend_ndarray import fused_ops as F
     for dt in ("float32", "float16"):
         x = np.random.randn(rows, cols).astype(np.float32)
         a = _gpu(x, dt)

@@ -25,7 +25,7 @@ os.environ["NEEDLE_CUDA_EMULATOR"] = "force"  # before needle: emulate even besi
 import needle as ndl  # noqa: E402
 from needle.backend_cuda import kernel_specs as K  # noqa: E402
 from needle.backend_ndarray import NDArray  # noqa: E402
-from needle.backend_ndarray import fused as F  # noqa: E402
+from needle.backend_ndarray import fused_ops as F  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)

@@ -172,9 +172,9 @@ UNTRACED: Dict[str, str] = {
     "needle/backend_cuda/ndarray_backend_cuda.py::matmul": "hw3.cuda.backend",
     "needle/backend_cuda/ndarray_backend_cuda.py::_reduce": "hw3.cuda.backend",
     "needle/backend_ndarray/adam_cpu_kernel.py::adam_step": "hw2.optim.adam",  # numba
-    "needle/backend_ndarray/fused.py::logsumexp_naive": "hw2.ops.logsumexp",  # GPU fallback
-    "needle/backend_ndarray/fused.py::adam_update_naive": "hw2.optim.adam",  # no numba
-    "needle/backend_ndarray/fused.py::dropout_naive": "hw2.nn.dropout",  # ops.dropout on CPU
+    "needle/backend_ndarray/fused_ops.py::logsumexp_naive": "hw2.ops.logsumexp",  # GPU fallback
+    "needle/backend_ndarray/fused_ops.py::adam_update_naive": "hw2.optim.adam",  # no numba
+    "needle/backend_ndarray/fused_ops.py::dropout_naive": "hw2.nn.dropout",  # ops.dropout on CPU
     "needle/parallel/comm/ring.py::ring_reduce_scatter": "collectives.mpi",
     "needle/parallel/comm/ring.py::ring_gather": "collectives.mpi",
     "needle/parallel/comm/latency_bound.py::recursive_doubling_allreduce": "collectives.mpi",

@@ -11,7 +11,19 @@ import functools
 import itertools
 import threading
 import weakref
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    TypeVar,
+    Union,
+)
 
 import numpy
 
@@ -135,6 +147,7 @@ class Value:
     inputs: Tuple["Value", ...]
     cached_data: NDArrayLike
     requires_grad: bool
+    grad: Optional["Tensor"]
 
     def realize_cached_data(self) -> NDArrayLike:
         """The node's data, computing it (and any unrealised inputs) if needed."""
@@ -621,7 +634,7 @@ def _is_float(data: Any) -> bool:
     return array_api.dtypes.is_floating(data._np_dtype) if isinstance(data, NDArray) else True
 
 
-def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> None:
+def compute_gradient_of_variables(output_tensor: Value, out_grad: Value) -> None:
     """Take the gradient of ``output_tensor`` w.r.t. every node, storing leaf grads in ``.grad``.
 
     Adjoints are accumulated in reverse topological order (Griewank & Walther, "Evaluating
@@ -669,7 +682,10 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
     ### END YOUR SOLUTION
 
 
-def find_topo_sort(node_list: List[Value], stop_at_realized: bool = False) -> List[Value]:
+V = TypeVar("V", bound=Value)  # a graph of Tensors sorts into Tensors
+
+
+def find_topo_sort(node_list: Sequence[V], stop_at_realized: bool = False) -> List[V]:
     """Nodes reachable from ``node_list`` with every node after all of its inputs.
 
     An iterative depth-first post-order, so a 100,000-node chain needs no recursion.

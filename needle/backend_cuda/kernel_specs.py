@@ -8,6 +8,9 @@ import math
 from pathlib import Path
 from typing import Dict, List, Tuple
 
+# pure data (the primitive table), the one module of backend_ndarray this backend reads
+from ..backend_ndarray import primitives as P
+
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
 KERNEL_FILES = ("strided.cu", "ewise.cu", "reduce.cu", "matmul.cu", "softmax.cu",
                 "layernorm.cu", "adam.cu", "dropout.cu")
@@ -20,12 +23,10 @@ ACC_DTYPE = {"float16": "float32", "bfloat16": "float32", "float32": "float32",
 # Copies only move bits: one instantiation per element width serves every dtype.
 BITS_CTYPE = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
 
-BINARY_FUNCTOR = {"add": "Add", "sub": "Sub", "mul": "Mul", "div": "Div", "pow": "Pow",
-                  "maximum": "Maximum", "eq": "Eq", "ne": "Ne", "lt": "Lt", "le": "Le",
-                  "gt": "Gt", "ge": "Ge"}
-COMPARISONS = frozenset(("eq", "ne", "lt", "le", "gt", "ge"))
-UNARY_FUNCTOR = {"neg": "Neg", "log": "Log", "exp": "Exp", "tanh": "Tanh", "sqrt": "Sqrt",
-                 "abs": "Abs", "sin": "Sin", "cos": "Cos"}
+# One functor per declared elementwise op (``ndl::Add`` for ``add``, in kernels/ewise.cu).
+BINARY_FUNCTOR = {op: op.capitalize() for op in P.EWISE_BINARY}
+COMPARISONS = P.COMPARISONS
+UNARY_FUNCTOR = {op: op.capitalize() for op in P.EWISE_UNARY}
 MAX_DIMS = 32  # NDL_MAX_DIMS in strided.cu
 BLOCK = 256  # threads per block for elementwise kernels
 MATMUL_TILE = (128, 128)  # BM, BN in matmul.cu; 256 threads per block

@@ -1,6 +1,6 @@
 """The CUDA backend: needle's array primitives on GPU buffers, with kernels from kernels/*.cu.
 
-Implements exactly the list in ``needle/backend_ndarray/ndarray_backend_numpy.py``. Floating
+Implements the primitives ``needle/backend_ndarray/primitives.py`` declares. Floating
 dtypes (float16, bfloat16, float32, float64) run needle's own kernels; integer and bool
 buffers (indices, masks) use CuPy's ufuncs. Matmul goes to cuBLAS by default; set
 ``NEEDLE_CUDA_MATMUL=tiled`` (or ``set_matmul_kernel("tiled")``) to run the teaching kernel.
@@ -11,19 +11,20 @@ from typing import Any, Dict, Tuple
 
 import numpy as np
 
+from ..backend_ndarray import primitives as P
 from . import _runtime as rt
-from . import emulator, fused
+from . import emulator
+from . import fused_ops_cuda as fused
 from . import kernel_specs as K
 from ._runtime import cp, memory_stats, reset_peak_memory  # noqa: F401
 from .emulator import cupy_module
-from .fused_elementwise import fused_elementwise
+from .fused_elementwise_cuda import fused_elementwise
 
 __device_name__ = "cuda"
 # True when kernels run on the CPU (NEEDLE_CUDA_EMULATOR, see emulator/): ndl.cuda()'s repr says so
 EMULATED = emulator.active()
 
-EWISE_BINARY = tuple(K.BINARY_FUNCTOR)
-EWISE_UNARY = tuple(K.UNARY_FUNCTOR)
+EWISE_BINARY, EWISE_UNARY = P.EWISE_BINARY, P.EWISE_UNARY  # declared in primitives.py
 _FLOATS = frozenset(K.FLOAT_DTYPES)
 _MATMUL_MODE = [rt.matmul_mode_from_env()]
 
@@ -487,7 +488,7 @@ _PRIMITIVES.update({name: globals()[name] for name in (
     "memory_stats", "reset_peak_memory", "set_matmul_kernel", "get_matmul_kernel",
     *("ewise_" + op for op in EWISE_BINARY + EWISE_UNARY),
     *("scalar_" + op for op in EWISE_BINARY))})
-# Optional fused primitives (needle.backend_ndarray.fused uses them when a device has them).
+# Optional fused primitives (needle.backend_ndarray.fused_ops uses them when a device has them).
 _PRIMITIVES.update({name: getattr(fused, name) for name in (
     "softmax_rows", "logsumexp_rows", "layer_norm_fwd", "layer_norm_bwd", "adam_update",
     "dropout", "dropout_backward")})

@@ -3,10 +3,9 @@
 The same step as the CUDA kernel (``backend_cuda/kernels/adam.cu``; Kingma & Ba,
 arXiv:1412.6980; AdamW: Loshchilov & Hutter, arXiv:1711.05101), as a numba loop: each element
 of p, g, m and v is read once and p, m, v written once, where the composed version
-(``fused.adam_update_naive``, or ``Adam._step_tuned`` without this primitive) makes about ten
-passes and allocates a temporary per pass: ~1 ns per float32 parameter against ~10. On
-bench_train's MLP (1.9M parameters) the step outside the compiled graph went from 18.9 ms
-to ~4 ms (benchmarks/README.md, Graph compilation).
+(``fused_ops.adam_update_naive``, or ``Adam._step_tuned`` without this primitive) makes about
+ten passes and allocates a temporary per pass (figures: benchmarks/README.md, Graph
+compilation).
 
 Offered only where numba is installed (``AVAILABLE``); numba itself is imported on the first
 call, not with needle. Parameters of other dtypes (float16, bfloat16) are stepped as a float32

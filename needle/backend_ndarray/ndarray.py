@@ -12,6 +12,7 @@ from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from . import primitives
 from .axes import check_axis, normalize_axes
 from .device import BackendDevice, default_device
 from .dtypes import is_floating, promote, to_numpy_dtype
@@ -23,7 +24,7 @@ _I64 = np.dtype(np.int64)
 
 
 _F32 = np.dtype(np.float32)
-_COMPARISONS = frozenset(("eq", "ne", "lt", "le", "gt", "ge"))
+_COMPARISONS = primitives.COMPARISONS
 Scalar = Union[int, float, bool, np.generic]
 
 
@@ -688,9 +689,8 @@ class NDArray:
 
 
 # ---------------------------------------------------------------------- helpers
-_EWISE = {n: "ewise_" + n for n in ("add", "sub", "mul", "div", "pow", "maximum", "eq", "ne",
-                                    "lt", "le", "gt", "ge")}
-_SCALAR = {n: k.replace("ewise_", "scalar_") for n, k in _EWISE.items()}
+_EWISE = {n: "ewise_" + n for n in primitives.EWISE_BINARY}
+_SCALAR = {n: "scalar_" + n for n in primitives.EWISE_BINARY}
 _REDUCE = {"sum": "reduce_sum", "max": "reduce_max"}
 
 

@@ -13,21 +13,23 @@ A new backend (see ``needle/backend_cuda``) implements exactly this list:
     take_rows(a, idx, out, row_size), scatter_add_rows(src, idx, out, row_size) (embeddings),
     from_numpy(a, out), to_numpy(a, shape, strides, offset);
     optionally ewise_strided(name, a, a_view, b, b_view, out) (see its docstring),
-    fused_elementwise(expr, inputs, out, shape, reduce) (fused_expr.py), adam_update
-    (adam_cpu.py, where numba is installed; see fused.py) and the course's
+    fused_elementwise(expr, inputs, out, shape, reduce) (fused_elementwise_cpu.py), adam_update
+    (adam_cpu.py, where numba is installed; see fused_ops.py) and the course's
     matmul_tiled(a, b, out, m, n, p) with ``__tile_size__``.
 
-Strides and offsets are counted in elements, not bytes. The ``out`` of an elementwise or
-scalar primitive may be one of its inputs (in-place update, as ``a += b`` uses).
+The list, each primitive's parameters and the buffers it reads and writes are declared once,
+in ``primitives.py``. Strides and offsets are counted in elements, not bytes. The ``out`` of
+an elementwise or scalar primitive may be one of its inputs (in-place update, as ``a += b``).
 """
 from typing import Any, Sequence, Tuple
 
 import numpy as np
 
 from . import adam_cpu
-from .fused_expr import fused_elementwise  # noqa: F401  (optional primitive; see there)
+from . import primitives as P
+from .fused_elementwise_cpu import fused_elementwise  # noqa: F401  (optional primitive; see there)
 
-if adam_cpu.AVAILABLE:  # the one fused primitive of fused.py this backend offers
+if adam_cpu.AVAILABLE:  # the one primitive of fused_ops.py this backend offers
     adam_update = adam_cpu.adam_update
 
 __device_name__ = "cpu"
@@ -38,15 +40,10 @@ __device_name__ = "cpu"
 __tile_size__ = 8
 TILED_MATMUL = False
 
-# The named primitives every backend provides (besides Array and the ewise_/scalar_ families
-# below); tests/backend_ndarray/test_backend_contract.py checks the CUDA backend against it.
-PRIMITIVES = ("fill", "compact", "ewise_setitem", "scalar_setitem", "ewise_astype",
-              "ewise_where", "matmul", "reduce_sum", "reduce_max", "take_rows",
-              "scatter_add_rows", "from_numpy", "to_numpy")
-# Primitives a backend may offer (NDArray falls back to the ones above without them).
-OPTIONAL_PRIMITIVES = ("ewise_strided", "matmul_tiled", "fused_elementwise", "adam_update")
-EWISE_BINARY = ("add", "sub", "mul", "div", "pow", "maximum", "eq", "ne", "lt", "le", "gt", "ge")
-EWISE_UNARY = ("neg", "log", "exp", "tanh", "sqrt", "abs", "sin", "cos")
+# The primitive lists are declared in primitives.py (with each one's parameters, reads and
+# writes); tests/backend_ndarray/test_backend_contract.py checks both backends against them.
+PRIMITIVES, OPTIONAL_PRIMITIVES = P.PRIMITIVES, P.OPTIONAL_PRIMITIVES
+EWISE_BINARY, EWISE_UNARY = P.EWISE_BINARY, P.EWISE_UNARY
 
 # Set by ``needle.memory.MemoryTracker`` while one is active (called with each new Array);
 # None otherwise, so the hot path pays one global load and an ``is None`` test.
@@ -141,11 +138,11 @@ def _make_unary(ufunc):
     return unary
 
 
-for _name, _ufunc in _BINARY_UFUNCS.items():
-    globals()["ewise_" + _name] = _make_ewise(_ufunc)
-    globals()["scalar_" + _name] = _make_scalar(_ufunc)
-for _name, _ufunc in _UNARY_UFUNCS.items():
-    globals()["ewise_" + _name] = _make_unary(_ufunc)
+for _name in EWISE_BINARY:
+    globals()["ewise_" + _name] = _make_ewise(_BINARY_UFUNCS[_name])
+    globals()["scalar_" + _name] = _make_scalar(_BINARY_UFUNCS[_name])
+for _name in EWISE_UNARY:
+    globals()["ewise_" + _name] = _make_unary(_UNARY_UFUNCS[_name])
 
 
 def ewise_strided(name: str, a: Array, a_view: Tuple[Tuple[int, ...], Tuple[int, ...], int],

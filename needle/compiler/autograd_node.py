@@ -35,6 +35,7 @@ from ..autograd import (
     no_grad,
 )
 from ..backend_ndarray import NDArray, full
+from . import checks
 from .capture import Recorder, Trace
 from .plan import Plan
 from .results import flatten, leaf_ref, meta, resolve, source, unflatten
@@ -106,6 +107,8 @@ def trace_backward(device: Any, roots: List[Tensor], leaves: List[Tensor]
     """(trace, gradient-input handles, leaf gradients) of ``roots``' backward, with ones as
     the roots' gradients; the leaves' ``.grad`` and hooks are left as they were."""
     gs = [full(r.shape, 1, dtype=r.dtype, device=device) for r in roots]
+    root: Value
+    g: Value
     if len(roots) == 1:
         root, g = roots[0], Tensor.make_const(gs[0])
     else:
@@ -220,7 +223,7 @@ def record(cf: Any, entry: Any, args: tuple, box: list, ftrace: Trace, device: A
     grad_bufs = [btrace.index_of(g._handle) for g in grads]
     grad_meta = [(g.shape, g.strides, g.offset) for g in grads]
     keep = [ftrace.index_of(o._handle) for o in outs] + saved
-    problem, states = cf._check_arrays(ftrace, keep, others=[btrace])
+    problem, states = checks.check_arrays(ftrace, keep, others=[btrace])
     entry.states_seen = [(o, k) for o, k, _ in states]
     # this call's backward: the traced one, this call's arrays as its constants
     now = Plan(btrace, device, g_bufs, grad_bufs, fusion=False)
@@ -229,8 +232,8 @@ def record(cf: Any, entry: Any, args: tuple, box: list, ftrace: Trace, device: A
     if problem is not None:
         cf._retry(entry, problem)
         return value
-    owners = cf._owners(args, leaves)
-    f_roles = cf._roles(ftrace, args, leaves, entry.pre_owners)
+    owners = checks.owners(args, leaves)
+    f_roles = checks.roles(ftrace, args, leaves, entry.pre_owners)
     owners.update({id(ftrace.arrays[b]): r for b, r in f_roles if r[0] == "attr"})
     b_roles = [r for r in _backward_roles(btrace, g_handles, ftrace, saved, owners)
                if r[1][0] != "g"]  # the gradients come first, in order
@@ -248,7 +251,7 @@ def record(cf: Any, entry: Any, args: tuple, box: list, ftrace: Trace, device: A
     in_bufs = ([b for b, _ in f_roles], g_bufs + [b for b, _ in b_roles])
     _compile(cf, entry, gp, (ftrace, btrace), in_bufs, saved, grad_bufs, outs, states)
     entry.leaves, entry.tree = refs, tree
-    entry.attr_meta = cf._attr_meta(f_roles + b_roles)
+    entry.attr_meta = checks.attr_meta(f_roles + b_roles)
     entry.leaf_meta = [meta(x.realize_cached_data()) for x in leaves]
     return value
 

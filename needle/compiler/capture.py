@@ -5,7 +5,7 @@ work that a training step really does: gradients compute masks from data on NDAr
 (``ReLU.gradient``, ``Max.gradient``), shape queries realize lazy nodes, and broadcasts and
 transposes become ``compact`` copies only inside NDArray. One level down every computation,
 forward, backward and the copies, is a call of a named primitive on flat buffers
-(``backend_ndarray/ndarray_backend_numpy.py``), the same list on every device. That tape is
+(declared in ``backend_ndarray/primitives.py``), the same list on every device. That tape is
 the graph here, as a CUDA graph records kernels (and as tinygrad's LazyBuffers record
 buffer ops): nodes are primitive calls, edges are buffers read after being written.
 
@@ -19,13 +19,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..backend_ndarray import primitives
+from ..backend_ndarray.primitives import ViewSpec
+
 # (shape, strides, offset) of a strided read, in elements; None for a flat whole-buffer read.
 View = Optional[Tuple[Tuple[int, ...], Tuple[int, ...], int]]
-
-# Elementwise primitive families (a fusion candidate when all dtypes are one float type).
-_BINARY = ("add", "sub", "mul", "div", "pow", "maximum", "eq", "ne", "lt", "le", "gt", "ge")
-_UNARY = ("neg", "log", "exp", "tanh", "sqrt", "abs", "sin", "cos")
-
 
 class DataDependentError(RuntimeError):
     """The traced function read tensor values into Python (its control flow may depend on them)."""
@@ -53,44 +51,24 @@ class Buf(int):
     """A buffer index standing in for an ``Array`` argument in ``Step.args``."""
 
 
-def _flat(i: int) -> Tuple[int, View]:
-    return (i, None)
+def _view(a: tuple, spec: ViewSpec) -> View:
+    """The (shape, strides, offset) a declared read goes through, None for a flat read."""
+    if spec is None:
+        return None
+    shape, strides, offset = a[spec] if isinstance(spec, int) else (a[k] for k in spec)
+    return (tuple(shape), tuple(strides), int(offset))
 
 
 def access(name: str, a: tuple) -> Tuple[List[Tuple[int, View]], int, bool]:
-    """(reads, write, partial) of primitive ``name`` called with ``a`` (buffers as Buf)."""
-    if name == "fill":
-        return [], a[0], False
-    if name == "compact":
-        return [(a[0], (tuple(a[2]), tuple(a[3]), int(a[4])))], a[1], False
-    if name == "ewise_setitem":
-        return [_flat(a[0]), _flat(a[1])], a[1], True
-    if name == "scalar_setitem":
-        return [_flat(a[2])], a[2], True
-    if name == "ewise_strided":
-        return [(a[1], _view(a[2])), (a[3], _view(a[4]))], a[5], False
-    if name == "ewise_where":
-        return [_flat(a[0]), _flat(a[1]), _flat(a[2])], a[3], False
-    if name in ("ewise_astype", "reduce_sum", "reduce_max") or (
-            name.startswith("ewise_") and name[6:] in _UNARY):
-        return [_flat(a[0])], a[1], False
-    if name.startswith("scalar_"):
-        return [_flat(a[0])], a[2], False
-    if name.startswith("ewise_") or name in ("matmul", "matmul_tiled"):
-        return [_flat(a[0]), _flat(a[1])], a[2], False
-    if name == "take_rows":
-        return [_flat(a[0]), _flat(a[1])], a[2], False
-    if name == "scatter_add_rows":
-        return [_flat(a[0]), _flat(a[1]), _flat(a[2])], a[2], True
-    if name == "from_numpy":
-        return [], a[1], False
-    # any other primitive (a device's fused kernels): every buffer is read and may be written
-    bufs = [x for x in a if isinstance(x, Buf)]
-    return [_flat(b) for b in bufs], (bufs[-1] if bufs else -1), True
-
-
-def _view(v: Any) -> View:
-    return (tuple(v[0]), tuple(v[1]), int(v[2]))
+    """(reads, write, partial) of primitive ``name`` called with ``a`` (buffers as Buf), as
+    ``primitives.py`` declares them."""
+    p = primitives.lookup(name)
+    if p is None or p.opaque:
+        # a device's fused kernels: every buffer is read and may be written
+        bufs = [x for x in a if isinstance(x, Buf)]
+        return [(b, None) for b in bufs], (bufs[-1] if bufs else -1), True
+    reads = [(a[k], _view(a, spec)) for k, spec in p.reads]
+    return reads, (a[p.write] if p.write >= 0 else -1), p.partial
 
 
 class Trace:
@@ -184,16 +162,8 @@ class Recorder:
         self._saved: Dict[str, Any] = {}
 
     def _names(self) -> List[str]:
-        # the primitive lists are declared once, by the NumPy backend (a CUDA device has none)
-        from ..backend_ndarray import ndarray_backend_numpy as contract
-        mod = self.device.mod
-        names = list(contract.PRIMITIVES) + [n for n in contract.OPTIONAL_PRIMITIVES
-                                             if hasattr(mod, n)]
-        names += ["ewise_" + n for n in _BINARY + _UNARY] + ["scalar_" + n for n in _BINARY]
-        names += [n for n in ("softmax_rows", "logsumexp_rows", "layer_norm_fwd",
-                              "layer_norm_bwd", "adam_update", "dropout", "dropout_backward")
-                  if hasattr(mod, n)]
-        return [n for n in dict.fromkeys(names) if n in self.device.__dict__]
+        """The declared primitives this device has (a device's optional ones included)."""
+        return [n for n in primitives.TABLE if n in self.device.__dict__]
 
     def __enter__(self) -> "Recorder":
         d = self.device.__dict__
@@ -253,10 +223,10 @@ def alive_elsewhere(trace: Trace, keep: Sequence[int], others: Sequence[Trace] =
                     ) -> List[int]:
     """Internal buffers that something besides the trace, the ``others`` traces that read
     them, and ``keep`` still references."""
-    keep = set(keep)
+    kept = set(keep)
     out, arrays = [], trace.arrays
     for i in range(len(arrays)):
-        if not trace.internal[i] or i in keep:
+        if not trace.internal[i] or i in kept:
             continue
         # two references are ours: the list's and getrefcount's argument
         ours = 2 + sum(t.index_of(arrays[i]) is not None for t in others)

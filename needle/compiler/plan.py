@@ -92,7 +92,7 @@ class Plan:
         dynamic = set() if self.in_place else set(self.inputs) | {b for b, _, _ in self.fresh}
         self.bound = []
         for fn, args in self.program:
-            holes = []
+            holes: List[Tuple[int, int, Optional[int]]] = []
             flat = list(args)
             for k, a in enumerate(flat):
                 if isinstance(a, Buf):

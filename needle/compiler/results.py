@@ -70,5 +70,5 @@ WHY_NO_GRAPH = ("it is a result of a needle.compile'd function that calls backwa
 def graphless(data: NDArray) -> Tensor:
     """A constant result of a compiled function that called backward itself."""
     t = Tensor.make_const(data)
-    t._why_no_graph = WHY_NO_GRAPH  # what backward() on it reports
+    t._why_no_graph = WHY_NO_GRAPH  # type: ignore[attr-defined]  # what backward() reports
     return t

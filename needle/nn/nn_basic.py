@@ -9,7 +9,7 @@ from typing import Any, Optional
 from .. import init, ops
 from ..autograd import Tensor
 from ..backend_ndarray import BackendDevice
-from ..backend_ndarray.fused import has_primitive
+from ..backend_ndarray.fused_ops import has_primitive
 from .nn_module import LoadResult, Module, Parameter  # noqa: F401  (course: nn_basic.Parameter)
 
 __all__ = ["Identity", "Linear", "Flatten", "ReLU", "Tanh", "Sigmoid", "GELU", "Sequential",

@@ -3,12 +3,12 @@
 ``nn.Dropout`` builds this from the course's ops (a ``randb`` mask, a multiply, a divide).
 On a device offering the ``dropout`` primitive (``ndl.cuda()``) the mask is drawn and applied
 in one kernel instead, with no host random numbers copied to the device; every other device
-composes it from NDArray ops (``backend_ndarray/fused.py``).
+composes it from NDArray ops (``backend_ndarray/fused_ops.py``).
 """
 from typing import Any, Optional
 
 from ..autograd import NDArray, Tensor, TensorOp
-from ..backend_ndarray import fused
+from ..backend_ndarray import fused_ops as fused
 
 __all__ = ["Dropout", "dropout"]
 

@@ -6,7 +6,7 @@ Over one axis on a device offering the ``logsumexp_rows``/``softmax_rows`` primi
 from typing import Optional
 
 from ..autograd import NDArray, Tensor, TensorOp
-from ..backend_ndarray import fused
+from ..backend_ndarray import fused_ops as fused
 from ..backend_ndarray.axes import Axes, keepdims_shape, normalize_axes
 from .ops_mathematic import broadcast_to, exp, reshape
 from .ops_reduce import summation

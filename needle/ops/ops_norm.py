@@ -9,13 +9,13 @@ xhat = (x - mean) * rstd, g = dy * w):
 
 On a device offering the ``layer_norm_fwd``/``layer_norm_bwd`` primitives (``ndl.cuda()``),
 both directions run as single fused kernels; elsewhere they are composed from NDArray ops
-(``backend_ndarray/fused.py``), which still saves recording and replaying the graph. Limit: the
+(``backend_ndarray/fused_ops.py``), which still saves recording and replaying the graph. Limit: the
 backward op is not itself differentiable (no double backward; use ``LayerNorm1d(fused=False)``).
 """
 from typing import Any, Tuple
 
 from ..autograd import NDArray, Tensor, TensorOp, TensorTupleOp
-from ..backend_ndarray import fused
+from ..backend_ndarray import fused_ops as fused
 from .ops_tuple import tuple_get_item
 
 __all__ = ["LayerNorm", "LayerNormBackward", "layer_norm"]

@@ -12,8 +12,9 @@ from typing import Any, Dict, Iterable, List
 import numpy as np
 
 from ..autograd import Tensor
-from ..backend_ndarray import NDArray, fused
-from ..backend_ndarray.fused import has_primitive
+from ..backend_ndarray import NDArray
+from ..backend_ndarray import fused_ops as fused
+from ..backend_ndarray.fused_ops import has_primitive
 
 
 def unique_by_identity(params: Iterable[Tensor]) -> List[Tensor]:

@@ -4,7 +4,7 @@ import pytest
 
 import needle as ndl
 from needle.backend_cuda import compile_check
-from needle.backend_cuda.fused_elementwise import standalone_source
+from needle.backend_cuda.fused_elementwise_cuda import standalone_source
 
 if compile_check.find_nvrtc() is None:  # a missing compiler must not pass silently
     raise ImportError("libnvrtc not found: pip install nvidia-cuda-nvrtc-cu12 "

@@ -5,7 +5,7 @@ import pytest
 
 import needle as ndl
 from needle.backend_cuda import emulator
-from needle.backend_cuda.fused_elementwise import kernel_parts
+from needle.backend_cuda.fused_elementwise_cuda import kernel_parts
 from needle.backend_ndarray import NDArray
 
 emulated = pytest.mark.skipif(not emulator.active(), reason="needs NEEDLE_CUDA_EMULATOR=1 "

@@ -2,15 +2,15 @@
 
 The naive versions are plain NDArray compositions and are checked on the CPU here; the fused
 kernels (the CUDA device's optional primitives, reached through
-``needle.backend_ndarray.fused``) are checked on a GPU when one is present.
+``needle.backend_ndarray.fused_ops``) are checked on a GPU when one is present.
 """
 import numpy as np
 import pytest
 
 import needle as ndl
-from needle.backend_cuda.fused import dropout_uniform_reference
+from needle.backend_cuda.fused_ops_cuda import dropout_uniform_reference
 from needle.backend_ndarray import NDArray
-from needle.backend_ndarray import fused as F
+from needle.backend_ndarray import fused_ops as F
 
 _NO_CUDA = pytest.mark.skipif(not ndl.cuda().enabled(), reason="no CUDA GPU / CuPy (or "
                               "NEEDLE_CUDA_EMULATOR=1 for the emulator)")

@@ -4,7 +4,7 @@ import pytest
 
 import needle as ndl
 from needle.backend_ndarray import adam_cpu
-from needle.backend_ndarray import fused as F
+from needle.backend_ndarray import fused_ops as F
 from needle.backend_ndarray.ndarray import NDArray
 
 pytestmark = pytest.mark.skipif(not adam_cpu.AVAILABLE, reason="numba not installed")

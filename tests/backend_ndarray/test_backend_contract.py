@@ -1,8 +1,9 @@
-"""Every backend implements the same named primitives with the same parameters.
+"""Every backend implements the primitives declared in ``primitives.py``, with their parameters.
 
 The CUDA backend imports CuPy, which CI machines lack, so it is read as source (``ast``) and
-compared with the NumPy backend's contract: a primitive NDArray calls but the GPU backend lacks
-(or takes different arguments) fails here, on any machine, instead of on the first GPU run.
+compared with the declarations: a primitive NDArray calls but the GPU backend lacks (or takes
+different arguments) fails here, on any machine, instead of on the first GPU run. Where the
+CUDA emulator (or a GPU) gives an ``ndl.cuda()`` device, its bound primitives are checked too.
 """
 import ast
 import inspect
@@ -10,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+import needle as ndl
 import needle.backend_ndarray.ndarray_backend_numpy as numpy_backend
 from needle.backend_cuda import kernel_specs
+from needle.backend_ndarray import primitives
 
 CUDA_SRC = Path(numpy_backend.__file__).resolve().parents[1] / "backend_cuda" / \
     "ndarray_backend_cuda.py"
@@ -59,11 +62,44 @@ def test_cuda_backend_defines_and_exports_each_primitive(name):
 def test_primitive_parameters_agree(name):
     assert _cuda_functions()[name] == _numpy_params(name), (
         f"{name}: CUDA takes {_cuda_functions()[name]}, NumPy takes {_numpy_params(name)}")
+    declared = primitives.TABLE[name].params
+    assert tuple(p for p, _ in _numpy_params(name)) == declared, (name, declared)
 
 
 def test_cuda_covers_every_elementwise_op():
-    assert set(numpy_backend.EWISE_BINARY) <= set(kernel_specs.BINARY_FUNCTOR)
-    assert set(numpy_backend.EWISE_UNARY) <= set(kernel_specs.UNARY_FUNCTOR)
+    assert set(primitives.EWISE_BINARY) <= set(kernel_specs.BINARY_FUNCTOR)
+    assert set(primitives.EWISE_UNARY) <= set(kernel_specs.UNARY_FUNCTOR)
+    assert kernel_specs.COMPARISONS == primitives.COMPARISONS
+
+
+def _devices():
+    cuda = ndl.cuda()
+    return [ndl.cpu()] + ([cuda] if cuda.enabled() else [])
+
+
+@pytest.mark.parametrize("name", primitives.REQUIRED)
+def test_every_device_implements_each_declared_primitive(name):
+    """Each required primitive, the ewise_/scalar_ families included, is bound on every device
+    with the declared parameters (names, in order)."""
+    want = primitives.TABLE[name].params
+    for device in _devices():
+        fn = getattr(device, name, None)
+        assert fn is not None, f"{device} has no primitive {name}"
+        got = tuple(inspect.signature(fn).parameters)
+        assert got == want, f"{device}.{name} takes {got}, declared {want}"
+
+
+def test_declarations_are_consistent():
+    """Each read and write names a parameter; elementwise ops have an expression."""
+    for name, p in primitives.TABLE.items():
+        for pos, view in p.reads:
+            assert 0 <= pos < p.arity, (name, pos)
+            spec = () if view is None else (view,) if isinstance(view, int) else view
+            assert all(0 <= k < p.arity for k in spec), (name, view)
+        assert -1 <= p.write < p.arity, name
+        if p.family:
+            assert p.elementwise and p.expr is not None, name
+    assert primitives.lookup("not_a_primitive") is None
 
 
 def test_every_numpy_primitive_is_listed_in_the_contract():

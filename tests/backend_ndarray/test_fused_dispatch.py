@@ -15,9 +15,9 @@ import pytest
 import needle as ndl
 import needle.backend_ndarray.ndarray_backend_numpy as numpy_backend
 from needle import nn, ops, optim
-from needle.backend_cuda.fused import dropout_uniform_reference
+from needle.backend_cuda.fused_ops_cuda import dropout_uniform_reference
 from needle.backend_ndarray import BackendDevice
-from needle.backend_ndarray import fused as F
+from needle.backend_ndarray import fused_ops as F
 
 CUDA_DIR = Path(numpy_backend.__file__).resolve().parents[1] / "backend_cuda"
 
@@ -39,7 +39,7 @@ def _bound_names() -> set:
 
 @pytest.mark.parametrize("name", sorted(F.FUSED_PRIMITIVES))
 def test_cuda_backend_defines_and_binds_each_fused_primitive(name):
-    defs = _defs(CUDA_DIR / "fused.py")
+    defs = _defs(CUDA_DIR / "fused_ops_cuda.py")
     assert defs.get(name) == F.FUSED_PRIMITIVES[name], (name, defs.get(name))
     assert name in _bound_names(), f"CUDA backend does not bind {name} to its devices"
 

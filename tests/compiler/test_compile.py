@@ -13,12 +13,12 @@ import pytest
 
 import needle as ndl
 from needle import nn
-from needle.backend_ndarray import fused_expr
+from needle.backend_ndarray import fused_elementwise_cpu
 from needle.compiler import DataDependentError
 from needle.compiler.fusion import fuse
 
-test_ops = importlib.import_module("ops.test_ops")
-OPS, make_inputs = test_ops.OPS, test_ops.make_inputs
+op_table = importlib.import_module("ops.op_table")
+OPS, make_inputs = op_table.OPS, op_table.make_inputs
 TOL = dict(rtol=1e-12, atol=1e-12)
 
 
@@ -50,7 +50,7 @@ def _loss_fn(name, case, weights):
 def numpy_engine(monkeypatch):
     """The NumPy kernel engine: ~200 distinct op kernels would each cost numba ~0.2 s to
     build on a fresh machine; numba's kernels are checked by the model steps below."""
-    monkeypatch.setattr(fused_expr, "ENGINE", "numpy")
+    monkeypatch.setattr(fused_elementwise_cpu, "ENGINE", "numpy")
 
 
 @pytest.mark.parametrize("name,case", _op_params())
@@ -293,7 +293,7 @@ def test_fused_elementwise_engines_agree(engine):
     a, b = rng.standard_normal((6, 5)), rng.standard_normal((5, 6)).T  # b is transposed
     views = [a, b, np.float64(0.0), np.float64(1.5)]
     out = np.empty((6, 5))
-    fused_expr.kernel_for(expr, views, out, engine=engine)(views, out)
+    fused_elementwise_cpu.kernel_for(expr, views, out, engine=engine)(views, out)
     np.testing.assert_allclose(out, np.maximum(a - b, 0) * b + 1.5, **TOL)
 
 
@@ -313,9 +313,9 @@ def test_index_checks_run_on_every_replay():
                                    (70000, 1)])
 def test_numpy_engine_blocks_cover_every_element_once(shape):
     hits = np.zeros(shape, dtype=np.int64)
-    for idx in fused_expr._blocks(shape):
+    for idx in fused_elementwise_cpu._blocks(shape):
         hits[idx] += 1
-        assert hits[idx].size <= max(fused_expr.BLOCK, shape[-1])
+        assert hits[idx].size <= max(fused_elementwise_cpu.BLOCK, shape[-1])
     np.testing.assert_array_equal(hits, 1)
 
 
@@ -324,7 +324,7 @@ def test_blocked_kernels_equal_unfused_numpy_bit_for_bit(engine, monkeypatch):
     """Many blocks, a transposed and a broadcast input, exp: the same bits as one NumPy
     pass per op (blocking and fusion change no operation, only where results live)."""
     pytest.importorskip(engine)
-    monkeypatch.setattr(fused_expr, "ENGINE", engine)
+    monkeypatch.setattr(fused_elementwise_cpu, "ENGINE", engine)
     rng = np.random.default_rng(1)
     a = rng.standard_normal((300, 257)).astype(np.float32)
     b = rng.standard_normal((257, 300)).astype(np.float32).T       # transposed
@@ -335,7 +335,7 @@ def test_blocked_kernels_equal_unfused_numpy_bit_for_bit(engine, monkeypatch):
             ("t0 = x0 * x1; out = t0 - x2 + c0", a * b - m + np.float32(0.5))]:
         out = np.empty_like(a)
         views = [a, b, np.broadcast_to(m, a.shape), np.float32(0.5)]
-        fused_expr.kernel_for(expr, views, out)(views, out)
+        fused_elementwise_cpu.kernel_for(expr, views, out)(views, out)
         np.testing.assert_array_equal(out, ref)
 
 
@@ -355,7 +355,7 @@ def test_fused_reduction_equals_map_then_numpy_reduce_bit_for_bit(op, rows, cols
     out = Array(rows * inner, dtype=np.float64)
     for expr, fn in [("t0 = x0 * x1; out = t0 + c0", lambda p, q: p * q + 0.25),
                      ("t0 = x0 - x1; out = exp(t0)", lambda p, q: np.exp(p - q))]:
-        fused_expr.fused_elementwise(expr, [(x, (n,), (1,), 0) for x in arrays]
+        fused_elementwise_cpu.fused_elementwise(expr, [(x, (n,), (1,), 0) for x in arrays]
                                      + [np.float64(0.25)], out, (n,), (op, cols, inner))
         mapped = fn(arrays[0].array, arrays[1].array).reshape(rows, cols, inner)
         ufunc = np.add if op == "sum" else np.maximum
@@ -366,7 +366,7 @@ def test_fused_reduction_equals_map_then_numpy_reduce_bit_for_bit(op, rows, cols
 def test_division_by_zero_in_a_fused_kernel_gives_inf_and_nan_as_eager(monkeypatch):
     """numba's default error model raises ZeroDivisionError; NumPy's (and eager's) gives inf."""
     pytest.importorskip("numba")
-    monkeypatch.setattr(fused_expr, "ENGINE", "numba")
+    monkeypatch.setattr(fused_elementwise_cpu, "ENGINE", "numba")
     f = ndl.compile(lambda x, y: (x / y) * 2.0 + 1.0)
     x = ndl.Tensor(np.array([1.0, 0.0, -1.0, 2.0]))
     y = ndl.Tensor(np.array([0.0, 0.0, 0.0, 4.0]))
@@ -391,7 +391,7 @@ def test_fused_numba_kernels_match_eager_on_special_values(name, fn, monkeypatch
     """inf, nan, signed zeros and subnormals through arithmetic chains: the compiled kernel
     gives eager's bits (the sign of zero included), NaN where eager has NaN."""
     pytest.importorskip("numba")
-    monkeypatch.setattr(fused_expr, "ENGINE", "numba")
+    monkeypatch.setattr(fused_elementwise_cpu, "ENGINE", "numba")
     xs, ys = np.meshgrid(_SPECIAL, _SPECIAL)
     x, y = ndl.Tensor(xs.ravel(), dtype="float64"), ndl.Tensor(ys.ravel(), dtype="float64")
     f = ndl.compile(fn)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import needle as ndl
-from needle.backend_ndarray import fused_expr
+from needle.backend_ndarray import fused_elementwise_cpu
 
 OPS = ["add", "mul", "sub", "div", "exp", "relu", "sum0", "sum1", "bcast", "tr", "smul",
        "sadd", "neg", "max", "log", "tanh", "pow"]
@@ -67,7 +67,7 @@ def test_random_programs_compiled_equal_eager(monkeypatch, inside):
     """40 random programs: each replays (or, where an intermediate stays referenced, e.g. by
     a gradient's graph, runs eagerly as documented) and equals eager; most replay."""
     pytest.importorskip("numba")
-    monkeypatch.setattr(fused_expr, "ENGINE", "numba")
+    monkeypatch.setattr(fused_elementwise_cpu, "ENGINE", "numba")
     replayed = 0
     for seed in range(40):
         f = _program(seed, inside)

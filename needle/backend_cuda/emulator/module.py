@@ -16,7 +16,7 @@ import functools
 import os
 import re
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -119,21 +119,39 @@ def convert_arg(kernel: str, index: int, code: str, value: Any) -> bytes:
         return TypeError(f"kernel '{kernel}': argument {index} ({_describe(code)}) {why}; "
                          f"on a GPU it would be misread")
     if code == "p":
-        ptr = getattr(getattr(value, "data", None), "ptr", None)
-        if ptr is None and isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-            ptr = int(value)
-        if ptr is None:
-            raise err(f"is a pointer but got {type(value).__name__} (pass an array with "
-                      f".data.ptr or an int address)")
-        return int(ptr).to_bytes(8, "little", signed=False)
+        return _pointer(value, err)
     want = _numpy_dtype(code)
-    if want is None:  # a struct parameter: raw bytes of the right size
-        raw = bytes(value) if isinstance(value, (bytes, bytearray)) else np.asarray(value).tobytes()
-        if len(raw) != int(code[1:]):
-            raise err(f"needs {code[1:]} bytes, got {len(raw)}")
-        return raw
+    if want is None:
+        return _struct(value, code, err)
     if isinstance(value, np.generic):
         return _numpy_scalar(value, want, code, err)
+    if isinstance(value, (bool, int, float)):
+        return _python_scalar(value, want, code, err)
+    raise err(f"got {type(value).__name__}")
+
+
+def _pointer(value: Any, err: Callable[[str], TypeError]) -> bytes:
+    """A device pointer: an array's ``.data.ptr``, or an int address."""
+    ptr = getattr(getattr(value, "data", None), "ptr", None)
+    if ptr is None and isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        ptr = int(value)
+    if ptr is None:
+        raise err(f"is a pointer but got {type(value).__name__} (pass an array with "
+                  f".data.ptr or an int address)")
+    return int(ptr).to_bytes(8, "little", signed=False)
+
+
+def _struct(value: Any, code: str, err: Callable[[str], TypeError]) -> bytes:
+    """A struct parameter: raw bytes of the right size."""
+    raw = bytes(value) if isinstance(value, (bytes, bytearray)) else np.asarray(value).tobytes()
+    if len(raw) != int(code[1:]):
+        raise err(f"needs {code[1:]} bytes, got {len(raw)}")
+    return raw
+
+
+def _python_scalar(value: Any, want: np.dtype, code: str, err: Callable[[str], TypeError]
+                   ) -> bytes:
+    """A Python bool, int or float, as CuPy passes it (1-byte bool, long long, double)."""
     if isinstance(value, bool):
         if code != "?":
             raise err("got a Python bool (CuPy passes it as a 1-byte bool)")
@@ -146,12 +164,10 @@ def convert_arg(kernel: str, index: int, code: str, value: Any) -> bytes:
             return np.array(value, dtype=want).tobytes()
         except OverflowError:
             raise err(f"got {value}, out of range") from None
-    if isinstance(value, float):
-        if code != "f8":
-            raise err(f"got the Python float {value} (CuPy passes it as a double): "
-                      f"pass np.{want.name}({value})")
-        return np.float64(value).tobytes()
-    raise err(f"got {type(value).__name__}")
+    if code != "f8":
+        raise err(f"got the Python float {value} (CuPy passes it as a double): "
+                  f"pass np.{want.name}({value})")
+    return np.float64(value).tobytes()
 
 
 def _numpy_scalar(value: np.generic, want: np.dtype, code: str, err) -> bytes:

@@ -1,6 +1,6 @@
 """The CUDA backend's ``fused_elementwise``: a CuPy ElementwiseKernel from the same expression.
 
-``expr`` is the CPU primitive's statement list (``backend_ndarray/fused_expr.py``):
+``expr`` is the CPU primitive's statement list (``backend_ndarray/fused_elementwise_cpu.py``):
 ``t0 = x0 - x1; out = exp(t0) * c0``. Each statement becomes one line of CUDA C
 (``auto t0 = (x0 - x1);``), ``where(c, a, b)`` a conditional and ``a ** b`` ``pow(a, b)``;
 CuPy's ElementwiseKernel does the indexing of strided/broadcast views. A reduction runs the
@@ -14,10 +14,12 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..backend_ndarray import primitives as P
+
 _CTYPE = {np.dtype("float32"): "float", np.dtype("float64"): "double",
           np.dtype("bool"): "bool"}
-_FUNCS = {"exp": "exp", "log": "log", "tanh": "tanh", "sqrt": "sqrt", "abs": "fabs",
-          "sin": "sin", "cos": "cos"}
+# the expressions' functions (primitives.py) as CUDA math functions; where() is a conditional
+_FUNCS = {f: {"abs": "fabs"}.get(f, f) for f in P.FUNCTIONS if f != "where"}
 _OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.BitOr: "|",
         ast.BitAnd: "&"}
 _CMPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">",
@@ -100,7 +102,7 @@ _KERNELS: Dict[Tuple, Any] = {}
 
 def fused_elementwise(expr: str, inputs: Sequence[Any], out: Any, shape: Tuple[int, ...],
                       reduce: Optional[Tuple[str, int, int]] = None) -> None:
-    """The CPU primitive's contract (see backend_ndarray/fused_expr.py) on a GPU."""
+    """The CPU primitive's contract (see backend_ndarray/fused_elementwise_cpu.py) on a GPU."""
     from ._runtime import cp
     arrays = [x for x in inputs if isinstance(x, tuple)]
     scalars = [x for x in inputs if not isinstance(x, tuple)]

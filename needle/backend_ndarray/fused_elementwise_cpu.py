@@ -1,33 +1,30 @@
 """The CPU backend's ``fused_elementwise`` primitive: one expression, one pass over memory.
 
 ``expr`` is a few SSA statements in Python syntax over inputs ``x0..xk`` (array views) and
-``c0..cm`` (scalars), the last one assigning ``out``: ``t0 = x0 - x1; out = exp(t0) * c0``.
+``c0..cm`` (scalars), the last one assigning ``out``: ``t0 = x0 - x1; out = exp(t0) * c0``
+(``kernel_expr.py``).
 Functions: exp, log, tanh, sqrt, abs, sin, cos, where(cond, a, b); operators + - * / **,
-comparisons, & and |. ``needle.compile`` writes these (``needle/compile/fusion.py``).
+comparisons, & and |. ``needle.compile`` writes these (``needle/compiler/fusion.py``).
 
 Engines, chosen once per process (``NEEDLE_FUSED_ENGINE`` overrides):
 
 * ``numba`` (default when installed): the statements become the body of a loop that
   numba compiles with LLVM, so each element is loaded once, kept in registers through the
   chain, and stored once; the loop is SIMD-vectorized. Chosen over numexpr because on this
-  project's CPUs numexpr's interpreter (no VML) runs a 4-op float32 chain about 3x *slower*
-  than four NumPy SIMD ufunc passes over cache-resident data, while numba's loop runs it
-  about 3x faster (256K float32: numexpr ~1000 us, NumPy ~290 us, numba ~94 us; see
-  benchmarks/README.md, Graph compilation). Its costs: about 0.2 s to
-  compile each distinct expression (cached on disk across runs) and scalar libm calls for
-  exp/log/tanh (NumPy's own SIMD versions are 7x faster: 1M float32 exps, 0.65 ms against
-  4.8 ms), so a group with a transcendental function, sqrt or ``**`` runs on the NumPy
-  engine (which also keeps those results equal to the unfused steps bit for bit: numba's
-  pow differs in the last bit). Kernels run on one core: a ``numba.prange`` version ran a
-  lone 1M-element add 1.8x faster on 2 cores, but slowed the transformer step (261 -> 348
-  ms with OpenMP threads spinning against OpenBLAS's, 247 -> 257 ms with numba's
-  workqueue threads), so it was taken out.
+  project's CPUs numexpr's interpreter (no VML) runs a short float32 chain slower than NumPy's
+  SIMD ufunc passes over cache-resident data, while numba's loop runs it faster. Its costs:
+  a compile of each distinct expression (cached on disk across runs) and scalar libm calls
+  for exp/log/tanh (slower than NumPy's own SIMD versions), so a group with a transcendental
+  function, sqrt or ``**`` runs on the NumPy engine (which also keeps those results equal to
+  the unfused steps bit for bit: numba's pow differs in the last bit). Kernels run on one
+  core: a ``numba.prange`` version slowed the transformer step (its threads spin against
+  OpenBLAS's), so it was taken out. The measurements behind each choice are in
+  benchmarks/README.md ("Graph compilation", "Why the fused engines are what they are").
 * ``numexpr``: the same expression, evaluated blockwise by numexpr's virtual machine.
 * ``numpy`` (the fallback, always available): the statements run as NumPy array expressions,
   one ufunc pass each, over blocks of ~16K elements (``BLOCK``), so the temporaries are
-  small and stay in cache; same values as unfused, bit for bit. Blocking is
-  what makes it pay: a 7-op cross-entropy backward over 1024 x 1000 float32 took 11.7 ms
-  as whole-array NumPy expressions (fresh 4 MiB temporaries) and 3.1 ms blocked.
+  small and stay in cache; same values as unfused, bit for bit. Blocking is what makes it
+  pay: whole-array NumPy expressions write fresh full-size temporaries out and read them back.
 
 Reductions (``reduce=(op, reduce_size, inner_size)``) map a block of whole rows into a
 small scratch and reduce it with NumPy over the middle axis of (outer, reduce_size,
@@ -44,8 +41,10 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
-_FUNCS = {"exp": np.exp, "log": np.log, "tanh": np.tanh, "sqrt": np.sqrt, "abs": np.abs,
-          "sin": np.sin, "cos": np.cos, "where": np.where}
+from .kernel_expr import rename, split
+from .primitives import FUNCTIONS
+
+_FUNCS = {f: getattr(np, f) for f in FUNCTIONS}  # exp -> np.exp, where -> np.where, ...
 _TRANSCENDENTAL = ("exp(", "log(", "tanh(", "sin(", "cos(", "sqrt(", "**")
 
 
@@ -220,7 +219,7 @@ def kernel_for(expr: str, views: list, out: np.ndarray, engine: Optional[str] = 
 def _numexpr_kernel(expr: str, views: list) -> Callable:
     import numexpr
     from numexpr.necompiler import getContext, getExprNames
-    stmts = [s.split(" = ", 1) for s in expr.split("; ")]
+    stmts = split(expr)
     names: Dict[str, str] = {}
     for lhs, rhs in stmts:  # substitute the temporaries: numexpr takes one expression
         for k, v in names.items():
@@ -242,20 +241,6 @@ def _numexpr_kernel(expr: str, views: list) -> Callable:
         scal = [np.asarray(a) for a in args if not isinstance(a, np.ndarray)]
         nex(*arrs, *scal, out=out, order="K", casting="unsafe", ex_uses_vml=vml)
     return run
-
-
-def rename(expr: str, names: Dict[str, str]) -> str:
-    """``expr`` with each name token (``x0``, ``t3``, ...) found in ``names`` replaced."""
-    out, tok = [], ""
-    for ch in expr + " ":
-        if ch.isalnum() or ch == "_":
-            tok += ch
-            continue
-        if tok:
-            out.append(names.get(tok, tok))
-            tok = ""
-        out.append(ch)
-    return "".join(out)[:-1]
 
 
 def fused_elementwise(expr: str, inputs: Sequence[Any], out: Any, shape: Tuple[int, ...],
@@ -310,7 +295,7 @@ def _blocked_reduce(expr: str, views: list, out: Any, shape: Tuple[int, ...], op
     NumPy, next block. Each row is reduced by the same NumPy call as unblocked (NumPy's
     pairwise sum), so results equal the unfused steps bit for bit; the map result is never
     written to memory at full size. (A numba loop doing the reduction too was measured
-    2-6x slower than NumPy's SIMD reductions on these rows, so the reduction stays NumPy.)
+    slower than NumPy's SIMD reductions on these rows, so the reduction stays NumPy.)
     False when a view cannot be seen as (outer, reduce_size, inner) without a copy."""
     outer = math.prod(shape) // (reduce_size * inner)
     rows = _as_rows(views, outer, (reduce_size, inner))

@@ -5,7 +5,7 @@ the naive composition of NDArray operations (``*_naive``: every device runs them
 are what the fused kernels are tested and benchmarked against). A device whose backend offers
 the optional primitive (``softmax_rows``, ``logsumexp_rows``, ``layer_norm_fwd``,
 ``layer_norm_bwd``, ``adam_update``, ``dropout``, ``dropout_backward``; the CUDA backend's
-``backend_cuda/fused.py``) runs the whole operation as one kernel instead. The CPU backend
+``backend_cuda/fused_ops_cuda.py``) runs the whole operation as one kernel instead. The CPU backend
 offers ``adam_update`` alone, where numba is installed (``adam_cpu.py``). The public
 functions here choose between the two, so ops, layers and optimizers never name a backend.
 """
@@ -14,6 +14,7 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
+from . import primitives
 from .ndarray import NDArray
 
 __all__ = ["softmax", "softmax_naive", "logsumexp", "logsumexp_naive", "layer_norm",
@@ -24,17 +25,9 @@ __all__ = ["softmax", "softmax_naive", "logsumexp", "logsumexp_naive", "layer_no
 _FLOATS = ("float16", "bfloat16", "float32", "float64")
 
 # The optional primitives used below and the parameters a backend's versions take (flat
-# ``Array`` buffers, compact; tests/backend_ndarray/test_fused_dispatch.py checks the CUDA backend).
-FUSED_PRIMITIVES = {
-    "softmax_rows": ("a", "out", "rows", "cols"),
-    "logsumexp_rows": ("a", "out", "rows", "cols"),
-    "layer_norm_fwd": ("x", "w", "b", "y", "mean", "rstd", "rows", "cols", "eps"),
-    "layer_norm_bwd": ("dy", "x", "w", "mean", "rstd", "dx", "dw", "db", "rows", "cols"),
-    "adam_update": ("p", "g", "m", "v", "lr", "beta1", "beta2", "eps", "weight_decay", "step",
-                    "decoupled"),
-    "dropout": ("x", "y", "mask", "prob", "seed", "offset"),
-    "dropout_backward": ("dy", "mask", "dx", "prob"),
-}
+# ``Array`` buffers, compact), as primitives.py declares them; test_fused_dispatch.py checks
+# the CUDA backend against them.
+FUSED_PRIMITIVES = {p.name: p.params for p in primitives.FUSED_OPS}
 
 
 def has_primitive(device: Any, name: str) -> bool:

@@ -1,0 +1,35 @@
+"""The statement language of the ``fused_elementwise`` primitive, shared by the compiler that
+writes it and the backends that compile it.
+
+A kernel is a few SSA statements over inputs ``x0..xk`` (array views) and ``c0..cm``
+(scalars), the last one assigning ``out``. The compiler builds them as ``(name, expression)``
+tuples; the primitive takes them joined into one string, ``t0 = x0 - x1; out = exp(t0) * c0``
+(a string, so that a kernel cache can key on it and a dump can print it).
+"""
+from typing import Dict, List, Sequence, Tuple
+
+Stmt = Tuple[str, str]  # (name assigned, expression in Python syntax)
+
+
+def join(stmts: Sequence[Stmt]) -> str:
+    """The primitive's ``expr`` string of ``stmts``."""
+    return "; ".join(f"{lhs} = {rhs}" for lhs, rhs in stmts)
+
+
+def split(expr: str) -> List[Stmt]:
+    """The statements of an ``expr`` string, as (name, expression) tuples."""
+    return [tuple(s.split(" = ", 1)) for s in expr.split("; ")]  # type: ignore[misc]
+
+
+def rename(expr: str, names: Dict[str, str]) -> str:
+    """``expr`` with each name token (``x0``, ``t3``, ...) found in ``names`` replaced."""
+    out, tok = [], ""
+    for ch in expr + " ":
+        if ch.isalnum() or ch == "_":
+            tok += ch
+            continue
+        if tok:
+            out.append(names.get(tok, tok))
+            tok = ""
+        out.append(ch)
+    return "".join(out)[:-1]

@@ -1,0 +1,140 @@
+"""The device primitives, declared once: name, parameters, buffers read and written, and the
+scalar expression that code generation writes for the elementwise ones.
+
+Every backend implements the required primitives (``ndarray_backend_numpy.py`` is the
+reference, ``backend_cuda/ndarray_backend_cuda.py`` the GPU one) and may offer the optional
+ones. ``NDArray`` calls them by these names; ``needle.compile`` records them (``access`` says
+which buffers a call reads and writes) and fuses the elementwise ones into one
+``fused_elementwise`` kernel, whose statements are written from ``expr``; the CUDA kernel
+specs instantiate a functor per elementwise op. Adding an op means adding a row here plus its
+kernels (minitorch's single ``TensorBackend`` op table). This module is pure data, so the CUDA
+backend (below ``backend_ndarray`` in the import order) may read it.
+
+A read is ``(position, view)``: the argument at ``position`` is a buffer read through
+``view``: None (the whole buffer, element i for element i), the position of one argument
+holding a (shape, strides, offset) triple, or the positions of the three arguments.
+"""
+from typing import Dict, NamedTuple, Optional, Tuple, Union
+
+ViewSpec = Union[None, int, Tuple[int, int, int]]
+
+
+class Primitive(NamedTuple):
+    """One device primitive: its signature, what it reads and writes, how it is generated."""
+
+    name: str
+    params: Tuple[str, ...]                   # parameter names, in call order
+    reads: Tuple[Tuple[int, ViewSpec], ...]   # (argument position, view) of buffers read
+    write: int                                # argument position of the buffer written
+    partial: bool = False                     # only part of the written buffer changes
+    elementwise: bool = False                 # out[i] depends on the inputs' element i only
+    expr: Optional[str] = None                # Python-syntax expression over {0}, {1}, ...
+    scalar: int = -1                          # position of the scalar argument, if any
+    family: str = ""                          # "binary", "compare", "unary" or ""
+    required: bool = True                     # every backend implements it
+    opaque: bool = False                      # buffers read/written not declared: all may be
+
+    @property
+    def arity(self) -> int:
+        """The number of parameters."""
+        return len(self.params)
+
+
+# Elementwise ops: ewise_<op>(a, b, out), scalar_<op>(a, val, out) and ewise_<fn>(a, out).
+# np.maximum's semantics (NaN wins, max(-0., 0.) is 0.) written with where().
+BINARY_EXPR = {"add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}",
+               "pow": "{0} ** {1}",
+               "maximum": "where(({0} > {1}) | ({0} != {0}), {0}, {1})"}
+COMPARE_EXPR = {"eq": "{0} == {1}", "ne": "{0} != {1}", "lt": "{0} < {1}", "le": "{0} <= {1}",
+                "gt": "{0} > {1}", "ge": "{0} >= {1}"}
+UNARY_EXPR = {"neg": "-{0}", "log": "log({0})", "exp": "exp({0})", "tanh": "tanh({0})",
+              "sqrt": "sqrt({0})", "abs": "abs({0})", "sin": "sin({0})", "cos": "cos({0})"}
+EWISE_BINARY = tuple(BINARY_EXPR) + tuple(COMPARE_EXPR)
+EWISE_UNARY = tuple(UNARY_EXPR)
+COMPARISONS = frozenset(COMPARE_EXPR)
+# The functions the expressions call (each backend's code generator maps them to its own)
+FUNCTIONS = tuple(e.split("(")[0] for e in UNARY_EXPR.values() if "(" in e) + ("where",)
+
+_VIEW = ("shape", "strides", "offset")
+
+
+def _binary(op: str) -> Tuple[Primitive, Primitive]:
+    family = "compare" if op in COMPARISONS else "binary"
+    expr = {**BINARY_EXPR, **COMPARE_EXPR}[op]
+    return (Primitive(f"ewise_{op}", ("a", "b", "out"), ((0, None), (1, None)), 2,
+                      elementwise=True, expr=expr, family=family),
+            Primitive(f"scalar_{op}", ("a", "val", "out"), ((0, None),), 2,
+                      elementwise=True, expr=expr, scalar=1, family=family))
+
+
+def _unary(op: str) -> Primitive:
+    return Primitive(f"ewise_{op}", ("a", "out"), ((0, None),), 1, elementwise=True,
+                     expr=UNARY_EXPR[op], family="unary")
+
+
+_BASE = (
+    Primitive("fill", ("out", "val"), (), 0, elementwise=True, expr="{0}", scalar=1),
+    Primitive("compact", ("a", "out") + _VIEW, ((0, (2, 3, 4)),), 1, elementwise=True,
+              expr="{0}"),
+    Primitive("ewise_setitem", ("a", "out") + _VIEW, ((0, None), (1, None)), 1, partial=True),
+    Primitive("scalar_setitem", ("size", "val", "out") + _VIEW, ((2, None),), 2,
+              partial=True, scalar=1),
+    # astype is fused only from bool to a float type: 1 and 0 of the compute dtype
+    Primitive("ewise_astype", ("a", "out"), ((0, None),), 1, elementwise=True,
+              expr="where({0}, {one}, {zero})"),
+    Primitive("ewise_where", ("cond", "a", "b", "out"), ((0, None), (1, None), (2, None)), 3,
+              elementwise=True, expr="where({0}, {1}, {2})"),
+    Primitive("matmul", ("a", "b", "out", "batch", "m", "n", "p", "trans_a", "trans_b"),
+              ((0, None), (1, None)), 2),
+    Primitive("reduce_sum", ("a", "out", "reduce_size", "inner_size"), ((0, None),), 1),
+    Primitive("reduce_max", ("a", "out", "reduce_size", "inner_size"), ((0, None),), 1),
+    Primitive("take_rows", ("a", "idx", "out", "row_size"), ((0, None), (1, None)), 2),
+    Primitive("scatter_add_rows", ("src", "idx", "out", "row_size"),
+              ((0, None), (1, None), (2, None)), 2, partial=True),
+    Primitive("from_numpy", ("a", "out"), (), 1),
+    Primitive("to_numpy", ("a",) + _VIEW, ((0, (1, 2, 3)),), -1),
+)
+
+_OPTIONAL = (
+    Primitive("ewise_strided", ("name", "a", "a_view", "b", "b_view", "out"),
+              ((1, 2), (3, 4)), 5, elementwise=True, required=False),
+    Primitive("matmul_tiled", ("a", "b", "out", "m", "n", "p"), ((0, None), (1, None)), 2,
+              required=False),
+    # needle.compile's kernels: ``expr`` over views (fused_elementwise_cpu.py); its buffers
+    # sit inside ``inputs``, so a recording treats it as reading and writing everything
+    Primitive("fused_elementwise", ("expr", "inputs", "out", "shape", "reduce"), (), 2,
+              partial=True, required=False, opaque=True),
+)
+
+
+def _fused_op(name: str, params: Tuple[str, ...]) -> Primitive:
+    """A fused operation's kernel (fused_ops.py); it writes several of its buffers."""
+    return Primitive(name, params, (), -1, partial=True, required=False, opaque=True)
+
+
+# Whole operations a device may run as one kernel (fused_ops.py chooses them or the
+# composition of the primitives above); the parameters are flat compact buffers and scalars.
+FUSED_OPS = (
+    _fused_op("softmax_rows", ("a", "out", "rows", "cols")),
+    _fused_op("logsumexp_rows", ("a", "out", "rows", "cols")),
+    _fused_op("layer_norm_fwd", ("x", "w", "b", "y", "mean", "rstd", "rows", "cols", "eps")),
+    _fused_op("layer_norm_bwd", ("dy", "x", "w", "mean", "rstd", "dx", "dw", "db", "rows",
+                                 "cols")),
+    _fused_op("adam_update", ("p", "g", "m", "v", "lr", "beta1", "beta2", "eps",
+                              "weight_decay", "step", "decoupled")),
+    _fused_op("dropout", ("x", "y", "mask", "prob", "seed", "offset")),
+    _fused_op("dropout_backward", ("dy", "mask", "dx", "prob")),
+)
+
+TABLE: Dict[str, Primitive] = {p.name: p for p in (
+    *_BASE, *(q for op in EWISE_BINARY for q in _binary(op)), *map(_unary, EWISE_UNARY),
+    *_OPTIONAL, *FUSED_OPS)}
+# Required primitives outside the ewise_/scalar_ families, and the optional ones.
+PRIMITIVES = tuple(p.name for p in _BASE)
+OPTIONAL_PRIMITIVES = tuple(p.name for p in _OPTIONAL) + ("adam_update",)
+REQUIRED = tuple(n for n, p in TABLE.items() if p.required)
+
+
+def lookup(name: str) -> Optional[Primitive]:
+    """The declaration of primitive ``name``, or None for a name not declared here."""
+    return TABLE.get(name)
