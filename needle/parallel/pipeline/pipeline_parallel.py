@@ -163,6 +163,9 @@ class PipelineParallel:
                     stored[(mb, k)] = (inp, None, 0)   # keep the input's grad for the send
                 else:
                     del stored[(mb, k)]
+                # drop the locals too: they would hold this microbatch's whole graph until the
+                # next forward's output replaced them (p + 1 graphs in flight, not p)
+                del inp, out
                 self.timeline.append((("B", mb, k // p), t0, time.perf_counter()))
         self.links.wait_all()
         for q in params:
