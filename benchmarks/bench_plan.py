@@ -43,6 +43,7 @@ from needle.plan.bubble import pipeline_seconds  # noqa: E402
 from needle.plan.cluster import ClusterSpec, measure_alpha_beta  # noqa: E402
 from needle.plan.comm import comm_seconds, layout_collectives, step_bytes  # noqa: E402
 from needle.plan.layout import Layout, Setup  # noqa: E402
+from needle.plan.memory import in_flight_microbatches  # noqa: E402
 from needle.plan.model import ModelSpec, training_flops  # noqa: E402
 from needle.plan.needle_strategies import (  # noqa: E402
     needle_buffer_bytes,
@@ -109,21 +110,52 @@ def lm_layout(strategy: str, p: int) -> Layout:
     return Layout(dp=2, pp=2, microbatch=2)
 
 
-def _lm_memory(lay: Layout, vocab: int) -> float:
-    """estimate_module of the whole character transformer on one rank's batch, / (tp pp)."""
+def _lm_model(comm: Any, vocab: int) -> Any:
+    """The character transformer of plan_worker.py, its tensor-parallel shard on ``comm``."""
     from apps import model_parallel_strategies as mps
+    args = SimpleNamespace(d_model=64, heads=4, layers=4, seq_len=32)
+    np.random.seed(0)
+    return nn.Sequential(*mps.char_transformer(args, vocab, comm))
 
-    def one(comm: Any) -> float:
-        args = SimpleNamespace(d_model=64, heads=4, layers=4, seq_len=32)
-        np.random.seed(0)
-        model = nn.Sequential(*mps.char_transformer(args, vocab, comm))
-        b = 16 // lay.dp // (4 if lay.pp > 1 else 1)
-        ids = ndl.Tensor(np.zeros((b, 32)), dtype="int64", requires_grad=False)
-        y = np.zeros(b * 32, dtype=np.int64)
-        est = estimate_module(model, [ids], loss_fn=lambda out: mps._loss_fn(comm)(
-            out, ndl.Tensor(y, dtype="int64")), tp=lay.tp, pp=lay.pp, dp=lay.dp)
-        return est.total
-    return virtual.run(1, one)[0]
+
+def _lm_loss(comm: Any, b: int) -> Any:
+    from apps import model_parallel_strategies as mps
+    y = ndl.Tensor(np.zeros(b * 32, dtype=np.int64), dtype="int64", requires_grad=False)
+    return lambda out: mps._loss_fn(comm)(out, y)
+
+
+def _tp_rank_memory(comm: Any, vocab: int) -> float:
+    """estimate_module of this rank's shard: its own parameters, its own forward graph (the
+    replicated residual stream and norms included, which t does not divide)."""
+    ids = ndl.Tensor(np.zeros((16, 32)), dtype="int64", requires_grad=False)
+    return estimate_module(_lm_model(comm, vocab), [ids], loss_fn=_lm_loss(comm, 16)).total
+
+
+def _stage_memory(comm: Any, vocab: int, lay: Layout) -> List[float]:
+    """Per pipeline stage: its model states + the microbatches 1F1B keeps in flight (each its
+    graph and its received input, ``in_flight_microbatches``) + one backward's transient."""
+    from needle.parallel.pipeline.partition import partition
+    b, m = lay.microbatch, 16 // (lay.dp * lay.microbatch)
+    stages = partition(_lm_model(comm, vocab), lay.pp)
+    out = []
+    for r, stage in enumerate(stages):
+        if r == 0:
+            x = ndl.Tensor(np.zeros((b, 32)), dtype="int64", requires_grad=False)
+        else:
+            x = ndl.Tensor(np.zeros((b, 32, 64), np.float32), requires_grad=True)
+        last = r == lay.pp - 1
+        est = estimate_module(stage, [x], loss_fn=_lm_loss(comm, b) if last else None)
+        held = est["activations"] + (x.numpy().nbytes if r > 0 else 0)
+        n = in_flight_microbatches("1f1b", lay.pp, m, r)
+        out.append(est.model_states + n * held + est["backward_transient"])
+    return out
+
+
+def _lm_memory(lay: Layout, vocab: int) -> float:
+    """The busiest rank's predicted peak for tp (each rank's shard) or pp / 3d (each stage)."""
+    if lay.pp == 1:
+        return max(virtual.run(lay.tp, _tp_rank_memory, vocab))
+    return max(virtual.run(1, _stage_memory, vocab, lay)[0])
 
 
 def lm_collectives(spec: ModelSpec, lay: Layout, setup: Setup) -> List[Any]:
