@@ -39,6 +39,20 @@ def _graph_bytes(out: Tensor, params: set) -> int:
     return total
 
 
+class _StepState:
+    """One ``train_step``'s working state: microbatches, messages received, graphs kept."""
+
+    def __init__(self, xs: List[np.ndarray], ys: List[np.ndarray], params: List[Tensor]) -> None:
+        self.xs, self.ys = xs, ys
+        self.pids = {id(q) for q in params}
+        self.dtype = params[0].dtype if params else "float32"
+        self.acc: Dict[int, np.ndarray] = {}
+        self.inbox: Dict[Tuple[str, int, int], np.ndarray] = {}
+        self.stored: Dict[Tuple[int, int], Tuple[Tensor, Any, int]] = {}  # out: None once used
+        self.losses: List[float] = []
+        self.live = 0
+
+
 class PipelineParallel:
     """This rank's stage of a pipeline-parallel model, and the step that drives it."""
 
@@ -107,74 +121,80 @@ class PipelineParallel:
         if x.shape[0] % m or y.shape[0] != x.shape[0]:
             raise ValueError(f"{m} microbatches do not divide the batch of {x.shape[0]} "
                              f"(targets: {y.shape[0]})")
-        xs, ys = np.split(x, m), np.split(y, m)
         params = self.parameters()
-        pids = {id(q) for q in params}
-        acc: Dict[int, np.ndarray] = {}
-        inbox: Dict[Tuple[str, int, int], np.ndarray] = {}
-        stored: Dict[Tuple[int, int], Tuple[Tensor, Tensor, int]] = {}
-        losses, live = [], 0
+        st = _StepState(np.split(x, m), np.split(y, m), params)
         self.timeline, self.peak_activation_bytes = [], 0
-        dtype = params[0].dtype if params else "float32"
         for what, kind, mb, k in self._plan_items:
-            chunk = self.chunks[k // p]
-            if what == "recv" and kind == "F":
-                inbox[(kind, mb, k)] = self.links.recv((k - 1) % p, ACTIVATION)
-            elif what == "recv":
-                inbox[(kind, mb, k)] = self.links.recv((k + 1) % p, GRADIENT)
-            elif what == "send" and kind == "F":
-                self.links.send(stored[(mb, k)][1].numpy(), (k + 1) % p, ACTIVATION)
-            elif what == "send":
-                self.links.send(stored.pop((mb, k))[0].grad.numpy(), (k - 1) % p, GRADIENT)
-            elif kind == "F":
+            if what == "run":
                 t0 = time.perf_counter()
-                if k == 0:
-                    kind_in = xs[mb].dtype.kind  # token ids stay integers
-                    inp = Tensor(xs[mb], dtype=xs[mb].dtype.name if kind_in in "iu" else dtype,
-                                 requires_grad=False)
-                else:
-                    inp = Tensor(inbox.pop(("F", mb, k)), dtype=dtype, requires_grad=True)
-                out = chunk(inp)
-                if k == nv - 1:
-                    out = self.loss_fn(out, Tensor(ys[mb], dtype=ys[mb].dtype.name,
-                                                   requires_grad=False)) * (1.0 / m)
-                    losses.append(float(out.numpy()))
-                nbytes = _graph_bytes(out, pids)
-                stored[(mb, k)] = (inp, out, nbytes)
-                live += nbytes
-                self.peak_activation_bytes = max(self.peak_activation_bytes, live)
-                self.timeline.append((("F", mb, k // p), t0, time.perf_counter()))
+                (self._forward if kind == "F" else self._backward)(st, mb, k)
+                self.timeline.append(((kind, mb, k // p), t0, time.perf_counter()))
             else:
-                t0 = time.perf_counter()
-                inp, out, nbytes = stored[(mb, k)]
-                for q in chunk.parameters():
-                    q.grad = None
-                if k == nv - 1:
-                    out.backward(create_graph=False)
-                else:
-                    g = Tensor(inbox.pop(("B", mb, k)), dtype=out.dtype, requires_grad=False)
-                    out.backward(g, create_graph=False)
-                for q in chunk.parameters():
-                    if q.grad is not None:
-                        g = q.grad.numpy()
-                        acc[id(q)] = acc[id(q)] + g if id(q) in acc else g.copy()
-                live -= nbytes
-                if k > 0:
-                    stored[(mb, k)] = (inp, None, 0)   # keep the input's grad for the send
-                else:
-                    del stored[(mb, k)]
-                # drop the locals too: they would hold this microbatch's whole graph until the
-                # next forward's output replaced them (p + 1 graphs in flight, not p)
-                del inp, out
-                self.timeline.append((("B", mb, k // p), t0, time.perf_counter()))
+                self._message(st, what, kind, mb, k)
         self.links.wait_all()
         for q in params:
-            q.grad = (Tensor(acc[id(q)], dtype=q.dtype, requires_grad=False)
-                      if id(q) in acc else None)
-        total = np.array([sum(losses)], dtype=np.float64)
+            q.grad = (Tensor(st.acc[id(q)], dtype=q.dtype, requires_grad=False)
+                      if id(q) in st.acc else None)
+        total = np.array([sum(st.losses)], dtype=np.float64)
         if p > 1:
             total = self.comm.broadcast(total, root=(nv - 1) % p, label="pp.loss")
         return float(total[0])
+
+    def _message(self, st: "_StepState", what: str, kind: str, mb: int, k: int) -> None:
+        """Receive or send microbatch mb's activation (F) or gradient (B) of virtual stage k."""
+        p = self.num_stages
+        if what == "recv":
+            src, tag = ((k - 1) % p, ACTIVATION) if kind == "F" else ((k + 1) % p, GRADIENT)
+            st.inbox[(kind, mb, k)] = self.links.recv(src, tag)
+        elif kind == "F":
+            self.links.send(st.stored[(mb, k)][1].numpy(), (k + 1) % p, ACTIVATION)
+        else:
+            self.links.send(st.stored.pop((mb, k))[0].grad.numpy(), (k - 1) % p, GRADIENT)
+
+    def _forward(self, st: "_StepState", mb: int, k: int) -> None:
+        """Microbatch mb through virtual stage k (and the loss on the last); keep its graph."""
+        if k == 0:
+            x = st.xs[mb]
+            inp = Tensor(x, dtype=x.dtype.name if x.dtype.kind in "iu" else st.dtype,
+                         requires_grad=False)   # token ids stay integers
+        else:
+            inp = Tensor(st.inbox.pop(("F", mb, k)), dtype=st.dtype, requires_grad=True)
+        out = self.chunks[k // self.num_stages](inp)
+        if k == self.num_virtual - 1:
+            y = st.ys[mb]
+            out = self.loss_fn(out, Tensor(y, dtype=y.dtype.name, requires_grad=False)) * (
+                1.0 / self.num_microbatches)
+            st.losses.append(float(out.numpy()))
+        nbytes = _graph_bytes(out, st.pids)
+        st.stored[(mb, k)] = (inp, out, nbytes)
+        st.live += nbytes
+        self.peak_activation_bytes = max(self.peak_activation_bytes, st.live)
+
+    def _backward(self, st: "_StepState", mb: int, k: int) -> None:
+        """Backward of microbatch mb through virtual stage k; sum its parameter gradients.
+
+        A function of its own so that its locals, which hold the microbatch's whole graph, go
+        when it returns: left in ``train_step``'s loop they stayed alive until the next
+        forward had finished, and a 1F1B stage held min(p - r, m) + 1 graphs, not min(p - r, m).
+        """
+        chunk = self.chunks[k // self.num_stages]
+        inp, out, nbytes = st.stored[(mb, k)]
+        for q in chunk.parameters():
+            q.grad = None
+        if k == self.num_virtual - 1:
+            out.backward(create_graph=False)
+        else:
+            g = Tensor(st.inbox.pop(("B", mb, k)), dtype=out.dtype, requires_grad=False)
+            out.backward(g, create_graph=False)
+        for q in chunk.parameters():
+            if q.grad is not None:
+                gq = q.grad.numpy()
+                st.acc[id(q)] = st.acc[id(q)] + gq if id(q) in st.acc else gq.copy()
+        st.live -= nbytes
+        if k > 0:
+            st.stored[(mb, k)] = (inp, None, 0)   # keep the input's grad for the send
+        else:
+            del st.stored[(mb, k)]
 
     def gather_timeline(self) -> List[List[Tuple[Tuple, float, float]]]:
         """Every stage's recorded timeline (seconds from the earliest start), on every rank."""
