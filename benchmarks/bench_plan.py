@@ -46,6 +46,8 @@ from needle.plan.layout import Layout, Setup  # noqa: E402
 from needle.plan.memory import in_flight_microbatches  # noqa: E402
 from needle.plan.model import ModelSpec, training_flops  # noqa: E402
 from needle.plan.needle_strategies import (  # noqa: E402
+    fsdp_buffer_bytes,
+    fsdp_unit_spans,
     needle_buffer_bytes,
     needle_collectives,
     needle_pp_collectives,
@@ -92,7 +94,22 @@ def predict_dp(strategy: str, p: int) -> Tuple[float, float, float]:
         cs = layout_collectives(ModelSpec(params=psi), Layout(dp=p, zero=3),
                                 Setup(p, "fp32", "adam"))
     extra = needle_buffer_bytes(sizes, 4, strategy, p)
+    if strategy == "zero3":
+        extra = fsdp_buffer_bytes(_fsdp_spans(model, x, y), p)
     return est.total + extra, step_bytes(cs), 6.0 * psi * 32, cs
+
+
+def _fsdp_spans(model: Any, x: Any, y: Any) -> List[Any]:
+    """FSDP's units (the model's children with parameters) and their spans in backward."""
+    outputs: Dict[int, Any] = {}
+    units = [m for m in model.modules if m.parameters()]
+    for m in units:
+        def run(*a: Any, _m: Any = m, _f: Any = m.forward) -> Any:
+            outputs[id(_m)] = _f(*a)
+            return outputs[id(_m)]
+        m.forward = run
+    loss = nn.SoftmaxLoss()(model(x), y)
+    return fsdp_unit_spans(loss, [(outputs[id(m)], m.parameters()) for m in units])
 
 
 def _lm_spec() -> Tuple[ModelSpec, int]:
