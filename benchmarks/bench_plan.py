@@ -39,6 +39,7 @@ import needle as ndl  # noqa: E402
 from needle import nn  # noqa: E402
 from needle.memory.estimator import estimate_module  # noqa: E402
 from needle.parallel import virtual  # noqa: E402
+from needle.parallel.comm.threads import ENV_VARS, threads_per_rank  # noqa: E402
 from needle.plan.bubble import pipeline_seconds  # noqa: E402
 from needle.plan.cluster import ClusterSpec, measure_alpha_beta  # noqa: E402
 from needle.plan.comm import comm_seconds, layout_collectives, step_bytes  # noqa: E402
@@ -50,6 +51,7 @@ from needle.plan.needle_strategies import (  # noqa: E402
     fsdp_unit_spans,
     needle_buffer_bytes,
     needle_collectives,
+    needle_fsdp_collectives,
     needle_pp_collectives,
     needle_tp_collectives,
 )
@@ -59,12 +61,16 @@ MP = ("tp", "pp", "3d")
 ZERO = {"ddp": 0, "zero1": 1, "zero2": 2, "zero3": 3, "single": 0}
 
 
-def run_worker(strategy: str, ranks: int, steps: int, timeout: float) -> Dict[str, Any]:
-    """Launch plan_worker.py under mpiexec; its JSON figures."""
+def run_worker(strategy: str, ranks: int, steps: int, timeout: float,
+               blas_threads: int = 0) -> Dict[str, Any]:
+    """Launch plan_worker.py under mpiexec; its JSON figures. ``blas_threads``: fix the
+    BLAS/OpenMP threads per rank (0: needle's own choice, ``comm.threads``)."""
     exe = Path(sys.executable).parent / "mpiexec"
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        if blas_threads:
+            env.update(dict.fromkeys(ENV_VARS, str(blas_threads)))
         subprocess.run([str(exe if exe.exists() else "mpiexec"), "-n", str(ranks),
                         sys.executable, str(ROOT / "benchmarks" / "plan_worker.py"), strategy,
                         str(out), "--steps", str(steps)], check=True, timeout=timeout, env=env,
@@ -90,9 +96,10 @@ def predict_dp(strategy: str, p: int) -> Tuple[float, float, float]:
     psi = sum(sizes)
     if strategy in ("ddp", "zero1", "zero2", "single"):
         cs = needle_collectives(sizes, 4, "ddp" if strategy == "single" else strategy, p)
-    else:
-        cs = layout_collectives(ModelSpec(params=psi), Layout(dp=p, zero=3),
-                                Setup(p, "fp32", "adam"))
+    else:  # FSDP's units: the model's children that hold parameters
+        cs = needle_fsdp_collectives([(sum(int(q.size) for q in m.parameters()),
+                                       len(m.parameters())) for m in model.modules
+                                      if m.parameters()], 4, p)
     extra = needle_buffer_bytes(sizes, 4, strategy, p)
     if strategy == "zero3":
         extra = fsdp_buffer_bytes(_fsdp_spans(model, x, y), p)
@@ -141,16 +148,18 @@ def _lm_loss(comm: Any, b: int) -> Any:
     return lambda out: mps._loss_fn(comm)(out, y)
 
 
-def _tp_rank_memory(comm: Any, vocab: int) -> float:
-    """estimate_module of this rank's shard: its own parameters, its own forward graph (the
-    replicated residual stream and norms included, which t does not divide)."""
-    ids = ndl.Tensor(np.zeros((16, 32)), dtype="int64", requires_grad=False)
-    return estimate_module(_lm_model(comm, vocab), [ids], loss_fn=_lm_loss(comm, 16)).total
+def _tp_rank_memory(comm: Any, vocab: int, b: int = 16) -> Tuple[float, float]:
+    """(peak, forward graph bytes) of this rank's shard on a batch of b: estimate_module of
+    its own parameters and graph (the replicated residual stream and norms t does not divide)."""
+    ids = ndl.Tensor(np.zeros((b, 32)), dtype="int64", requires_grad=False)
+    est = estimate_module(_lm_model(comm, vocab), [ids], loss_fn=_lm_loss(comm, b))
+    return est.total, est["activations"]
 
 
-def _stage_memory(comm: Any, vocab: int, lay: Layout) -> List[float]:
-    """Per pipeline stage: its model states + the microbatches 1F1B keeps in flight (each its
-    graph and its received input, ``in_flight_microbatches``) + one backward's transient."""
+def _stage_memory(comm: Any, vocab: int, lay: Layout) -> List[Tuple[float, float]]:
+    """Per pipeline stage, (peak, one microbatch's graph bytes): its model states + the
+    microbatches 1F1B keeps in flight (``in_flight_microbatches``), each its graph and its
+    received input, + one backward's transient."""
     from needle.parallel.pipeline.partition import partition
     b, m = lay.microbatch, 16 // (lay.dp * lay.microbatch)
     stages = partition(_lm_model(comm, vocab), lay.pp)
@@ -164,15 +173,16 @@ def _stage_memory(comm: Any, vocab: int, lay: Layout) -> List[float]:
         est = estimate_module(stage, [x], loss_fn=_lm_loss(comm, b) if last else None)
         held = est["activations"] + (x.numpy().nbytes if r > 0 else 0)
         n = in_flight_microbatches("1f1b", lay.pp, m, r)
-        out.append(est.model_states + n * held + est["backward_transient"])
+        out.append((est.model_states + n * held + est["backward_transient"],
+                    est["activations"]))
     return out
 
 
-def _lm_memory(lay: Layout, vocab: int) -> float:
-    """The busiest rank's predicted peak for tp (each rank's shard) or pp / 3d (each stage)."""
+def _lm_memory(lay: Layout, vocab: int) -> List[Tuple[float, float]]:
+    """Per rank (tp: each shard) or per stage (pp, 3d): (peak, forward graph bytes)."""
     if lay.pp == 1:
-        return max(virtual.run(lay.tp, _tp_rank_memory, vocab))
-    return max(virtual.run(1, _stage_memory, vocab, lay)[0])
+        return virtual.run(lay.tp, _tp_rank_memory, vocab)
+    return virtual.run(1, _stage_memory, vocab, lay)[0]
 
 
 def lm_collectives(spec: ModelSpec, lay: Layout, setup: Setup) -> List[Any]:
@@ -187,25 +197,46 @@ def lm_collectives(spec: ModelSpec, lay: Layout, setup: Setup) -> List[Any]:
 
 
 def predict_lm(strategy: str, p: int, cluster: ClusterSpec) -> Tuple[float, float, float, Any]:
-    """(peak bytes, bytes per step, seconds) for tp / pp / 3d (or the one-rank 'single_lm')."""
+    """(peak bytes, bytes per step, seconds) for tp / pp / 3d.
+
+    Compute is the bytes the rank's forward graph writes at ``cluster``'s rate (graph bytes
+    per second of a training step, from the one-rank run, ``_work_rate``): at hidden 64
+    needle's step is bound by its NumPy ops' memory traffic and per-op overhead, not by GEMM
+    FLOPs (the one-rank step runs at ~3% of numpy's GEMM rate), and a TP rank's graph keeps
+    the replicated residual stream, norms and embeddings whole: 0.68 of the model's at t = 2,
+    not 1/2. Backward is twice the forward; TP allreduces are added (no overlap); pipelines
+    go through the schedule simulator with the busiest stage's times.
+    """
     spec, vocab = _lm_spec()
     lay = lm_layout(strategy, p)
-    setup = Setup(16, "fp32", "adam")
-    cs = lm_collectives(spec, lay, setup)
+    cs = lm_collectives(spec, lay, Setup(16, "fp32", "adam"))
     rate = cluster.peak_flops["fp32"] * cluster.efficiency
     m = 16 // (lay.dp * lay.microbatch)
-    flops = training_flops(spec, 16) / lay.gpus
-    f, b = flops / 3 / m / rate, 2 * flops / 3 / m / rate
+    ranks = _lm_memory(lay, vocab)
+    work = max(a for _, a in ranks) * (m if lay.pp == 1 else 1)  # per microbatch if pp
+    f, b = work / 3 / rate, 2 * work / 3 / rate
     tp = sum(comm_seconds(c, cluster, lay) for c in cs if c.group == "tp") / m
     p2p = sum(comm_seconds(c, cluster, lay) / c.calls for c in cs if c.name == "send")
     dp = sum(comm_seconds(c, cluster, lay) for c in cs if c.group == "dp")
-    t = pipeline_seconds("1f1b", lay.pp, m, f + tp / 2, b + tp / 2, p2p) + dp
-    return _lm_memory(lay, vocab), step_bytes(cs), t, lay
+    if lay.pp == 1:
+        t = f + b + tp * m + dp
+    else:
+        t = pipeline_seconds("1f1b", lay.pp, m, f + tp / 2, b + tp / 2, p2p) + dp
+    return max(pk for pk, _ in ranks), step_bytes(cs), t, lay
+
+
+def _work_rate(step_s: float) -> float:
+    """The char transformer's forward graph bytes (batch 16, one rank) per second of step."""
+    return virtual.run(1, _tp_rank_memory, _lm_spec()[1])[0][1] / step_s
 
 
 def _here(rate: float, ab: Dict[str, float], p: int) -> ClusterSpec:
-    """This machine as the planner sees it: ``rate`` FLOP/s per rank, the fitted alpha, beta."""
-    share = min(1.0, (os.cpu_count() or 1) / p)   # p processes share the cores
+    """This machine as the planner sees it: ``rate`` FLOP/s per rank, the fitted alpha, beta.
+
+    ``rate`` is a one-rank run's with as many BLAS threads as each of the p ranks gets; the
+    p ranks' threads share the cores."""
+    cores = os.cpu_count() or 1
+    share = min(1.0, cores / (p * threads_per_rank(cores, p)))
     return ClusterSpec(1, p, 1e12, {"fp32": rate, "mixed": rate}, ab["alpha"], ab["beta"],
                        ab["alpha"], ab["beta"], efficiency=share, name="here")
 
@@ -222,11 +253,16 @@ def main() -> None:
     ab = measure_alpha_beta(2)
     print(f"load average {load[0]:.1f} on {os.cpu_count()} cores; alpha {ab['alpha'] * 1e6:.1f}"
           f" us, beta {1 / ab['beta'] / 1e9:.2f} GB/s (ping-pong, 2 ranks)")
-    one_dp = run_worker("single", 1, a.steps, a.timeout)
-    one_lm = run_worker("tp", 1, a.steps, a.timeout)
+    # The one-rank reference runs with the BLAS threads each rank of the runs gets
+    # (comm.threads: cores // ranks, 1 here), not the cores-many a lone process starts: two
+    # OpenBLAS threads on these small matmuls made a 1-rank step 10x slower than one thread.
+    ref_threads = threads_per_rank(os.cpu_count() or 1, min(a.ranks))
+    one_dp = run_worker("single", 1, a.steps, a.timeout, ref_threads)
+    one_lm = run_worker("tp", 1, a.steps, a.timeout, ref_threads)
     spec, _ = _lm_spec()
     rate_dp = 6.0 * 43530 * 32 / one_dp["step_s"]
     rate_lm = training_flops(spec, 16) / one_lm["step_s"]
+    work_lm = _work_rate(one_lm["step_s"])
     print(f"needle FLOP/s at 1 rank: MLPResNet {rate_dp / 1e9:.3f} G "
           f"({rate_dp / one_dp['gemm_flops']:.3f}"
           f" of numpy GEMM), char transformer {rate_lm / 1e9:.3f} G "
@@ -248,7 +284,7 @@ def main() -> None:
                     comm_seconds(c, cl, Layout(dp=p)) for c in cs)
                 gemm1 = one_dp["gemm_flops"]
             else:
-                peak, nbytes, t, _ = predict_lm(s, p, _here(rate_lm, ab, p))
+                peak, nbytes, t, _ = predict_lm(s, p, _here(work_lm, ab, p))
                 gemm1 = one_lm["gemm_flops"]
             row = {"strategy": s, "ranks": p, "peak_measured": max(meas["peak"]),
                    "peak_predicted": peak, "bytes_measured": max(meas["bytes"]),

@@ -15,7 +15,7 @@ from .comm import Collective, pp_sends
 
 __all__ = ["needle_collectives", "needle_tp_collectives", "needle_pp_collectives",
            "needle_buffer_bytes", "STRATEGIES", "UnitSpan", "fsdp_unit_spans",
-           "fsdp_buffer_bytes"]
+           "fsdp_buffer_bytes", "needle_fsdp_collectives"]
 
 STRATEGIES = ("ddp", "zero1", "zero2")
 MB = 1024 * 1024
@@ -41,6 +41,23 @@ def needle_collectives(sizes: Sequence[int], itemsize: int, strategy: str, p: in
         if strategy == "zero2":  # rows = p of (cols + flags): each rank gets one row
             out.append(Collective("reduce_scatter", "dp", p, cols + len(idx), itemsize, 1))
         out.append(Collective("allgather", "dp", p, cols, itemsize, 1))
+    return out
+
+
+def needle_fsdp_collectives(units: Sequence[Tuple[int, int]], itemsize: int, p: int
+                            ) -> List[Collective]:
+    """One step of needle's FullyShardedDataParallel, for units of (elements, parameters).
+
+    Per unit (``parallel/zero/flat_param.py``): an allgather of its ceil(numel / p)-element
+    shards in forward and again in backward, and a reduce-scatter of p rows of that many
+    columns plus one usage flag per parameter. The textbook's 3 (N-1)/N Psi plus the padding
+    and the flags, and 3 calls per unit where the textbook counts 3.
+    """
+    out: List[Collective] = []
+    for numel, nparams in units:
+        cols = -(-int(numel) // p)
+        out.append(Collective("allgather", "dp", p, cols, itemsize, 2))
+        out.append(Collective("reduce_scatter", "dp", p, cols + int(nparams), itemsize, 1))
     return out
 
 

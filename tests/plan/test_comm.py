@@ -4,11 +4,16 @@ import pytest
 
 import needle as ndl
 from needle import nn
-from needle.parallel import DistributedDataParallel, ZeroRedundancyOptimizer, virtual
+from needle.parallel import (
+    DistributedDataParallel,
+    FullyShardedDataParallel,
+    ZeroRedundancyOptimizer,
+    virtual,
+)
 from needle.plan.comm import Collective, collective_bytes, layout_collectives, step_bytes
 from needle.plan.layout import Layout, Setup
 from needle.plan.model import ModelSpec
-from needle.plan.needle_strategies import needle_collectives
+from needle.plan.needle_strategies import needle_collectives, needle_fsdp_collectives
 
 
 def _ledger_bytes(comm, name, make):
@@ -44,9 +49,12 @@ def _train_and_count(comm, strategy, steps=2):
     elif strategy == "zero1":
         net = DistributedDataParallel(model, comm)
         opt = ZeroRedundancyOptimizer(model.parameters(), ndl.optim.Adam, comm, stage=1, lr=1e-3)
-    else:
+    elif strategy == "zero2":
         net = model
         opt = ZeroRedundancyOptimizer(model.parameters(), ndl.optim.Adam, comm, stage=2, lr=1e-3)
+    else:
+        net = FullyShardedDataParallel(model, comm)
+        opt = ndl.optim.Adam(net.parameters(), lr=1e-3)
     comm.ledger.reset()
     rng = np.random.default_rng(comm.rank)
     for _ in range(steps):
@@ -68,6 +76,22 @@ def test_needle_strategy_bytes_per_step_are_exact(strategy, p):
     predicted = step_bytes(needle_collectives(sizes, 4, strategy, p))
     assert max(measured) == predicted
     assert predicted > 0
+
+
+@pytest.mark.parametrize("p", [2, 3])
+def test_needle_fsdp_bytes_per_step_are_exact(p):
+    """FSDP on p virtual ranks (units: the three Linears, 6300 / 90300 / 1505 elements, the
+    last a multiple of neither 2 nor 3): per-unit padding and usage flags make it exact where
+    the textbook's 3 (N-1)/N Psi is not."""
+    measured = virtual.run(p, _train_and_count, "fsdp")
+    units = [(sum(int(q.size) for q in m.parameters()), len(m.parameters()))
+             for m in _mlp().modules if m.parameters()]
+    assert units == [(6300, 2), (90300, 2), (1505, 2)]
+    predicted = step_bytes(needle_fsdp_collectives(units, 4, p))
+    assert max(measured) == predicted
+    textbook = step_bytes(layout_collectives(ModelSpec(params=98105), Layout(dp=p, zero=3),
+                                             Setup(p, "fp32", "adam")))
+    assert textbook != predicted
 
 
 def test_layout_collectives_textbook_ratios():
