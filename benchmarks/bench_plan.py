@@ -42,7 +42,12 @@ from needle.parallel import virtual  # noqa: E402
 from needle.parallel.comm.threads import ENV_VARS, threads_per_rank  # noqa: E402
 from needle.plan.bubble import pipeline_seconds  # noqa: E402
 from needle.plan.cluster import ClusterSpec, measure_alpha_beta  # noqa: E402
-from needle.plan.comm import comm_seconds, layout_collectives, step_bytes  # noqa: E402
+from needle.plan.comm import (  # noqa: E402
+    Collective,
+    comm_seconds,
+    layout_collectives,
+    step_bytes,
+)
 from needle.plan.layout import Layout, Setup  # noqa: E402
 from needle.plan.memory import in_flight_microbatches  # noqa: E402
 from needle.plan.model import ModelSpec, training_flops  # noqa: E402
@@ -119,9 +124,10 @@ def _fsdp_spans(model: Any, x: Any, y: Any) -> List[Any]:
     return fsdp_unit_spans(loss, [(outputs[id(m)], m.parameters()) for m in units])
 
 
-def _lm_spec() -> Tuple[ModelSpec, int]:
+def _lm_spec(tp: int = 1) -> Tuple[ModelSpec, int]:
     from apps import model_parallel_strategies as mps
-    vocab = mps.batches(SimpleNamespace(chars=50_000, seq_len=32, batch=16), 4)[1]
+    # the worker pads the vocabulary to a multiple of its tp (Megatron's rule)
+    vocab = mps.batches(SimpleNamespace(chars=50_000, seq_len=32, batch=16), tp)[1]
     return ModelSpec(4, 64, 4, 32, vocab).check(), vocab
 
 
@@ -193,7 +199,38 @@ def lm_collectives(spec: ModelSpec, lay: Layout, setup: Setup) -> List[Any]:
                                      lay.tp, m)
     if lay.pp > 1 and lay.gpus == lay.pp:
         return needle_pp_collectives(lay.microbatch, spec.seq, spec.hidden, lay.pp, m)
+    if lay.pp > 1 and lay.gpus == lay.pp * lay.dp:
+        return _3d_collectives(spec, lay, m)
     return layout_collectives(spec, lay, setup)
+
+
+def _3d_collectives(spec: ModelSpec, lay: Layout, m: int) -> List[Any]:
+    """plan_worker's 3D step on its busiest stage: that stage's activation / gradient sends,
+    the loss broadcast if it is the root (the last stage), and one dp allreduce per gradient."""
+    sizes = virtual.run(1, _stage_sizes, _lm_spec(lay.tp)[1], lay.pp)[0]
+    sbh = lay.microbatch * spec.seq * spec.hidden
+    per_stage = []
+    for r, stage in enumerate(sizes):
+        cs = [Collective("send", "pp", lay.pp, sbh, 4, m * ((r < lay.pp - 1) + (r > 0)))]
+        cs += [Collective("broadcast", "pp", lay.pp, 1, 8, 1)] if r == lay.pp - 1 else []
+        per_stage.append(cs + [Collective("allreduce", "dp", lay.dp, n, 4, 1) for n in stage])
+    return max(per_stage, key=step_bytes)
+
+
+def _stage_sizes(comm: Any, vocab: int, pp: int) -> List[List[int]]:
+    """Per pipeline stage of the char transformer, the sizes of the parameters that get a
+    gradient (the worker allreduces only those), from one forward and backward of it."""
+    from needle.parallel.pipeline.partition import partition
+    out = []
+    for r, stage in enumerate(partition(_lm_model(comm, vocab), pp)):
+        if r == 0:
+            x = ndl.Tensor(np.zeros((2, 32)), dtype="int64", requires_grad=False)
+        else:
+            x = ndl.Tensor(np.zeros((2, 32, 64), np.float32), requires_grad=True)
+        y = stage(x)
+        (_lm_loss(comm, 2)(y) if r == pp - 1 else y.sum()).backward(create_graph=False)
+        out.append([int(q.size) for q in stage.parameters() if q.grad is not None])
+    return out
 
 
 def predict_lm(strategy: str, p: int, cluster: ClusterSpec) -> Tuple[float, float, float, Any]:
@@ -207,8 +244,8 @@ def predict_lm(strategy: str, p: int, cluster: ClusterSpec) -> Tuple[float, floa
     not 1/2. Backward is twice the forward; TP allreduces are added (no overlap); pipelines
     go through the schedule simulator with the busiest stage's times.
     """
-    spec, vocab = _lm_spec()
     lay = lm_layout(strategy, p)
+    spec, vocab = _lm_spec(lay.tp)
     cs = lm_collectives(spec, lay, Setup(16, "fp32", "adam"))
     rate = cluster.peak_flops["fp32"] * cluster.efficiency
     m = 16 // (lay.dp * lay.microbatch)
@@ -227,7 +264,7 @@ def predict_lm(strategy: str, p: int, cluster: ClusterSpec) -> Tuple[float, floa
 
 def _work_rate(step_s: float) -> float:
     """The char transformer's forward graph bytes (batch 16, one rank) per second of step."""
-    return virtual.run(1, _tp_rank_memory, _lm_spec()[1])[0][1] / step_s
+    return virtual.run(1, _tp_rank_memory, _lm_spec(1)[1])[0][1] / step_s
 
 
 def _here(rate: float, ab: Dict[str, float], p: int) -> ClusterSpec:
@@ -250,16 +287,19 @@ def main() -> None:
     ap.add_argument("--json", default="")
     a = ap.parse_args()
     load = os.getloadavg()
-    ab = measure_alpha_beta(2)
-    print(f"load average {load[0]:.1f} on {os.cpu_count()} cores; alpha {ab['alpha'] * 1e6:.1f}"
-          f" us, beta {1 / ab['beta'] / 1e9:.2f} GB/s (ping-pong, 2 ranks)")
+    # alpha, beta with p ranks running: beyond the cores, a message waits for its receiver to
+    # be scheduled (the idle ranks poll), which the 2-rank fit does not see
+    abs_ = {p: measure_alpha_beta(p) for p in a.ranks}
+    print(f"load average {load[0]:.1f} on {os.cpu_count()} cores; ping-pong alpha, beta: "
+          + ", ".join(f"{p} ranks {ab['alpha'] * 1e6:.1f} us, {1 / ab['beta'] / 1e9:.2f} GB/s"
+                      for p, ab in abs_.items()))
     # The one-rank reference runs with the BLAS threads each rank of the runs gets
     # (comm.threads: cores // ranks, 1 here), not the cores-many a lone process starts: two
     # OpenBLAS threads on these small matmuls made a 1-rank step 10x slower than one thread.
     ref_threads = threads_per_rank(os.cpu_count() or 1, min(a.ranks))
     one_dp = run_worker("single", 1, a.steps, a.timeout, ref_threads)
     one_lm = run_worker("tp", 1, a.steps, a.timeout, ref_threads)
-    spec, _ = _lm_spec()
+    spec, _ = _lm_spec(1)
     rate_dp = 6.0 * 43530 * 32 / one_dp["step_s"]
     rate_lm = training_flops(spec, 16) / one_lm["step_s"]
     work_lm = _work_rate(one_lm["step_s"])
@@ -279,12 +319,12 @@ def main() -> None:
             meas = run_worker(s, p, a.steps, a.timeout)
             if s in DP:
                 peak, nbytes, flops, cs = predict_dp(s, p)
-                cl = _here(rate_dp, ab, p)
+                cl = _here(rate_dp, abs_[p], p)
                 t = flops / (rate_dp * cl.efficiency) + sum(
                     comm_seconds(c, cl, Layout(dp=p)) for c in cs)
                 gemm1 = one_dp["gemm_flops"]
             else:
-                peak, nbytes, t, _ = predict_lm(s, p, _here(work_lm, ab, p))
+                peak, nbytes, t, _ = predict_lm(s, p, _here(work_lm, abs_[p], p))
                 gemm1 = one_lm["gemm_flops"]
             row = {"strategy": s, "ranks": p, "peak_measured": max(meas["peak"]),
                    "peak_predicted": peak, "bytes_measured": max(meas["bytes"]),
@@ -298,7 +338,7 @@ def main() -> None:
                   f"{row['gemm_ratio']:>9.2f}", flush=True)
     _rankings(rows)
     if a.json:
-        Path(a.json).write_text(json.dumps({"load": load, "alpha_beta": ab, "rows": rows,
+        Path(a.json).write_text(json.dumps({"load": load, "alpha_beta": abs_, "rows": rows,
                                             "rates": [rate_dp, rate_lm]}, indent=1))
 
 

@@ -11,7 +11,7 @@ from typing import Any, List, NamedTuple, Sequence, Tuple
 
 from ..autograd import find_topo_sort
 from ..parallel.data_parallel.buckets import assign_buckets
-from .comm import Collective, pp_sends
+from .comm import Collective, pp_sends, step_bytes
 
 __all__ = ["needle_collectives", "needle_tp_collectives", "needle_pp_collectives",
            "needle_buffer_bytes", "STRATEGIES", "UnitSpan", "fsdp_unit_spans",
@@ -95,11 +95,29 @@ def needle_tp_collectives(layers: int, b: int, s: int, h: int, p: int, m: int = 
 
 def needle_pp_collectives(b: int, s: int, h: int, p: int, m: int, v: int = 1,
                           itemsize: int = 4) -> List[Collective]:
-    """One step of needle's PipelineParallel: activation / gradient sends of (b, s, h) per
-    microbatch (``pp_sends``), then the float64 loss broadcast from the last stage."""
-    return [Collective("send", "pp", p, s * b * h, itemsize, pp_sends(p, m, v)),
-            Collective("broadcast", "pp", p, 1, 8, 1)]
+    """One step of needle's PipelineParallel on its busiest stage: activation / gradient sends
+    of (b, s, h) per microbatch (``pp_sends``), and its part of the float64 loss broadcast
+    from the last stage (a binomial tree: the root sends to ceil(log2 p) stages, a stage that
+    forwards it to its children in the tree)."""
+    sbh = s * b * h
+    if v > 1:  # interleaved: every stage sends both ways; the root's broadcast counted
+        return [Collective("send", "pp", p, sbh, itemsize, pp_sends(p, m, v)),
+                Collective("broadcast", "pp", p, 1, 8, 1)]
+    per_stage = []
+    for r in range(p):
+        cs = [Collective("send", "pp", p, sbh, itemsize, m * ((r < p - 1) + (r > 0)))]
+        if r == p - 1:
+            cs.append(Collective("broadcast", "pp", p, 1, 8, 1))
+        elif _tree_children((r - (p - 1)) % p, p):  # relays the loss: plain sends
+            cs.append(Collective("send", "pp", p, 1, 8, _tree_children((r - (p - 1)) % p, p)))
+        per_stage.append(cs)
+    return max(per_stage, key=step_bytes)
 
+
+def _tree_children(vr: int, p: int) -> int:
+    """Children of virtual rank ``vr`` in a binomial broadcast tree of p ranks (root 0)."""
+    low = vr & -vr if vr else 1 << max(p - 1, 1).bit_length()
+    return sum(1 for k in range(low.bit_length() - 1) if vr + (1 << k) < p)
 
 class UnitSpan(NamedTuple):
     """An FSDP unit in one backward: its elements and parameters, and the positions (in the

@@ -68,6 +68,7 @@ def test_sharded_strategies_memory_within_10_percent(strategy, tmp_path):
     if strategy == "zero3":
         peak = bench.predict_dp("zero3", 2)[0]
     else:
-        ranks = bench._lm_memory(bench.lm_layout(strategy, 2), bench._lm_spec()[1])
+        lay = bench.lm_layout(strategy, 2)
+        ranks = bench._lm_memory(lay, bench._lm_spec(lay.tp)[1])
         peak = max(pk for pk, _ in ranks)
     assert abs(peak / max(meas["peak"]) - 1) < 0.10, (peak, meas["peak"])
