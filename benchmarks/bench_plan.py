@@ -7,18 +7,22 @@ Each strategy runs in ``plan_worker.py`` (the real strategies of apps/: DDP, ZeR
 (ZeRO-3) on the course's MLPResNet for digits; TP, PP (1F1B, 4 microbatches) and 3D (dp 2 x
 pp 2) on the character transformer). Predictions, made here without running the strategy:
 
-* memory: ``needle.memory.estimate_module`` of the model on one rank's batch (measured
-  activations, ZeRO/TP/PP divisions of the model states), its total, plus the buffers
-  ``needle_strategies.needle_buffer_bytes`` names;
-* bytes: DDP / ZeRO-1/2 from ``needle_strategies.needle_collectives`` (needle's bucket rules);
-  FSDP, TP, PP and 3D from the planner's textbook counts (``comm.layout_collectives``);
-* time (``--cluster here``): FLOPs per rank / (needle's FLOP/s on this model, measured by the
-  one-rank run of it, x min(1, cores / ranks), the share of the cores each rank gets) +
-  alpha-beta time of the predicted collectives (alpha, beta from a ping-pong run first; no
-  overlap assumed: shared cores leave none to overlap with); for PP and 3D the schedule
-  simulator's makespan. numpy GEMM FLOP/s are measured too (every rank at once, column
-  "GEMM N/1": the rate at N ranks over the rate at 1) but, dominated by per-op overhead at
-  these sizes, needle's step does not run at GEMM speed.
+* memory: ``needle.memory.estimate_module`` (measured forward graph, backward liveness
+  replay, model states) of what one rank holds: DDP / ZeRO-1/2 the model on its batch plus
+  ``needle_buffer_bytes``; FSDP the same sharded plus ``fsdp_buffer_bytes`` (each unit's
+  gathered parameters and reduce-scatter buffers over backward, placed by the graph's order);
+  TP each rank's own shard and graph (virtual cluster); PP / 3D each stage's graph times the
+  microbatches 1F1B keeps in flight (``in_flight_microbatches``), the busiest stage;
+* bytes: needle's own rules (``needle_strategies``: DDP / ZeRO-1/2 buckets, FSDP units, TP
+  blocks, PP sends and the loss broadcast, 3D's per-gradient dp allreduces);
+* time (``--cluster here``): the one-rank run of the model (with the BLAS threads each rank
+  gets) gives the rate; per rank, DP: its step at that rate x its share of the cores; TP /
+  PP / 3D: its forward graph bytes at that rate (needle's step at hidden 64 is bound by its
+  ops' memory traffic and per-op overhead, not GEMM FLOPs), backward twice the forward; plus
+  the alpha-beta time of the predicted collectives (alpha, beta by ping-pong with that many
+  ranks running; no overlap assumed: shared cores leave none to overlap with); PP and 3D
+  through the schedule simulator. numpy GEMM FLOP/s are measured too (every rank at once,
+  column "GEMM N/1": the rate at N ranks over the rate at 1).
 """
 import argparse
 import json
@@ -337,8 +341,11 @@ def main() -> None:
                   f"{meas['step_s'] * 1e3:>14.1f}{t * 1e3:>9.1f}{t / meas['step_s']:>7.2f}"
                   f"{row['gemm_ratio']:>9.2f}", flush=True)
     _rankings(rows)
+    load_end = os.getloadavg()
+    print(f"load average at the end {load_end[0]:.1f} (1 min), {load_end[1]:.1f} (5 min)")
     if a.json:
-        Path(a.json).write_text(json.dumps({"load": load, "alpha_beta": abs_, "rows": rows,
+        Path(a.json).write_text(json.dumps({"load": load, "load_end": load_end,
+                                            "alpha_beta": abs_, "rows": rows,
                                             "rates": [rate_dp, rate_lm]}, indent=1))
 
 
