@@ -30,6 +30,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from functools import lru_cache
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Dict, List, Tuple
@@ -54,7 +55,7 @@ from needle.plan.comm import (  # noqa: E402
 )
 from needle.plan.layout import Layout, Setup  # noqa: E402
 from needle.plan.memory import in_flight_microbatches  # noqa: E402
-from needle.plan.model import ModelSpec, training_flops  # noqa: E402
+from needle.plan.model import ModelSpec  # noqa: E402
 from needle.plan.needle_strategies import (  # noqa: E402
     fsdp_buffer_bytes,
     fsdp_unit_spans,
@@ -266,9 +267,15 @@ def predict_lm(strategy: str, p: int, cluster: ClusterSpec) -> Tuple[float, floa
     return max(pk for pk, _ in ranks), step_bytes(cs), t, lay
 
 
+@lru_cache(maxsize=1)
+def _full_graph_bytes() -> float:
+    """The char transformer's forward graph bytes on one rank, batch 16."""
+    return virtual.run(1, _tp_rank_memory, _lm_spec(1)[1])[0][1]
+
+
 def _work_rate(step_s: float) -> float:
-    """The char transformer's forward graph bytes (batch 16, one rank) per second of step."""
-    return virtual.run(1, _tp_rank_memory, _lm_spec(1)[1])[0][1] / step_s
+    """Forward graph bytes per second of training step, from a one-rank step of s seconds."""
+    return _full_graph_bytes() / step_s
 
 
 def _here(rate: float, ab: Dict[str, float], p: int) -> ClusterSpec:
@@ -280,6 +287,23 @@ def _here(rate: float, ab: Dict[str, float], p: int) -> ClusterSpec:
     share = min(1.0, cores / (p * threads_per_rank(cores, p)))
     return ClusterSpec(1, p, 1e12, {"fp32": rate, "mixed": rate}, ab["alpha"], ab["beta"],
                        ab["alpha"], ab["beta"], efficiency=share, name="here")
+
+
+def _row(s: str, p: int, a: Any, ab: Dict[str, float], ref: Dict[str, Any]) -> Dict[str, Any]:
+    """Run s at p ranks; predict it from ``ref``, the one-rank run of its model; the figures."""
+    meas = run_worker(s, p, a.steps, a.timeout)
+    if s in DP:
+        peak, nbytes, flops, cs = predict_dp(s, p)
+        rate = flops / ref["step_s"]  # the same per-rank batch as the reference
+        cl = _here(rate, ab, p)
+        t = flops / (rate * cl.efficiency) + sum(comm_seconds(c, cl, Layout(dp=p)) for c in cs)
+    else:
+        peak, nbytes, t, _ = predict_lm(s, p, _here(_work_rate(ref["step_s"]), ab, p))
+    return {"strategy": s, "ranks": p, "peak_measured": max(meas["peak"]),
+            "peak_predicted": peak, "bytes_measured": max(meas["bytes"]),
+            "bytes_predicted": nbytes, "step_s_measured": meas["step_s"],
+            "step_s_predicted": t, "step_s_one_rank": ref["step_s"],
+            "gemm_ratio": meas["gemm_flops"] / ref["gemm_flops"]}
 
 
 def main() -> None:
@@ -301,52 +325,34 @@ def main() -> None:
     # (comm.threads: cores // ranks, 1 here), not the cores-many a lone process starts: two
     # OpenBLAS threads on these small matmuls made a 1-rank step 10x slower than one thread.
     ref_threads = threads_per_rank(os.cpu_count() or 1, min(a.ranks))
-    one_dp = run_worker("single", 1, a.steps, a.timeout, ref_threads)
-    one_lm = run_worker("tp", 1, a.steps, a.timeout, ref_threads)
-    spec, _ = _lm_spec(1)
-    rate_dp = 6.0 * 43530 * 32 / one_dp["step_s"]
-    rate_lm = training_flops(spec, 16) / one_lm["step_s"]
-    work_lm = _work_rate(one_lm["step_s"])
-    print(f"needle FLOP/s at 1 rank: MLPResNet {rate_dp / 1e9:.3f} G "
-          f"({rate_dp / one_dp['gemm_flops']:.3f}"
-          f" of numpy GEMM), char transformer {rate_lm / 1e9:.3f} G "
-          f"({rate_lm / one_lm['gemm_flops']:.3f})")
     rows: List[Dict[str, Any]] = []
-    head = (f"{'strategy':<8}{'ranks':>6}{'peak MB meas':>14}{'pred':>9}{'ratio':>7}"
-            f"{'bytes/step meas':>17}{'pred':>12}{'ratio':>8}{'step ms meas':>14}{'pred':>9}"
-            f"{'ratio':>7}{'GEMM N/1':>9}")
-    print(head)
+    print(f"{'strategy':<8}{'ranks':>6}{'peak MB meas':>14}{'pred':>9}{'ratio':>7}"
+          f"{'bytes/step meas':>17}{'pred':>12}{'ratio':>8}{'step ms meas':>14}{'pred':>9}"
+          f"{'ratio':>7}{'1-rank ms':>10}{'GEMM N/1':>9}")
     for p in a.ranks:
+        # the one-rank references again before each rank count's block (interleaved: the
+        # load drifts over the run), one per model, so that strategies of a family compare
+        # against the same reference
+        refs = {fam: run_worker(name, 1, a.steps, a.timeout, ref_threads)
+                for fam, name in (("dp", "single"), ("lm", "tp"))}
         for s in DP + MP:
             if s == "3d" and p != 4:
                 continue
-            meas = run_worker(s, p, a.steps, a.timeout)
-            if s in DP:
-                peak, nbytes, flops, cs = predict_dp(s, p)
-                cl = _here(rate_dp, abs_[p], p)
-                t = flops / (rate_dp * cl.efficiency) + sum(
-                    comm_seconds(c, cl, Layout(dp=p)) for c in cs)
-                gemm1 = one_dp["gemm_flops"]
-            else:
-                peak, nbytes, t, _ = predict_lm(s, p, _here(work_lm, abs_[p], p))
-                gemm1 = one_lm["gemm_flops"]
-            row = {"strategy": s, "ranks": p, "peak_measured": max(meas["peak"]),
-                   "peak_predicted": peak, "bytes_measured": max(meas["bytes"]),
-                   "bytes_predicted": nbytes, "step_s_measured": meas["step_s"],
-                   "step_s_predicted": t, "gemm_ratio": meas["gemm_flops"] / gemm1}
-            rows.append(row)
-            print(f"{s:<8}{p:>6}{row['peak_measured'] / 1e6:>14.2f}{peak / 1e6:>9.2f}"
-                  f"{peak / row['peak_measured']:>7.2f}{row['bytes_measured']:>17,.0f}"
-                  f"{nbytes:>12,.0f}{nbytes / max(row['bytes_measured'], 1):>8.3f}"
-                  f"{meas['step_s'] * 1e3:>14.1f}{t * 1e3:>9.1f}{t / meas['step_s']:>7.2f}"
-                  f"{row['gemm_ratio']:>9.2f}", flush=True)
+            r = _row(s, p, a, abs_[p], refs["dp" if s in DP else "lm"])
+            rows.append(r)
+            print(f"{s:<8}{p:>6}{r['peak_measured'] / 1e6:>14.2f}{r['peak_predicted'] / 1e6:>9.2f}"
+                  f"{r['peak_predicted'] / r['peak_measured']:>7.2f}"
+                  f"{r['bytes_measured']:>17,.0f}{r['bytes_predicted']:>12,.0f}"
+                  f"{r['bytes_predicted'] / max(r['bytes_measured'], 1):>8.3f}"
+                  f"{r['step_s_measured'] * 1e3:>14.1f}{r['step_s_predicted'] * 1e3:>9.1f}"
+                  f"{r['step_s_predicted'] / r['step_s_measured']:>7.2f}"
+                  f"{r['step_s_one_rank'] * 1e3:>10.1f}{r['gemm_ratio']:>9.2f}", flush=True)
     _rankings(rows)
     load_end = os.getloadavg()
     print(f"load average at the end {load_end[0]:.1f} (1 min), {load_end[1]:.1f} (5 min)")
     if a.json:
         Path(a.json).write_text(json.dumps({"load": load, "load_end": load_end,
-                                            "alpha_beta": abs_, "rows": rows,
-                                            "rates": [rate_dp, rate_lm]}, indent=1))
+                                            "alpha_beta": abs_, "rows": rows}, indent=1))
 
 
 def _rankings(rows: List[Dict[str, Any]]) -> None:
