@@ -15,14 +15,15 @@ pp 2) on the character transformer). Predictions, made here without running the 
   microbatches 1F1B keeps in flight (``in_flight_microbatches``), the busiest stage;
 * bytes: needle's own rules (``needle_strategies``: DDP / ZeRO-1/2 buckets, FSDP units, TP
   blocks, PP sends and the loss broadcast, 3D's per-gradient dp allreduces);
-* time (``--cluster here``): the one-rank run of the model (with the BLAS threads each rank
-  gets) gives the rate; per rank, DP: its step at that rate x its share of the cores; TP /
-  PP / 3D: its forward graph bytes at that rate (needle's step at hidden 64 is bound by its
-  ops' memory traffic and per-op overhead, not GEMM FLOPs), backward twice the forward; plus
-  the alpha-beta time of the predicted collectives (alpha, beta by ping-pong with that many
-  ranks running; no overlap assumed: shared cores leave none to overlap with); PP and 3D
-  through the schedule simulator. numpy GEMM FLOP/s are measured too (every rank at once,
-  column "GEMM N/1": the rate at N ranks over the rate at 1).
+* time (``--cluster here``): one-rank runs of each model, again before each rank count's
+  block, with the BLAS threads each rank of the runs gets. DP: a rank's step is the one-rank
+  step over its share of the cores. TP / PP / 3D: the char transformer's one-rank step at
+  batch 16 and 4 fits per-op and per-byte costs (``fit_step_cost``: the same ops, 4x fewer
+  bytes), applied to each rank's own forward graph (ops, bytes), per microbatch for a stage,
+  backward twice the forward. Plus the alpha-beta time of the predicted collectives (alpha,
+  beta by ping-pong with that many ranks running; no overlap: shared cores leave none); PP
+  and 3D through the schedule simulator. numpy GEMM FLOP/s are measured too (every rank at
+  once, column "GEMM N/1": the rate at N ranks over the one-rank run's).
 """
 import argparse
 import json
@@ -33,7 +34,7 @@ import tempfile
 from functools import lru_cache
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, NamedTuple, Sequence, Tuple
 
 import numpy as np
 
@@ -42,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 import needle as ndl  # noqa: E402
 from needle import nn  # noqa: E402
+from needle.autograd import find_topo_sort  # noqa: E402
 from needle.memory.estimator import estimate_module  # noqa: E402
 from needle.parallel import virtual  # noqa: E402
 from needle.parallel.comm.threads import ENV_VARS, threads_per_rank  # noqa: E402
@@ -72,7 +74,7 @@ ZERO = {"ddp": 0, "zero1": 1, "zero2": 2, "zero3": 3, "single": 0}
 
 
 def run_worker(strategy: str, ranks: int, steps: int, timeout: float,
-               blas_threads: int = 0) -> Dict[str, Any]:
+               blas_threads: int = 0, extra: Sequence[str] = ()) -> Dict[str, Any]:
     """Launch plan_worker.py under mpiexec; its JSON figures. ``blas_threads``: fix the
     BLAS/OpenMP threads per rank (0: needle's own choice, ``comm.threads``)."""
     exe = Path(sys.executable).parent / "mpiexec"
@@ -83,8 +85,8 @@ def run_worker(strategy: str, ranks: int, steps: int, timeout: float,
             env.update(dict.fromkeys(ENV_VARS, str(blas_threads)))
         subprocess.run([str(exe if exe.exists() else "mpiexec"), "-n", str(ranks),
                         sys.executable, str(ROOT / "benchmarks" / "plan_worker.py"), strategy,
-                        str(out), "--steps", str(steps)], check=True, timeout=timeout, env=env,
-                       capture_output=True, cwd=ROOT)
+                        str(out), "--steps", str(steps), *extra], check=True,
+                       timeout=timeout, env=env, capture_output=True, cwd=ROOT)
         return json.loads(out.read_text())
 
 
@@ -159,18 +161,25 @@ def _lm_loss(comm: Any, b: int) -> Any:
     return lambda out: mps._loss_fn(comm)(out, y)
 
 
-def _tp_rank_memory(comm: Any, vocab: int, b: int = 16) -> Tuple[float, float]:
-    """(peak, forward graph bytes) of this rank's shard on a batch of b: estimate_module of
-    its own parameters and graph (the replicated residual stream and norms t does not divide)."""
+def _ops(out: Any) -> int:
+    """Ops in ``out``'s forward graph (each one Python dispatch and at least one NumPy call)."""
+    return sum(n.op is not None for n in find_topo_sort([out]))
+
+
+def _tp_rank_memory(comm: Any, vocab: int, b: int = 16) -> Tuple[float, float, int]:
+    """(peak, forward graph bytes, forward ops) of this rank's shard on a batch of b:
+    estimate_module of its own parameters and graph (the replicated residual stream and norms
+    t does not divide)."""
     ids = ndl.Tensor(np.zeros((b, 32)), dtype="int64", requires_grad=False)
-    est = estimate_module(_lm_model(comm, vocab), [ids], loss_fn=_lm_loss(comm, b))
-    return est.total, est["activations"]
+    model, loss = _lm_model(comm, vocab), _lm_loss(comm, b)
+    est = estimate_module(model, [ids], loss_fn=loss)
+    return est.total, est["activations"], _ops(loss(model(ids)))
 
 
-def _stage_memory(comm: Any, vocab: int, lay: Layout) -> List[Tuple[float, float]]:
-    """Per pipeline stage, (peak, one microbatch's graph bytes): its model states + the
-    microbatches 1F1B keeps in flight (``in_flight_microbatches``), each its graph and its
-    received input, + one backward's transient."""
+def _stage_memory(comm: Any, vocab: int, lay: Layout) -> List[Tuple[float, float, int]]:
+    """Per pipeline stage, (peak, one microbatch's graph bytes, its forward ops): its model
+    states + the microbatches 1F1B keeps in flight (``in_flight_microbatches``), each its
+    graph and its received input, + one backward's transient."""
     from needle.parallel.pipeline.partition import partition
     b, m = lay.microbatch, 16 // (lay.dp * lay.microbatch)
     stages = partition(_lm_model(comm, vocab), lay.pp)
@@ -180,17 +189,18 @@ def _stage_memory(comm: Any, vocab: int, lay: Layout) -> List[Tuple[float, float
             x = ndl.Tensor(np.zeros((b, 32)), dtype="int64", requires_grad=False)
         else:
             x = ndl.Tensor(np.zeros((b, 32, 64), np.float32), requires_grad=True)
-        last = r == lay.pp - 1
-        est = estimate_module(stage, [x], loss_fn=_lm_loss(comm, b) if last else None)
+        loss = _lm_loss(comm, b) if r == lay.pp - 1 else None
+        est = estimate_module(stage, [x], loss_fn=loss)
         held = est["activations"] + (x.numpy().nbytes if r > 0 else 0)
         n = in_flight_microbatches("1f1b", lay.pp, m, r)
+        y = stage(x)
         out.append((est.model_states + n * held + est["backward_transient"],
-                    est["activations"]))
+                    est["activations"], _ops(loss(y) if loss else y)))
     return out
 
 
-def _lm_memory(lay: Layout, vocab: int) -> List[Tuple[float, float]]:
-    """Per rank (tp: each shard) or per stage (pp, 3d): (peak, forward graph bytes)."""
+def _lm_memory(lay: Layout, vocab: int) -> List[Tuple[float, float, int]]:
+    """Per rank (tp: each shard) or per stage (pp, 3d): (peak, graph bytes, forward ops)."""
     if lay.pp == 1:
         return virtual.run(lay.tp, _tp_rank_memory, vocab)
     return virtual.run(1, _stage_memory, vocab, lay)[0]
@@ -238,25 +248,52 @@ def _stage_sizes(comm: Any, vocab: int, pp: int) -> List[List[int]]:
     return out
 
 
-def predict_lm(strategy: str, p: int, cluster: ClusterSpec) -> Tuple[float, float, float, Any]:
+class StepCost(NamedTuple):
+    """needle's one-rank step time as ``per_op`` x forward ops + ``per_byte`` x forward graph
+    bytes (backward included in both), fitted from two batch sizes (``fit_step_cost``)."""
+
+    per_op: float
+    per_byte: float
+
+    def seconds(self, ops: float, nbytes: float, share: float = 1.0) -> float:
+        """Forward + backward seconds of a graph of ``ops`` ops writing ``nbytes``."""
+        return (self.per_op * ops + self.per_byte * nbytes) / share
+
+
+def fit_step_cost(t_big: float, t_small: float) -> StepCost:
+    """The one-rank char transformer's step at batch 16 (t_big) and 4 (t_small) seconds: the
+    same ops, 4x fewer bytes, so the difference is the per-byte cost and the rest per op."""
+    (_, a_big, ops), (_, a_small, _) = _full_graph(16), _full_graph(4)
+    per_byte = max(t_big - t_small, 0.0) / (a_big - a_small)
+    return StepCost(max(t_big - per_byte * a_big, 0.0) / ops, per_byte)
+
+
+@lru_cache(maxsize=2)
+def _full_graph(b: int) -> Tuple[float, float, int]:
+    """(peak, forward graph bytes, forward ops) of the whole char transformer, batch b."""
+    return virtual.run(1, _tp_rank_memory, _lm_spec(1)[1], b)[0]
+
+
+def predict_lm(strategy: str, p: int, cluster: ClusterSpec, cost: StepCost
+               ) -> Tuple[float, float, float, Any]:
     """(peak bytes, bytes per step, seconds) for tp / pp / 3d.
 
-    Compute is the bytes the rank's forward graph writes at ``cluster``'s rate (graph bytes
-    per second of a training step, from the one-rank run, ``_work_rate``): at hidden 64
-    needle's step is bound by its NumPy ops' memory traffic and per-op overhead, not by GEMM
-    FLOPs (the one-rank step runs at ~3% of numpy's GEMM rate), and a TP rank's graph keeps
-    the replicated residual stream, norms and embeddings whole: 0.68 of the model's at t = 2,
-    not 1/2. Backward is twice the forward; TP allreduces are added (no overlap); pipelines
-    go through the schedule simulator with the busiest stage's times.
+    Compute is ``cost`` applied to the rank's own forward graph (per microbatch for a pipeline
+    stage) at its share of the cores: at hidden 64 needle's step is bound by per-op overhead
+    and its NumPy ops' memory traffic, not by GEMM FLOPs (the one-rank step runs at ~3% of
+    numpy's GEMM rate). A TP rank runs every op of the model (the shards are narrower, the
+    residual stream, norms and embeddings whole: 0.68 of the bytes at t = 2, not 1/2); a
+    stage runs its ops once per microbatch, however small. Backward is twice the forward; TP
+    allreduces are added (no overlap); pipelines go through the schedule simulator with the
+    busiest stage's times.
     """
     lay = lm_layout(strategy, p)
     spec, vocab = _lm_spec(lay.tp)
     cs = lm_collectives(spec, lay, Setup(16, "fp32", "adam"))
-    rate = cluster.peak_flops["fp32"] * cluster.efficiency
     m = 16 // (lay.dp * lay.microbatch)
     ranks = _lm_memory(lay, vocab)
-    work = max(a for _, a in ranks) * (m if lay.pp == 1 else 1)  # per microbatch if pp
-    f, b = work / 3 / rate, 2 * work / 3 / rate
+    work = max(cost.seconds(ops, a, cluster.efficiency) for _, a, ops in ranks)
+    f, b = work / 3, 2 * work / 3   # per microbatch for a stage, the whole step for TP
     tp = sum(comm_seconds(c, cluster, lay) for c in cs if c.group == "tp") / m
     p2p = sum(comm_seconds(c, cluster, lay) / c.calls for c in cs if c.name == "send")
     dp = sum(comm_seconds(c, cluster, lay) for c in cs if c.group == "dp")
@@ -264,18 +301,7 @@ def predict_lm(strategy: str, p: int, cluster: ClusterSpec) -> Tuple[float, floa
         t = f + b + tp * m + dp
     else:
         t = pipeline_seconds("1f1b", lay.pp, m, f + tp / 2, b + tp / 2, p2p) + dp
-    return max(pk for pk, _ in ranks), step_bytes(cs), t, lay
-
-
-@lru_cache(maxsize=1)
-def _full_graph_bytes() -> float:
-    """The char transformer's forward graph bytes on one rank, batch 16."""
-    return virtual.run(1, _tp_rank_memory, _lm_spec(1)[1])[0][1]
-
-
-def _work_rate(step_s: float) -> float:
-    """Forward graph bytes per second of training step, from a one-rank step of s seconds."""
-    return _full_graph_bytes() / step_s
+    return max(r[0] for r in ranks), step_bytes(cs), t, lay
 
 
 def _here(rate: float, ab: Dict[str, float], p: int) -> ClusterSpec:
@@ -298,7 +324,8 @@ def _row(s: str, p: int, a: Any, ab: Dict[str, float], ref: Dict[str, Any]) -> D
         cl = _here(rate, ab, p)
         t = flops / (rate * cl.efficiency) + sum(comm_seconds(c, cl, Layout(dp=p)) for c in cs)
     else:
-        peak, nbytes, t, _ = predict_lm(s, p, _here(_work_rate(ref["step_s"]), ab, p))
+        cost = fit_step_cost(ref["step_s"], ref["small"]["step_s"])
+        peak, nbytes, t, _ = predict_lm(s, p, _here(1.0, ab, p), cost)
     return {"strategy": s, "ranks": p, "peak_measured": max(meas["peak"]),
             "peak_predicted": peak, "bytes_measured": max(meas["bytes"]),
             "bytes_predicted": nbytes, "step_s_measured": meas["step_s"],
@@ -335,6 +362,13 @@ def main() -> None:
         # against the same reference
         refs = {fam: run_worker(name, 1, a.steps, a.timeout, ref_threads)
                 for fam, name in (("dp", "single"), ("lm", "tp"))}
+        refs["lm"]["small"] = run_worker("tp", 1, a.steps, a.timeout, ref_threads,
+                                         ["--lm-batch", "4"])
+        c = fit_step_cost(refs["lm"]["step_s"], refs["lm"]["small"]["step_s"])
+        print(f"{p}-rank block: one-rank char transformer {refs['lm']['step_s'] * 1e3:.1f} ms"
+              f" (batch 16), {refs['lm']['small']['step_s'] * 1e3:.1f} ms (batch 4): "
+              f"{c.per_op * 1e6:.1f} us per forward op, {c.per_byte * 1e9:.2f} ns per graph "
+              f"byte (forward + backward)", flush=True)
         for s in DP + MP:
             if s == "3d" and p != 4:
                 continue
