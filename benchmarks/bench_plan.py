@@ -7,18 +7,23 @@ Each strategy runs in ``plan_worker.py`` (the real strategies of apps/: DDP, ZeR
 (ZeRO-3) on the course's MLPResNet for digits; TP, PP (1F1B, 4 microbatches) and 3D (dp 2 x
 pp 2) on the character transformer). Predictions, made here without running the strategy:
 
-* memory: ``needle.memory.estimate_module`` of the model on one rank's batch (measured
-  activations, ZeRO/TP/PP divisions of the model states), its total, plus the buffers
-  ``needle_strategies.needle_buffer_bytes`` names;
-* bytes: DDP / ZeRO-1/2 from ``needle_strategies.needle_collectives`` (needle's bucket rules);
-  FSDP, TP, PP and 3D from the planner's textbook counts (``comm.layout_collectives``);
-* time (``--cluster here``): FLOPs per rank / (needle's FLOP/s on this model, measured by the
-  one-rank run of it, x min(1, cores / ranks), the share of the cores each rank gets) +
-  alpha-beta time of the predicted collectives (alpha, beta from a ping-pong run first; no
-  overlap assumed: shared cores leave none to overlap with); for PP and 3D the schedule
-  simulator's makespan. numpy GEMM FLOP/s are measured too (every rank at once, column
-  "GEMM N/1": the rate at N ranks over the rate at 1) but, dominated by per-op overhead at
-  these sizes, needle's step does not run at GEMM speed.
+* memory: ``needle.memory.estimate_module`` (measured forward graph, backward liveness
+  replay, model states) of what one rank holds: DDP / ZeRO-1/2 the model on its batch plus
+  ``needle_buffer_bytes``; FSDP the same sharded plus ``fsdp_buffer_bytes`` (each unit's
+  gathered parameters and reduce-scatter buffers over backward, placed by the graph's order);
+  TP each rank's own shard and graph (virtual cluster); PP / 3D each stage's graph times the
+  microbatches 1F1B keeps in flight (``in_flight_microbatches``), the busiest stage;
+* bytes: needle's own rules (``needle_strategies``: DDP / ZeRO-1/2 buckets, FSDP units, TP
+  blocks, PP sends and the loss broadcast, 3D's per-gradient dp allreduces);
+* time (``--cluster here``): one-rank runs of each model, again before each rank count's
+  block, with the BLAS threads each rank of the runs gets. DP: a rank's step is the one-rank
+  step over its share of the cores. TP / PP / 3D: the char transformer's one-rank step at
+  batch 16 and 4 fits per-op and per-byte costs (``fit_step_cost``: the same ops, 4x fewer
+  bytes), applied to each rank's own forward graph (ops, bytes), per microbatch for a stage,
+  backward twice the forward. Plus the alpha-beta time of the predicted collectives (alpha,
+  beta by ping-pong with that many ranks running; no overlap: shared cores leave none); PP
+  and 3D through the schedule simulator. numpy GEMM FLOP/s are measured too (every rank at
+  once, column "GEMM N/1": the rate at N ranks over the one-rank run's).
 """
 import argparse
 import json
@@ -26,9 +31,10 @@ import os
 import subprocess
 import sys
 import tempfile
+from functools import lru_cache
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, NamedTuple, Sequence, Tuple
 
 import numpy as np
 
@@ -37,16 +43,27 @@ sys.path.insert(0, str(ROOT))
 
 import needle as ndl  # noqa: E402
 from needle import nn  # noqa: E402
+from needle.autograd import find_topo_sort  # noqa: E402
 from needle.memory.estimator import estimate_module  # noqa: E402
 from needle.parallel import virtual  # noqa: E402
+from needle.parallel.comm.threads import ENV_VARS, threads_per_rank  # noqa: E402
 from needle.plan.bubble import pipeline_seconds  # noqa: E402
 from needle.plan.cluster import ClusterSpec, measure_alpha_beta  # noqa: E402
-from needle.plan.comm import comm_seconds, layout_collectives, step_bytes  # noqa: E402
+from needle.plan.comm import (  # noqa: E402
+    Collective,
+    comm_seconds,
+    layout_collectives,
+    step_bytes,
+)
 from needle.plan.layout import Layout, Setup  # noqa: E402
-from needle.plan.model import ModelSpec, training_flops  # noqa: E402
+from needle.plan.memory import in_flight_microbatches  # noqa: E402
+from needle.plan.model import ModelSpec  # noqa: E402
 from needle.plan.needle_strategies import (  # noqa: E402
+    fsdp_buffer_bytes,
+    fsdp_unit_spans,
     needle_buffer_bytes,
     needle_collectives,
+    needle_fsdp_collectives,
     needle_pp_collectives,
     needle_tp_collectives,
 )
@@ -56,16 +73,20 @@ MP = ("tp", "pp", "3d")
 ZERO = {"ddp": 0, "zero1": 1, "zero2": 2, "zero3": 3, "single": 0}
 
 
-def run_worker(strategy: str, ranks: int, steps: int, timeout: float) -> Dict[str, Any]:
-    """Launch plan_worker.py under mpiexec; its JSON figures."""
+def run_worker(strategy: str, ranks: int, steps: int, timeout: float,
+               blas_threads: int = 0, extra: Sequence[str] = ()) -> Dict[str, Any]:
+    """Launch plan_worker.py under mpiexec; its JSON figures. ``blas_threads``: fix the
+    BLAS/OpenMP threads per rank (0: needle's own choice, ``comm.threads``)."""
     exe = Path(sys.executable).parent / "mpiexec"
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        if blas_threads:
+            env.update(dict.fromkeys(ENV_VARS, str(blas_threads)))
         subprocess.run([str(exe if exe.exists() else "mpiexec"), "-n", str(ranks),
                         sys.executable, str(ROOT / "benchmarks" / "plan_worker.py"), strategy,
-                        str(out), "--steps", str(steps)], check=True, timeout=timeout, env=env,
-                       capture_output=True, cwd=ROOT)
+                        str(out), "--steps", str(steps), *extra], check=True,
+                       timeout=timeout, env=env, capture_output=True, cwd=ROOT)
         return json.loads(out.read_text())
 
 
@@ -87,16 +108,33 @@ def predict_dp(strategy: str, p: int) -> Tuple[float, float, float]:
     psi = sum(sizes)
     if strategy in ("ddp", "zero1", "zero2", "single"):
         cs = needle_collectives(sizes, 4, "ddp" if strategy == "single" else strategy, p)
-    else:
-        cs = layout_collectives(ModelSpec(params=psi), Layout(dp=p, zero=3),
-                                Setup(p, "fp32", "adam"))
+    else:  # FSDP's units: the model's children that hold parameters
+        cs = needle_fsdp_collectives([(sum(int(q.size) for q in m.parameters()),
+                                       len(m.parameters())) for m in model.modules
+                                      if m.parameters()], 4, p)
     extra = needle_buffer_bytes(sizes, 4, strategy, p)
+    if strategy == "zero3":
+        extra = fsdp_buffer_bytes(_fsdp_spans(model, x, y), p)
     return est.total + extra, step_bytes(cs), 6.0 * psi * 32, cs
 
 
-def _lm_spec() -> Tuple[ModelSpec, int]:
+def _fsdp_spans(model: Any, x: Any, y: Any) -> List[Any]:
+    """FSDP's units (the model's children with parameters) and their spans in backward."""
+    outputs: Dict[int, Any] = {}
+    units = [m for m in model.modules if m.parameters()]
+    for m in units:
+        def run(*a: Any, _m: Any = m, _f: Any = m.forward) -> Any:
+            outputs[id(_m)] = _f(*a)
+            return outputs[id(_m)]
+        m.forward = run
+    loss = nn.SoftmaxLoss()(model(x), y)
+    return fsdp_unit_spans(loss, [(outputs[id(m)], m.parameters()) for m in units])
+
+
+def _lm_spec(tp: int = 1) -> Tuple[ModelSpec, int]:
     from apps import model_parallel_strategies as mps
-    vocab = mps.batches(SimpleNamespace(chars=50_000, seq_len=32, batch=16), 4)[1]
+    # the worker pads the vocabulary to a multiple of its tp (Megatron's rule)
+    vocab = mps.batches(SimpleNamespace(chars=50_000, seq_len=32, batch=16), tp)[1]
     return ModelSpec(4, 64, 4, 32, vocab).check(), vocab
 
 
@@ -109,21 +147,63 @@ def lm_layout(strategy: str, p: int) -> Layout:
     return Layout(dp=2, pp=2, microbatch=2)
 
 
-def _lm_memory(lay: Layout, vocab: int) -> float:
-    """estimate_module of the whole character transformer on one rank's batch, / (tp pp)."""
+def _lm_model(comm: Any, vocab: int) -> Any:
+    """The character transformer of plan_worker.py, its tensor-parallel shard on ``comm``."""
     from apps import model_parallel_strategies as mps
+    args = SimpleNamespace(d_model=64, heads=4, layers=4, seq_len=32)
+    np.random.seed(0)
+    return nn.Sequential(*mps.char_transformer(args, vocab, comm))
 
-    def one(comm: Any) -> float:
-        args = SimpleNamespace(d_model=64, heads=4, layers=4, seq_len=32)
-        np.random.seed(0)
-        model = nn.Sequential(*mps.char_transformer(args, vocab, comm))
-        b = 16 // lay.dp // (4 if lay.pp > 1 else 1)
-        ids = ndl.Tensor(np.zeros((b, 32)), dtype="int64", requires_grad=False)
-        y = np.zeros(b * 32, dtype=np.int64)
-        est = estimate_module(model, [ids], loss_fn=lambda out: mps._loss_fn(comm)(
-            out, ndl.Tensor(y, dtype="int64")), tp=lay.tp, pp=lay.pp, dp=lay.dp)
-        return est.total
-    return virtual.run(1, one)[0]
+
+def _lm_loss(comm: Any, b: int) -> Any:
+    from apps import model_parallel_strategies as mps
+    y = ndl.Tensor(np.zeros(b * 32, dtype=np.int64), dtype="int64", requires_grad=False)
+    return lambda out: mps._loss_fn(comm)(out, y)
+
+
+def _ops(out: Any) -> int:
+    """Ops in ``out``'s forward graph (each one Python dispatch and at least one NumPy call)."""
+    return sum(n.op is not None for n in find_topo_sort([out]))
+
+
+def _tp_rank_memory(comm: Any, vocab: int, b: int = 16) -> Tuple[float, float, int]:
+    """(peak, forward graph bytes, forward ops) of this rank's shard on a batch of b:
+    estimate_module of its own parameters and graph (the replicated residual stream and norms
+    t does not divide)."""
+    ids = ndl.Tensor(np.zeros((b, 32)), dtype="int64", requires_grad=False)
+    model, loss = _lm_model(comm, vocab), _lm_loss(comm, b)
+    est = estimate_module(model, [ids], loss_fn=loss)
+    return est.total, est["activations"], _ops(loss(model(ids)))
+
+
+def _stage_memory(comm: Any, vocab: int, lay: Layout) -> List[Tuple[float, float, int]]:
+    """Per pipeline stage, (peak, one microbatch's graph bytes, its forward ops): its model
+    states + the microbatches 1F1B keeps in flight (``in_flight_microbatches``), each its
+    graph and its received input, + one backward's transient."""
+    from needle.parallel.pipeline.partition import partition
+    b, m = lay.microbatch, 16 // (lay.dp * lay.microbatch)
+    stages = partition(_lm_model(comm, vocab), lay.pp)
+    out = []
+    for r, stage in enumerate(stages):
+        if r == 0:
+            x = ndl.Tensor(np.zeros((b, 32)), dtype="int64", requires_grad=False)
+        else:
+            x = ndl.Tensor(np.zeros((b, 32, 64), np.float32), requires_grad=True)
+        loss = _lm_loss(comm, b) if r == lay.pp - 1 else None
+        est = estimate_module(stage, [x], loss_fn=loss)
+        held = est["activations"] + (x.numpy().nbytes if r > 0 else 0)
+        n = in_flight_microbatches("1f1b", lay.pp, m, r)
+        y = stage(x)
+        out.append((est.model_states + n * held + est["backward_transient"],
+                    est["activations"], _ops(loss(y) if loss else y)))
+    return out
+
+
+def _lm_memory(lay: Layout, vocab: int) -> List[Tuple[float, float, int]]:
+    """Per rank (tp: each shard) or per stage (pp, 3d): (peak, graph bytes, forward ops)."""
+    if lay.pp == 1:
+        return virtual.run(lay.tp, _tp_rank_memory, vocab)
+    return virtual.run(1, _stage_memory, vocab, lay)[0]
 
 
 def lm_collectives(spec: ModelSpec, lay: Layout, setup: Setup) -> List[Any]:
@@ -134,31 +214,123 @@ def lm_collectives(spec: ModelSpec, lay: Layout, setup: Setup) -> List[Any]:
                                      lay.tp, m)
     if lay.pp > 1 and lay.gpus == lay.pp:
         return needle_pp_collectives(lay.microbatch, spec.seq, spec.hidden, lay.pp, m)
+    if lay.pp > 1 and lay.gpus == lay.pp * lay.dp:
+        return _3d_collectives(spec, lay, m)
     return layout_collectives(spec, lay, setup)
 
 
-def predict_lm(strategy: str, p: int, cluster: ClusterSpec) -> Tuple[float, float, float, Any]:
-    """(peak bytes, bytes per step, seconds) for tp / pp / 3d (or the one-rank 'single_lm')."""
-    spec, vocab = _lm_spec()
+def _3d_collectives(spec: ModelSpec, lay: Layout, m: int) -> List[Any]:
+    """plan_worker's 3D step on its busiest stage: that stage's activation / gradient sends,
+    the loss broadcast if it is the root (the last stage), and one dp allreduce per gradient."""
+    sizes = virtual.run(1, _stage_sizes, _lm_spec(lay.tp)[1], lay.pp)[0]
+    sbh = lay.microbatch * spec.seq * spec.hidden
+    per_stage = []
+    for r, stage in enumerate(sizes):
+        cs = [Collective("send", "pp", lay.pp, sbh, 4, m * ((r < lay.pp - 1) + (r > 0)))]
+        cs += [Collective("broadcast", "pp", lay.pp, 1, 8, 1)] if r == lay.pp - 1 else []
+        per_stage.append(cs + [Collective("allreduce", "dp", lay.dp, n, 4, 1) for n in stage])
+    return max(per_stage, key=step_bytes)
+
+
+def _stage_sizes(comm: Any, vocab: int, pp: int) -> List[List[int]]:
+    """Per pipeline stage of the char transformer, the sizes of the parameters that get a
+    gradient (the worker allreduces only those), from one forward and backward of it."""
+    from needle.parallel.pipeline.partition import partition
+    out = []
+    for r, stage in enumerate(partition(_lm_model(comm, vocab), pp)):
+        if r == 0:
+            x = ndl.Tensor(np.zeros((2, 32)), dtype="int64", requires_grad=False)
+        else:
+            x = ndl.Tensor(np.zeros((2, 32, 64), np.float32), requires_grad=True)
+        y = stage(x)
+        (_lm_loss(comm, 2)(y) if r == pp - 1 else y.sum()).backward(create_graph=False)
+        out.append([int(q.size) for q in stage.parameters() if q.grad is not None])
+    return out
+
+
+class StepCost(NamedTuple):
+    """needle's one-rank step time as ``per_op`` x forward ops + ``per_byte`` x forward graph
+    bytes (backward included in both), fitted from two batch sizes (``fit_step_cost``)."""
+
+    per_op: float
+    per_byte: float
+
+    def seconds(self, ops: float, nbytes: float, share: float = 1.0) -> float:
+        """Forward + backward seconds of a graph of ``ops`` ops writing ``nbytes``."""
+        return (self.per_op * ops + self.per_byte * nbytes) / share
+
+
+def fit_step_cost(t_big: float, t_small: float) -> StepCost:
+    """The one-rank char transformer's step at batch 16 (t_big) and 4 (t_small) seconds: the
+    same ops, 4x fewer bytes, so the difference is the per-byte cost and the rest per op."""
+    (_, a_big, ops), (_, a_small, _) = _full_graph(16), _full_graph(4)
+    per_byte = max(t_big - t_small, 0.0) / (a_big - a_small)
+    return StepCost(max(t_big - per_byte * a_big, 0.0) / ops, per_byte)
+
+
+@lru_cache(maxsize=2)
+def _full_graph(b: int) -> Tuple[float, float, int]:
+    """(peak, forward graph bytes, forward ops) of the whole char transformer, batch b."""
+    return virtual.run(1, _tp_rank_memory, _lm_spec(1)[1], b)[0]
+
+
+def predict_lm(strategy: str, p: int, cluster: ClusterSpec, cost: StepCost
+               ) -> Tuple[float, float, float, Any]:
+    """(peak bytes, bytes per step, seconds) for tp / pp / 3d.
+
+    Compute is ``cost`` applied to the rank's own forward graph (per microbatch for a pipeline
+    stage) at its share of the cores: at hidden 64 needle's step is bound by per-op overhead
+    and its NumPy ops' memory traffic, not by GEMM FLOPs (the one-rank step runs at ~3% of
+    numpy's GEMM rate). A TP rank runs every op of the model (the shards are narrower, the
+    residual stream, norms and embeddings whole: 0.68 of the bytes at t = 2, not 1/2); a
+    stage runs its ops once per microbatch, however small. Backward is twice the forward; TP
+    allreduces are added (no overlap); pipelines go through the schedule simulator with the
+    busiest stage's times.
+    """
     lay = lm_layout(strategy, p)
-    setup = Setup(16, "fp32", "adam")
-    cs = lm_collectives(spec, lay, setup)
-    rate = cluster.peak_flops["fp32"] * cluster.efficiency
+    spec, vocab = _lm_spec(lay.tp)
+    cs = lm_collectives(spec, lay, Setup(16, "fp32", "adam"))
     m = 16 // (lay.dp * lay.microbatch)
-    flops = training_flops(spec, 16) / lay.gpus
-    f, b = flops / 3 / m / rate, 2 * flops / 3 / m / rate
+    ranks = _lm_memory(lay, vocab)
+    work = max(cost.seconds(ops, a, cluster.efficiency) for _, a, ops in ranks)
+    f, b = work / 3, 2 * work / 3   # per microbatch for a stage, the whole step for TP
     tp = sum(comm_seconds(c, cluster, lay) for c in cs if c.group == "tp") / m
     p2p = sum(comm_seconds(c, cluster, lay) / c.calls for c in cs if c.name == "send")
     dp = sum(comm_seconds(c, cluster, lay) for c in cs if c.group == "dp")
-    t = pipeline_seconds("1f1b", lay.pp, m, f + tp / 2, b + tp / 2, p2p) + dp
-    return _lm_memory(lay, vocab), step_bytes(cs), t, lay
+    if lay.pp == 1:
+        t = f + b + tp * m + dp
+    else:
+        t = pipeline_seconds("1f1b", lay.pp, m, f + tp / 2, b + tp / 2, p2p) + dp
+    return max(r[0] for r in ranks), step_bytes(cs), t, lay
 
 
 def _here(rate: float, ab: Dict[str, float], p: int) -> ClusterSpec:
-    """This machine as the planner sees it: ``rate`` FLOP/s per rank, the fitted alpha, beta."""
-    share = min(1.0, (os.cpu_count() or 1) / p)   # p processes share the cores
+    """This machine as the planner sees it: ``rate`` FLOP/s per rank, the fitted alpha, beta.
+
+    ``rate`` is a one-rank run's with as many BLAS threads as each of the p ranks gets; the
+    p ranks' threads share the cores."""
+    cores = os.cpu_count() or 1
+    share = min(1.0, cores / (p * threads_per_rank(cores, p)))
     return ClusterSpec(1, p, 1e12, {"fp32": rate, "mixed": rate}, ab["alpha"], ab["beta"],
                        ab["alpha"], ab["beta"], efficiency=share, name="here")
+
+
+def _row(s: str, p: int, a: Any, ab: Dict[str, float], ref: Dict[str, Any]) -> Dict[str, Any]:
+    """Run s at p ranks; predict it from ``ref``, the one-rank run of its model; the figures."""
+    meas = run_worker(s, p, a.steps, a.timeout)
+    if s in DP:
+        peak, nbytes, flops, cs = predict_dp(s, p)
+        rate = flops / ref["step_s"]  # the same per-rank batch as the reference
+        cl = _here(rate, ab, p)
+        t = flops / (rate * cl.efficiency) + sum(comm_seconds(c, cl, Layout(dp=p)) for c in cs)
+    else:
+        cost = fit_step_cost(ref["step_s"], ref["small"]["step_s"])
+        peak, nbytes, t, _ = predict_lm(s, p, _here(1.0, ab, p), cost)
+    return {"strategy": s, "ranks": p, "peak_measured": max(meas["peak"]),
+            "peak_predicted": peak, "bytes_measured": max(meas["bytes"]),
+            "bytes_predicted": nbytes, "step_s_measured": meas["step_s"],
+            "step_s_predicted": t, "step_s_one_rank": ref["step_s"],
+            "gemm_ratio": meas["gemm_flops"] / ref["gemm_flops"]}
 
 
 def main() -> None:
@@ -170,51 +342,51 @@ def main() -> None:
     ap.add_argument("--json", default="")
     a = ap.parse_args()
     load = os.getloadavg()
-    ab = measure_alpha_beta(2)
-    print(f"load average {load[0]:.1f} on {os.cpu_count()} cores; alpha {ab['alpha'] * 1e6:.1f}"
-          f" us, beta {1 / ab['beta'] / 1e9:.2f} GB/s (ping-pong, 2 ranks)")
-    one_dp = run_worker("single", 1, a.steps, a.timeout)
-    one_lm = run_worker("tp", 1, a.steps, a.timeout)
-    spec, _ = _lm_spec()
-    rate_dp = 6.0 * 43530 * 32 / one_dp["step_s"]
-    rate_lm = training_flops(spec, 16) / one_lm["step_s"]
-    print(f"needle FLOP/s at 1 rank: MLPResNet {rate_dp / 1e9:.3f} G "
-          f"({rate_dp / one_dp['gemm_flops']:.3f}"
-          f" of numpy GEMM), char transformer {rate_lm / 1e9:.3f} G "
-          f"({rate_lm / one_lm['gemm_flops']:.3f})")
+    # alpha, beta with p ranks running: beyond the cores, a message waits for its receiver to
+    # be scheduled (the idle ranks poll), which the 2-rank fit does not see
+    abs_ = {p: measure_alpha_beta(p) for p in a.ranks}
+    print(f"load average {load[0]:.1f} on {os.cpu_count()} cores; ping-pong alpha, beta: "
+          + ", ".join(f"{p} ranks {ab['alpha'] * 1e6:.1f} us, {1 / ab['beta'] / 1e9:.2f} GB/s"
+                      for p, ab in abs_.items()))
+    # The one-rank reference runs with the BLAS threads each rank of the runs gets
+    # (comm.threads: cores // ranks, 1 here), not the cores-many a lone process starts: two
+    # OpenBLAS threads on these small matmuls made a 1-rank step 10x slower than one thread.
+    ref_threads = threads_per_rank(os.cpu_count() or 1, min(a.ranks))
     rows: List[Dict[str, Any]] = []
-    head = (f"{'strategy':<8}{'ranks':>6}{'peak MB meas':>14}{'pred':>9}{'ratio':>7}"
-            f"{'bytes/step meas':>17}{'pred':>12}{'ratio':>8}{'step ms meas':>14}{'pred':>9}"
-            f"{'ratio':>7}{'GEMM N/1':>9}")
-    print(head)
+    print(f"{'strategy':<8}{'ranks':>6}{'peak MB meas':>14}{'pred':>9}{'ratio':>7}"
+          f"{'bytes/step meas':>17}{'pred':>12}{'ratio':>8}{'step ms meas':>14}{'pred':>9}"
+          f"{'ratio':>7}{'1-rank ms':>10}{'GEMM N/1':>9}")
     for p in a.ranks:
+        # the one-rank references again before each rank count's block (interleaved: the
+        # load drifts over the run), one per model, so that strategies of a family compare
+        # against the same reference
+        refs = {fam: run_worker(name, 1, a.steps, a.timeout, ref_threads)
+                for fam, name in (("dp", "single"), ("lm", "tp"))}
+        refs["lm"]["small"] = run_worker("tp", 1, a.steps, a.timeout, ref_threads,
+                                         ["--lm-batch", "4"])
+        c = fit_step_cost(refs["lm"]["step_s"], refs["lm"]["small"]["step_s"])
+        print(f"{p}-rank block: one-rank char transformer {refs['lm']['step_s'] * 1e3:.1f} ms"
+              f" (batch 16), {refs['lm']['small']['step_s'] * 1e3:.1f} ms (batch 4): "
+              f"{c.per_op * 1e6:.1f} us per forward op, {c.per_byte * 1e9:.2f} ns per graph "
+              f"byte (forward + backward)", flush=True)
         for s in DP + MP:
             if s == "3d" and p != 4:
                 continue
-            meas = run_worker(s, p, a.steps, a.timeout)
-            if s in DP:
-                peak, nbytes, flops, cs = predict_dp(s, p)
-                cl = _here(rate_dp, ab, p)
-                t = flops / (rate_dp * cl.efficiency) + sum(
-                    comm_seconds(c, cl, Layout(dp=p)) for c in cs)
-                gemm1 = one_dp["gemm_flops"]
-            else:
-                peak, nbytes, t, _ = predict_lm(s, p, _here(rate_lm, ab, p))
-                gemm1 = one_lm["gemm_flops"]
-            row = {"strategy": s, "ranks": p, "peak_measured": max(meas["peak"]),
-                   "peak_predicted": peak, "bytes_measured": max(meas["bytes"]),
-                   "bytes_predicted": nbytes, "step_s_measured": meas["step_s"],
-                   "step_s_predicted": t, "gemm_ratio": meas["gemm_flops"] / gemm1}
-            rows.append(row)
-            print(f"{s:<8}{p:>6}{row['peak_measured'] / 1e6:>14.2f}{peak / 1e6:>9.2f}"
-                  f"{peak / row['peak_measured']:>7.2f}{row['bytes_measured']:>17,.0f}"
-                  f"{nbytes:>12,.0f}{nbytes / max(row['bytes_measured'], 1):>8.3f}"
-                  f"{meas['step_s'] * 1e3:>14.1f}{t * 1e3:>9.1f}{t / meas['step_s']:>7.2f}"
-                  f"{row['gemm_ratio']:>9.2f}", flush=True)
+            r = _row(s, p, a, abs_[p], refs["dp" if s in DP else "lm"])
+            rows.append(r)
+            print(f"{s:<8}{p:>6}{r['peak_measured'] / 1e6:>14.2f}{r['peak_predicted'] / 1e6:>9.2f}"
+                  f"{r['peak_predicted'] / r['peak_measured']:>7.2f}"
+                  f"{r['bytes_measured']:>17,.0f}{r['bytes_predicted']:>12,.0f}"
+                  f"{r['bytes_predicted'] / max(r['bytes_measured'], 1):>8.3f}"
+                  f"{r['step_s_measured'] * 1e3:>14.1f}{r['step_s_predicted'] * 1e3:>9.1f}"
+                  f"{r['step_s_predicted'] / r['step_s_measured']:>7.2f}"
+                  f"{r['step_s_one_rank'] * 1e3:>10.1f}{r['gemm_ratio']:>9.2f}", flush=True)
     _rankings(rows)
+    load_end = os.getloadavg()
+    print(f"load average at the end {load_end[0]:.1f} (1 min), {load_end[1]:.1f} (5 min)")
     if a.json:
-        Path(a.json).write_text(json.dumps({"load": load, "alpha_beta": ab, "rows": rows,
-                                            "rates": [rate_dp, rate_lm]}, indent=1))
+        Path(a.json).write_text(json.dumps({"load": load, "load_end": load_end,
+                                            "alpha_beta": abs_, "rows": rows}, indent=1))
 
 
 def _rankings(rows: List[Dict[str, Any]]) -> None:

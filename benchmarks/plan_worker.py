@@ -113,7 +113,10 @@ def main() -> None:
     ap.add_argument("strategy", choices=sorted(RUNNERS))
     ap.add_argument("out")
     ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--lm-batch", type=int, default=LM["batch"],
+                    help="sequences per step of tp / pp / 3d")
     a = ap.parse_args()
+    LM["batch"] = a.lm_batch
     comm = communicator.create()
     comm.barrier()
     flops = measure_gemm_flops(seconds=0.3)   # every rank at once: the cores are shared

@@ -70,8 +70,10 @@ def build_cluster(args: Any) -> clusters.ClusterSpec:
         base = clusters.measure_here(args.gpus or 2)
     else:
         base = clusters.preset(args.cluster)
-    gpn = args.gpus_per_node or (min(base.gpus_per_node, args.gpus) if args.gpus
-                                 else base.gpus_per_node)
+    if args.gpus_per_node is not None:  # 0 is an answer (a wrong one), not "unset"
+        gpn = args.gpus_per_node
+    else:
+        gpn = min(base.gpus_per_node, args.gpus) if args.gpus else base.gpus_per_node
     if gpn < 1:
         raise ValueError(f"gpus-per-node must be a positive integer, got {gpn}")
     gpus = args.gpus if args.gpus is not None else base.nodes * gpn

@@ -59,6 +59,9 @@ class ClusterSpec:
         for name in ("gpu_memory", "intra_beta", "inter_beta", "efficiency"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if self.efficiency > 1:
+            raise ValueError(f"efficiency is achieved / peak FLOP/s, at most 1, got "
+                             f"{self.efficiency!r}")
         if not all(v > 0 for v in self.peak_flops.values()):
             raise ValueError(f"peak_flops must be > 0 per dtype, got {self.peak_flops}")
         return self

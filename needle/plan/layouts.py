@@ -41,15 +41,21 @@ def check_layout(spec: ModelSpec, lay: Layout, setup: Setup, cluster: ClusterSpe
     if lay.zero not in (0, 1, 2, 3):
         raise ValueError(f"zero must be 0, 1, 2 or 3, got {lay.zero!r}")
     if spec.is_transformer:
-        if spec.heads % lay.tp:
-            raise ValueError(f"tp={lay.tp} must divide heads={spec.heads}")
-        if spec.layers % (lay.pp * lay.chunks):
-            raise ValueError(f"pp x chunks = {lay.pp} x {lay.chunks} must divide "
-                             f"layers={spec.layers}")
-        m = setup.batch // (lay.dp * lay.microbatch)
-        if lay.schedule == "interleaved" and lay.pp > 1 and m % lay.pp:
-            raise ValueError(f"interleaved needs microbatches m={m} to be a multiple of "
-                             f"pp={lay.pp}")
+        _check_transformer_layout(spec, lay, setup)
+
+
+def _check_transformer_layout(spec: ModelSpec, lay: Layout, setup: Setup) -> None:
+    """The rules a transformer adds: tp divides heads, pp x chunks divides layers, interleaved
+    m a multiple of pp."""
+    if spec.heads % lay.tp:
+        raise ValueError(f"tp={lay.tp} must divide heads={spec.heads}")
+    if spec.layers % (lay.pp * lay.chunks):
+        raise ValueError(f"pp x chunks = {lay.pp} x {lay.chunks} must divide "
+                         f"layers={spec.layers}")
+    m = setup.batch // (lay.dp * lay.microbatch)
+    if lay.schedule == "interleaved" and lay.pp > 1 and m % lay.pp:
+        raise ValueError(f"interleaved needs microbatches m={m} to be a multiple of "
+                         f"pp={lay.pp}")
 
 
 def _model_grid(spec: ModelSpec, gpus: int, gpn: int) -> Iterator[Tuple[int, int, int]]:

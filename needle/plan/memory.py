@@ -21,7 +21,8 @@ from ..memory.estimator import estimate_transformer, optimizer_state_bytes
 from .layout import Layout, Setup
 from .model import ModelSpec
 
-__all__ = ["CATEGORIES", "per_gpu_bytes", "model_state_bytes", "activation_layer_bytes"]
+__all__ = ["CATEGORIES", "per_gpu_bytes", "model_state_bytes", "activation_layer_bytes",
+           "in_flight_microbatches"]
 
 CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "buffers")
 BUCKET = 25 * 2 ** 20
@@ -61,17 +62,27 @@ def _estimator_terms(spec: ModelSpec, mb: int, precision: str, optimizer: str, z
     return (est["parameters"], est["gradients"], est["optimizer_state"]), est["output_head"]
 
 
+def in_flight_microbatches(schedule: str, p: int, m: int, stage: int = 0) -> int:
+    """Microbatches whose activations ``stage`` of a p-stage pipeline holds at once.
+
+    GPipe runs every forward before any backward: m. 1F1B (Narayanan et al., sec. 2.2) lets
+    stage r run p - r forwards before its first backward, then one forward per backward:
+    min(p - r, m).
+    """
+    if not 0 <= stage < p or m < 1:
+        raise ValueError(f"stage must be in [0, {p}) and m >= 1, got stage {stage}, m {m}")
+    return m if schedule == "gpipe" else min(p - stage, m)
+
+
 def _in_flight_layers(spec: ModelSpec, lay: Layout, setup: Setup) -> float:
     """Layers' worth of microbatch activations the busiest stage holds at once."""
     L, p = spec.layers, lay.pp
     if p == 1:
         return float(L)
     m = setup.batch // (lay.dp * lay.microbatch)
-    if lay.schedule == "gpipe":
-        return L / p * m
     if lay.schedule == "interleaved":
         return L * (1 + (p - 1) / (p * lay.chunks))
-    return L / p * min(p, m)
+    return L / p * in_flight_microbatches(lay.schedule, p, m)
 
 
 def per_gpu_bytes(spec: ModelSpec, lay: Layout, setup: Setup) -> Dict[str, float]:

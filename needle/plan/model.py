@@ -11,6 +11,7 @@ Narayanan et al. (SC'21, arXiv:2104.04473, eq. 3; Appendix):
 and selective recomputation (Korthikanti et al., arXiv:2205.05198, sec. 5) re-runs only the
 attention core, 4 B s^2 h per layer (QK^T and softmax-times-V).
 """
+import math
 from dataclasses import dataclass, replace
 from typing import Any, Dict, Optional
 
@@ -54,8 +55,9 @@ class ModelSpec:
     def check(self) -> "ModelSpec":
         """Raise ValueError naming the field and the rule when the shape is impossible."""
         if not self.is_transformer:
-            if not self.params > 0:
-                raise ValueError(f"params must be > 0 (a parameter count), got {self.params!r}")
+            if not 0 < self.params < math.inf:
+                raise ValueError(f"params must be > 0 and finite (a parameter count), got "
+                                 f"{self.params!r}")
             return self
         for name in ("layers", "hidden", "heads", "seq", "vocab", "ffn_mult"):
             v = getattr(self, name)

@@ -7,13 +7,15 @@ bucket, and pad ZeRO's shards to a multiple of the world size; this module appli
 rules to a list of parameter sizes, so the bytes it predicts are the ledger's to the byte
 (tests/plan/test_comm.py runs the real strategies on the virtual cluster and compares).
 """
-from typing import List, Sequence
+from typing import Any, List, NamedTuple, Sequence, Tuple
 
+from ..autograd import find_topo_sort
 from ..parallel.data_parallel.buckets import assign_buckets
-from .comm import Collective, pp_sends
+from .comm import Collective, pp_sends, step_bytes
 
 __all__ = ["needle_collectives", "needle_tp_collectives", "needle_pp_collectives",
-           "needle_buffer_bytes", "STRATEGIES"]
+           "needle_buffer_bytes", "STRATEGIES", "UnitSpan", "fsdp_unit_spans",
+           "fsdp_buffer_bytes", "needle_fsdp_collectives"]
 
 STRATEGIES = ("ddp", "zero1", "zero2")
 MB = 1024 * 1024
@@ -39,6 +41,23 @@ def needle_collectives(sizes: Sequence[int], itemsize: int, strategy: str, p: in
         if strategy == "zero2":  # rows = p of (cols + flags): each rank gets one row
             out.append(Collective("reduce_scatter", "dp", p, cols + len(idx), itemsize, 1))
         out.append(Collective("allgather", "dp", p, cols, itemsize, 1))
+    return out
+
+
+def needle_fsdp_collectives(units: Sequence[Tuple[int, int]], itemsize: int, p: int
+                            ) -> List[Collective]:
+    """One step of needle's FullyShardedDataParallel, for units of (elements, parameters).
+
+    Per unit (``parallel/zero/flat_param.py``): an allgather of its ceil(numel / p)-element
+    shards in forward and again in backward, and a reduce-scatter of p rows of that many
+    columns plus one usage flag per parameter. The textbook's 3 (N-1)/N Psi plus the padding
+    and the flags, and 3 calls per unit where the textbook counts 3.
+    """
+    out: List[Collective] = []
+    for numel, nparams in units:
+        cols = -(-int(numel) // p)
+        out.append(Collective("allgather", "dp", p, cols, itemsize, 2))
+        out.append(Collective("reduce_scatter", "dp", p, cols + int(nparams), itemsize, 1))
     return out
 
 
@@ -76,7 +95,79 @@ def needle_tp_collectives(layers: int, b: int, s: int, h: int, p: int, m: int = 
 
 def needle_pp_collectives(b: int, s: int, h: int, p: int, m: int, v: int = 1,
                           itemsize: int = 4) -> List[Collective]:
-    """One step of needle's PipelineParallel: activation / gradient sends of (b, s, h) per
-    microbatch (``pp_sends``), then the float64 loss broadcast from the last stage."""
-    return [Collective("send", "pp", p, s * b * h, itemsize, pp_sends(p, m, v)),
-            Collective("broadcast", "pp", p, 1, 8, 1)]
+    """One step of needle's PipelineParallel on its busiest stage: activation / gradient sends
+    of (b, s, h) per microbatch (``pp_sends``), and its part of the float64 loss broadcast
+    from the last stage (a binomial tree: the root sends to ceil(log2 p) stages, a stage that
+    forwards it to its children in the tree)."""
+    sbh = s * b * h
+    if v > 1:  # interleaved: every stage sends both ways; the root's broadcast counted
+        return [Collective("send", "pp", p, sbh, itemsize, pp_sends(p, m, v)),
+                Collective("broadcast", "pp", p, 1, 8, 1)]
+    per_stage = []
+    for r in range(p):
+        cs = [Collective("send", "pp", p, sbh, itemsize, m * ((r < p - 1) + (r > 0)))]
+        if r == p - 1:
+            cs.append(Collective("broadcast", "pp", p, 1, 8, 1))
+        elif _tree_children((r - (p - 1)) % p, p):  # relays the loss: plain sends
+            cs.append(Collective("send", "pp", p, 1, 8, _tree_children((r - (p - 1)) % p, p)))
+        per_stage.append(cs)
+    return max(per_stage, key=step_bytes)
+
+
+def _tree_children(vr: int, p: int) -> int:
+    """Children of virtual rank ``vr`` in a binomial broadcast tree of p ranks (root 0)."""
+    low = vr & -vr if vr else 1 << max(p - 1, 1).bit_length()
+    return sum(1 for k in range(low.bit_length() - 1) if vr + (1 << k) < p)
+
+class UnitSpan(NamedTuple):
+    """An FSDP unit in one backward: its elements and parameters, and the positions (in the
+    order backward visits nodes) where it is gathered and gets its first and last gradient."""
+
+    numel: int
+    nparams: int
+    gather: int
+    first_grad: int
+    last_grad: int
+
+
+def fsdp_unit_spans(loss: Any, units: Sequence[Tuple[Any, Sequence[Any]]]) -> List[UnitSpan]:
+    """Each (unit output, unit parameters)'s span in ``loss``'s backward, from the graph.
+
+    Backward visits the reversed topological order (``compute_gradient_of_variables``); FSDP
+    gathers a unit when the adjoint reaches the unit's output (a hook there), and a parameter's
+    gradient arrives when its leaf is visited, which for a leaf the DFS met early (e.g. a
+    LayerNorm weight) is long after the rest of its unit's.
+    """
+    order = {id(n): i for i, n in enumerate(reversed(find_topo_sort([loss])))}
+    spans = []
+    for out, params in units:
+        pos = [order[id(q)] for q in params if id(q) in order]
+        if not pos:
+            raise ValueError("fsdp_unit_spans: a unit's parameters are not in the loss's graph")
+        numel = sum(int(q.size) for q in params)
+        spans.append(UnitSpan(numel, len(params), order[id(out)], min(pos), max(pos)))
+    return spans
+
+
+def fsdp_buffer_bytes(spans: Sequence[UnitSpan], p: int, itemsize: int = 4) -> float:
+    """Peak bytes of needle's FSDP buffers over one backward (``parallel/zero/fsdp.py``);
+    ``spans`` in the units' forward order.
+
+    Per unit, N = p ranks, cols = ceil(numel / N): the gathered flat parameters (N cols) from
+    its gather until its last gradient (then ``free``); the reduce-scatter bucket of N rows of
+    cols + one usage flag per parameter from its first gradient to the end of backward; the
+    received row (cols + flags) from its launch (buckets launch in backward order, each after
+    the ones before it) to the end, while last step's row (the gradient shard) is still held.
+    """
+    events: List[Tuple[float, float]] = []
+    launched = -1.0
+    for u in reversed(spans):  # the reducer's buckets: units in reverse forward order
+        cols = -(-u.numel // p)
+        launched = max(launched, u.last_grad)
+        events += [(u.gather, p * cols), (u.last_grad + 0.5, -p * cols),
+                   (u.first_grad, p * (cols + u.nparams)), (launched + 0.5, cols + u.nparams)]
+    live = peak = 0.0
+    for _, delta in sorted(events):
+        live += delta
+        peak = max(peak, live)
+    return peak * itemsize

@@ -53,3 +53,22 @@ def test_tensor_parallel_bytes_exact(tmp_path):
     """The character transformer (4 layers, hidden 64, batch 16 x 32): tp = 2, bytes exact."""
     meas = _run("tp", 2, tmp_path, steps=2)
     assert max(meas["bytes"]) == step_bytes(needle_tp_collectives(4, 16, 32, 64, 2))
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["zero3", "tp", "pp"])
+def test_sharded_strategies_memory_within_10_percent(strategy, tmp_path):
+    """2 ranks, the busiest rank's peak (MemoryTracker) within 10% of the prediction: FSDP
+    with its gathered units and reduce-scatter buffers over backward (``fsdp_buffer_bytes``),
+    TP from each rank's own shard and graph, PP (1F1B, 4 microbatches) from each stage's graph
+    times the microbatches it keeps in flight."""
+    bench = _bench()
+    meas = _run(strategy, 2, tmp_path, steps=3)
+    if strategy == "zero3":
+        peak = bench.predict_dp("zero3", 2)[0]
+    else:
+        lay = bench.lm_layout(strategy, 2)
+        ranks = bench._lm_memory(lay, bench._lm_spec(lay.tp)[1])
+        peak = max(r[0] for r in ranks)
+    assert abs(peak / max(meas["peak"]) - 1) < 0.10, (peak, meas["peak"])

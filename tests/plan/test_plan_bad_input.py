@@ -21,6 +21,11 @@ GPT2 = model.preset("gpt2-small")
     (["--model", "gpt2-small", "--batch", "6", "--microbatch", "4"],
      ["batch=6", "microbatch=4"]),
     (["--model", "nope"], ["unknown model preset", "gpt2-small"]),
+    (["--model", "gpt2-small", "--gpus-per-node", "0"], ["gpus-per-node", "positive"]),
+    (["--params", "inf"], ["params", "finite"]),
+    (["--model", "gpt2-small", "--efficiency", "1.5"], ["efficiency", "at most 1"]),
+    (["--model", "gpt2-small", "--heads", "0"], ["heads", "positive"]),
+    (["--model", "gpt2-small", "--microbatch", "0"], ["microbatch", "positive"]),
     (["--layers", "12"], ["missing", "hidden"]),
 ])
 def test_cli_names_the_field_and_the_rule(argv, words, capsys):
