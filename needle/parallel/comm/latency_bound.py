@@ -11,6 +11,9 @@ operations in MPICH", IJHPCA 19(1), 2005:
   the end.
 * **Binomial tree** broadcast and reduce (Sections 4.1 and 4.3): ``log2 p`` rounds; pieces are
   forwarded as soon as they arrive so large broadcasts are pipelined down the tree.
+* **Recursive doubling allgather** (Section 4.2, p a power of two): in step k rank r swaps the
+  ``2^k`` parts it holds with rank ``r XOR 2^k``; ``(p - 1) N / p`` bytes, as the ring, in
+  ``log2 p`` rounds instead of ``p - 1``.
 * **Pairwise exchange alltoall** (Section 4.5): in step i rank r sends to ``r + i`` and receives
   from ``r - i`` (``r XOR i`` when p is a power of two).
 
@@ -18,9 +21,10 @@ The recursive doubling allreduce carries a 16-byte *header* after the data: a ha
 call's arguments.  Each step compares the partner's header with ours; a different hash, a
 message of the wrong size or a partner's ``POISON`` makes ours ``POISON``.  Since every rank's
 header reaches every rank exactly as the data does, all ranks end with h when every rank passed
-the same arguments and with ``POISON`` otherwise, at no extra message cost.  With an empty
-payload the same function is the cheap metadata check that runs beside the first messages of
-every other collective (see ``metadata.py``).
+the same arguments and with ``POISON`` otherwise, at no extra message cost.  The recursive
+doubling allgather carries the same header after the parts it sends.  With an empty payload the
+allreduce is the cheap metadata check that runs beside the first messages of every other
+collective (see ``metadata.py``).
 """
 from typing import Any, List
 
@@ -56,8 +60,17 @@ class RecursiveDoublingBuffers:
         self.statuses = [transport.new_status(), transport.new_status()]
         self.byte = transport.byte
         self.size = self.work.nbytes
+        self.header = self.size - nbytes  # bytes of each message that are not payload
         # Python views of the headers: reading one int costs less than a numpy comparison.
         self.hmv, self.thmv = memoryview(self.hdr), memoryview(self.thdr)
+
+    def set_header(self, h: int) -> None:
+        """Write the call's argument hash ``h`` into the header."""
+        self.hmv[0] = self.hmv[1] = h
+
+    def agrees(self) -> bool:
+        """After the exchange: did every rank contribute the same hash?"""
+        return self.hmv[0] != POISON
 
     def received_ok(self, truncated: bool) -> bool:
         """Did the last receive bring a message of exactly our size?"""
@@ -101,6 +114,59 @@ def recursive_doubling_allreduce(ch: Channel, bufs: RecursiveDoublingBuffers) ->
     ### END YOUR SOLUTION
     if r < 2 * rem:
         yield [ch.isend(work, r - 1)]
+    return work
+
+
+class AllgatherBuffers:
+    """The buffers of one recursive-doubling allgather of ``p`` parts of ``nbytes``: ``work``
+    (the parts in rank order, then room for the header after the last), ``tmp`` (the parts and
+    header a partner sent) and ``hdr`` (our header: the argument hash twice, or ``POISON``)."""
+
+    def __init__(self, nbytes: int, p: int, transport: Any) -> None:
+        self.part = nbytes
+        self.work = np.empty(nbytes * p + HEADER, dtype=np.uint8)
+        self.tmp = np.empty(nbytes * (p // 2) + HEADER, dtype=np.uint8)
+        self.hdr = np.empty(HEADER, dtype=np.uint8)
+        self.hv = self.hdr.view(np.int64)
+        self.statuses = [transport.new_status(), transport.new_status()]
+        self.byte = transport.byte
+        self.header = HEADER  # bytes of each message that are not payload
+        self.tmv, self.hmv = memoryview(self.tmp), memoryview(self.hdr)
+
+    def set_header(self, h: int) -> None:
+        """Write the call's argument hash ``h`` into the header."""
+        self.hv[0] = self.hv[1] = h
+
+    def agrees(self) -> bool:
+        """After the exchange: did every rank contribute the same hash?"""
+        return self.hv[0] != POISON
+
+    def take(self, truncated: bool, m: int, lo: int) -> None:
+        """Keep the ``m`` bytes of parts just received (for offset ``lo`` of ``work``), or
+        poison our header if the message or its header differs from ours."""
+        ok = not truncated and self.statuses[0].Get_count(self.byte) == m + HEADER
+        if not ok or self.tmv[m:m + HEADER] != self.hmv:
+            self.hv[0] = self.hv[1] = POISON
+        elif self.hv[0] != POISON:
+            self.work[lo:lo + m] = self.tmp[:m]
+
+
+def recursive_doubling_allgather(ch: Channel, bufs: AllgatherBuffers) -> Algorithm:
+    """Allgather in place in ``bufs.work`` (rank r's part already at ``r * part``), p a power
+    of two; every message is the sender's parts followed by its header. Returns ``bufs.work``."""
+    p, r, n = ch.size, ch.rank, bufs.part
+    work, tmp, hdr, statuses = bufs.work, bufs.tmp, bufs.hdr, bufs.statuses
+    mask = 1
+    while mask < p:
+        peer, m = r ^ mask, mask * n
+        lo, peer_lo = (r & -mask) * n, (peer & -mask) * n  # where each side's parts start
+        # The header goes right after our parts: bytes that are not ours yet (the partner's,
+        # received into ``tmp`` and copied only after this send, or a later step's).
+        work[lo + m:lo + m + HEADER] = hdr
+        truncated = yield ([ch.irecv(tmp[:m + HEADER], peer),
+                            ch.isend(work[lo:lo + m + HEADER], peer)], statuses)
+        bufs.take(truncated, m, peer_lo)
+        mask <<= 1
     return work
 
 

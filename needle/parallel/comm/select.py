@@ -19,7 +19,7 @@ from .hierarchical import worthwhile
 
 ALGORITHMS = {
     "allreduce": ("ring", "recursive_doubling", "hierarchical"),
-    "allgather": ("ring",),
+    "allgather": ("ring", "recursive_doubling"),
     "reduce_scatter": ("ring",),
     "broadcast": ("binomial",),
     "reduce": ("binomial",),
@@ -28,6 +28,9 @@ ALGORITHMS = {
 
 # Allreduce messages up to this many bytes use recursive doubling (override for experiments).
 ALLREDUCE_SMALL = int(os.environ.get("NEEDLE_ALLREDUCE_SMALL", 64 * 1024))
+# Allgathers with an output up to this many bytes use recursive doubling when p is a power of
+# two (its messages carry the argument check; the ring's copies are fewer for large outputs).
+ALLGATHER_SMALL = int(os.environ.get("NEEDLE_ALLGATHER_SMALL", 1 << 20))
 
 
 def choose(collective: str, nbytes: int, size: int, algorithm: str = "auto",
@@ -40,9 +43,15 @@ def choose(collective: str, nbytes: int, size: int, algorithm: str = "auto",
         if algorithm not in options:
             raise ValueError(f"{collective}: unknown algorithm {algorithm!r}; "
                              f"choose from {options}")
+        if collective == "allgather" and algorithm == "recursive_doubling" and size & (size - 1):
+            raise ValueError(f"allgather: recursive_doubling needs a power-of-two number of "
+                             f"ranks, not {size}")
         return algorithm
     if collective == "allreduce":
         if nbytes <= ALLREDUCE_SMALL or size == 1:
             return "recursive_doubling"
         return "hierarchical" if hosts is not None and worthwhile(hosts()) else "ring"
+    if collective == "allgather":
+        power_of_two = size > 1 and size & (size - 1) == 0
+        return "recursive_doubling" if power_of_two and nbytes <= ALLGATHER_SMALL else "ring"
     return options[0]

@@ -1,0 +1,92 @@
+"""The argument check carried inside the data messages (issue 25): recursive-doubling allgather
+and allreduce send no message but their own, and still raise on every rank on a mismatch."""
+import numpy as np
+import pytest
+from mpi_helpers import BACKENDS, run_ranks
+
+from needle.parallel import virtual
+from needle.parallel.comm import select
+
+
+def _gather(comm, shape, dtype, algorithm):
+    x = (np.arange(int(np.prod(shape))) * 3 + 1000 * comm.rank).astype(dtype).reshape(shape)
+    blocking = comm.allgather(x, algorithm=algorithm)
+    pending = comm.allgather_async(x, algorithm=algorithm)
+    again = comm.allgather(x, algorithm=algorithm)  # the cached buffers, reused
+    return blocking, pending.wait(), again, comm.ledger.records[-1].algorithm
+
+
+@pytest.mark.parametrize("p", [1, 2, 4, 8])
+@pytest.mark.parametrize("shape,dtype", [((0,), "float32"), ((1,), "int8"), ((5,), "float64"),
+                                         ((3, 2), "int32"), ((7, 3), "float16")])
+def test_recursive_doubling_allgather_equals_concatenation(p, shape, dtype) -> None:
+    algorithm = "recursive_doubling" if p > 1 else "auto"
+    for got in virtual.run(p, _gather, shape, dtype, algorithm):
+        expect = np.concatenate([(np.arange(int(np.prod(shape))) * 3 + 1000 * q)
+                                 .astype(dtype).reshape(shape) for q in range(p)])
+        for arr in got[:3]:
+            assert arr.shape == expect.shape and arr.tobytes() == expect.tobytes()
+        if p > 1:
+            assert got[3] == "recursive_doubling"
+
+
+def _messages(p, fn):
+    cluster = virtual.Cluster(p, trace=True)
+    cluster.run(fn)
+    return [(m.src, m.nbytes) for m in cluster.trace]
+
+
+def _small_allgather(comm):
+    comm.allgather(np.ones(10, np.float32))
+
+
+def _small_allreduce(comm):
+    comm.allreduce(np.ones(10, np.float32))
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_the_check_rides_in_the_data_messages(p) -> None:
+    """log2 p messages per rank and no other; each carries 16 header bytes."""
+    log2p = p.bit_length() - 1
+    sent = _messages(p, _small_allgather)
+    assert len(sent) == p * log2p
+    for r in range(p):  # step k: 2^k parts of 40 bytes, then the header
+        assert sorted(n for src, n in sent if src == r) == [40 * (1 << k) + 16
+                                                            for k in range(log2p)]
+    sent = _messages(p, _small_allreduce)
+    assert len(sent) == p * log2p and {n for _, n in sent} == {40 + 16}
+
+
+def _allgather_mismatch(comm, mode):
+    last = comm.rank == comm.size - 1
+    try:
+        if mode == "shape":
+            comm.allgather(np.ones((3, 2) if last else (2, 3)))
+        elif mode == "size":
+            comm.allgather(np.ones(5 if last else 4))
+        elif mode == "dtype":
+            comm.allgather(np.ones(4, np.int64 if last else np.float64))
+        else:  # the other ranks run the ring with the check beside it
+            comm.allgather(np.ones(4), algorithm="recursive_doubling" if last else "ring")
+    except ValueError as err:
+        return str(err)
+    return "finished without error"
+
+
+@pytest.mark.parametrize("mode", ["shape", "size", "dtype", "algorithm"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_allgather_mismatch_raises_on_every_rank(backend, mode) -> None:
+    messages = run_ranks(backend, 4, _allgather_mismatch, mode, timeout=60,
+                         env={"NEEDLE_COMM_TIMEOUT": "20"})
+    for r, msg in enumerate(messages):
+        assert msg.startswith("needle.parallel: ranks called a collective with different "
+                              f"arguments (seen from rank {r})"), msg
+        assert "ranks [3]: allgather" in msg and "ranks [0, 1, 2]: allgather" in msg, msg
+
+
+def test_auto_choice_and_bad_algorithm() -> None:
+    assert select.choose("allgather", 1024, 4) == "recursive_doubling"
+    assert select.choose("allgather", 1024, 3) == "ring"
+    assert select.choose("allgather", select.ALLGATHER_SMALL + 1, 4) == "ring"
+    with pytest.raises(ValueError, match="power-of-two number of ranks, not 3"):
+        select.choose("allgather", 1024, 3, "recursive_doubling")
