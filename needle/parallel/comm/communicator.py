@@ -34,11 +34,13 @@ from .hierarchical import discover, hierarchical_allreduce, host_name, where
 from .latency_bound import (
     AllgatherBuffers,
     RecursiveDoublingBuffers,
+    ReduceScatterBuffers,
     binomial_broadcast,
     binomial_reduce,
     pairwise_alltoall,
     recursive_doubling_allgather,
     recursive_doubling_allreduce,
+    recursive_halving_reduce_scatter,
 )
 from .ledger import Ledger, Regions
 from .p2p import ANY_SOURCE, ANY_TAG, PointToPoint
@@ -181,13 +183,12 @@ class Communicator(PointToPoint):
         if x.ndim == 0:
             raise ValueError("reduce_scatter needs an array with at least one axis")
         algo = choose("reduce_scatter", x.nbytes, self.size, algorithm)
+        b, mine = _segments(x.shape, self.size, self.rank)
+        res = self._output(out, (mine,) + x.shape[1:], x.dtype)
+        if algo == "recursive_halving":
+            return self._run_fused("reduce_scatter", x, res, op, _block, label, restore)
         desc = ("reduce_scatter", "op", op, "dtype", x.dtype, "shape", x.shape,
                 "algorithm", algo)
-        row = int(np.prod(x.shape[1:], dtype=np.int64))
-        rows = chunk_bounds(x.shape[0], self.size)
-        b = [k * row for k in rows]
-        mine = rows[self.rank + 1] - rows[self.rank]
-        res = self._output(out, (mine,) + x.shape[1:], x.dtype)
         items = max(1, self.chunk_bytes // x.itemsize)
         # Partial sums passing through (only p - 2 segments of them are ever used).
         acc_buf, ws = self._take(x.nbytes), self._take(DEPTH * self.chunk_bytes)
@@ -405,7 +406,7 @@ class Communicator(PointToPoint):
         finally:
             ch.flush(call.stat, call.check_stat)
         if t0 is not None:
-            self._record(call.name, "recursive_doubling", label, ch, t0)
+            self._record(call.name, call.algo, label, ch, t0)
         return restore(finish_avg(res, self.size) if op == "avg" else res)
 
     def _fused_call(self, name: str, x: np.ndarray, op: Optional[str], block: bool) -> "_Fused":
@@ -422,9 +423,17 @@ class Communicator(PointToPoint):
         return call
 
     def _new_fused(self, key: tuple, x: np.ndarray) -> "_Fused":
-        """Buffers, views and description of a recursive-doubling allreduce or allgather."""
+        """Buffers, views and description of a recursive-doubling allreduce or allgather, or a
+        recursive-halving reduce-scatter."""
         name, _, _, op = key
         desc: tuple = ("dtype", x.dtype, "shape", x.shape, "algorithm", "recursive_doubling")
+        if name == "reduce_scatter":
+            b, mine = _segments(x.shape, self.size, self.rank)
+            rs = ReduceScatterBuffers(b, x.dtype, op, self._t)
+            result = rs.data[b[self.rank]:b[self.rank + 1]].reshape((mine,) + x.shape[1:])
+            return _Fused(self, key, ("reduce_scatter", "op", op) + desc[:-1]
+                          + ("recursive_halving",), rs, recursive_halving_reduce_scatter,
+                          rs.data.reshape(x.shape), result)
         if name == "allreduce":
             args.check_op("allreduce", op, x.dtype, self.rank, self.size)
             rd = RecursiveDoublingBuffers(x.nbytes, x.dtype, op, self._t)
@@ -480,13 +489,14 @@ class _Fused:
     algorithm (``latency_bound.py``), where the input goes in (``source``) and the result comes
     out (``result``), its description and hash, channel, timeout message and counters."""
 
-    __slots__ = ("key", "name", "desc", "hash", "bufs", "steps", "source", "result", "channel",
-                 "describe", "stat", "check_stat")
+    __slots__ = ("key", "name", "algo", "desc", "hash", "bufs", "steps", "source", "result",
+                 "channel", "describe", "stat", "check_stat")
 
     def __init__(self, comm: Communicator, key: tuple, desc: tuple, bufs: Any,
                  steps: Callable[[Channel, Any], Algorithm], source: np.ndarray,
                  result: np.ndarray) -> None:
         self.key, self.name, self.desc, self.bufs, self.steps = key, key[0], desc, bufs, steps
+        self.algo = desc[-1]
         self.hash = metadata.describe_hash(desc)
         self.source, self.result = source, result
         self.channel = Channel(comm.transport, 0, bufs.header)
@@ -585,6 +595,14 @@ def _overlapped(size: int, check: Algorithm, make_body: Callable[[Channel], Algo
             item = body.send((yield item))
     except StopIteration as stop:
         return stop.value
+
+
+def _segments(shape: tuple, p: int, r: int) -> tuple:
+    """Item offsets of the p reduce-scatter segments of an array of ``shape`` (near-equal
+    axis-0 chunks), and the rows of rank r's."""
+    row = int(np.prod(shape[1:], dtype=np.int64))
+    rows = chunk_bounds(shape[0], p)
+    return [k * row for k in rows], rows[r + 1] - rows[r]
 
 
 def _same(result: Any) -> Any:

@@ -20,7 +20,7 @@ from .hierarchical import worthwhile
 ALGORITHMS = {
     "allreduce": ("ring", "recursive_doubling", "hierarchical"),
     "allgather": ("ring", "recursive_doubling"),
-    "reduce_scatter": ("ring",),
+    "reduce_scatter": ("ring", "recursive_halving"),
     "broadcast": ("binomial",),
     "reduce": ("binomial",),
     "alltoall": ("pairwise",),
@@ -31,6 +31,10 @@ ALLREDUCE_SMALL = int(os.environ.get("NEEDLE_ALLREDUCE_SMALL", 64 * 1024))
 # Allgathers with an output up to this many bytes use recursive doubling when p is a power of
 # two (its messages carry the argument check; the ring's copies are fewer for large outputs).
 ALLGATHER_SMALL = int(os.environ.get("NEEDLE_ALLGATHER_SMALL", 1 << 20))
+# Reduce-scatters with an input up to this many bytes use recursive halving (p a power of two).
+REDUCE_SCATTER_SMALL = int(os.environ.get("NEEDLE_REDUCE_SCATTER_SMALL", 1 << 20))
+# The algorithms that need a power-of-two number of ranks.
+POWER_OF_TWO = {("allgather", "recursive_doubling"), ("reduce_scatter", "recursive_halving")}
 
 
 def choose(collective: str, nbytes: int, size: int, algorithm: str = "auto",
@@ -43,15 +47,16 @@ def choose(collective: str, nbytes: int, size: int, algorithm: str = "auto",
         if algorithm not in options:
             raise ValueError(f"{collective}: unknown algorithm {algorithm!r}; "
                              f"choose from {options}")
-        if collective == "allgather" and algorithm == "recursive_doubling" and size & (size - 1):
-            raise ValueError(f"allgather: recursive_doubling needs a power-of-two number of "
+        if (collective, algorithm) in POWER_OF_TWO and size & (size - 1):
+            raise ValueError(f"{collective}: {algorithm} needs a power-of-two number of "
                              f"ranks, not {size}")
         return algorithm
     if collective == "allreduce":
         if nbytes <= ALLREDUCE_SMALL or size == 1:
             return "recursive_doubling"
         return "hierarchical" if hosts is not None and worthwhile(hosts()) else "ring"
-    if collective == "allgather":
-        power_of_two = size > 1 and size & (size - 1) == 0
-        return "recursive_doubling" if power_of_two and nbytes <= ALLGATHER_SMALL else "ring"
+    if collective in ("allgather", "reduce_scatter") and size > 1 and size & (size - 1) == 0:
+        limit = ALLGATHER_SMALL if collective == "allgather" else REDUCE_SCATTER_SMALL
+        if nbytes <= limit:  # the latency-bound algorithm, its check in its messages
+            return options[1]
     return options[0]
