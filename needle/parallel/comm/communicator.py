@@ -5,8 +5,10 @@
     total = comm.allreduce(grad, op="sum")    # numpy array, needle NDArray or Tensor
     work = comm.allreduce_async(grad); ...; total = work.wait()
 
-Each call (1) describes its arguments and checks that all ranks agree (``metadata.py``; the
-check's 16-byte messages fly together with the algorithm's first ones), (2) runs one algorithm
+Each call (1) describes its arguments and checks that all ranks agree (``metadata.py``): the
+latency-bound algorithms (recursive doubling allreduce and allgather, recursive halving
+reduce-scatter) carry the check's 16-byte header inside their own data messages, the others run
+its 16-byte messages together with their first ones; (2) runs one algorithm
 generator (``ring.py``, ``latency_bound.py``) over point-to-point messages, chosen by size
 (``select.py``) unless ``algorithm=`` names one, (3) waits with a deadline (``progress.py``;
 ``NEEDLE_COMM_TIMEOUT`` seconds, default 60) and (4) appends a record to ``comm.ledger``

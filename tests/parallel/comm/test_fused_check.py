@@ -97,6 +97,8 @@ def _mismatch(comm, mode):
             comm.allgather(np.ones(5 if last else 4))
         elif mode == "dtype":
             comm.allgather(np.ones(4, np.int64 if last else np.float64))
+        elif mode == "large":  # messages past MPI's eager limit: a truncated large receive
+            comm.allgather(np.ones(20000 if last else 10000))
         elif mode == "scatter_op":
             comm.reduce_scatter(np.ones(8), op="max" if last else "sum")
         elif mode == "scatter_size":  # 12 rows split 3, 3, 3, 3 against 16 split 4, 4, 4, 4
@@ -108,8 +110,8 @@ def _mismatch(comm, mode):
     return "finished without error"
 
 
-@pytest.mark.parametrize("mode", ["shape", "size", "dtype", "algorithm", "scatter_op",
-                                  "scatter_size"])
+@pytest.mark.parametrize("mode", ["shape", "size", "dtype", "algorithm", "large",
+                                  "scatter_op", "scatter_size"])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_mismatch_raises_on_every_rank(backend, mode) -> None:
     messages = run_ranks(backend, 4, _mismatch, mode, timeout=60,
