@@ -2,15 +2,19 @@
 
 Like MPICH (R. Thakur, R. Rabenseifner and W. Gropp, "Optimization of collective communication
 operations in MPICH", IJHPCA 2005, Section 4) and Open MPI's "tuned" component, the choice is a
-simple table: latency-bound algorithms (few message rounds, more bytes) for small messages,
-bandwidth-optimal ones (more rounds, fewest bytes) for large ones.  For allreduce, recursive
-doubling costs ``log2(p) * (alpha + N beta)`` and the ring ``2 (p - 1) (alpha + N beta / p)``,
-so the crossover grows with the per-message latency ``alpha`` and shrinks with p.  The threshold
-below comes from shared memory, 2 ranks, on the 2-core development machine (recursive doubling
-21 us against the ring's 49 us at 64 KiB at low load; under heavy load in issue 25 the two tied
-at 256 KiB and the ring won from 1 MiB, so 64 KiB is kept until a quiet re-measurement);
-re-measure it with ``mpiexec -n P python benchmarks/bench_collectives.py --crossovers``, which
-prints both algorithms per size and the value to put here (or in ``NEEDLE_ALLREDUCE_SMALL``).
+simple table: latency-bound algorithms (few message rounds) for small messages, the ring for
+large ones.  For allreduce, recursive doubling costs ``log2(p) * (alpha + N beta)`` and the ring
+``2 (p - 1) (alpha + N beta / p)``, so the crossover grows with the per-message latency
+``alpha`` and shrinks with p.  Recursive doubling allgather and recursive halving
+reduce-scatter (p a power of two) move as many bytes as the ring in ``log2 p`` rounds and carry
+the argument check inside their messages, but copy the data in and out of their own buffers,
+so the ring (which works in place) wins once copying costs more than the rounds it saves.
+
+Each threshold is measured, on the machine and rank count at hand, by one command:
+``mpiexec -n P python benchmarks/bench_collectives.py --crossovers``, which times both
+algorithms of each collective side by side and prints the value to put here (or in the
+environment variable named beside it); the figures behind the defaults are in
+``benchmarks/README.md``.
 """
 import os
 from typing import Callable, Hashable, Optional, Sequence
@@ -30,9 +34,9 @@ ALGORITHMS = {
 ALLREDUCE_SMALL = int(os.environ.get("NEEDLE_ALLREDUCE_SMALL", 64 * 1024))
 # Allgathers with an output up to this many bytes use recursive doubling when p is a power of
 # two (its messages carry the argument check; the ring's copies are fewer for large outputs).
-ALLGATHER_SMALL = int(os.environ.get("NEEDLE_ALLGATHER_SMALL", 1 << 20))
+ALLGATHER_SMALL = int(os.environ.get("NEEDLE_ALLGATHER_SMALL", 64 * 1024))
 # Reduce-scatters with an input up to this many bytes use recursive halving (p a power of two).
-REDUCE_SCATTER_SMALL = int(os.environ.get("NEEDLE_REDUCE_SCATTER_SMALL", 1 << 20))
+REDUCE_SCATTER_SMALL = int(os.environ.get("NEEDLE_REDUCE_SCATTER_SMALL", 64 * 1024))
 # The algorithms that need a power-of-two number of ranks.
 POWER_OF_TWO = {("allgather", "recursive_doubling"), ("reduce_scatter", "recursive_halving")}
 

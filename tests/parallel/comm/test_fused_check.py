@@ -98,7 +98,7 @@ def _mismatch(comm, mode):
         elif mode == "dtype":
             comm.allgather(np.ones(4, np.int64 if last else np.float64))
         elif mode == "large":  # messages past MPI's eager limit: a truncated large receive
-            comm.allgather(np.ones(20000 if last else 10000))
+            comm.allgather(np.ones(20000 if last else 10000), algorithm="recursive_doubling")
         elif mode == "scatter_op":
             comm.reduce_scatter(np.ones(8), op="max" if last else "sum")
         elif mode == "scatter_size":  # 12 rows split 3, 3, 3, 3 against 16 split 4, 4, 4, 4
