@@ -377,8 +377,9 @@ class Communicator(PointToPoint):
 
     def _run_fused(self, name: str, x: np.ndarray, res: np.ndarray, op: Optional[str],
                    block: bool, label: Optional[str], restore: Callable[[Any], Any]) -> Any:
-        """A recursive-doubling allreduce or allgather, the argument check carried in its data
-        messages (``latency_bound.py``): the one path of the small blocking allreduce."""
+        """A recursive-doubling allreduce or allgather or a recursive-halving reduce-scatter,
+        the argument check carried in its data messages (``latency_bound.py``): blocking or
+        not, the one path of the small allreduce."""
         call = self._fused_call(name, x, op, block)
         call.source[...] = x
         call.bufs.set_header(call.hash)
