@@ -97,18 +97,8 @@ def check_all(comm: communicator.Communicator, quick: bool = False) -> tuple:
                 close(comm.allreduce(xs[r], op=op), native, f"native allreduce {op} {dtype}")
                 checks += 1
             if op in ("sum", "max", "avg"):
-                for c in (comm, small_chunks):
-                    same(dig.add(c.reduce_scatter(xs[r], op=op)),
-                         reduce_scatter_reference(xs, op)[r],
-                         f"reduce_scatter {op} {dtype} {shape}")
-                    root = (seed % p)
-                    got = c.reduce(xs[r], root=root, op=op)
-                    if r == root:
-                        dig.add(got)
-                        same(got, ring.binomial_reduce(xs, root, op), f"reduce {op} {dtype}")
-                    else:
-                        assert got is None
-                    checks += 2
+                checks += check_reduce_scatter_and_reduce((comm, small_chunks), xs, op,
+                                                          seed % p, dig)
         xs = [make(seed, q, (n, 2), dtype) for q in range(p)]
         for c in (comm, small_chunks):
             same(dig.add(c.allgather(xs[r])), ring.ring_allgather(xs)[r].reshape(p * n, 2),
@@ -123,6 +113,22 @@ def check_all(comm: communicator.Communicator, quick: bool = False) -> tuple:
             checks += 4
     checks += check_stats(comm) + check_async(comm, dig) + check_misc(comm)
     return checks, dig.h.hexdigest()
+
+
+def check_reduce_scatter_and_reduce(comms: tuple, xs: list, op: str, root: int,
+                                    dig: Digest) -> int:
+    """reduce_scatter and reduce (to ``root``) of ``xs`` on each communicator of ``comms``."""
+    r = comms[0].rank
+    for c in comms:
+        same(dig.add(c.reduce_scatter(xs[r], op=op)), reduce_scatter_reference(xs, op)[r],
+             f"reduce_scatter {op} {xs[r].dtype} {xs[r].shape}")
+        got = c.reduce(xs[r], root=root, op=op)
+        if r == root:
+            dig.add(got)
+            same(got, ring.binomial_reduce(xs, root, op), f"reduce {op} {xs[r].dtype}")
+        else:
+            assert got is None
+    return 2 * len(comms)
 
 
 def reduce_scatter_reference(xs: list, op: str = "sum") -> list:
