@@ -1,8 +1,9 @@
 """Collective benchmark in the style of nccl-tests, with the communicator's targets.
 
 Run ``mpiexec -n 2 python benchmarks/bench_collectives.py [--sizes 4K,1M,64M] [--batches 5]``;
-``--crossovers`` instead measures where the allreduce ring overtakes recursive doubling, the
-threshold ``select.py`` uses (``NEEDLE_ALLREDUCE_SMALL``).
+``--crossovers`` instead measures where the ring overtakes the latency-bound algorithm of
+allreduce, allgather and reduce-scatter, the thresholds ``select.py`` uses
+(``NEEDLE_ALLREDUCE_SMALL``, ``NEEDLE_ALLGATHER_SMALL``, ``NEEDLE_REDUCE_SCATTER_SMALL``).
 
 For each size it times, in the same run: MPI's point-to-point bandwidth (``Sendrecv`` around the
 ring), our collectives (each algorithm), MPICH's native collectives and, when torch is installed,
@@ -91,14 +92,23 @@ def bench_size(comm: Communicator, quiet: Communicator, serial: Communicator, si
             lambda: comm.allreduce(x, algorithm="recursive_doubling", out=out),
         ("allreduce", "auto"): lambda: comm.allreduce(x, out=out),
         ("allgather", "MPI"): lambda: raw.Allgather(part, gathered),
-        ("allgather", "ring"): lambda: comm.allgather(part, out=gathered),
+        ("allgather", "ring"): lambda: comm.allgather(part, algorithm="ring", out=gathered),
+        ("allgather", "auto"): lambda: comm.allgather(part, out=gathered),
         ("reduce_scatter", "MPI"): lambda: raw.Reduce_scatter_block(rs_in, scattered),
-        ("reduce_scatter", "ring"): lambda: comm.reduce_scatter(rs_in, out=scattered),
+        ("reduce_scatter", "ring"):
+            lambda: comm.reduce_scatter(rs_in, algorithm="ring", out=scattered),
+        ("reduce_scatter", "auto"): lambda: comm.reduce_scatter(rs_in, out=scattered),
         ("broadcast", "MPI"): lambda: raw.Bcast(x, root=0),
         ("broadcast", "binomial"): lambda: comm.broadcast(x, root=0, out=x),
     }
+    if p & (p - 1) == 0 and p > 1:  # the algorithms that carry the check in their messages
+        cases[("allgather", "recursive_doubling")] = lambda: comm.allgather(
+            part, algorithm="recursive_doubling", out=gathered)
+        cases[("reduce_scatter", "recursive_halving")] = lambda: comm.reduce_scatter(
+            rs_in, algorithm="recursive_halving", out=scattered)
     if size <= 1 << 20:  # what running the argument check beside the first messages saves
-        cases[("allgather", "check first")] = lambda: serial.allgather(part, out=gathered)
+        cases[("allgather", "check first")] = lambda: serial.allgather(
+            part, algorithm="ring", out=gathered)
         cases[("broadcast", "check first")] = lambda: serial.broadcast(x, root=0, out=x)
     if size == 4 << 10:
         cases[("allreduce", "auto ledger off")] = lambda: quiet.allreduce(x, out=out)
@@ -137,7 +147,7 @@ def report(results: Results, p: int) -> List[str]:
     return rows
 
 
-OURS = {"allreduce": "auto", "allgather": "ring", "reduce_scatter": "ring",
+OURS = {"allreduce": "auto", "allgather": "auto", "reduce_scatter": "auto",
         "broadcast": "binomial"}
 
 
@@ -216,24 +226,47 @@ def stats_line(comm: Communicator, size: int) -> str:
             f"2(p-1)/p*N = {2 * (p - 1) * size // p}")
 
 
+CROSSOVERS = {  # collective: (latency-bound algorithm, select.py's threshold)
+    "allreduce": ("recursive_doubling", "NEEDLE_ALLREDUCE_SMALL"),
+    "allgather": ("recursive_doubling", "NEEDLE_ALLGATHER_SMALL"),
+    "reduce_scatter": ("recursive_halving", "NEEDLE_REDUCE_SCATTER_SMALL"),
+}
+
+
 def crossovers(comm: Communicator, batches: int) -> List[str]:
-    """Recursive doubling against the ring, allreduce, 4 KiB to 4 MiB, interleaved: the largest
-    size up to which recursive doubling stays faster is ``select.ALLREDUCE_SMALL`` for this
-    machine and rank count."""
-    lines = [f"crossovers ({comm.size} ranks): allreduce time_us, recursive_doubling vs ring"]
-    small, rd_wins = 0, True
-    for size in [4 << (10 + 2 * k) for k in range(6)]:
-        x, res = np.ones(size // 4, np.float32), np.empty(size // 4, np.float32)
-        t = timeit(comm, {("allreduce", a): (lambda a=a: comm.allreduce(x, algorithm=a, out=res))
-                          for a in ("recursive_doubling", "ring")}, size, batches)
-        rd, ring = t[("allreduce", "recursive_doubling")], t[("allreduce", "ring")]
-        rd_wins = rd_wins and rd <= ring
-        small = size if rd_wins else small
-        lines.append(f"{human(size):>6} {rd * 1e6:10.1f} {ring * 1e6:10.1f}  "
-                     f"{'recursive_doubling' if rd <= ring else 'ring'}")
-    lines.append(f"NEEDLE_ALLREDUCE_SMALL={small}  (select.py's ALLREDUCE_SMALL: recursive "
-                 "doubling up to this size)")
+    """Each collective's latency-bound algorithm against the ring, 4 KiB to 16 MiB (the full
+    vector), interleaved: the largest size up to which the latency-bound one stays faster is
+    ``select.py``'s threshold for this machine and rank count."""
+    p = comm.size
+    lines = [f"crossovers ({p} ranks): time_us, latency-bound algorithm vs ring"]
+    for coll, (fast, env) in CROSSOVERS.items():
+        if coll != "allreduce" and (p & (p - 1) or p == 1):
+            lines.append(f"{coll}: {fast} needs a power-of-two number of ranks")
+            continue
+        small, fast_wins = 0, True
+        for size in [4 << (10 + 2 * k) for k in range(7)]:
+            t = timeit(comm, _pair(comm, coll, size, fast), size, batches)
+            a, b = t[(coll, fast)], t[(coll, "ring")]
+            fast_wins = fast_wins and a <= b
+            small = size if fast_wins else small
+            lines.append(f"{coll:>15} {human(size):>6} {a * 1e6:10.1f} {b * 1e6:10.1f}  "
+                         f"{fast if a <= b else 'ring'}")
+        lines.append(f"{env}={small}  (select.py: {fast} up to this size)")
     return lines
+
+
+def _pair(comm: Communicator, coll: str, size: int, fast: str
+          ) -> Dict[Tuple[str, str], Callable[[], object]]:
+    """``coll`` of ``size`` bytes (the full vector) with ``fast`` and with the ring."""
+    n, p = size // 4, comm.size
+    x, res = np.ones(n, np.float32), np.empty(n, np.float32)
+    part, scattered = np.ones(n // p, np.float32), np.empty(n // p, np.float32)
+    x = x[:n // p * p]
+    calls = {"allreduce": lambda a: comm.allreduce(x, algorithm=a, out=res),
+             "allgather": lambda a: comm.allgather(part, algorithm=a, out=res[:n // p * p]),
+             "reduce_scatter": lambda a: comm.reduce_scatter(x, algorithm=a, out=scattered)}
+    call = calls[coll]
+    return {(coll, a): (lambda a=a: call(a)) for a in (fast, "ring")}
 
 
 def human(nbytes: int) -> str:

@@ -5,8 +5,10 @@
     total = comm.allreduce(grad, op="sum")    # numpy array, needle NDArray or Tensor
     work = comm.allreduce_async(grad); ...; total = work.wait()
 
-Each call (1) describes its arguments and checks that all ranks agree (``metadata.py``; the
-check's 16-byte messages fly together with the algorithm's first ones), (2) runs one algorithm
+Each call (1) describes its arguments and checks that all ranks agree (``metadata.py``): the
+latency-bound algorithms (recursive doubling allreduce and allgather, recursive halving
+reduce-scatter) carry the check's 16-byte header inside their own data messages, the others run
+its 16-byte messages together with their first ones; (2) runs one algorithm
 generator (``ring.py``, ``latency_bound.py``) over point-to-point messages, chosen by size
 (``select.py``) unless ``algorithm=`` names one, (3) waits with a deadline (``progress.py``;
 ``NEEDLE_COMM_TIMEOUT`` seconds, default 60) and (4) appends a record to ``comm.ledger``
@@ -32,17 +34,20 @@ from .convert import to_numpy
 from .faults import install_abort_hook
 from .hierarchical import discover, hierarchical_allreduce, host_name, where
 from .latency_bound import (
-    POISON,
+    AllgatherBuffers,
     RecursiveDoublingBuffers,
+    ReduceScatterBuffers,
     binomial_broadcast,
     binomial_reduce,
     pairwise_alltoall,
+    recursive_doubling_allgather,
     recursive_doubling_allreduce,
+    recursive_halving_reduce_scatter,
 )
 from .ledger import Ledger, Regions
 from .p2p import ANY_SOURCE, ANY_TAG, PointToPoint
 from .progress import Algorithm, Channel, Stat, Work, drive, mpi, new_stat
-from .reference import UFUNCS, chunk_bounds, finish_avg
+from .reference import chunk_bounds, finish_avg
 from .result_pool import ResultPool
 from .ring import DEPTH, ring_allgather, ring_allreduce, ring_reduce_scatter_full
 from .select import choose
@@ -81,7 +86,7 @@ class Communicator(PointToPoint):
         self._p2p_seq: Dict[int, int] = {}
         self._tags = max(1, self._t.tag_ub // 4)
         self._pool: List[np.ndarray] = []
-        self._rd_cache: Dict[tuple, RecursiveDoublingBuffers] = {}
+        self._fused: Dict[tuple, _Fused] = {}  # blocking small calls' buffers, reused
         self._check = RecursiveDoublingBuffers(0, np.uint8, "min", self._t)
         self._check_free: List[RecursiveDoublingBuffers] = []
         self._results = ResultPool()
@@ -99,18 +104,11 @@ class Communicator(PointToPoint):
     def allreduce(self, a: Any, op: str = "sum", algorithm: str = "auto",
                   out: Optional[np.ndarray] = None, label: Optional[str] = None) -> Any:
         """Elementwise reduction over all ranks; every rank gets the result."""
-        # The latency-bound case first, with nothing on its way that it does not need.
-        if type(a) is np.ndarray and algorithm == "auto" and op in UFUNCS and \
-                (a.nbytes <= select.ALLREDUCE_SMALL or self.size == 1) and a.flags.c_contiguous:
-            if out is None:
-                res = np.empty(a.shape, a.dtype)
-            elif type(out) is np.ndarray and out.shape == a.shape and out.dtype == a.dtype \
-                    and out.flags.c_contiguous:
-                res = out
-            else:
-                res = _check_out(out, a.shape, a.dtype)  # raises
-            self._allreduce_small(a, res, op, label)
-            return finish_avg(res, self.size) if op == "avg" else res
+        # A small allreduce of a plain array is latency-bound: straight to recursive doubling.
+        if type(a) is np.ndarray and algorithm == "auto" and a.flags.c_contiguous and \
+                (a.nbytes <= select.ALLREDUCE_SMALL or self.size == 1):
+            res = np.empty(a.shape, a.dtype) if out is None else _check_out(out, a.shape, a.dtype)
+            return self._run_fused("allreduce", a, res, op, True, label, _same)
         return self.allreduce_async(a, op, algorithm, out, label, _block=True)
 
     def allreduce_async(self, a: Any, op: str = "sum", algorithm: str = "auto",
@@ -121,9 +119,8 @@ class Communicator(PointToPoint):
         args.check_op("allreduce", op, x.dtype, self.rank, self.size)
         algo = choose("allreduce", x.nbytes, self.size, algorithm, self.hosts)
         res = self._output(out, x.shape, x.dtype)
-        if _block and algo == "recursive_doubling":  # the latency-bound case: keep it lean
-            self._allreduce_small(x, res, op, label)
-            return restore(finish_avg(res, self.size) if op == "avg" else res)
+        if algo == "recursive_doubling":
+            return self._run_fused("allreduce", x, res, op, _block, label, restore)
         desc = ("allreduce", "op", op, "dtype", x.dtype, "shape", x.shape, "algorithm", algo)
 
         def finish(_: Any) -> Any:  # both algorithms leave the sum in ``res``
@@ -136,9 +133,7 @@ class Communicator(PointToPoint):
                 return ring_allreduce(ch, x.reshape(-1), res.reshape(-1), op, items,
                                       ws[:DEPTH * items * x.itemsize].view(x.dtype))
             return self._run("allreduce", algo, desc, body, finish, _block, label, [ws])
-        if algo == "hierarchical":
-            return self._run_hierarchical(x, res, op, desc, finish, _block, label)
-        return self._run_fused(x, res, op, desc, finish, _block, label)
+        return self._run_hierarchical(x, res, op, desc, finish, _block, label)
 
     def _run_hierarchical(self, x: np.ndarray, res: np.ndarray, op: str, desc: tuple,
                           finish: Callable[[Any], Any], block: bool,
@@ -165,9 +160,11 @@ class Communicator(PointToPoint):
         x, restore = to_numpy(a)
         x = x.reshape(1) if x.ndim == 0 else x
         args.check_dtype("allgather", x.dtype, self.rank, self.size)
-        algo = choose("allgather", x.nbytes, self.size, algorithm)
-        desc = ("allgather", "dtype", x.dtype, "shape", x.shape, "algorithm", algo)
+        algo = choose("allgather", x.nbytes * self.size, self.size, algorithm)
         res = self._output(out, (self.size * x.shape[0],) + x.shape[1:], x.dtype)
+        if algo == "recursive_doubling":
+            return self._run_fused("allgather", x, res, None, _block, label, restore)
+        desc = ("allgather", "dtype", x.dtype, "shape", x.shape, "algorithm", algo)
         items = max(1, self.chunk_bytes // x.itemsize)
 
         def body(ch: Channel) -> Algorithm:
@@ -188,13 +185,12 @@ class Communicator(PointToPoint):
         if x.ndim == 0:
             raise ValueError("reduce_scatter needs an array with at least one axis")
         algo = choose("reduce_scatter", x.nbytes, self.size, algorithm)
+        b, mine = _segments(x.shape, self.size, self.rank)
+        res = self._output(out, (mine,) + x.shape[1:], x.dtype)
+        if algo == "recursive_halving":
+            return self._run_fused("reduce_scatter", x, res, op, _block, label, restore)
         desc = ("reduce_scatter", "op", op, "dtype", x.dtype, "shape", x.shape,
                 "algorithm", algo)
-        row = int(np.prod(x.shape[1:], dtype=np.int64))
-        rows = chunk_bounds(x.shape[0], self.size)
-        b = [k * row for k in rows]
-        mine = rows[self.rank + 1] - rows[self.rank]
-        res = self._output(out, (mine,) + x.shape[1:], x.dtype)
         items = max(1, self.chunk_bytes // x.itemsize)
         # Partial sums passing through (only p - 2 segments of them are ever used).
         acc_buf, ws = self._take(x.nbytes), self._take(DEPTH * self.chunk_bytes)
@@ -379,74 +375,80 @@ class Communicator(PointToPoint):
             return self._check_free.pop()
         return RecursiveDoublingBuffers(0, np.uint8, "min", self._t)
 
-    def _run_fused(self, x: np.ndarray, res: np.ndarray, op: str, desc: tuple,
-                   finish: Callable[[Any], Any], block: bool, label: Optional[str]) -> Any:
-        """Recursive doubling allreduce with the argument check inside its messages.
-
-        A blocking call reuses the buffers (and the argument hash) of the previous call of the
-        same shape, dtype and op: small allreduces are latency-bound, and allocating, viewing
-        and hashing would cost as much as sending.
-        """
-        stat = self._stat("allreduce")
-        stat["calls"] += 1
+    def _run_fused(self, name: str, x: np.ndarray, res: np.ndarray, op: Optional[str],
+                   block: bool, label: Optional[str], restore: Callable[[Any], Any]) -> Any:
+        """A recursive-doubling allreduce or allgather or a recursive-halving reduce-scatter,
+        the argument check carried in its data messages (``latency_bound.py``): blocking or
+        not, the one path of the small allreduce."""
+        call = self._fused_call(name, x, op, block)
+        call.source[...] = x
+        call.bufs.set_header(call.hash)
         tag = self._tag()
-        bufs = self._rd_buffers(x, op, desc, cached=block)
-        bufs.data[...] = x.reshape(-1)
-        bufs.hmv[0] = bufs.hmv[1] = bufs.hash
-        ch = Channel(self._t, tag, bufs.size - x.nbytes)
-        describe = self._describe("allreduce", [ch])
+        call.channel.restart(tag)
+        call.describe.seq = self._seq
+        call.stat["calls"] += 1
         t0 = time.perf_counter() if self.ledger.enabled else None
-        label = self._regions.label(label)
+        steps = self._fused_steps(call, tag, res, op, t0, self._regions.label(label), restore)
+        return self._drive_or_work(steps, call.describe, _same, block)
 
-        def fused() -> Algorithm:
-            try:
-                yield from recursive_doubling_allreduce(ch, bufs)
-                self._raise_if_mismatch(bufs, tag, bufs.desc, describe)
-                res.reshape(-1)[...] = bufs.data
-                if t0 is not None:
-                    self._record("allreduce", "recursive_doubling", label, ch, t0)
-                return res
-            finally:
-                ch.flush(stat, self._stat("check"))
-        return self._drive_or_work(fused(), describe, finish, block)
-
-    def _allreduce_small(self, x: np.ndarray, res: np.ndarray, op: str,
-                         label: Optional[str]) -> None:
-        """Blocking ``_run_fused``: the same algorithm and check, with the channel, the timeout
-        message and the counters of the cached buffers reused (no per-call objects but the
-        requests)."""
-        bufs = self._rd_cache.get((x.shape, x.dtype, op))
-        if bufs is None or bufs.stat is not self.stats.get("allreduce"):
-            bufs = self._rd_buffers(x, op, None, cached=True)
-            bufs.stat, bufs.check_stat = self._stat("allreduce"), self._stat("check")
-        self._seq += 1
-        tag = ((self._seq - 1) % self._tags) * 4
-        ch = bufs.channel
-        ch.tag, ch.sent, ch.recvd, ch.nsend, ch.nrecv = tag, 0, 0, 0, 0
-        ch.peers.clear()
-        bufs.describe.seq = self._seq
-        bufs.shaped[...] = x
-        hmv = bufs.hmv
-        hmv[0] = hmv[1] = bufs.hash
-        ledger = self.ledger
-        t0 = time.perf_counter() if ledger.enabled else None
+    def _fused_steps(self, call: "_Fused", tag: int, res: np.ndarray, op: Optional[str],
+                     t0: Optional[float], label: Optional[str],
+                     restore: Callable[[Any], Any]) -> Algorithm:
+        """The algorithm, then the check of the headers, the result and the counters."""
+        ch = call.channel
         try:
-            drive(recursive_doubling_allreduce(ch, bufs), self._t, self.timeout, bufs.describe)
-            if hmv[0] == POISON and self.size > 1:
-                self._raise_if_mismatch(bufs, tag, bufs.desc, bufs.describe)
-            res[...] = bufs.shaped
+            yield from call.steps(ch, call.bufs)
+            if self.size > 1 and not call.bufs.agrees():
+                raise metadata.mismatch_error(self._t, tag + 2, call.desc, self.timeout,
+                                              call.describe)
+            res[...] = call.result
+        except BaseException:
+            if self._fused.get(call.key) is call:  # messages may be posted into its buffers
+                del self._fused[call.key]
+            raise
         finally:
-            hdr, stat = ch.header, bufs.stat
-            sent, recvd = ch.sent - ch.nsend * hdr, ch.recvd - ch.nrecv * hdr
-            stat["calls"] += 1
-            stat["bytes_sent"] += sent
-            stat["bytes_recv"] += recvd
-            bufs.check_stat["bytes_sent"] += ch.sent - sent
-            bufs.check_stat["bytes_recv"] += ch.recvd - recvd
+            ch.flush(call.stat, call.check_stat)
         if t0 is not None:
-            lab = self._regions.current if label is None else self._regions.label(label)
-            ledger.add(("allreduce", "recursive_doubling", lab, sent, recvd, ch.nsend,
-                        time.perf_counter() - t0, None))
+            self._record(call.name, call.algo, label, ch, t0)
+        return restore(finish_avg(res, self.size) if op == "avg" else res)
+
+    def _fused_call(self, name: str, x: np.ndarray, op: Optional[str], block: bool) -> "_Fused":
+        """The cached ``_Fused`` of this (collective, shape, dtype, op) for a blocking call,
+        else a fresh one (a nonblocking call may be in flight beside others)."""
+        key = (name, x.shape, x.dtype, op)
+        call = self._fused.get(key) if block else None
+        if call is None or call.stat is not self.stats.get(name):
+            call = self._new_fused(key, x)
+            if block:
+                if len(self._fused) >= 64:  # bounded: a long run may see many shapes
+                    self._fused.clear()
+                self._fused[key] = call
+        return call
+
+    def _new_fused(self, key: tuple, x: np.ndarray) -> "_Fused":
+        """Buffers, views and description of a recursive-doubling allreduce or allgather, or a
+        recursive-halving reduce-scatter."""
+        name, _, _, op = key
+        desc: tuple = ("dtype", x.dtype, "shape", x.shape, "algorithm", "recursive_doubling")
+        if name == "reduce_scatter":
+            b, mine = _segments(x.shape, self.size, self.rank)
+            rs = ReduceScatterBuffers(b, x.dtype, op, self._t)
+            result = rs.data[b[self.rank]:b[self.rank + 1]].reshape((mine,) + x.shape[1:])
+            return _Fused(self, key, ("reduce_scatter", "op", op) + desc[:-1]
+                          + ("recursive_halving",), rs, recursive_halving_reduce_scatter,
+                          rs.data.reshape(x.shape), result)
+        if name == "allreduce":
+            args.check_op("allreduce", op, x.dtype, self.rank, self.size)
+            rd = RecursiveDoublingBuffers(x.nbytes, x.dtype, op, self._t)
+            shaped = rd.data.reshape(x.shape)
+            return _Fused(self, key, ("allreduce", "op", op) + desc, rd,
+                          recursive_doubling_allreduce, shaped, shaped)
+        n, p = x.nbytes, self.size
+        ag = AllgatherBuffers(n, p, self._t)
+        source = ag.work[self.rank * n:(self.rank + 1) * n].view(x.dtype).reshape(x.shape)
+        result = ag.work[:p * n].view(x.dtype).reshape((p * x.shape[0],) + x.shape[1:])
+        return _Fused(self, key, ("allgather",) + desc, ag, recursive_doubling_allgather,
+                      source, result)
 
     def _record(self, name: str, algo: str, label: Optional[str], ch: Channel, t0: float,
                 peer: Optional[int] = None) -> None:
@@ -460,30 +462,9 @@ class Communicator(PointToPoint):
         describe = _Describe(self, "split", self._seq, [ch])
         return drive(ring_allgather(ch, vals, out, vals.size), self._t, self.timeout, describe)
 
-    def _rd_buffers(self, x: np.ndarray, op: str, desc: Optional[tuple],
-                    cached: bool) -> RecursiveDoublingBuffers:
-        """Recursive-doubling buffers for ``x`` (with ``desc`` and its hash, a channel and a
-        timeout message): the cached set for blocking calls, else a fresh one."""
-        key = (x.shape, x.dtype, op)
-        bufs = self._rd_cache.get(key) if cached else None
-        if bufs is None:
-            args.check_op("allreduce", op, x.dtype, self.rank, self.size)
-            desc = desc or ("allreduce", "op", op, "dtype", x.dtype, "shape", x.shape,
-                            "algorithm", "recursive_doubling")
-            bufs = RecursiveDoublingBuffers(x.nbytes, x.dtype, op, self._t)
-            bufs.desc, bufs.hash = desc, metadata.describe_hash(desc)
-            bufs.channel = Channel(self._t, 0, bufs.size - x.nbytes)
-            bufs.describe = _Describe(self, "allreduce", 0, [bufs.channel])
-            bufs.shaped, bufs.stat = bufs.data.reshape(x.shape), None
-            if cached:
-                if len(self._rd_cache) >= 64:  # bounded: a long run may see many shapes
-                    self._rd_cache.clear()
-                self._rd_cache[key] = bufs
-        return bufs
-
     def _raise_if_mismatch(self, bufs: RecursiveDoublingBuffers, tag: int, desc: tuple,
                            describe: Callable[[], str]) -> None:
-        if self.size > 1 and not metadata.header_agrees(bufs):
+        if self.size > 1 and not bufs.agrees():
             raise metadata.mismatch_error(self._t, tag + 2, desc, self.timeout, describe)
 
     def _stat(self, name: str) -> Stat:
@@ -504,6 +485,26 @@ class Communicator(PointToPoint):
             if buf.nbytes >= nbytes:
                 return self._pool.pop(i)
         return np.empty(max(nbytes, 1), dtype=np.uint8)
+
+
+class _Fused:
+    """A collective whose argument check rides in its data messages: its buffers and
+    algorithm (``latency_bound.py``), where the input goes in (``source``) and the result comes
+    out (``result``), its description and hash, channel, timeout message and counters."""
+
+    __slots__ = ("key", "name", "algo", "desc", "hash", "bufs", "steps", "source", "result",
+                 "channel", "describe", "stat", "check_stat")
+
+    def __init__(self, comm: Communicator, key: tuple, desc: tuple, bufs: Any,
+                 steps: Callable[[Channel, Any], Algorithm], source: np.ndarray,
+                 result: np.ndarray) -> None:
+        self.key, self.name, self.desc, self.bufs, self.steps = key, key[0], desc, bufs, steps
+        self.algo = desc[-1]
+        self.hash = metadata.describe_hash(desc)
+        self.source, self.result = source, result
+        self.channel = Channel(comm.transport, 0, bufs.header)
+        self.describe = _Describe(comm, self.name, 0, [self.channel])
+        self.stat, self.check_stat = comm._stat(self.name), comm._stat("check")
 
 
 class _Describe:
@@ -597,6 +598,18 @@ def _overlapped(size: int, check: Algorithm, make_body: Callable[[Channel], Algo
             item = body.send((yield item))
     except StopIteration as stop:
         return stop.value
+
+
+def _segments(shape: tuple, p: int, r: int) -> tuple:
+    """Item offsets of the p reduce-scatter segments of an array of ``shape`` (near-equal
+    axis-0 chunks), and the rows of rank r's."""
+    row = int(np.prod(shape[1:], dtype=np.int64))
+    rows = chunk_bounds(shape[0], p)
+    return [k * row for k in rows], rows[r + 1] - rows[r]
+
+
+def _same(result: Any) -> Any:
+    return result
 
 
 def _nothing() -> Algorithm:

@@ -11,6 +11,12 @@ operations in MPICH", IJHPCA 19(1), 2005:
   the end.
 * **Binomial tree** broadcast and reduce (Sections 4.1 and 4.3): ``log2 p`` rounds; pieces are
   forwarded as soon as they arrive so large broadcasts are pipelined down the tree.
+* **Recursive doubling allgather** (Section 4.2, p a power of two): in step k rank r swaps the
+  ``2^k`` parts it holds with rank ``r XOR 2^k``; ``(p - 1) N / p`` bytes, as the ring, in
+  ``log2 p`` rounds instead of ``p - 1``.
+* **Recursive halving reduce-scatter** (Section 4.4, p a power of two, commutative ops): at
+  distance ``p/2, ..., 1`` each rank keeps the half of its segments holding its own and sends
+  the other half; ``(p - 1) N / p`` bytes, as the ring, in ``log2 p`` rounds.
 * **Pairwise exchange alltoall** (Section 4.5): in step i rank r sends to ``r + i`` and receives
   from ``r - i`` (``r XOR i`` when p is a power of two).
 
@@ -18,9 +24,11 @@ The recursive doubling allreduce carries a 16-byte *header* after the data: a ha
 call's arguments.  Each step compares the partner's header with ours; a different hash, a
 message of the wrong size or a partner's ``POISON`` makes ours ``POISON``.  Since every rank's
 header reaches every rank exactly as the data does, all ranks end with h when every rank passed
-the same arguments and with ``POISON`` otherwise, at no extra message cost.  With an empty
-payload the same function is the cheap metadata check that runs beside the first messages of
-every other collective (see ``metadata.py``).
+the same arguments and with ``POISON`` otherwise, at no extra message cost.  The recursive
+doubling allgather and the recursive halving reduce-scatter carry the same header after the
+data of each message.  With an empty payload the
+allreduce is the cheap metadata check that runs beside the first messages of every other
+collective (see ``metadata.py``).
 """
 from typing import Any, List
 
@@ -56,8 +64,17 @@ class RecursiveDoublingBuffers:
         self.statuses = [transport.new_status(), transport.new_status()]
         self.byte = transport.byte
         self.size = self.work.nbytes
+        self.header = self.size - nbytes  # bytes of each message that are not payload
         # Python views of the headers: reading one int costs less than a numpy comparison.
         self.hmv, self.thmv = memoryview(self.hdr), memoryview(self.thdr)
+
+    def set_header(self, h: int) -> None:
+        """Write the call's argument hash ``h`` into the header."""
+        self.hmv[0] = self.hmv[1] = h
+
+    def agrees(self) -> bool:
+        """After the exchange: did every rank contribute the same hash?"""
+        return self.hmv[0] != POISON
 
     def received_ok(self, truncated: bool) -> bool:
         """Did the last receive bring a message of exactly our size?"""
@@ -102,6 +119,107 @@ def recursive_doubling_allreduce(ch: Channel, bufs: RecursiveDoublingBuffers) ->
     if r < 2 * rem:
         yield [ch.isend(work, r - 1)]
     return work
+
+
+class HeaderBuffers:
+    """``work`` (the data, then room for a header), ``tmp`` (``tmp_bytes`` of a partner's data
+    and its header) and ``hdr``: our header, the argument hash twice or ``POISON``."""
+
+    def __init__(self, work_bytes: int, tmp_bytes: int, transport: Any) -> None:
+        self.work = np.empty(work_bytes + HEADER, dtype=np.uint8)
+        self.tmp = np.empty(tmp_bytes + HEADER, dtype=np.uint8)
+        self.hdr = np.empty(HEADER, dtype=np.uint8)
+        self.hv = self.hdr.view(np.int64)
+        self.statuses = [transport.new_status(), transport.new_status()]
+        self.byte = transport.byte
+        self.header = HEADER  # bytes of each message that are not payload
+        self.tmv, self.hmv = memoryview(self.tmp), memoryview(self.hdr)
+
+    def set_header(self, h: int) -> None:
+        """Write the call's argument hash ``h`` into the header."""
+        self.hv[0] = self.hv[1] = h
+
+    def agrees(self) -> bool:
+        """After the exchange: did every rank contribute the same hash?"""
+        return self.hv[0] != POISON
+
+    def received_ok(self, truncated: bool, m: int) -> bool:
+        """Did ``m`` bytes and a header equal to ours arrive? If not, poison ours (and keep
+        going, so that no rank waits for a message that will not come)."""
+        ok = not truncated and self.statuses[0].Get_count(self.byte) == m + HEADER
+        if not ok or self.tmv[m:m + HEADER] != self.hmv:
+            self.hv[0] = self.hv[1] = POISON
+            return False
+        return self.hv[0] != POISON
+
+
+class AllgatherBuffers(HeaderBuffers):
+    """A recursive-doubling allgather of ``p`` parts of ``nbytes``: ``work`` holds the parts in
+    rank order."""
+
+    def __init__(self, nbytes: int, p: int, transport: Any) -> None:
+        super().__init__(nbytes * p, nbytes * (p // 2), transport)
+        self.part = nbytes
+
+
+class ReduceScatterBuffers(HeaderBuffers):
+    """A recursive-halving reduce-scatter of flat ``dtype`` data cut at item offsets ``b``
+    (one segment per rank) with ``op``: ``work`` holds the partial reductions."""
+
+    def __init__(self, b: List[int], dtype: Any, op: str, transport: Any) -> None:
+        item = np.dtype(dtype).itemsize
+        super().__init__(b[-1] * item, b[-1] * item, transport)
+        self.b, self.item, self.ufunc = b, item, UFUNCS[op]
+        self.data = self.work[:b[-1] * item].view(dtype)
+        self.tdata = self.tmp.view(dtype)
+        self.saved = np.empty(HEADER, dtype=np.uint8)
+
+
+def recursive_doubling_allgather(ch: Channel, bufs: AllgatherBuffers) -> Algorithm:
+    """Allgather in place in ``bufs.work`` (rank r's part already at ``r * part``), p a power
+    of two; every message is the sender's parts followed by its header. Returns ``bufs.work``."""
+    p, r, n = ch.size, ch.rank, bufs.part
+    work, tmp, hdr, statuses = bufs.work, bufs.tmp, bufs.hdr, bufs.statuses
+    mask = 1
+    while mask < p:
+        peer, m = r ^ mask, mask * n
+        lo, peer_lo = (r & -mask) * n, (peer & -mask) * n  # where each side's parts start
+        # The header goes right after our parts: bytes that are not ours yet (the partner's,
+        # received into ``tmp`` and copied only after this send, or a later step's).
+        work[lo + m:lo + m + HEADER] = hdr
+        truncated = yield ([ch.irecv(tmp[:m + HEADER], peer),
+                            ch.isend(work[lo:lo + m + HEADER], peer)], statuses)
+        if bufs.received_ok(truncated, m):
+            work[peer_lo:peer_lo + m] = tmp[:m]
+        mask <<= 1
+    return work
+
+
+def recursive_halving_reduce_scatter(ch: Channel, bufs: ReduceScatterBuffers) -> Algorithm:
+    """Reduce-scatter in place in ``bufs.data`` (Thakur et al. Section 4.4, p a power of two):
+    at distance d = p/2, ..., 1 rank r sends the half of its current segments that rank
+    ``r XOR d`` keeps, followed by its header, and reduces the half it keeps with what arrives.
+    Rank r ends with segment r (item offsets ``bufs.b``); ``(p - 1) N / p`` bytes sent."""
+    p, r = ch.size, ch.rank
+    b, item, work, tmp, hdr, saved = bufs.b, bufs.item, bufs.work, bufs.tmp, bufs.hdr, bufs.saved
+    data, tdata, ufunc = bufs.data, bufs.tdata, bufs.ufunc
+    d = p // 2
+    while d >= 1:
+        lo = r & -(2 * d)  # our segments this step: lo .. lo + 2d
+        keep, give = (lo, lo + d) if r & d == 0 else (lo + d, lo)  # first segment of each half
+        k0, k1, g0, g1 = b[keep] * item, b[keep + d] * item, b[give] * item, b[give + d] * item
+        # The header goes right after the half we give: 16 bytes that may be the start of the
+        # half we keep, saved and put back once the send has completed.
+        saved[:] = work[g1:g1 + HEADER]
+        work[g1:g1 + HEADER] = hdr
+        truncated = yield ([ch.irecv(tmp[:k1 - k0 + HEADER], r ^ d),
+                            ch.isend(work[g0:g1 + HEADER], r ^ d)], bufs.statuses)
+        work[g1:g1 + HEADER] = saved
+        if bufs.received_ok(truncated, k1 - k0):
+            mine = data[b[keep]:b[keep + d]]
+            ufunc(mine, tdata[:mine.size], out=mine)
+        d //= 2
+    return data[b[r]:b[r + 1]]
 
 
 def _forwards(vr: int, p: int) -> bool:

@@ -8,8 +8,9 @@ and runs a recursive-doubling exchange of a 16-byte header holding h
 partner's header with its own and poisons its own on a difference, so every rank ends with h iff
 all ranks hashed the same string.  The exchange is posted together with the algorithm's first
 messages (``communicator._overlapped``), so it adds no round trip: the algorithm only waits for a
-message once the check has passed.  The small-message allreduce carries the same header inside
-its data messages.
+message once the check has passed.  The latency-bound algorithms (recursive doubling allreduce
+and allgather, recursive halving reduce-scatter) carry the same header inside their data
+messages instead, so they send no message of their own for it.
 
 Only when the hashes differ do the ranks exchange their full description strings (a ring
 allgather of fixed-size byte records) so that every rank can raise the same ``ValueError``

@@ -63,6 +63,14 @@ class Channel:
         self.sent = self.recvd = self.nsend = self.nrecv = 0
         self.peers: List[int] = []  # peers of the posted messages, for timeout messages
 
+    def restart(self, tag: int) -> "Channel":
+        """This channel for a new call on ``tag``, its counters at zero (a cached call reuses
+        its channel instead of making one)."""
+        self.tag = tag
+        self.sent = self.recvd = self.nsend = self.nrecv = 0
+        self.peers.clear()
+        return self
+
     def isend(self, buf: Any, dest: int) -> Any:
         """Post a nonblocking send of a contiguous numpy buffer."""
         self.sent += buf.nbytes

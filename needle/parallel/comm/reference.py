@@ -73,6 +73,27 @@ def reduce_scatter_segments(flat: List[Array], b: List[int], op: str, shift: int
     return own
 
 
+def recursive_halving_reduce_scatter(xs: List[Array], op: str = "sum") -> List[Array]:
+    """Recursive halving reduce-scatter (Thakur et al. 2005, p a power of two): at distance
+    d = p/2, ..., 1 rank r reduces the half of its segments that holds segment r with the same
+    half from rank ``r XOR d`` (its own values first); rank r ends with chunk r."""
+    p, shape, ufunc = len(xs), np.shape(xs[0]), UFUNCS[op]
+    row = int(np.prod(shape[1:], dtype=np.int64))
+    rows = chunk_bounds(shape[0], p)
+    b = [k * row for k in rows]
+    acc = [np.ascontiguousarray(x).reshape(-1).copy() for x in xs]
+    d = p // 2
+    while d >= 1:
+        before = [a.copy() for a in acc]  # messages cross: what each rank held
+        for r in range(p):
+            lo = (r & -(2 * d)) + (d if r & d else 0)  # first segment of the half r keeps
+            sl = slice(b[lo], b[lo + d])
+            ufunc(before[r][sl], before[r ^ d][sl], out=acc[r][sl])
+        d //= 2
+    own = [acc[r][b[r]:b[r + 1]].reshape((rows[r + 1] - rows[r],) + shape[1:]) for r in range(p)]
+    return [finish_avg(o, p) for o in own] if op == "avg" else own
+
+
 def ring_allgather(xs: List[Array]) -> List[Array]:
     """Ring allgather: every rank ends with the rank-order concatenation of all ``xs``."""
     p = len(xs)

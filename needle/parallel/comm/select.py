@@ -2,14 +2,19 @@
 
 Like MPICH (R. Thakur, R. Rabenseifner and W. Gropp, "Optimization of collective communication
 operations in MPICH", IJHPCA 2005, Section 4) and Open MPI's "tuned" component, the choice is a
-simple table: latency-bound algorithms (few message rounds, more bytes) for small messages,
-bandwidth-optimal ones (more rounds, fewest bytes) for large ones.  For allreduce, recursive
-doubling costs ``log2(p) * (alpha + N beta)`` and the ring ``2 (p - 1) (alpha + N beta / p)``,
-so the crossover grows with the per-message latency ``alpha`` and shrinks with p.  The threshold
-below was measured over shared memory with 2 ranks (the figures are in benchmarks/README.md,
-"Figures behind constants and docstrings"); re-measure it with
-``mpiexec -n P python benchmarks/bench_collectives.py --crossovers``, which prints both
-algorithms per size and the value to put here (or in ``NEEDLE_ALLREDUCE_SMALL``).
+simple table: latency-bound algorithms (few message rounds) for small messages, the ring for
+large ones.  For allreduce, recursive doubling costs ``log2(p) * (alpha + N beta)`` and the ring
+``2 (p - 1) (alpha + N beta / p)``, so the crossover grows with the per-message latency
+``alpha`` and shrinks with p.  Recursive doubling allgather and recursive halving
+reduce-scatter (p a power of two) move as many bytes as the ring in ``log2 p`` rounds and carry
+the argument check inside their messages, but copy the data in and out of their own buffers,
+so the ring (which works in place) wins once copying costs more than the rounds it saves.
+
+Each threshold is measured, on the machine and rank count at hand, by one command:
+``mpiexec -n P python benchmarks/bench_collectives.py --crossovers``, which times both
+algorithms of each collective side by side and prints the value to put here (or in the
+environment variable named beside it); the figures behind the defaults are in
+``benchmarks/README.md``.
 """
 import os
 from typing import Callable, Hashable, Optional, Sequence
@@ -18,8 +23,8 @@ from .hierarchical import worthwhile
 
 ALGORITHMS = {
     "allreduce": ("ring", "recursive_doubling", "hierarchical"),
-    "allgather": ("ring",),
-    "reduce_scatter": ("ring",),
+    "allgather": ("ring", "recursive_doubling"),
+    "reduce_scatter": ("ring", "recursive_halving"),
     "broadcast": ("binomial",),
     "reduce": ("binomial",),
     "alltoall": ("pairwise",),
@@ -27,6 +32,13 @@ ALGORITHMS = {
 
 # Allreduce messages up to this many bytes use recursive doubling (override for experiments).
 ALLREDUCE_SMALL = int(os.environ.get("NEEDLE_ALLREDUCE_SMALL", 64 * 1024))
+# Allgathers with an output up to this many bytes use recursive doubling when p is a power of
+# two (its messages carry the argument check; the ring's copies are fewer for large outputs).
+ALLGATHER_SMALL = int(os.environ.get("NEEDLE_ALLGATHER_SMALL", 64 * 1024))
+# Reduce-scatters with an input up to this many bytes use recursive halving (p a power of two).
+REDUCE_SCATTER_SMALL = int(os.environ.get("NEEDLE_REDUCE_SCATTER_SMALL", 64 * 1024))
+# The algorithms that need a power-of-two number of ranks.
+POWER_OF_TWO = {("allgather", "recursive_doubling"), ("reduce_scatter", "recursive_halving")}
 
 
 def choose(collective: str, nbytes: int, size: int, algorithm: str = "auto",
@@ -39,9 +51,16 @@ def choose(collective: str, nbytes: int, size: int, algorithm: str = "auto",
         if algorithm not in options:
             raise ValueError(f"{collective}: unknown algorithm {algorithm!r}; "
                              f"choose from {options}")
+        if (collective, algorithm) in POWER_OF_TWO and size & (size - 1):
+            raise ValueError(f"{collective}: {algorithm} needs a power-of-two number of "
+                             f"ranks, not {size}")
         return algorithm
     if collective == "allreduce":
         if nbytes <= ALLREDUCE_SMALL or size == 1:
             return "recursive_doubling"
         return "hierarchical" if hosts is not None and worthwhile(hosts()) else "ring"
+    if collective in ("allgather", "reduce_scatter") and size > 1 and size & (size - 1) == 0:
+        limit = ALLGATHER_SMALL if collective == "allgather" else REDUCE_SCATTER_SMALL
+        if nbytes <= limit:  # the latency-bound algorithm, its check in its messages
+            return options[1]
     return options[0]

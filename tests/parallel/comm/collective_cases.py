@@ -97,18 +97,8 @@ def check_all(comm: communicator.Communicator, quick: bool = False) -> tuple:
                 close(comm.allreduce(xs[r], op=op), native, f"native allreduce {op} {dtype}")
                 checks += 1
             if op in ("sum", "max", "avg"):
-                for c in (comm, small_chunks):
-                    same(dig.add(c.reduce_scatter(xs[r], op=op)),
-                         ring.ring_reduce_scatter(xs, op)[r],
-                         f"reduce_scatter {op} {dtype} {shape}")
-                    root = (seed % p)
-                    got = c.reduce(xs[r], root=root, op=op)
-                    if r == root:
-                        dig.add(got)
-                        same(got, ring.binomial_reduce(xs, root, op), f"reduce {op} {dtype}")
-                    else:
-                        assert got is None
-                    checks += 2
+                checks += check_reduce_scatter_and_reduce((comm, small_chunks), xs, op,
+                                                          seed % p, dig)
         xs = [make(seed, q, (n, 2), dtype) for q in range(p)]
         for c in (comm, small_chunks):
             same(dig.add(c.allgather(xs[r])), ring.ring_allgather(xs)[r].reshape(p * n, 2),
@@ -123,6 +113,31 @@ def check_all(comm: communicator.Communicator, quick: bool = False) -> tuple:
             checks += 4
     checks += check_stats(comm) + check_async(comm, dig) + check_misc(comm)
     return checks, dig.h.hexdigest()
+
+
+def check_reduce_scatter_and_reduce(comms: tuple, xs: list, op: str, root: int,
+                                    dig: Digest) -> int:
+    """reduce_scatter and reduce (to ``root``) of ``xs`` on each communicator of ``comms``."""
+    r = comms[0].rank
+    for c in comms:
+        same(dig.add(c.reduce_scatter(xs[r], op=op)), reduce_scatter_reference(xs, op)[r],
+             f"reduce_scatter {op} {xs[r].dtype} {xs[r].shape}")
+        got = c.reduce(xs[r], root=root, op=op)
+        if r == root:
+            dig.add(got)
+            same(got, ring.binomial_reduce(xs, root, op), f"reduce {op} {xs[r].dtype}")
+        else:
+            assert got is None
+    return 2 * len(comms)
+
+
+def reduce_scatter_reference(xs: list, op: str = "sum") -> list:
+    """The reference of the algorithm that ``algorithm="auto"`` picks for these inputs."""
+    from needle.parallel.comm import select
+    algo = select.choose("reduce_scatter", xs[0].nbytes, len(xs))
+    if algo == "recursive_halving":
+        return ring.recursive_halving_reduce_scatter(xs, op)
+    return ring.ring_reduce_scatter(xs, op)
 
 
 def comm_small() -> int:
@@ -164,7 +179,7 @@ def check_async(comm: communicator.Communicator, dig: Digest) -> int:
             dig.add(g)
     same(got[0], ring.ring_allreduce(xs)[r], "async allreduce")
     same(got[1], ring.ring_allgather(xs)[r], "async allgather")
-    same(got[2], ring.ring_reduce_scatter(xs)[r], "async reduce_scatter")
+    same(got[2], reduce_scatter_reference(xs)[r], "async reduce_scatter")
     same(got[3], ring.recursive_doubling_allreduce([x[:10] for x in xs])[r], "async small")
     same(got[4], xs[p - 1], "async broadcast")
     same(got[5], ring.pairwise_alltoall(xs)[r], "async alltoall")

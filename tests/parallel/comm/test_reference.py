@@ -47,6 +47,20 @@ def test_reduce_scatter_reference(p: int, n: int, cols: int, op: str, seed: int)
     chunks = np.array_split(total, p, axis=0)
     for r, out in enumerate(ring.ring_reduce_scatter(xs, op)):
         np.testing.assert_array_equal(out, chunks[r])
+    if p & (p - 1) == 0:  # recursive halving: powers of two only
+        for r, out in enumerate(ring.recursive_halving_reduce_scatter(xs, op)):
+            np.testing.assert_array_equal(out, chunks[r])
+            assert out.shape == chunks[r].shape
+
+
+def test_recursive_halving_pairs_ranks_by_distance() -> None:
+    """Rank r's sum is ((x_r + x_{r^2}) + (x_{r^1} + x_{r^3})) at p = 4: seen in float32,
+    where 1e8 + 1 rounds away but 1 + 1 does not."""
+    xs = [np.full(4, v, np.float32) for v in (1e8, 1.0, -1e8, 1.0)]
+    got = ring.recursive_halving_reduce_scatter(xs, "sum")
+    # rank 0: (1e8 + -1e8) + (1 + 1) = 2; rank 1: (1 + 1) + (1e8 + -1e8) = 2
+    assert [float(g[0]) for g in got] == [2.0, 2.0, 2.0, 2.0]
+    assert float(ring.ring_reduce_scatter(xs, "sum")[0][0]) != 2.0  # another order rounds
 
 
 @settings(max_examples=40, deadline=None)
