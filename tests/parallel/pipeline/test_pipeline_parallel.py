@@ -27,7 +27,7 @@ def mse(out, y):
 def build():
     np.random.seed(0)
     layers = []
-    for i in range(LAYERS):
+    for _ in range(LAYERS):
         layers.append(nn.Linear(DIM, DIM, dtype="float64"))
         layers.append(nn.Tanh())
     return nn.Sequential(*layers)

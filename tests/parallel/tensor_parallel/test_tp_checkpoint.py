@@ -67,7 +67,7 @@ def test_tp2_to_tp1_and_back(tmp_path):
     # save again at tp=1 (a model now holding the tp=2 weights), load at tp=2 and tp=4
     run_ranks("virtual", 1, resave_fn, a, b)
     for tp in (2, 4):
-        for before, out, full in run_ranks("virtual", tp, load_fn, b, False):
+        for _before, out, full in run_ranks("virtual", tp, load_fn, b, False):
             np.testing.assert_allclose(out, out2, rtol=1e-12, atol=1e-12)
             for k in full2:
                 np.testing.assert_array_equal(full[k], full2[k])
