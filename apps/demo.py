@@ -38,7 +38,7 @@ def digits_demo(epochs: int = 20, progress: Optional[bool] = None) -> float:
     model = MLPResNet(64, hidden_dim=128, num_blocks=2, num_classes=10, drop_prob=0.1)
     opt = ndl.optim.Adam(model.parameters(), lr=0.002, weight_decay=1e-4)
     start = time.perf_counter()
-    for i in range(epochs):
+    for _ in range(epochs):
         train_err, train_loss = epoch(train_loader, model, opt, progress, seed=None)
     test_err, test_loss = epoch(test_loader, model, None, progress, seed=None)
     print(f"[digits] MLPResNet, {len(train)} train / {len(test)} test images, {epochs} epochs "

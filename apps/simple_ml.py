@@ -204,7 +204,8 @@ def _detach_hidden(h: Any) -> Any:
 
 
 def epoch_general_ptb(data: np.ndarray, model: nn.Module, seq_len: int = 40,
-                      loss_fn: Any = nn.SoftmaxLoss(), opt: Optional[ndl.optim.Optimizer] = None,
+                      loss_fn: Any = nn.SoftmaxLoss(),  # noqa: B008 (the course's signature)
+                      opt: Optional[ndl.optim.Optimizer] = None,
                       clip: Optional[float] = None, device: Any = None, dtype: str = "float32",
                       progress: Optional[bool] = None) -> Tuple[float, float]:
     """One pass over batchified ``data`` (nbatch, bs) in BPTT windows; (accuracy, mean loss)."""

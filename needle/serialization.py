@@ -44,36 +44,50 @@ class CheckpointError(ValueError):
 
 
 # ---------------------------------------------------------------------------- encoding
+# checked in order, with isinstance (bool before int; a NumPy float64 is a float)
+_SCALARS = ((bool, "const"), (str, "const"), (int, "int"), (float, "float"), (bytes, "bytes"))
+_ARRAY_KINDS = ((Tensor, "tensor"), (NDArray, "ndarray"), (np.ndarray, "numpy"),
+                (np.generic, "npscalar"))
+
+
 def _encode(obj: Any, arrays: List[Tuple[str, np.ndarray]], path: str) -> Any:
     """The JSON node for ``obj``; array leaves are appended to ``arrays``."""
-    if obj is None or isinstance(obj, (bool, str)):
-        return {"t": "const", "v": obj}
-    if isinstance(obj, int):
-        return {"t": "int", "v": obj}
-    if isinstance(obj, float):
-        return {"t": "float", "v": obj.hex()}
-    if isinstance(obj, bytes):
-        return {"t": "bytes", "v": obj.hex()}
-    if isinstance(obj, Tensor):
-        return _encode_array(obj.numpy(), arrays, "tensor", path, requires_grad=obj.requires_grad)
-    if isinstance(obj, NDArray):
-        return _encode_array(obj.numpy(), arrays, "ndarray", path)
-    if isinstance(obj, np.ndarray):
-        return _encode_array(obj, arrays, "numpy", path)
-    if isinstance(obj, np.generic):
-        return _encode_array(np.asarray(obj), arrays, "npscalar", path)
+    if obj is None:
+        return {"t": "const", "v": None}
+    for cls, kind in _SCALARS:
+        if isinstance(obj, cls):
+            return _encode_scalar(obj, kind)
+    for cls, kind in _ARRAY_KINDS:
+        if isinstance(obj, cls):
+            return _encode_leaf(obj, kind, arrays, path)
     if isinstance(obj, dict):
-        items = []
-        for k, v in obj.items():
-            if not isinstance(k, (str, int)) or isinstance(k, bool):
-                raise TypeError(f"ndl.save: dict keys must be str or int, got {k!r} at {path}")
-            items.append([k, _encode(v, arrays, f"{path}[{k!r}]")])
-        return {"t": "dict", "v": items}
+        return {"t": "dict", "v": [[_key(k, path), _encode(v, arrays, f"{path}[{k!r}]")]
+                                   for k, v in obj.items()]}
     if isinstance(obj, (list, tuple)):
         kind = "list" if isinstance(obj, list) else "tuple"
         return {"t": kind, "v": [_encode(v, arrays, f"{path}[{i}]") for i, v in enumerate(obj)]}
     raise TypeError(f"ndl.save: cannot store {type(obj).__name__} at {path}; checkpoints hold "
                     "dicts/lists/tuples of Tensors, NDArrays, numpy arrays, numbers, str, None")
+
+
+def _encode_scalar(obj: Any, kind: str) -> Dict:
+    """A bool/str/int (stored as is) or a float/bytes (stored as exact hex)."""
+    return {"t": kind, "v": obj.hex() if kind in ("float", "bytes") else obj}
+
+
+def _encode_leaf(obj: Any, kind: str, arrays: List[Tuple[str, np.ndarray]], path: str) -> Dict:
+    """A Tensor, NDArray, NumPy array or NumPy scalar, as an entry of the array table."""
+    if kind == "tensor":
+        return _encode_array(obj.numpy(), arrays, kind, path, requires_grad=obj.requires_grad)
+    arr = obj.numpy() if kind == "ndarray" else np.asarray(obj)
+    return _encode_array(arr, arrays, kind, path)
+
+
+def _key(k: Any, path: str) -> Any:
+    """A dict key, which must be str or int (JSON keeps those exactly)."""
+    if not isinstance(k, (str, int)) or isinstance(k, bool):
+        raise TypeError(f"ndl.save: dict keys must be str or int, got {k!r} at {path}")
+    return k
 
 
 def _encode_array(arr: np.ndarray, arrays: List[Tuple[str, np.ndarray]], kind: str,
@@ -233,32 +247,46 @@ def _decode(node: Any, arrays: List[np.ndarray], device: Optional[BackendDevice]
         t, v = node["t"], node["v"]
     except (TypeError, KeyError):
         raise _fail(path, f"malformed node {str(node)[:80]}") from None
-    if t == "const" and (v is None or isinstance(v, (bool, str))):
-        return v
-    if t == "int" and isinstance(v, int):
-        return v
-    if t == "float":
-        return float.fromhex(v)
-    if t == "bytes":
-        return bytes.fromhex(v)
+    if t in ("const", "int", "float", "bytes"):
+        return _decode_scalar(t, v, path)
     if t == "dict":
         return {k: _decode(x, arrays, device, path) for k, x in v}
     if t in ("list", "tuple"):
         items = [_decode(x, arrays, device, path) for x in v]
         return items if t == "list" else tuple(items)
     if t in ("tensor", "ndarray", "numpy", "npscalar"):
-        if not isinstance(v, int) or not 0 <= v < len(arrays):
-            raise _fail(path, f"array reference {v!r} out of range")
-        arr = arrays[v]
-        if t == "numpy":
-            return arr
-        if t == "npscalar":
-            return arr[()]
-        if t == "ndarray":
-            return NDArray(arr, device=device, dtype=arr.dtype)
-        return Tensor(NDArray(arr, device=device, dtype=arr.dtype),
-                      requires_grad=bool(node.get("requires_grad", False)))
+        return _decode_leaf(node, arrays, device, path)
     raise _fail(path, f"unknown node type {t!r}")
+
+
+def _decode_scalar(t: str, v: Any, path: str) -> Any:
+    """The value of a const/int/float/bytes node, its JSON type checked."""
+    if t == "const" and (v is None or isinstance(v, (bool, str))):
+        return v
+    if t == "int" and isinstance(v, int) and not isinstance(v, bool):
+        return v
+    if t == "float":
+        return float.fromhex(v)
+    if t == "bytes":
+        return bytes.fromhex(v)
+    raise _fail(path, f"malformed {t} node {v!r:.80}")
+
+
+def _decode_leaf(node: Dict, arrays: List[np.ndarray], device: Optional[BackendDevice],
+                 path: str) -> Any:
+    """A Tensor, NDArray, NumPy array or scalar from the array table."""
+    t, v = node["t"], node["v"]
+    if not isinstance(v, int) or not 0 <= v < len(arrays):
+        raise _fail(path, f"array reference {v!r} out of range")
+    arr = arrays[v]
+    if t == "numpy":
+        return arr
+    if t == "npscalar":
+        return arr[()]
+    if t == "ndarray":
+        return NDArray(arr, device=device, dtype=arr.dtype)
+    return Tensor(NDArray(arr, device=device, dtype=arr.dtype),
+                  requires_grad=bool(node.get("requires_grad", False)))
 
 
 def load(path: str, device: Optional[BackendDevice] = None) -> Any:

@@ -79,7 +79,7 @@ def test_scaler_unscales_and_grows_after_interval():
     x = ndl.Tensor(np.random.randn(3, 4).astype(np.float32))
     model(x).sum().backward()
     ref = model.weight.grad.numpy()
-    for i in range(3):
+    for _ in range(3):
         opt.reset_grad()
         scaler.scale(model(x).sum()).backward()
         scaler.unscale_(opt)

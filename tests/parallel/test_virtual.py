@@ -149,7 +149,7 @@ def test_runs_are_deterministic() -> None:
 def _draws_with_comm_between(comm):
     np.random.seed(comm.rank)
     out = []
-    for step in range(3):
+    for _ in range(3):
         out.append(np.random.rand(2))
         comm.allreduce(np.ones(3))  # the baton moves between ranks here
         if comm.rank == 0:
