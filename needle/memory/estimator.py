@@ -168,17 +168,11 @@ def _model_states(est: MemoryEstimate, shapes: Sequence[Tuple[int, ...]], psi_lo
             f"K {par}, K = {K:.3g}: {k_formula}" + (" / Nd (ZeRO-1+)" if z >= 1 else ""))
 
 
-def estimate_transformer(cfg: TransformerConfig, *, precision: str = "fp32",
-                         optimizer: str = "adam", checkpointing: bool = False,
-                         zero_stage: int = 0, dp: int = 1, tp: int = 1, pp: int = 1,
-                         sequence_parallel: bool = False, dropout: bool = True
-                         ) -> MemoryEstimate:
-    """Per-device training memory of a GPT-style transformer from the published formulas."""
-    precision = _check_choice(precision, PRECISIONS, "precision")
-    _check_parallel(zero_stage, dp, tp, pp)
-    L, h, a, s, V, b = cfg.layers, cfg.hidden, cfg.heads, cfg.seq, cfg.vocab, cfg.batch
-    for name, v in (("layers", L), ("hidden", h), ("heads", a), ("seq", s), ("vocab", V),
-                    ("batch", b), ("ffn_mult", cfg.ffn_mult)):
+def _check_transformer(cfg: TransformerConfig, tp: int, pp: int) -> None:
+    """Positive sizes, heads dividing hidden, tp dividing heads and the FFN, pp the layers."""
+    L, h, a = cfg.layers, cfg.hidden, cfg.heads
+    for name, v in (("layers", L), ("hidden", h), ("heads", a), ("seq", cfg.seq),
+                    ("vocab", cfg.vocab), ("batch", cfg.batch), ("ffn_mult", cfg.ffn_mult)):
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be a positive int, got {v!r}")
     if h % a:
@@ -190,17 +184,14 @@ def estimate_transformer(cfg: TransformerConfig, *, precision: str = "fp32",
                          f"({cfg.ffn_mult * h})")
     if L % pp:
         raise ValueError(f"pipeline-parallel degree {pp} does not divide layers ({L})")
-    psi = transformer_num_params(cfg)
-    est = MemoryEstimate(num_params=psi)
-    f = cfg.ffn_mult
-    layer_shapes = [(h, 3 * h), (3 * h,), (h, h), (h,), (h, f * h), (f * h,), (f * h, h), (h,),
-                    (h,), (h,), (h,), (h,)]
-    shapes = layer_shapes + [(V, h), (s, h)]  # one layer's shapes, counted L times
-    _model_states(est, shapes, psi / (tp * pp), optimizer, precision, zero_stage, dp,
-                  shard=tp * pp, counts=[L] * len(layer_shapes) + [1, 1])
-    e = 2 if precision == "mixed" else 4
+
+
+def _layer_activations(cfg: TransformerConfig, t: int, e: int, dropout: bool,
+                       checkpointing: bool, sequence_parallel: bool) -> Tuple[float, float, str]:
+    """(one layer's activations, what each of the L layers keeps, the formula) in bytes:
+    Korthikanti et al. (arXiv:2205.05198), Table 2, with e-byte activations."""
+    s, b, h, a = cfg.seq, cfg.batch, cfg.hidden, cfg.heads
     mask = 1 if dropout else 0
-    t = tp
     # one layer's activations with tensor parallelism alone (Korthikanti et al., eq. 2)
     layer = (e / 2 * ((8 + 24 / t) * s * b * h + 4 * a * s * s * b / t)
              + mask * (2 * s * b * h + a * s * s * b / t))
@@ -217,10 +208,34 @@ def estimate_transformer(cfg: TransformerConfig, *, precision: str = "fp32",
             "L * s b h (34 + 5 a s / h)"
     if e != 2 or not dropout:
         formula += f"  [{e}-byte activations" + (", no dropout masks]" if not dropout else "]")
+    return layer, per_layer, formula
+
+
+def estimate_transformer(cfg: TransformerConfig, *, precision: str = "fp32",
+                         optimizer: str = "adam", checkpointing: bool = False,
+                         zero_stage: int = 0, dp: int = 1, tp: int = 1, pp: int = 1,
+                         sequence_parallel: bool = False, dropout: bool = True
+                         ) -> MemoryEstimate:
+    """Per-device training memory of a GPT-style transformer from the published formulas."""
+    precision = _check_choice(precision, PRECISIONS, "precision")
+    _check_parallel(zero_stage, dp, tp, pp)
+    _check_transformer(cfg, tp, pp)
+    L, h, s, V, b = cfg.layers, cfg.hidden, cfg.seq, cfg.vocab, cfg.batch
+    psi = transformer_num_params(cfg)
+    est = MemoryEstimate(num_params=psi)
+    f = cfg.ffn_mult
+    layer_shapes = [(h, 3 * h), (3 * h,), (h, h), (h,), (h, f * h), (f * h,), (f * h, h), (h,),
+                    (h,), (h,), (h,), (h,)]
+    shapes = layer_shapes + [(V, h), (s, h)]  # one layer's shapes, counted L times
+    _model_states(est, shapes, psi / (tp * pp), optimizer, precision, zero_stage, dp,
+                  shard=tp * pp, counts=[L] * len(layer_shapes) + [1, 1])
+    e = 2 if precision == "mixed" else 4
+    layer, per_layer, formula = _layer_activations(cfg, tp, e, dropout, checkpointing,
+                                                   sequence_parallel)
     est.add("activations", L * per_layer, formula)
     if checkpointing:
         est.add("recompute_layer", layer, "one layer's activations while it is recomputed")
-    est.add("output_head", e / 2 * 4 * s * b * h / t + 4 * s * b * V / t,
+    est.add("output_head", e / 2 * 4 * s * b * h / tp + 4 * s * b * V / tp,
             "4 s b h / t (1 + v / h)  [fp32 logits]")
     if precision == "mixed":
         est.notes.append("mixed = fp16/bf16 weights and grads + fp32 master (ZeRO's 2+2+K); "

@@ -108,8 +108,9 @@ def fake():
     calls = []
     mod = types.SimpleNamespace(**{k: getattr(numpy_backend, k) for k in dir(numpy_backend)
                                    if not k.startswith("__")})
+    here = globals()
     for name in F.FUSED_PRIMITIVES:
-        def record(*args, _fn=globals()[name], _name=name):
+        def record(*args, _fn=here[name], _name=name):
             calls.append(_name)
             return _fn(*args)
         setattr(mod, name, record)

@@ -54,40 +54,47 @@ def caught_mismatch_check_first(comm: communicator.Communicator, mode: str) -> s
     return caught_mismatch(comm, mode)
 
 
+def _die(comm: communicator.Communicator, mode: str) -> None:
+    """Rank 1 raises, exits or is killed; the others call the next collective."""
+    if comm.rank == 1:
+        if mode == "raise":
+            raise RuntimeError("rank 1 failed on purpose")
+        if mode == "exit":
+            os._exit(7)
+        os.kill(os.getpid(), signal.SIGKILL)
+    comm.allreduce(np.ones(1 << 16 if mode == "kill" else 3))
+
+
+def _time_out(comm: communicator.Communicator, mode: str) -> None:
+    """The last rank skips a collective; the others time out (and, when caught, abort)."""
+    last = comm.rank == comm.size - 1
+    if mode == "timeout":
+        if last:
+            time.sleep(60)
+        comm.allreduce(np.ones(3))
+        return
+    if not last:
+        try:
+            comm.allreduce(np.ones(3))
+        except CommTimeoutError as err:
+            print(f"rank {comm.rank} CommTimeoutError: {err}", file=sys.stderr, flush=True)
+            comm.abort(4)
+    time.sleep(60)
+
+
 def main() -> None:
     mode = sys.argv[1]
     comm = communicator.create(timeout=float(os.environ.get("WORKER_TIMEOUT", 20)))
-    r = comm.rank
     comm.allreduce(np.ones(3))  # a healthy collective first
-    if mode == "raise":
-        if r == 1:
-            raise RuntimeError("rank 1 failed on purpose")
-        comm.allreduce(np.ones(3))
-    elif mode == "exit":
-        if r == 1:
-            os._exit(7)
-        comm.allreduce(np.ones(3))
-    elif mode == "kill":
-        if r == 1:
-            os.kill(os.getpid(), signal.SIGKILL)
-        comm.allreduce(np.ones(1 << 16))
-    elif mode == "timeout":  # the last rank skips a collective, the others time out
-        if r == comm.size - 1:
-            time.sleep(60)
-        comm.allreduce(np.ones(3))
-    elif mode == "timeout_caught":
-        if r != comm.size - 1:
-            try:
-                comm.allreduce(np.ones(3))
-            except CommTimeoutError as err:
-                print(f"rank {r} CommTimeoutError: {err}", file=sys.stderr, flush=True)
-                comm.abort(4)
-        time.sleep(60)
+    if mode in ("raise", "exit", "kill"):
+        _die(comm, mode)
+    elif mode in ("timeout", "timeout_caught"):
+        _time_out(comm, mode)
     else:
         try:
             mismatch(comm, mode)
         except ValueError as err:
-            print(f"rank {r} ValueError: {err}", file=sys.stderr, flush=True)
+            print(f"rank {comm.rank} ValueError: {err}", file=sys.stderr, flush=True)
             comm.barrier()  # every rank reports before anyone exits
             sys.exit(3)
 
