@@ -143,7 +143,7 @@ def breakdown(step: Callable[[], None], cf: object, torch: object, reps: int = 3
     alternating, median of 5: the BLAS floor each framework starts from.
     """
     plan = cf.plan()
-    saved, totals, products = plan.bound, {}, []
+    saved, totals = plan.bound, {}
 
     def timed(fn: Callable, kind: str) -> Callable:
         def run(*a: object) -> None:
@@ -152,11 +152,7 @@ def breakdown(step: Callable[[], None], cf: object, torch: object, reps: int = 3
             totals[kind] = totals.get(kind, 0.0) + time.perf_counter() - t0
         return run
     plan.bound = [(timed(fn, _kind(fn, flat)), flat, holes) for fn, flat, holes in saved]
-    for fn, flat, _ in saved:
-        if getattr(fn, "__name__", "") == "matmul":
-            dt = plan.trace.dtype(int(flat[2])) if not hasattr(flat[2], "array") \
-                else flat[2].array.dtype  # the output is a per-call buffer or a static one
-            products.append(tuple(flat[3:9]) + (dt,))
+    products = _matmul_products(plan, saved)
     t0 = time.perf_counter()
     for _ in range(reps):
         step()
@@ -167,8 +163,23 @@ def breakdown(step: Callable[[], None], cf: object, torch: object, reps: int = 3
         print(f"    {kind:38s} {sec / reps * 1e3:7.1f} ms")
     print(f"    {'outside the plan (Adam, Python)':38s} "
           f"{total - sum(totals.values()) / reps * 1e3:7.1f} ms")
-    if torch is None or not products:
-        return
+    if torch is not None and products:
+        _matmuls_alone(products, torch)
+
+
+def _matmul_products(plan: object, bound: list) -> list:
+    """(batch, m, n, p, transpose a, transpose b, dtype) of each matmul the plan calls."""
+    products = []
+    for fn, flat, _ in bound:
+        if getattr(fn, "__name__", "") == "matmul":
+            dt = plan.trace.dtype(int(flat[2])) if not hasattr(flat[2], "array") \
+                else flat[2].array.dtype  # the output is a per-call buffer or a static one
+            products.append(tuple(flat[3:9]) + (dt,))
+    return products
+
+
+def _matmuls_alone(products: list, torch: object) -> None:
+    """The step's matmuls alone, NumPy's BLAS and torch's alternating, median of 5."""
     rng = np.random.default_rng(0)
     np_ops, t_ops = [], []
     for batch, m, n, p, ta, tb, dt in products:
@@ -195,6 +206,55 @@ def breakdown(step: Callable[[], None], cf: object, torch: object, reps: int = 3
           f"({flops / ms['torch'] / 1e6:.0f} GFLOP/s)")
 
 
+def _steps(kind: str, torch: object, no_torch_compile: bool) -> tuple:
+    """(the steps to time by name, the compiled function, seconds beyond 3 eager steps, note)."""
+    eager, _ = needle_step(kind, False)
+    comp, cf = needle_step(kind, True)
+    t0 = time.perf_counter()
+    eager()
+    t_eager = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for _ in range(3):  # record, record + compare + build, first replay (kernel builds)
+        comp()
+    extra = max(0.0, time.perf_counter() - t0 - 3 * t_eager)
+    steps = {"needle eager": eager, "needle compiled": comp}
+    make_torch = torch_mlp_step if kind == "mlp" else torch_transformer_step
+    note = "torch not installed" if torch is None else "not run (--no-torch-compile)"
+    if torch is not None:
+        steps["torch eager"] = make_torch()
+        if not no_torch_compile:
+            tc, note = torch_compiled(make_torch)
+            if tc is not None:
+                steps["torch.compile"] = tc
+    return steps, cf, extra, note
+
+
+def _report(kind: str, ms: dict, cf: object, extra: float, note: str) -> bool:
+    """Print one model's figures; False when compiled needle misses its target."""
+    st = cf.plan().stats() if cf.plan() is not None else {}
+    print(f"\n[{kind}] " + ", ".join(f"{k} {v:.1f} ms" for k, v in ms.items()))
+    print(f"  compile: {extra:.2f} s beyond three eager steps "
+          f"(plan build {cf.compile_seconds() * 1e3:.0f} ms); torch.compile: {note}")
+    if st:
+        print(f"  plan: {st['steps']} primitive calls -> {st['kernels']} kernels "
+              f"({st['fused_groups']} fused); bytes moved {st['bytes_before'] / 2**20:.0f}"
+              f" -> {st['bytes_after'] / 2**20:.0f} MiB; intermediates never written "
+              f"{st['dead_bytes'] / 2**20:.0f} MiB")
+    print(f"  compiled vs eager needle: {ms['needle eager'] / ms['needle compiled']:.2f}x "
+          f"faster")
+    ok = True
+    if "torch eager" in ms:
+        ratio = ms["needle compiled"] / ms["torch eager"]
+        ok = ratio <= TARGET
+        print(f"  compiled needle / torch eager: {ratio:.2f}x (target <= {TARGET}x) "
+              f"{'PASS' if ok else 'FAIL'}; eager needle / torch eager: "
+              f"{ms['needle eager'] / ms['torch eager']:.2f}x")
+    if "torch.compile" in ms:
+        print(f"  compiled needle / torch.compile: "
+              f"{ms['needle compiled'] / ms['torch.compile']:.2f}x")
+    return ok
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=9)
@@ -215,48 +275,11 @@ def main() -> None:
     for kind in ("mlp", "transformer"):
         if args.only and kind != args.only:
             continue
-        eager, _ = needle_step(kind, False)
-        comp, cf = needle_step(kind, True)
-        t0 = time.perf_counter()
-        eager()
-        t_eager = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        for _ in range(3):  # record, record + compare + build, first replay (kernel builds)
-            comp()
-        t_first = time.perf_counter() - t0
-        steps = {"needle eager": eager, "needle compiled": comp}
-        make_torch = torch_mlp_step if kind == "mlp" else torch_transformer_step
-        note = "torch not installed" if torch is None else "not run (--no-torch-compile)"
-        if torch is not None:
-            steps["torch eager"] = make_torch()
-            if not args.no_torch_compile:
-                tc, note = torch_compiled(make_torch)
-                if tc is not None:
-                    steps["torch.compile"] = tc
+        steps, cf, extra, note = _steps(kind, torch, args.no_torch_compile)
         ms = time_blocks(steps, args.steps, settle=0.5)
-        st = cf.plan().stats() if cf.plan() is not None else {}
-        print(f"\n[{kind}] " + ", ".join(f"{k} {v:.1f} ms" for k, v in ms.items()))
-        print(f"  compile: {max(0.0, t_first - 3 * t_eager):.2f} s beyond three eager steps "
-              f"(plan build {cf.compile_seconds() * 1e3:.0f} ms); torch.compile: {note}")
-        if st:
-            print(f"  plan: {st['steps']} primitive calls -> {st['kernels']} kernels "
-                  f"({st['fused_groups']} fused); bytes moved {st['bytes_before'] / 2**20:.0f}"
-                  f" -> {st['bytes_after'] / 2**20:.0f} MiB; intermediates never written "
-                  f"{st['dead_bytes'] / 2**20:.0f} MiB")
-        print(f"  compiled vs eager needle: {ms['needle eager'] / ms['needle compiled']:.2f}x "
-              f"faster")
-        if "torch eager" in ms:
-            ratio = ms["needle compiled"] / ms["torch eager"]
-            ok = ratio <= TARGET
-            failed |= not ok
-            print(f"  compiled needle / torch eager: {ratio:.2f}x (target <= {TARGET}x) "
-                  f"{'PASS' if ok else 'FAIL'}; eager needle / torch eager: "
-                  f"{ms['needle eager'] / ms['torch eager']:.2f}x")
-        if "torch.compile" in ms:
-            print(f"  compiled needle / torch.compile: "
-                  f"{ms['needle compiled'] / ms['torch.compile']:.2f}x")
+        failed |= not _report(kind, ms, cf, extra, note)
         if args.breakdown and cf.plan() is not None:
-            breakdown(comp, cf, torch)
+            breakdown(steps["needle compiled"], cf, torch)
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
     raise SystemExit(1 if failed else 0)
 
