@@ -148,15 +148,13 @@ EXERCISES: List[Exercise] = [
              requires=("hw1.ops.divide_scalar", "hw2.init.rand")),
     Exercise("hw2.optim.sgd", 2, ("test_optim::test_sgd_course_momentum_rule*",
                                   "test_optim::test_optimizers_match_torch[sgd*"),
-             requires=("hw1.ops.divide_scalar", "hw1.ops.relu", "hw2.nn.linear",
-                       "hw2.ops.logsumexp")),
+             requires=("hw1.ops.relu", "hw2.nn.sequential", "hw2.nn.softmax_loss")),
     # the plain step only: the tuned one (Adam.tuned, AdamW's default "adamw" case) is not
     # the student's code, and the release stubs it
     Exercise("hw2.optim.adam", 2, ("test_optim::test_adam_rule_step_by_step[plain*",
                                    "test_optim::test_optimizers_match_torch[adam-*",
                                    "test_optim::test_optimizers_match_torch[adamw-plain*"),
-             requires=("hw1.ops.divide_scalar", "hw1.ops.relu", "hw2.nn.linear",
-                       "hw2.ops.logsumexp")),
+             requires=("hw1.ops.relu", "hw2.nn.sequential", "hw2.nn.softmax_loss")),
     Exercise("hw2.data.transforms", 1, ("test_data::test_random_flip_horizontal_matches_numpy",
                                         "test_data::test_random_crop_is_a_zero_filled_shift*")),
     Exercise("hw2.data.dataloader", 2, ("test_data::test_dataloader_batches_in_order",
