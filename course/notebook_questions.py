@@ -321,6 +321,17 @@ def _cell(kind: str, text: str) -> dict:
     return cell
 
 
+def _blank_after_imports(code: str) -> str:
+    """``code`` with a blank line after its leading imports (isort's layout, ruff-clean)."""
+    lines = code.split("\n")
+    n = 0
+    while n < len(lines) and lines[n].startswith(("import ", "from ")):
+        n += 1
+    if n == 0 or n == len(lines) or not lines[n].strip():
+        return code
+    return "\n".join(lines[:n] + [""] + lines[n:])
+
+
 def questions(qs: List[Q], path_cell: str = PATH) -> List[dict]:
     """The cells of the questions: statement, grading cell, demonstration."""
     cells = [_cell("markdown", "## Part 1: the graded questions\n\nWrite each function where "
@@ -335,7 +346,7 @@ def questions(qs: List[Q], path_cell: str = PATH) -> List[dict]:
         cells.append(_cell("markdown", f"### Question {n}: `{func}` ({ex})\n\n"
                            f"File: `{where}`. Exercise: `{ex}`.\n\n{spec}{needs}"))
         cells.append(_cell("code", f'grade("{ex}")'))
-        cells.append(_cell("code", demo))
+        cells.append(_cell("code", _blank_after_imports(demo)))
     cells.append(_cell("markdown", "## Part 2: putting it together"))
     return cells
 
