@@ -328,6 +328,8 @@ def test_linear_computes_in_its_weights_dtype_whatever_float_it_is_fed() -> None
     assert x64.grad.dtype == "float64" and layer.weight.grad.dtype == "float32"
     np.testing.assert_allclose(x64.grad.numpy(), np.tile(w.sum(1), (5, 1)), rtol=1e-6)
     assert (x64 @ Tensor(np.ones((3, 2)), dtype="float32")).dtype == "float64"  # ops promote
+    conv = ndl.nn.Conv(2, 3, 3)  # float32 too
+    assert conv(Tensor(np.ones((1, 2, 5, 5)))).dtype == "float32"
 
 
 def test_tensor_operators_match_numpy() -> None:

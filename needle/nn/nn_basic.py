@@ -14,6 +14,18 @@ from .nn_module import LoadResult, Module, Parameter  # noqa: F401  (course: nn_
 
 _FLOATS = ("float16", "bfloat16", "float32", "float64")
 
+
+def in_weight_dtype(x: Tensor, weight: Tensor) -> Tensor:
+    """``x`` cast to ``weight``'s dtype when both are floats of different dtypes.
+
+    A float32 model fed float64 NumPy data computes in float32, its own dtype, not silently in
+    float64. PyTorch raises here; the course's hw2/hw4 tests feed float64 data to float32 layers
+    and expect a result (their needle cast everything to float32).
+    """
+    if x.dtype != weight.dtype and x.dtype in _FLOATS and weight.dtype in _FLOATS:
+        return ops.cast(x, weight.dtype)
+    return x
+
 __all__ = ["Identity", "Linear", "Flatten", "ReLU", "Tanh", "Sigmoid", "GELU", "Sequential",
            "Residual", "SoftmaxLoss", "BatchNorm1d", "BatchNorm2d", "LayerNorm1d", "Dropout"]
 
@@ -58,11 +70,7 @@ class Linear(Module):
         if X.shape[-1] != self.in_features:
             raise ValueError(f"Linear({self.in_features}, {self.out_features}) got input of "
                              f"shape {X.shape}")
-        if X.dtype != self.weight.dtype and X.dtype in _FLOATS:
-            # a float32 model fed float64 NumPy data computes in float32, its own dtype, not
-            # silently in float64 (PyTorch raises here; the course's hw2/hw4 tests feed float64
-            # data to float32 layers and expect it to work, as their needle cast all to float32)
-            X = ops.cast(X, self.weight.dtype)
+        X = in_weight_dtype(X, self.weight)
         ### BEGIN YOUR SOLUTION (hw2.nn.linear)
         out = X @ self.weight
         if self.bias is not None:
