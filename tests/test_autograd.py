@@ -330,6 +330,9 @@ def test_linear_computes_in_its_weights_dtype_whatever_float_it_is_fed() -> None
     assert (x64 @ Tensor(np.ones((3, 2)), dtype="float32")).dtype == "float64"  # ops promote
     conv = ndl.nn.Conv(2, 3, 3)  # float32 too
     assert conv(Tensor(np.ones((1, 2, 5, 5)))).dtype == "float32"
+    # a narrower input is not cast up (bfloat16 activations under autocast keep their memory)
+    half = Tensor(np.ones((5, 3)), dtype="bfloat16")
+    assert layer(half).dtype == "float32" and half.dtype == "bfloat16"
 
 
 def test_tensor_operators_match_numpy() -> None:
