@@ -1,16 +1,22 @@
 """Check the student release against the reference: what `make student` promises.
 
 1. the release imports, and ``python -m apps.demo`` there fails only with NotImplementedError;
-2. every graded test fails in the release, with NotImplementedError;
+2. every graded test fails in the release, with NotImplementedError: nothing written scores 0;
 3. every graded test passes in the reference, and every solution region runs under the graded
    tests (line coverage of one graded run; ``UNTRACED`` regions are named in the rubric);
-4. every rubric pattern names at least one test;
+4. every rubric pattern names at least one test, and the ``requires`` graph names real
+   exercises without a cycle; in that same coverage run (one context per test), every region
+   a graded test of E runs belongs to E or to an exercise E requires (no missing declaration);
 5. isolation, per exercise E: the reference with only E's regions stubbed fails every graded
    test of E with the NotImplementedError naming E. A test passing there means some code outside
    E's regions (a fused or tuned copy, a helper) computes E's answer: a student could pass E
    without writing it. Only E's graded tests run, from their own test modules.
+6. ``--restore-each``: per exercise E, the release with E and its requirements written scores
+   exactly their points. With 2 (no missing declaration) and 5 (no leak) this is the rubric
+   rule of course/exercises.py; it runs a graded run per exercise, so CI runs it for a few.
 
-    python -m course.check_release [--out build/student-check] [--isolation-only] [E ...]
+    python -m course.check_release [--out build/student-check] [--isolation-only]
+                                   [--restore-each] [E ...]
 """
 import argparse
 import json
@@ -24,9 +30,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from .exercises import EXERCISES, UNTRACED, Exercise, test_files
+from .exercises import EXERCISES, UNTRACED, Exercise, requirements, requires_problems, test_files
 from .grading import select_exercises
-from .make_student import ROOT, Region, all_regions, make_release, stub_file
+from .make_student import CUDA_SUFFIXES, ROOT, Region, all_regions, make_release, stub_file
 
 # a module that fails to import in the release (it builds a stubbed layer at import) must not
 # stop the graded run: its tests are simply not collected
@@ -79,9 +85,12 @@ def check_release_fails(release: Path, workdir: Path) -> List[str]:
     """Graded tests that do not fail with NotImplementedError in the release."""
     report = _graded_run(release, workdir / "release.json",
                          env={"HYPOTHESIS_PROFILE": "grade-failfast"})
-    return [f"{t['test']}: {t['outcome']} {t['message'][:200]}" for t in _tests(report)
-            if t["outcome"] == "passed" or (t["outcome"] == "failed"
-                                            and "NotImplementedError" not in t["message"])]
+    bad = [f"{t['test']}: {t['outcome']} {t['message'][:200]}" for t in _tests(report)
+           if t["outcome"] == "passed" or (t["outcome"] == "failed"
+                                           and "NotImplementedError" not in t["message"])]
+    if report["total"]["earned"] != 0:
+        bad.append(f"the release (nothing written) scores {report['total']['earned']}, not 0")
+    return bad
 
 
 def check_reference(workdir: Path, root: Path = ROOT) -> Dict[str, List[str]]:
@@ -90,7 +99,8 @@ def check_reference(workdir: Path, root: Path = ROOT) -> Dict[str, List[str]]:
     rc.write_text(f"[run]\ndata_file = {workdir / 'coverage.dat'}\n"
                   f"source = {root / 'needle'},{root / 'apps'}\n")
     report = _graded_run(root, workdir / "reference.json",
-                         prefix=["-m", "coverage", "run", f"--rcfile={rc}"])
+                         prefix=["-m", "coverage", "run", f"--rcfile={rc}"],
+                         args=("--coverage-contexts", "tests"))
     failing = [f"{t['test']}: {t['message'][:200]}" for t in _tests(report)
                if t["outcome"] == "failed"]
     import coverage
@@ -100,8 +110,8 @@ def check_reference(workdir: Path, root: Path = ROOT) -> Dict[str, List[str]]:
     exercises = {ex.name for ex in EXERCISES}
     uncovered = []
     for region in all_regions(root):
-        if region.key in UNTRACED:
-            continue
+        if region.key in UNTRACED or Path(region.path).suffix in CUDA_SUFFIXES:
+            continue  # CUDA C is not traced: its regions are stubbed with their exercise
         lines = executed.get((root / region.path).resolve(), set())
         if not any(region.begin < n < region.end for n in lines):
             uncovered.append(f"{region.key} (line {region.begin})")
@@ -110,7 +120,9 @@ def check_reference(workdir: Path, root: Path = ROOT) -> Dict[str, List[str]]:
     stale += [f"UNTRACED names no exercise: {v}" for v in UNTRACED.values() if v not in exercises]
     seen = {ex["exercise"] for ex in report["exercises"]}
     stale += [f"exercise {n} matches no test" for n in sorted(exercises - seen)]
-    return {"failing": failing, "uncovered": uncovered, "stale": stale}
+    return {"failing": failing, "uncovered": uncovered, "stale": stale,
+            "undeclared_requires": undeclared_requires(data, root, report),
+            "requires_graph": requires_problems()}
 
 
 def _isolated_run(ex: Exercise, copy: Path, root: Path, regions: List[Region],
@@ -160,39 +172,60 @@ def check_isolation(workdir: Path, root: Path = ROOT, names: Sequence[str] = (),
 
 def check_restored(workdir: Path, root: Path = ROOT, names: Sequence[str] = (),
                    log: Any = None) -> Dict[str, List[str]]:
-    """Per exercise E: the release with E's regions restored from the reference (every other
-    region stubbed); E's graded tests failing there, i.e. E's score depends on other exercises
-    (each line names the exercise whose stub the first failure hit). Not run in CI."""
-    regions = all_regions(root)
-    release = workdir / "restored"
-    make_release(release, root)
-    others = {e.name for e in EXERCISES}
-    picked = set(select_exercises(list(names), sorted(others))) if names else others
-    res: Dict[str, List[str]] = {"depends_on_others": []}
-    for ex in EXERCISES:
-        if ex.name not in picked:
-            continue
-        files = sorted({r.path for r in regions if r.exercise == ex.name})
-        try:
-            for rel in files:
-                rest = sorted(others - {ex.name})
-                (release / rel).write_text(stub_file(root / rel, root, rest)[0])
-            rep = _graded_run(release, workdir / f"restored-{ex.name}.json", timeout=600,
-                              env={"HYPOTHESIS_PROFILE": "grade-failfast"},
-                              args=[f"--exercise={ex.name}", *test_files([ex.name], release)])
-        finally:
-            for rel in files:
-                (release / rel).write_text(stub_file(root / rel, root)[0])
-        tests = _tests(rep)
-        failed = [t for t in tests if t["outcome"] == "failed"]
-        passed = sum(t["outcome"] == "passed" for t in tests)
-        if failed:
-            res["depends_on_others"].append(
-                f"{ex.name}: {passed}/{passed + len(failed)} pass; first failure: "
-                f"{failed[0]['message'][:160]}")
+    """Per exercise E (``names``: ids or prefixes, default all): the release with E and its
+    requirements written (their regions restored from the reference, every other region
+    stubbed) must score exactly their points. Lines name the tests of E or of a requirement
+    failing there, and the exercise whose stub a failure hit (a missing declaration)."""
+    every = [e.name for e in EXERCISES]
+    picked = select_exercises(list(names), every) if names else every
+    res: Dict[str, List[str]] = {"restored_not_scoring": []}
+    for name in picked:
+        start = time.perf_counter()
+        written = {name} | requirements(name)
+        release = workdir / "restored"
+        make_release(release, root, only=[n for n in every if n not in written])
+        rep = _graded_run(release, workdir / f"restored-{name}.json", timeout=900,
+                          env={"HYPOTHESIS_PROFILE": "grade-failfast"},
+                          args=[f"--exercise={','.join(sorted(written))}",
+                                *test_files(sorted(written), release)])
+        expected = sum(e.points for e in EXERCISES if e.name in written)
+        earned = rep["total"]["earned"]
+        res["restored_not_scoring"] += [
+            f"{name}: {t['test']}: {t['message'][:200]}" for t in _tests(rep)
+            if t["outcome"] == "failed"]
+        if earned != expected and not any(name in line for line in res["restored_not_scoring"]):
+            res["restored_not_scoring"].append(f"{name}: scored {earned} of {expected}")
         if log is not None:
-            log(f"restored {ex.name}: {passed}/{passed + len(failed)}")
+            log(f"restored {name} (+{len(written) - 1} required): {earned}/{expected} points, "
+                f"{time.perf_counter() - start:.1f}s")
     return res
+
+
+def region_dependencies(data: Any, root: Path, tests: Dict[str, str]
+                        ) -> Dict[str, Dict[str, str]]:
+    """exercise E -> {other exercise X whose regions E's graded tests ran: one such test},
+    read from a coverage run with one context per test (``--coverage-contexts``)."""
+    measured = {Path(f).resolve(): f for f in data.measured_files()}
+    deps: Dict[str, Dict[str, str]] = {}
+    for region in all_regions(root):
+        fname = measured.get((root / region.path).resolve())
+        if fname is None:
+            continue
+        by_line = data.contexts_by_lineno(fname)
+        for n in range(region.begin + 1, region.end):
+            for ctx in by_line.get(n, ()):
+                ex = tests.get(ctx)
+                if ex is not None and ex != region.exercise:
+                    deps.setdefault(ex, {}).setdefault(region.exercise, ctx)
+    return deps
+
+
+def undeclared_requires(data: Any, root: Path, report: Dict[str, Any]) -> List[str]:
+    """Graded tests of E running the regions of an exercise E does not require."""
+    tests = {t["test"]: ex["exercise"] for ex in report["exercises"] for t in ex["tests"]}
+    return [f"{ex} does not require {other}, but its test {test} runs {other}'s regions"
+            for ex, found in sorted(region_dependencies(data, root, tests).items())
+            for other, test in sorted(found.items()) if other not in requirements(ex)]
 
 
 def run_all(workdir: Path) -> Dict[str, List[str]]:
@@ -229,8 +262,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--isolation-only", action="store_true",
                         help="run only the per-exercise isolation check")
     parser.add_argument("--restore-each", action="store_true",
-                        help="instead: per exercise, its score in a release where only it is "
-                             "written (which exercises depend on others)")
+                        help="instead: per exercise, the release with only it and its "
+                             "requirements written must score exactly their points")
     parser.add_argument("exercises", nargs="*", help="isolation: only these ids or prefixes")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
@@ -246,7 +279,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"checked in {time.perf_counter() - start:.0f}s")
     bad = 0
     for key, items in res.items():
-        if key not in ("stubbed", "isolation_unchecked", "depends_on_others"):
+        if key not in ("stubbed", "isolation_unchecked"):
             bad += len(items)
         print(f"{key}: {len(items)}")
         for item in items:

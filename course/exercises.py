@@ -5,23 +5,42 @@ special), e.g. ``test_ops::test_forward_matches_numpy[matmul-*``; the module is 
 without ``.py`` (wherever it sits under tests/); a test belongs to the first exercise naming it.
 ``course.grading`` marks every such test ``@pytest.mark.grade(<exercise>, points=<points>)`` at
 collection; a test (e.g. an instructor's hidden one) may also carry that marker itself.
-An exercise's points are shared by its tests: the score is points x (passed / run).
+An exercise's points are shared by its tests: the score is points x (passed / run). A case on
+the cuda device (a test id naming ``cuda`` as a parameter) is graded only by ``hw3.cuda.*``: no
+other exercise's score depends on the CUDA backend or on a GPU being there.
 
-``tests/test_course_release.py`` checks the rubric against the code: every graded test fails in
-the student release (``make student``) and passes here, and every ``### BEGIN YOUR SOLUTION``
-region runs under at least one graded test. Regions that only run on a GPU or inside mpiexec
-workers are named in ``UNTRACED`` with the exercise that grades them.
+The rubric rule (issue 21): a student who writes nothing scores 0, and one who writes exercise E
+and the exercises E ``requires`` (transitively) scores exactly the points of those exercises.
+The course orders homework so that later exercises build on earlier ones (every op goes through
+``make_from_op``; Adam is written in hw1's ops; a training loop needs nn), and ``requires``
+declares those dependencies: the exercises whose solution regions E's graded tests run. Tests are
+written to need as little else as they can (an op's gradient test calls the op's ``gradient``
+directly, not ``backward()``). ``course/check_release.py`` checks the rule: in the reference,
+every region a graded test of E runs belongs to E or to E's requirements (no missing
+declaration); with only E and its requirements written, E's graded tests all pass; with nothing
+written, every graded test fails; and with only E unwritten, E's tests fail (no leak). The grade
+report names the missing prerequisite when a test fails on another exercise's stub. One
+dependency runs against the course's order: needle's ops compute on its own NDArray (the
+course's hw1 used NumPy), so hw1's ops require hw3's NDArray views, reductions and matmul.
+
+``course/check_release.py`` (run in CI by ``tests/test_course_tools.py``) checks the rubric
+against the code: every graded test fails in the student release (``make student``) and passes
+here, and every ``### BEGIN YOUR SOLUTION`` region runs under at least one graded test. Python
+regions that only run on a GPU or inside mpiexec workers are named in ``UNTRACED`` with the
+exercise that grades them (CUDA C regions, ``// BEGIN YOUR SOLUTION``, are never traced).
 """
 from pathlib import Path
-from typing import Dict, List, NamedTuple, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Sequence, Set, Tuple
 
 
 class Exercise(NamedTuple):
-    """One graded exercise: ``hwN.unit.name``, its points, the test patterns grading it."""
+    """One graded exercise: ``hwN.unit.name``, its points, the test patterns grading it, and
+    the exercises its graded tests also need written (see the rubric rule above)."""
 
     name: str
     points: int
     tests: Tuple[str, ...]
+    requires: Tuple[str, ...] = ()
 
     @property
     def homework(self) -> str:
@@ -48,81 +67,127 @@ EXERCISES: List[Exercise] = [
     Exercise("hw0.simple_ml.parse_mnist", 2, ("test_data::test_mnist_reader_on_written_files",
                                               "test_data::test_mnist_reader_errors_name_*")),
     Exercise("hw0.simple_ml.softmax_loss", 2, (
-        "test_apps::test_softmax_loss_numpy_and_needle_agree_with_formula",)),
+        "test_apps::test_softmax_loss_numpy_agrees_with_formula",)),
     Exercise("hw0.simple_ml.epochs", 4, (
-        "test_apps::test_softmax_regression_and_two_layer_net_learn_digits",)),
+        "test_apps::test_softmax_regression_and_two_layer_net_learn_digits",),
+             requires=("hw0.simple_ml.softmax_loss",)),
     # ---------------------------------------------------------------- hw1: autodiff
-    Exercise("hw1.ops.multiply", 1, _grads("multiply")),
-    Exercise("hw1.ops.power", 1, _grads("power")),
-    Exercise("hw1.ops.power_scalar", 1, _ops("power_scalar")),
-    Exercise("hw1.ops.divide", 1, _ops("divide")),
-    Exercise("hw1.ops.divide_scalar", 1, _ops("divide_scalar")),
-    Exercise("hw1.ops.log", 1, _grads("log")),
-    Exercise("hw1.ops.exp", 1, _grads("exp")),
-    Exercise("hw1.ops.relu", 1, _grads("relu")),
-    Exercise("hw1.ops.tanh", 1, _grads("tanh")),
-    Exercise("hw1.ops.transpose", 1, _ops("transpose")),
-    Exercise("hw1.ops.reshape", 1, _ops("reshape")),
-    Exercise("hw1.ops.broadcast_to", 1, _grads("broadcast_to")),
-    Exercise("hw1.ops.summation", 1, _grads("summation")),
-    Exercise("hw1.ops.matmul", 2, _grads("matmul")),
-    Exercise("hw1.autograd.make_from_op", 1, (
-        "test_autograd::test_requires_grad_propagation",
-        "test_autograd::test_lazy_mode_*")),
-    Exercise("hw1.autograd.topo_sort", 2, ("test_autograd::test_topo_sort_*",)),
+    Exercise("hw1.ops.multiply", 1, _grads("multiply"),
+             requires=("hw1.ops.broadcast_to",)),
+    Exercise("hw1.ops.power", 1, _grads("power"),
+             requires=("hw1.ops.broadcast_to",)),
+    Exercise("hw1.ops.power_scalar", 1, _ops("power_scalar"),
+             requires=("hw1.autograd.make_from_op",)),
+    Exercise("hw1.ops.divide", 1, _ops("divide"),
+             requires=("hw1.ops.broadcast_to",)),
+    Exercise("hw1.ops.divide_scalar", 1, _ops("divide_scalar"),
+             requires=("hw1.autograd.make_from_op",)),
+    Exercise("hw1.ops.log", 1, _grads("log"),
+             requires=("hw1.ops.divide",)),
+    Exercise("hw1.ops.exp", 1, _grads("exp"),
+             requires=("hw1.autograd.make_from_op",)),
+    Exercise("hw1.ops.relu", 1, _grads("relu"),
+             requires=("hw1.autograd.make_from_op",)),
+    Exercise("hw1.ops.tanh", 1, _grads("tanh"),
+             requires=("hw1.autograd.make_from_op",)),
+    Exercise("hw1.ops.transpose", 1, _ops("transpose"),
+             requires=("hw1.autograd.make_from_op", "hw3.ndarray.views")),
+    Exercise("hw1.ops.reshape", 1, _ops("reshape"),
+             requires=("hw1.autograd.make_from_op", "hw3.ndarray.views")),
+    Exercise("hw1.ops.broadcast_to", 1, _grads("broadcast_to"),
+             requires=("hw1.ops.reshape", "hw3.ndarray.reductions")),
+    Exercise("hw1.ops.summation", 1, _grads("summation"),
+             requires=("hw1.ops.reshape", "hw3.ndarray.reductions")),
+    Exercise("hw1.ops.matmul", 2, _grads("matmul"),
+             requires=("hw1.ops.broadcast_to", "hw1.ops.transpose", "hw3.ndarray.matmul")),
+    Exercise("hw1.autograd.make_from_op", 1, ("test_autograd::test_requires_grad_propagation",)),
+    # realizing a lazy graph walks it in topological order: graded here, not under make_from_op
+    Exercise("hw1.autograd.topo_sort", 2, ("test_autograd::test_topo_sort_*",
+                                           "test_autograd::test_lazy_mode_defers_*"),
+             requires=("hw1.autograd.make_from_op", "hw3.ndarray.matmul")),
     Exercise("hw1.autograd.compute_gradient", 3, (
         "test_autograd::test_gradient_accumulates_over_uses_and_out_grad",
         "test_autograd::test_compute_gradient_of_gradient",
-        "test_autograd::test_backward_overwrites_leaf_grad")),
+        "test_autograd::test_backward_overwrites_leaf_grad",
+        "test_autograd::test_backward_reaches_only_what_requires_grad"),
+             requires=("hw1.autograd.topo_sort", "hw1.ops.exp", "hw1.ops.multiply",
+                       "hw1.ops.summation")),
+    Exercise("hw1.simple_ml.softmax_loss", 1, (
+        "test_apps::test_softmax_loss_needle_agrees_with_formula",),
+             requires=("hw1.ops.divide_scalar", "hw3.ndarray.reductions")),
     Exercise("hw1.simple_ml.nn_epoch", 2, (
-        "test_apps::test_numpy_backprop_matches_needle_autodiff",)),
+        "test_apps::test_numpy_backprop_matches_needle_autodiff",),
+             requires=("hw0.simple_ml.epochs", "hw1.autograd.compute_gradient", "hw1.ops.log",
+                       "hw1.ops.matmul", "hw1.ops.relu", "hw1.simple_ml.softmax_loss")),
     # ---------------------------------------------------------------- hw2: nn, optim, data
     Exercise("hw2.ops.logsumexp", 2, _ops("logsumexp") + (
-        "test_ops::test_logsumexp_logsoftmax_stable_for_large_inputs[cpu*",)),
-    Exercise("hw2.ops.logsoftmax", 1, _ops("logsoftmax")),
+        "test_ops::test_logsumexp_logsoftmax_stable_for_large_inputs[cpu*",),
+             requires=("hw1.autograd.compute_gradient", "hw1.ops.divide", "hw2.ops.logsoftmax")),
+    Exercise("hw2.ops.logsoftmax", 1, _ops("logsoftmax"),
+             requires=("hw1.autograd.make_from_op", "hw3.ndarray.reductions")),
     Exercise("hw2.init.rand", 1, ("test_init::test_rand_randn_follow_numpy_global_rng*",
                                   "test_init::test_randb_frequency_and_seeding*",
                                   "test_init::test_constants_and_like*",
-                                  "test_init::test_one_hot*")),
-    Exercise("hw2.init.fan", 2, ("test_init::test_xavier*", "test_init::test_kaiming*")),
-    Exercise("hw2.nn.linear", 2, ("test_nn_basic::test_linear_*",)),
-    Exercise("hw2.nn.sequential", 1, ("test_nn_basic::test_sequential_container_and_errors",)),
-    Exercise("hw2.nn.softmax_loss", 1, ("test_nn_basic::test_softmax_loss_*",)),
-    Exercise("hw2.nn.batchnorm1d", 2, ("test_nn_basic::test_batchnorm_train_eval_match_torch*",)),
-    Exercise("hw2.nn.layernorm1d", 2, ("test_nn_basic::test_layernorm_matches_torch*",)),
-    Exercise("hw2.nn.dropout", 1, ("test_nn_basic::test_dropout_statistics_and_eval*",)),
+                                  "test_init::test_one_hot*"),
+             requires=("hw3.ndarray.gather_scatter",)),
+    Exercise("hw2.init.fan", 2, ("test_init::test_xavier*", "test_init::test_kaiming*"),
+             requires=("hw2.init.rand",)),
+    Exercise("hw2.nn.linear", 2, ("test_nn_basic::test_linear_*",),
+             requires=("hw1.autograd.compute_gradient", "hw1.ops.matmul", "hw2.init.fan")),
+    Exercise("hw2.nn.sequential", 1, ("test_nn_basic::test_sequential_container_and_errors",),
+             requires=("hw2.nn.linear",)),
+    Exercise("hw2.nn.softmax_loss", 1, ("test_nn_basic::test_softmax_loss_*",),
+             requires=("hw1.ops.divide_scalar", "hw2.nn.linear", "hw2.ops.logsumexp")),
+    Exercise("hw2.nn.batchnorm1d", 2, ("test_nn_basic::test_batchnorm_train_eval_match_torch*",),
+             requires=("hw1.autograd.compute_gradient", "hw1.ops.divide", "hw1.ops.divide_scalar",
+                       "hw1.ops.power_scalar", "hw1.ops.transpose", "hw2.init.rand")),
+    Exercise("hw2.nn.layernorm1d", 2, ("test_nn_basic::test_layernorm_matches_torch*",),
+             requires=("hw1.autograd.compute_gradient", "hw1.ops.divide", "hw1.ops.divide_scalar",
+                       "hw1.ops.power_scalar", "hw2.init.rand")),
+    Exercise("hw2.nn.dropout", 1, ("test_nn_basic::test_dropout_statistics_and_eval*",),
+             requires=("hw1.autograd.compute_gradient", "hw1.ops.divide_scalar", "hw2.init.rand")),
     Exercise("hw2.optim.sgd", 2, ("test_optim::test_sgd_course_momentum_rule*",
-                                  "test_optim::test_optimizers_match_torch[sgd*")),
+                                  "test_optim::test_optimizers_match_torch[sgd*"),
+             requires=("hw1.ops.relu", "hw2.nn.sequential", "hw2.nn.softmax_loss")),
     # the plain step only: the tuned one (Adam.tuned, AdamW's default "adamw" case) is not
     # the student's code, and the release stubs it
     Exercise("hw2.optim.adam", 2, ("test_optim::test_adam_rule_step_by_step[plain*",
                                    "test_optim::test_optimizers_match_torch[adam-*",
-                                   "test_optim::test_optimizers_match_torch[adamw-plain*")),
+                                   "test_optim::test_optimizers_match_torch[adamw-plain*"),
+             requires=("hw1.ops.relu", "hw2.nn.sequential", "hw2.nn.softmax_loss")),
     Exercise("hw2.data.transforms", 1, ("test_data::test_random_flip_horizontal_matches_numpy",
                                         "test_data::test_random_crop_is_a_zero_filled_shift*")),
     Exercise("hw2.data.dataloader", 2, ("test_data::test_dataloader_batches_in_order",
                                         "test_data::test_shuffle_*")),
     Exercise("hw2.mlp_resnet", 3, ("test_apps::test_mlp_resnet_structure",
                                    "test_apps::test_mlp_resnet_epoch_reports_*",
-                                   "test_apps::test_train_mnist_reads_*")),
+                                   "test_apps::test_train_mnist_reads_*"),
+             requires=("hw0.simple_ml.parse_mnist", "hw2.data.dataloader", "hw2.nn.batchnorm1d",
+                       "hw2.nn.dropout", "hw2.nn.layernorm1d", "hw2.optim.adam", "hw2.optim.sgd")),
     # ---------------------------------------------------------------- hw3: NDArray backend
     Exercise("hw3.ndarray.views", 3, ("test_ndarray::test_views_match_numpy",
                                       "test_ndarray::test_make_strides_offset_and_views",
                                       "test_ndarray::test_elementwise_on_views_match_numpy")),
-    Exercise("hw3.ndarray.flip", 1, ("test_ndarray::test_flip_and_pad",)),
+    Exercise("hw3.ndarray.flip", 1, ("test_ndarray::test_flip_and_pad",),
+             requires=("hw3.ndarray.setitem",)),
     Exercise("hw3.ndarray.setitem", 2, (
-        "test_ndarray::test_setitem_through_views_matches_numpy",)),
+        "test_ndarray::test_setitem_through_views_matches_numpy",),
+             requires=("hw3.ndarray.views",)),
     Exercise("hw3.ndarray.reductions", 2, (
-        "test_ndarray::test_reductions_on_views_match_numpy",)),
-    Exercise("hw3.ndarray.matmul", 2, ("test_ndarray::test_matmul_on_views_matches_numpy",)),
+        "test_ndarray::test_reductions_on_views_match_numpy",),
+             requires=("hw3.ndarray.views",)),
+    Exercise("hw3.ndarray.matmul", 2, ("test_ndarray::test_matmul_on_views_matches_numpy",),
+             requires=("hw3.ndarray.views",)),
     Exercise("hw3.ndarray.matmul_tiled", 2, (
         "test_course_compat::test_matmul_tiled_primitive_on_the_tiled_layout*",
         *(f"test_course_compat::test_ndarray_matmul_routes_aligned_shapes_through_matmul_tiled"
-          f"[{shape}]" for shape in ("8-8-8", "16-32-8", "64-64-64")))),
+          f"[{shape}]" for shape in ("8-8-8", "16-32-8", "64-64-64"))),
+             requires=("hw3.ndarray.matmul",)),
     # The NumPy backend's gather/scatter: the cpu cases (on cuda the CUDA backend gathers).
     Exercise("hw3.ndarray.gather_scatter", 1, (
         "test_ops_embedding::test_lookup_matches_numpy_indexing[*-cpu]",
-        "test_ops_embedding::test_gradient_scatter_adds_repeated_rows[cpu]")),
+        "test_ops_embedding::test_gradient_scatter_adds_repeated_rows[cpu]"),
+             requires=("hw1.autograd.make_from_op", "hw3.ndarray.views")),
     # Graded where the student's code runs: not cuBLAS, and not the empty or one-element
     # shapes that need no kernel (they pass with nothing written, GPU or emulator alike).
     Exercise("hw3.cuda.backend", 4, (
@@ -135,30 +200,45 @@ EXERCISES: List[Exercise] = [
           for mode in ("tiled", "naive")),
         *(f"test_cuda_backend::test_reductions[{shape}-*"
           for shape in ("(1,)", "(100003,)", "(2, 1, 3, 1, 2, 3, 2)", "(2, 3, 4, 5)",
-                        "(3, 5000)", "(300, 40)", "(4224, 3)", "(5000, 7)", "(7, 20000)")))),
+                        "(3, 5000)", "(300, 40)", "(4224, 3)", "(5000, 7)", "(7, 20000)"))),
+             requires=("hw3.ndarray.matmul", "hw3.ndarray.reductions")),
     # ---------------------------------------------------------------- hw4: CNN, RNN, Transformer
-    Exercise("hw4.ops.dilate", 1, _ops("dilate", "undilate")),
+    Exercise("hw4.ops.dilate", 1, _ops("dilate", "undilate"),
+             requires=("hw1.autograd.make_from_op", "hw3.ndarray.setitem")),
     Exercise("hw4.ops.stack_split", 2, _ops("stack", "split") + (
-        "test_ops::test_stack_split_round_trip",)),
-    Exercise("hw4.ops.conv", 3, _ops("conv")),
-    Exercise("hw4.nn.conv", 2, ("test_nn_conv::test_conv_*",)),
+        "test_ops::test_stack_split_round_trip",),
+             requires=("hw1.autograd.compute_gradient", "hw3.ndarray.setitem")),
+    Exercise("hw4.ops.conv", 3, _ops("conv"),
+             requires=("hw1.ops.transpose", "hw3.ndarray.flip", "hw3.ndarray.matmul",
+                       "hw4.ops.dilate")),
+    Exercise("hw4.nn.conv", 2, ("test_nn_conv::test_conv_*",),
+             requires=("hw1.autograd.compute_gradient", "hw1.ops.broadcast_to", "hw2.init.fan",
+                       "hw4.ops.conv")),
     Exercise("hw4.nn.rnn", 3, ("test_nn_sequence::test_cells_gradcheck*",
                                "test_nn_sequence::test_stacks_match_torch*",
                                "test_nn_sequence::test_stack_gradcheck*",
-                               "test_nn_sequence::test_default_hidden_is_zeros")),
-    Exercise("hw4.nn.embedding", 1, ("test_nn_sequence::test_embedding*",)),
-    Exercise("hw4.nn.transformer", 4, ("test_nn_transformer::test_*",)),
+                               "test_nn_sequence::test_default_hidden_is_zeros"),
+             requires=("hw1.ops.matmul", "hw1.ops.relu", "hw1.ops.tanh", "hw2.init.rand",
+                       "hw4.ops.stack_split")),
+    Exercise("hw4.nn.embedding", 1, ("test_nn_sequence::test_embedding*",),
+             requires=("hw1.autograd.compute_gradient", "hw1.ops.matmul", "hw2.init.rand")),
+    Exercise("hw4.nn.transformer", 4, ("test_nn_transformer::test_*",),
+             requires=("hw1.ops.relu", "hw2.nn.dropout", "hw2.nn.layernorm1d", "hw2.nn.sequential",
+                       "hw2.ops.logsumexp")),
     Exercise("hw4.data.ptb", 2, ("test_data::test_ptb_corpus_batchify_get_batch",)),
     Exercise("hw4.models", 3, (
         "test_apps::test_resnet9_overfits_a_small_batch_with_the_cifar_loop",
-        "test_apps::test_language_model_learns_a_periodic_sequence*")),
+        "test_apps::test_language_model_learns_a_periodic_sequence*"),
+             requires=("hw2.data.dataloader", "hw2.nn.batchnorm1d", "hw2.optim.adam",
+                       "hw4.data.ptb", "hw4.nn.conv", "hw4.nn.rnn", "hw4.nn.transformer")),
     # ---------------------------------------------------------------- collectives
     Exercise("collectives.reference", 3, ("test_reference::test_allreduce_references*",
                                           "test_reference::test_reduce_scatter_reference*",
                                           "test_reference::test_allgather_and_alltoall_*",
                                           "test_reference::test_ring_segments_circulate_*")),
     Exercise("collectives.mpi", 3, ("test_collectives::test_collectives_match_references*",
-                                    "test_ring_exercise::test_naive_ring_allreduce_*")),
+                                    "test_ring_exercise::test_naive_ring_allreduce_*"),
+             requires=("collectives.reference",)),
 ]
 
 # Regions no graded test runs in-process on a CPU machine, with the exercise that grades them
@@ -189,3 +269,26 @@ def test_files(names: Sequence[str], root: Path) -> List[str]:
              for pattern in ex.tests}
     return sorted(str(p.relative_to(root)) for p in (root / "tests").rglob("test_*.py")
                   if p.stem in stems and "__pycache__" not in p.parts)
+
+
+def requirements(name: str) -> Set[str]:
+    """Every exercise ``name`` requires, directly or through another requirement."""
+    by_name = {ex.name: ex for ex in EXERCISES}
+    seen: Set[str] = set()
+    todo = list(by_name[name].requires)
+    while todo:
+        req = todo.pop()
+        if req not in seen:
+            seen.add(req)
+            todo.extend(by_name[req].requires if req in by_name else ())
+    return seen
+
+
+def requires_problems() -> List[str]:
+    """What is wrong with the ``requires`` graph: unknown ids, self-loops, cycles."""
+    names = {ex.name for ex in EXERCISES}
+    problems = [f"{ex.name} requires {r}: no such exercise" for ex in EXERCISES
+                for r in ex.requires if r not in names]
+    problems += [f"{ex.name} requires itself (through {sorted(ex.requires)})"
+                 for ex in EXERCISES if ex.name in requirements(ex.name)]
+    return problems

@@ -8,6 +8,8 @@ from the rubric (``course/exercises.py``). Options:
     --exercise E [E ...]   run only the graded tests of these exercises (ids or prefixes such
                            as ``hw2.optim``; implies --graded)
     --grade-report PATH    print the score per exercise and homework, and write it as JSON
+    --coverage-contexts    under ``coverage run``, record each test's lines under its node id
+                           (the release check reads which exercises' regions a test runs)
 """
 import json
 import re
@@ -43,6 +45,11 @@ def _rubric() -> Dict[str, List[Tuple["re.Pattern[str]", str, int]]]:
     return table
 
 
+# A test case on the cuda device (its id names it as a parameter) is graded only by the CUDA
+# exercises: an op's score must not depend on the CUDA backend (or on a GPU being there).
+_CUDA_CASE = re.compile(r"[\[-]cuda[\]-]")
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("grade", "course grader (make grade)")
     group.addoption("--graded", action="store_true", help="run only graded tests")
@@ -51,6 +58,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "hw2.optim; repeat or separate with commas for several)")
     group.addoption("--grade-report", default=None, metavar="PATH",
                     help="print the score table and write it as JSON to PATH")
+    group.addoption("--coverage-contexts", action="store_true",
+                    help="under coverage run: one coverage context per test (its node id)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -67,6 +76,20 @@ class _Recorder:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.reports.append(report)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: Optional[pytest.Item]) -> Any:
+    """With --coverage-contexts, the lines a test runs are recorded under its node id."""
+    cov = None
+    if item.config.getoption("--coverage-contexts"):
+        import coverage
+        cov = coverage.Coverage.current()
+    if cov is not None:
+        cov.switch_context(item.nodeid)
+    yield
+    if cov is not None:
+        cov.switch_context("")
 
 
 def select_exercises(wanted: List[str], names: List[str]) -> List[str]:
@@ -95,7 +118,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
         else:
             exercise = None
             for regex, name, pts in rubric.get(Path(str(item.fspath)).stem, ()):
-                if regex.match(item.name):
+                if regex.match(item.name) and not (_CUDA_CASE.search(item.name)
+                                                   and not name.startswith("hw3.cuda.")):
                     exercise, points = name, pts
                     item.add_marker(pytest.mark.grade(name, points=pts))
                     break
@@ -131,6 +155,15 @@ def _outcomes(tests: Dict[str, Tuple[str, int]], reports: List[pytest.TestReport
     return res
 
 
+_STUB = re.compile(r"NotImplementedError: ([\w.]+): write ")
+
+
+def missing_prerequisite(message: str, exercise: str) -> Optional[str]:
+    """The other exercise whose stub a failure of ``exercise``'s test hit, or None."""
+    match = _STUB.search(message)
+    return match[1] if match is not None and match[1] != exercise else None
+
+
 def score(tests: Dict[str, Tuple[str, int]], outcomes: Dict[str, Tuple[str, str]]
           ) -> Dict[str, Any]:
     """The report: per exercise (points x passed / run) and per homework."""
@@ -140,6 +173,11 @@ def score(tests: Dict[str, Tuple[str, int]], outcomes: Dict[str, Tuple[str, str]
                                          "failed": 0, "skipped": 0, "tests": []})
         outcome, message = outcomes.get(nodeid, ("skipped", "not run"))
         ex[outcome] += 1
+        needs = missing_prerequisite(message, name) if outcome == "failed" else None
+        if needs is not None:
+            message = f"needs {needs} first: {message}"
+            ex.setdefault("needs", [])
+            ex["needs"] += [needs] if needs not in ex["needs"] else []
         ex["tests"].append({"test": nodeid, "outcome": outcome, "message": message})
     homeworks: Dict[str, Dict[str, float]] = {}
     for ex in exercises.values():
@@ -169,6 +207,7 @@ def format_table(report: Dict[str, Any]) -> str:
                                                else "")
             pts = f"{ex['earned']:>9g}/{ex['max']:<2}" if run else f"{'skipped':>12}"
             lines.append(f"  {ex['exercise']:<42}{tests:>12}{pts}")
+            lines += [f"      needs {n} first" for n in ex.get("needs", ())]
         h = report["homeworks"][hw]
         lines.append(f"  {'total ' + hw:<42}{'':>12}{h['earned']:>9g}/{h['max']:<2}")
         lines.append("")

@@ -15,12 +15,21 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence
+from typing import Callable, Iterator, List, Optional, Sequence
+
+from needle.backend_cuda.kernel_specs import KERNEL_STUB
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "### BEGIN YOUR SOLUTION", "### END YOUR SOLUTION"
-# the opening marker names the region's exercise: ``### BEGIN YOUR SOLUTION (hw2.optim.adam)``
-_BEGIN_RE = re.compile(r"### BEGIN YOUR SOLUTION(?: \((?P<exercise>[\w.]+)\))?\Z")
+# the opening marker names the region's exercise: ``### BEGIN YOUR SOLUTION (hw2.optim.adam)``;
+# in CUDA C (``kernels/*.cu``) the markers are ``// BEGIN YOUR SOLUTION (hw3.cuda.backend)`` and
+# ``// END YOUR SOLUTION``
+_BEGIN_RE = re.compile(r"(?:###|//) BEGIN YOUR SOLUTION(?: \((?P<exercise>[\w.]+)\))?\Z")
+_END_LINES = (END, "// END YOUR SOLUTION")
+CUDA_SUFFIXES = (".cu", ".cuh")
+SOURCE_SUFFIXES = (".py",) + CUDA_SUFFIXES
+# a CUDA function's name: the first identifier before "(" that is not a CUDA keyword
+_CUDA_DEF = re.compile(r"__(?:global|device)__.*?\b(?!__)(?P<name>[A-Za-z_]\w*)\s*\(")
 # What a release holds: the package, its course material, and the files that build and test it.
 SHIPPED_DIRS = ("needle", "apps", "tests", "notebooks", "course", "benchmarks")
 SHIPPED_FILES = ("Makefile", "setup.py", "pytest.ini", "ruff.toml", "conftest.py", "README.md",
@@ -68,12 +77,30 @@ def begin_exercise(line: str) -> Optional[str]:
     return None if match is None else (match["exercise"] or "")
 
 
+def _python_qualname(text: str) -> Callable[[int], str]:
+    """line -> the innermost def or class enclosing it ("<module>" outside any)."""
+    spans = _enclosing_defs(ast.parse(text))
+
+    def at(line: int) -> str:
+        inner = [s for s in spans if s[0] <= line <= s[1]]
+        return max(inner, key=lambda s: s[0])[2] if inner else "<module>"
+    return at
+
+
+def _cuda_qualname(lines: List[str]) -> Callable[[int], str]:
+    """line -> the last CUDA function (``__global__`` / ``__device__``) opened above it."""
+    def at(line: int) -> str:
+        names = [m["name"] for text in lines[:line] for m in [_CUDA_DEF.search(text)] if m]
+        return names[-1] if names else "<file>"
+    return at
+
+
 def find_regions(path: Path, root: Path = ROOT) -> List[Region]:
     """The solution regions of one Python file, with the def or class enclosing each and the
     exercise its marker names (a marker naming none is an error)."""
     text = path.read_text()
     lines = text.splitlines()
-    spans = _enclosing_defs(ast.parse(text))
+    qualname = _cuda_qualname(lines) if path.suffix in CUDA_SUFFIXES else _python_qualname(text)
     out, begin, exercise = [], None, ""
     for i, line in enumerate(lines, 1):
         named = begin_exercise(line)
@@ -84,12 +111,10 @@ def find_regions(path: Path, root: Path = ROOT) -> List[Region]:
                 raise ValueError(f"{path}:{i}: {BEGIN} names no exercise; write "
                                  f"'{BEGIN} (hwN.unit.name)' with a name of course/exercises.py")
             begin, exercise = i, named
-        elif line.strip() == END:
+        elif line.strip() in _END_LINES:
             if begin is None:
                 raise ValueError(f"{path}:{i}: {END} without a {BEGIN}")
-            inner = [s for s in spans if s[0] <= begin <= s[1]]
-            qual = max(inner, key=lambda s: s[0])[2] if inner else "<module>"
-            out.append(Region(str(path.relative_to(root)), qual, begin, i, exercise))
+            out.append(Region(str(path.relative_to(root)), qualname(begin), begin, i, exercise))
             begin = None
     if begin is not None:
         raise ValueError(f"{path}:{begin}: {BEGIN} is never closed")
@@ -97,17 +122,21 @@ def find_regions(path: Path, root: Path = ROOT) -> List[Region]:
 
 
 def all_regions(root: Path = ROOT) -> List[Region]:
-    """Every solution region of the Python sources a release ships (tests excluded)."""
+    """Every solution region of the Python and CUDA C sources a release ships (not tests)."""
     regions = []
     for top in SOLUTION_DIRS:
-        for path in sorted((root / top).rglob("*.py")):
+        for path in sorted(p for p in (root / top).rglob("*") if p.suffix in SOURCE_SUFFIXES):
             if not any(part in SKIPPED for part in path.parts):
                 regions.extend(find_regions(path, root))
     return regions
 
 
 def _in_function(path: Path) -> dict:
-    """BEGIN line -> True when the region's innermost enclosing scope is a function."""
+    """BEGIN line -> True when the region's innermost enclosing scope is a function ("cuda"
+    for every region of a CUDA C file)."""
+    if path.suffix in CUDA_SUFFIXES:
+        return {i: "cuda" for i, line in enumerate(path.read_text().splitlines(), 1)
+                if begin_exercise(line) is not None}
     spans = _enclosing_defs(ast.parse(path.read_text()))
     res = {}
     for i, line in enumerate(path.read_text().splitlines(), 1):
@@ -122,6 +151,12 @@ def stub_line(exercise: str, where: str) -> str:
     return f"raise NotImplementedError({f'{exercise}: write {where}'!r})"
 
 
+def cuda_stub_line(exercise: str, where: str) -> str:
+    """The comment a CUDA C region becomes; loading the file raises NotImplementedError with
+    the rest of the line (``needle.backend_cuda.kernel_specs.source``)."""
+    return f"{KERNEL_STUB}{exercise}: write {where}"
+
+
 def strip_solutions(source: str, in_function: Optional[dict] = None,
                     where: Optional[dict] = None, only: Optional[Sequence[str]] = None) -> str:
     """``source`` with each region's body replaced by a stub (markers kept); with ``only``,
@@ -134,11 +169,13 @@ def strip_solutions(source: str, in_function: Optional[dict] = None,
         exercise = begin_exercise(line)
         if exercise is not None and (only is None or exercise in only):
             indent = line[:len(line) - len(line.lstrip())]
-            stub = (stub_line(exercise, (where or {}).get(i, "this region"))
-                    if (in_function or {}).get(i, True) else "pass")
+            kind = (in_function or {}).get(i, True)
+            what = (where or {}).get(i, "this region")
+            stub = (cuda_stub_line(exercise, what) if kind == "cuda"
+                    else stub_line(exercise, what) if kind else "pass")
             out += [line, f"{indent}{stub}\n"]
             skipping = True
-        elif stripped == END:
+        elif stripped in _END_LINES:
             out.append(line)
             skipping = False
         elif not skipping:
@@ -168,8 +205,8 @@ def make_release(out: Path, root: Path = ROOT, only: Optional[Sequence[str]] = N
     for path in _files(root):
         dest = out / path.relative_to(root)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        if (path.suffix == ".py" and path.relative_to(root).parts[0] in SOLUTION_DIRS
-                and BEGIN in path.read_text()):
+        if (path.suffix in SOURCE_SUFFIXES and path.relative_to(root).parts[0] in SOLUTION_DIRS
+                and "BEGIN YOUR SOLUTION" in path.read_text()):
             text, regions = stub_file(path, root, only)
             dest.write_text(text)
             stubbed.extend(regions)

@@ -1,4 +1,4 @@
-"""Writes the question cells of the hw1, hw2 and hw3 (NDArray) notebooks.
+"""Writes the question cells of the homework notebooks (hw1-hw4, CUDA, collectives).
 
     python -m course.notebook_questions   # rewrites the notebooks' question part
 
@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import List, Tuple
 
+from .exercises import requirements
+
 ROOT = Path(__file__).resolve().parents[1]
 MARK = "course.notebook_questions"  # metadata tag of the generated cells
 Q = Tuple[str, str, str, str, str]  # exercise, where, function, spec, demonstration
@@ -19,6 +21,10 @@ PATH = """import os
 import sys
 
 sys.path.insert(0, os.path.abspath('..'))   # the repository root: needle, apps, course
+"""
+
+# the CUDA notebook: no GPU here? emulate one (set before needle is imported)
+CUDA_PATH = PATH + """os.environ.setdefault("NEEDLE_CUDA_EMULATOR", "1")
 """
 
 SETUP = """import numpy as np
@@ -106,6 +112,11 @@ HW1: List[Q] = [
      "See its docstring: adjoints summed in reverse topological order; .grad overwritten on "
      "leaves and retain_grad tensors; gradient hooks run (DDP, ZeRO and FSDP rely on them).",
      "x = ndl.Tensor([3.0]); y = x * x + x\ny.backward()\nprint(x.grad)  # 2x + 1 = 7"),
+    ("hw1.simple_ml.softmax_loss", "apps/simple_ml.py", "softmax_loss",
+     "Mean cross-entropy of logits Z (B, k) against one-hot labels, in needle ops: "
+     "(log(exp(Z).sum(1)).sum() - (y_one_hot * Z).sum()) / B, a scalar Tensor.",
+     "from apps import simple_ml\nZ = ndl.Tensor(np.array([[2.0, 0.0], [0.0, 2.0]]))\n"
+     "print(simple_ml.softmax_loss(Z, ndl.Tensor(np.eye(2))))"),
     ("hw1.simple_ml.nn_epoch", "apps/simple_ml.py", "nn_epoch",
      "One epoch of SGD on a two-layer ReLU network with needle Tensors, minibatches in order; "
      "see its docstring for the shapes and the returned (W1, W2).",
@@ -216,6 +227,91 @@ HW3: List[Q] = [
      "print(ndl.ops.embedding(table, ndl.Tensor([2, 0, 2], dtype='int64')))"),
 ]
 
+CONV, TUPLE, SEQ = "needle/ops/ops_conv.py", "needle/ops/ops_tuple.py", "needle/nn/nn_sequence.py"
+HW4: List[Q] = [
+    ("hw4.ops.dilate", CONV, "Dilate.compute, UnDilate.compute",
+     "`dilate(a, axes, d)` inserts d zeros after every element along each axis in `axes` (shape "
+     "n -> n * (d + 1)); `undilate` keeps every (d + 1)-th element, its inverse and gradient.",
+     "print(ops.dilate(ndl.Tensor(np.arange(4.0).reshape(2, 2)), axes=(0, 1), dilation=1))"),
+    ("hw4.ops.stack_split", TUPLE, "Stack.compute/gradient, Split.compute/gradient",
+     "`stack(tensors, axis)` makes a new axis of length len(tensors) at `axis` (all shapes "
+     "equal); `split(a, axis)` is its inverse, a TensorTuple; each is the other's gradient.",
+     "parts = ops.split(ops.stack([ndl.Tensor(np.ones(2)), ndl.Tensor(np.zeros(2))], axis=0), "
+     "axis=0)\nprint(len(parts), parts[1])"),
+    ("hw4.ops.conv", CONV, "Conv.compute, Conv.gradient",
+     "NHWC input (N, H, W, C_in) and (K, K, C_in, C_out) weight, zero padding `padding` on H "
+     "and W, then stride `stride`: (N, (H + 2p - K) // s + 1, ..., C_out), by im2col (strided "
+     "view + one matmul). Gradient: convolutions of the (dilated, for stride > 1) out_grad.",
+     "x = ndl.Tensor(np.random.randn(2, 6, 6, 3))\nw = ndl.Tensor(np.random.randn(3, 3, 3, 4))"
+     "\nprint(ops.conv(x, w, stride=2, padding=1).shape)"),
+    ("hw4.nn.conv", "needle/nn/nn_conv.py", "Conv.__init__, Conv.forward",
+     "NCHW in and out, 'same' padding K // 2; weight (K, K, C_in, C_out) kaiming_uniform with "
+     "fan_in = C_in * K * K, fan_out = C_out * K * K; bias uniform in +-1/sqrt(C_in * K * K).",
+     "print(nn.Conv(3, 4, 3)(ndl.Tensor(np.random.randn(2, 3, 8, 8), dtype='float32')).shape)"),
+    ("hw4.nn.rnn", SEQ, "RNNCell.step, LSTMCell.step, RNN.forward, LSTM.forward",
+     "Sequence-first (T, B, input) inputs; h0 (and c0) default to zeros (num_layers, B, hidden); "
+     "LSTM gates in the order i, f, g, o; returns (output (T, B, hidden), final states).",
+     "out, (h, c) = nn.LSTM(3, 5, num_layers=2)(ndl.Tensor(np.random.randn(7, 2, 3), "
+     "dtype='float32'))\nprint(out.shape, h.shape, c.shape)"),
+    ("hw4.nn.embedding", SEQ, "Embedding.forward",
+     "Indices (T, B) of a float or int tensor -> (T, B, embedding_dim): row x of the weight "
+     "(one-hot times weight, or a gather), differentiable in the weight.",
+     "print(nn.Embedding(10, 4)(ndl.Tensor(np.array([[1, 2, 3]]), dtype='float32')).shape)"),
+    ("hw4.nn.transformer", "needle/nn/nn_transformer.py",
+     "MultiHeadAttention, AttentionLayer, TransformerLayer, Transformer (forward)",
+     "Pre-norm layers; softmax(QK^T / sqrt(d_head)) V with a causal mask when `causal`; "
+     "learned positional embedding; (T, B, D) in and out unless batch_first.",
+     "model = nn.Transformer(8, 16, 2, num_head=2, dim_head=4)\n"
+     "y, _ = model(ndl.Tensor(np.random.randn(5, 3, 8), dtype='float32'))\nprint(y.shape)"),
+    ("hw4.data.ptb", "needle/data/datasets/ptb_dataset.py",
+     "Dictionary.add_word, Corpus.tokenize, batchify, get_batch",
+     "Words get ids in order of first appearance, '<eos>' after every line; batchify cuts the "
+     "stream into (len // B, B) columns; get_batch(i, bptt) gives rows [i, i + L) and targets "
+     "rows [i + 1, i + 1 + L) flattened.",
+     "from needle.data.datasets.ptb_dataset import batchify, get_batch\n"
+     "batches = batchify(np.arange(20), batch_size=4)\nx, y = get_batch(batches, 0, bptt=3)\n"
+     "print(batches.shape, x.shape, y.shape)"),
+    ("hw4.models", "apps/models.py, apps/simple_ml.py",
+     "ResNet9, LanguageModel, epoch_general_cifar10, epoch_general_ptb",
+     "The course's ResNet9 (ConvBN blocks with two residuals) and a language model "
+     "(Embedding, RNN/LSTM/Transformer, Linear); the epoch loops return (mean accuracy, mean "
+     "loss) and step the optimizer when one is given.",
+     "from apps.models import LanguageModel\nlm = LanguageModel(8, 20, 16, seq_model='lstm')\n"
+     "print(lm(ndl.Tensor(np.random.randint(0, 20, (6, 2)), dtype='float32'))[0].shape)"),
+]
+
+COMM = "needle/parallel/comm"
+COLLECTIVES: List[Q] = [
+    ("collectives.reference", f"{COMM}/reference.py",
+     "reduce_scatter_segments, ring_allgather, recursive_doubling_allreduce",
+     "Pure functions over a list of per-rank arrays: what every rank holds after each "
+     "collective, step by step as the ring (Patarasuk & Yuan 2009) and recursive doubling "
+     "(Thakur et al. 2005) move the data. Tested exactly against sums of the inputs.",
+     "from needle.parallel.comm import reference\n"
+     "xs = [np.full(4, r + 1.0) for r in range(3)]\n"
+     "print(reference.recursive_doubling_allreduce(xs)[0])"),
+    ("collectives.mpi", f"{COMM}/ring.py, {COMM}/latency_bound.py",
+     "ring_allreduce_naive, ring_reduce_scatter, ring_gather, recursive_doubling_allreduce, "
+     "binomial_broadcast, binomial_reduce",
+     "The same algorithms over point-to-point messages on a Channel (generators that yield "
+     "sends and receives); results must equal the references bit for bit.",
+     "from needle.parallel import virtual\n"
+     "print(virtual.run(4, lambda comm: comm.allreduce(np.arange(6.0) * (comm.rank + 1)))[0])"),
+]
+
+CUDA: List[Q] = [
+    ("hw3.cuda.backend", "needle/backend_cuda/kernels/{strided,matmul,reduce}.cu, "
+     "needle/backend_cuda/ndarray_backend_cuda.py",
+     "strided_index, compact, ewise_setitem, scalar_setitem, matmul_naive, matmul_tiled, "
+     "reduce_rows_thread, reduce_rows_block (kernels) and their launches",
+     "The kernels' contracts are the comments above them in the .cu files (a region there is "
+     "`// BEGIN YOUR SOLUTION (hw3.cuda.backend)`); the launches are in the Python backend. "
+     "Without a GPU the tests run on needle's CUDA emulator (NEEDLE_CUDA_EMULATOR=1).",
+     "if ndl.cuda().enabled():  # a GPU, or the emulator (a C++ compiler is needed)\n"
+     "    x = ndl.Tensor(np.arange(12.0).reshape(3, 4), device=ndl.cuda(), dtype='float32')\n"
+     "    print((x.transpose() @ x).numpy())"),
+]
+
 
 def _cell(kind: str, text: str) -> dict:
     cell = {"cell_type": kind, "id": "q" + hashlib.sha1(text.encode()).hexdigest()[:10],
@@ -225,28 +321,41 @@ def _cell(kind: str, text: str) -> dict:
     return cell
 
 
-def questions(qs: List[Q]) -> List[dict]:
+def _blank_after_imports(code: str) -> str:
+    """``code`` with a blank line after its leading imports (isort's layout, ruff-clean)."""
+    lines = code.split("\n")
+    n = 0
+    while n < len(lines) and lines[n].startswith(("import ", "from ")):
+        n += 1
+    if n == 0 or n == len(lines) or not lines[n].strip():
+        return code
+    return "\n".join(lines[:n] + [""] + lines[n:])
+
+
+def questions(qs: List[Q], path_cell: str = PATH) -> List[dict]:
     """The cells of the questions: statement, grading cell, demonstration."""
     cells = [_cell("markdown", "## Part 1: the graded questions\n\nWrite each function where "
                    "its `### BEGIN YOUR SOLUTION (<exercise>)` marker is, then run the grading "
                    "cell: it runs that exercise's graded tests (the same as "
                    "`python -m course.grade --exercise <exercise>` in a terminal) and fails "
                    "until they pass. The full spec is the docstring next to the stub."),
-             _cell("code", PATH), _cell("code", SETUP)]
+             _cell("code", path_cell), _cell("code", SETUP)]
     for n, (ex, where, func, spec, demo) in enumerate(qs, 1):
+        needs = ", ".join(f"`{r}`" for r in sorted(requirements(ex)))
+        needs = f"\n\nIts graded tests also need written: {needs}." if needs else ""
         cells.append(_cell("markdown", f"### Question {n}: `{func}` ({ex})\n\n"
-                           f"File: `{where}`. Exercise: `{ex}`.\n\n{spec}"))
+                           f"File: `{where}`. Exercise: `{ex}`.\n\n{spec}{needs}"))
         cells.append(_cell("code", f'grade("{ex}")'))
-        cells.append(_cell("code", demo))
+        cells.append(_cell("code", _blank_after_imports(demo)))
     cells.append(_cell("markdown", "## Part 2: putting it together"))
     return cells
 
 
-def rewrite(path: Path, qs: List[Q]) -> None:
+def rewrite(path: Path, qs: List[Q], path_cell: str = PATH) -> None:
     """Replace the generated cells of ``path`` (after its first cell) by fresh ones."""
     nb = json.loads(path.read_text())
     kept = [c for c in nb["cells"] if MARK not in c.get("metadata", {}).get("tags", [])]
-    nb["cells"] = kept[:1] + questions(qs) + kept[1:]
+    nb["cells"] = kept[:1] + questions(qs, path_cell) + kept[1:]
     nb["nbformat"], nb["nbformat_minor"] = 4, max(nb.get("nbformat_minor", 0), 5)
     for i, cell in enumerate(nb["cells"]):
         cell.setdefault("id", f"cell{i}")
@@ -257,3 +366,6 @@ if __name__ == "__main__":
     rewrite(ROOT / "notebooks" / "hw1_autograd.ipynb", HW1)
     rewrite(ROOT / "notebooks" / "hw2_nn_training.ipynb", HW2)
     rewrite(ROOT / "notebooks" / "hw3_ndarray.ipynb", HW3)
+    rewrite(ROOT / "notebooks" / "hw4_cnn_rnn_transformer.ipynb", HW4)
+    rewrite(ROOT / "notebooks" / "hw_collectives.ipynb", COLLECTIVES)
+    rewrite(ROOT / "notebooks" / "hw3_cuda_kernels.ipynb", CUDA, CUDA_PATH)

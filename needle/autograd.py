@@ -276,7 +276,12 @@ class Tensor(Value):
         - init functions and layers make float32 parameters; optimizers keep each one's dtype;
         - a binary op on two tensors computes in the wider float (float64 + float32 -> float64,
           a float with an int -> the float); a Python scalar never widens a tensor
-          (float32 tensor * 0.1 stays float32): PyTorch's promotion rule.
+          (float32 tensor * 0.1 stays float32): PyTorch's promotion rule;
+        - but a layer (``nn.Linear``) casts a float input to its weight's dtype, so a float32
+          model fed float64 NumPy data computes in float32, not silently in float64. PyTorch
+          raises there; the course's hw2/hw4 tests feed float64 data to float32 layers and
+          expect a result, and its hw1 tests matmul float32 data with float64 weights (so the
+          ops themselves promote).
 
         Only floating-point tensors can require a gradient.
         """

@@ -242,6 +242,11 @@ def test_requires_grad_propagation() -> None:
     assert x.requires_grad and not c.requires_grad
     assert (x * c).requires_grad and (c + x).requires_grad
     assert not (c * c).requires_grad
+
+
+def test_backward_reaches_only_what_requires_grad() -> None:
+    x = Tensor([1.0, 2.0])
+    c = Tensor([3.0, 4.0], requires_grad=False)
     y = (x * c).sum()
     y.backward()
     np.testing.assert_allclose(x.grad.numpy(), [3.0, 4.0])
@@ -304,6 +309,30 @@ def test_mixed_dtype_gradients_keep_each_dtype() -> None:
     assert x.grad.dtype == "float32" and y.grad.dtype == "float64"
     np.testing.assert_allclose(x.grad.numpy(), [3.0, 4.0])
     np.testing.assert_allclose(y.grad.numpy(), [1.0, 2.0])
+
+
+def test_linear_computes_in_its_weights_dtype_whatever_float_it_is_fed() -> None:
+    """A float32 model fed float64 NumPy data computes in float32 (not silently in float64);
+    the gradient reaching the float64 input is float64 again. The ops promote (the course's
+    hw1 matmuls float32 data with float64 weights)."""
+    x_np = np.random.default_rng(0).standard_normal((5, 3))
+    x64 = Tensor(x_np)  # NumPy float64 data keeps its dtype
+    assert x64.dtype == "float64"
+    layer = ndl.nn.Linear(3, 2)  # float32 parameters
+    out = layer(x64)
+    assert out.dtype == "float32" and out.shape == (5, 2)
+    w, b = layer.weight.numpy(), layer.bias.numpy()
+    expected = x_np.astype(np.float32) @ w + b  # what float32 arithmetic gives
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-6, atol=1e-6)
+    out.sum().backward()
+    assert x64.grad.dtype == "float64" and layer.weight.grad.dtype == "float32"
+    np.testing.assert_allclose(x64.grad.numpy(), np.tile(w.sum(1), (5, 1)), rtol=1e-6)
+    assert (x64 @ Tensor(np.ones((3, 2)), dtype="float32")).dtype == "float64"  # ops promote
+    conv = ndl.nn.Conv(2, 3, 3)  # float32 too
+    assert conv(Tensor(np.ones((1, 2, 5, 5)))).dtype == "float32"
+    # a narrower input is not cast up (bfloat16 activations under autocast keep their memory)
+    half = Tensor(np.ones((5, 3)), dtype="bfloat16")
+    assert layer(half).dtype == "float32" and half.dtype == "bfloat16"
 
 
 def test_tensor_operators_match_numpy() -> None:

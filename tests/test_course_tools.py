@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from course import check_release, grading
-from course.exercises import EXERCISES, UNTRACED
-from course.make_student import all_regions, find_regions, make_release, strip_solutions
+from course import check_release, exercises, grading
+from course.exercises import EXERCISES, UNTRACED, requirements, requires_problems
+from course.make_student import all_regions, find_regions, make_release, strip_solutions, stub_file
+from needle.backend_cuda import kernel_specs
+from needle.backend_cuda.kernel_specs import KERNEL_STUB
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -102,7 +104,8 @@ def test_release_has_no_solution_left(tmp_path):
     for rel in {r.path for r in regions}:
         ref = (ROOT / rel).read_text()
         out = (tmp_path / "student" / rel).read_text()
-        assert out.count("raise NotImplementedError(") >= 1
+        stub = KERNEL_STUB if rel.endswith(".cu") else "raise NotImplementedError("
+        assert out.count(stub) >= 1
         assert len(out.splitlines()) < len(ref.splitlines())
     assert (tmp_path / "student" / "notebooks").is_dir()
     assert (tmp_path / "student" / "tests" / "conftest.py").is_file()
@@ -171,7 +174,8 @@ def test_student_release_against_reference(tmp_path):
     """The release imports, its demo and every graded test fail with NotImplementedError,
     every graded test passes here, and every solution region runs under a graded test."""
     res = check_release.run_all(tmp_path)
-    for key in ("imports_and_demo", "release_not_failing", "failing", "uncovered", "stale"):
+    for key in ("imports_and_demo", "release_not_failing", "failing", "uncovered", "stale",
+                "undeclared_requires", "requires_graph"):
         assert res[key] == [], f"{key}:\n" + "\n".join(res[key])
 
 
@@ -289,3 +293,82 @@ def test_release_run_that_runs_nothing_is_flagged(tmp_path):
     rel["exercises"][0]["tests"][0]["outcome"] = "failed"
     (tmp_path / "rel.json").write_text(json.dumps(rel))
     assert check_release.not_run_in_release(tmp_path / "ref.json", tmp_path / "rel.json") == []
+
+
+# ---------------------------------------------------------------------- issue 21 (b): CUDA C
+def test_cuda_kernels_ship_stubbed_with_their_exercise(tmp_path, monkeypatch):
+    """The kernels of hw3's CUDA exercise (strided copies, matmul, reductions) are regions:
+    the release ships them stubbed, and loading a stubbed kernel file raises the
+    NotImplementedError naming the exercise (before anything is compiled)."""
+    kernels = {r.path.rpartition("/")[2]: r for r in all_regions()
+               if r.path.startswith("needle/backend_cuda/kernels/")}
+    assert {"strided.cu", "matmul.cu", "reduce.cu"} <= set(kernels)
+    assert {r.exercise for r in kernels.values()} == {"hw3.cuda.backend"}
+    names = {r.qualname for r in all_regions() if r.path.endswith(".cu")}
+    assert {"strided_index", "compact", "matmul_naive", "matmul_tiled",
+            "reduce_rows_block"} <= names
+    make_release(tmp_path / "student")
+    released = tmp_path / "student" / "needle" / "backend_cuda" / "kernels"
+    text = (released / "strided.cu").read_text()
+    assert "idx += (i % s) * strides[d];" not in text  # the answer is gone
+    assert "idx += (i % s) * strides[d];" in kernel_specs.source("strided.cu")
+    monkeypatch.setattr(kernel_specs, "KERNEL_DIR", released)
+    for name in ("strided.cu", "matmul.cu", "reduce.cu"):
+        with pytest.raises(NotImplementedError, match=f"hw3.cuda.backend: write .*{name}"):
+            kernel_specs.source(name)
+    assert kernel_specs.source("ewise.cu")  # no region there: ships as it is
+
+
+def test_cuda_stub_keeps_the_markers_and_only_the_named_exercise():
+    path = ROOT / "needle/backend_cuda/kernels/matmul.cu"
+    out, regions = stub_file(path, ROOT)
+    assert len(regions) == 2 and out.count("// BEGIN YOUR SOLUTION (hw3.cuda.backend)") == 2
+    assert out.count(KERNEL_STUB + "hw3.cuda.backend: write matmul_") == 2
+    assert "acc[i][j] += ra[i] * rb[j]" not in out
+    assert stub_file(path, ROOT, only=["hw2.optim.adam"])[0] == path.read_text()
+
+
+# ---------------------------------------------------------------------- issue 21 (a): requires
+def test_requires_graph_is_acyclic_and_names_real_exercises(monkeypatch):
+    assert requires_problems() == []
+    assert all(r in {e.name for e in EXERCISES} for ex in EXERCISES for r in ex.requires)
+    assert "hw1.ops.multiply" in requirements("hw2.optim.adam")  # through nn.linear / autograd
+    assert requirements("hw3.ndarray.views") == set()
+    broken = [exercises.Exercise("a.b.c", 1, ("t::x",), ("a.b.d",)),
+              exercises.Exercise("a.b.d", 1, ("t::y",), ("a.b.c", "hw9.nope"))]
+    monkeypatch.setattr(exercises, "EXERCISES", broken)
+    problems = exercises.requires_problems()
+    assert "a.b.d requires hw9.nope: no such exercise" in problems
+    assert any(p.startswith("a.b.c requires itself") for p in problems)
+
+
+def test_grade_report_names_the_missing_prerequisite():
+    tests = {"t::a": ("hw2.optim.adam", 2), "t::b": ("hw2.optim.adam", 2)}
+    outcomes = {"t::a": ("failed", "NotImplementedError: hw1.ops.multiply: write "
+                                   "EWiseMul.gradient in needle/ops/ops_mathematic.py"),
+                "t::b": ("failed", "NotImplementedError: hw2.optim.adam: write Adam.step")}
+    rep = grading.score(tests, outcomes)
+    (ex,) = rep["exercises"]
+    assert ex["needs"] == ["hw1.ops.multiply"] and ex["earned"] == 0
+    messages = sorted(t["message"] for t in ex["tests"])
+    assert messages[0].startswith("NotImplementedError: hw2.optim.adam")  # its own stub
+    assert messages[1].startswith("needs hw1.ops.multiply first: ")
+    assert "needs hw1.ops.multiply first" in grading.format_table(rep)
+
+
+def test_cuda_cases_are_graded_only_by_the_cuda_exercises():
+    assert grading._CUDA_CASE.search("test_x[multiply-3x4_3x4-cuda]")
+    assert grading._CUDA_CASE.search("test_x[cuda-float32]")
+    assert not grading._CUDA_CASE.search("test_x[multiply-3x4_3x4-cpu]")
+    assert not grading._CUDA_CASE.search("test_cuda_backend_thing[3]")
+
+
+@pytest.mark.slow
+def test_release_with_an_exercise_and_its_requirements_scores_exactly_their_points(tmp_path):
+    """Issue 21 (a), the rubric rule, for representative exercises (all of them take a graded
+    run each, about 30 min on 2 cores: `python -m course.check_release --restore-each`):
+    one with no requirement (hw3.ndarray.views), a hw1 op on the NDArray and make_from_op
+    (hw1.ops.exp), and an optimizer that needs hw1's ops, autograd and nn (hw2.optim.sgd)."""
+    res = check_release.check_restored(
+        tmp_path, names=["hw3.ndarray.views", "hw1.ops.exp", "hw2.optim.sgd"])
+    assert res["restored_not_scoring"] == [], "\n".join(res["restored_not_scoring"])

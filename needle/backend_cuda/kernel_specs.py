@@ -33,9 +33,19 @@ MATMUL_TILE = (128, 128)  # BM, BN in matmul.cu; 256 threads per block
 NVRTC_OPTIONS = ("--std=c++17",)
 
 
+# The line a student-release stub leaves in a kernel region (course/make_student.py writes it):
+# the rest of the line names the exercise and what to write.
+KERNEL_STUB = "// NOT WRITTEN: "
+
+
 def source(filename: str) -> str:
-    """The CUDA C source of ``kernels/<filename>``."""
-    return (KERNEL_DIR / filename).read_text()
+    """The CUDA C source of ``kernels/<filename>``; NotImplementedError naming the exercise
+    where a region of it is a student-release stub (it would compile to a kernel doing nothing)."""
+    text = (KERNEL_DIR / filename).read_text()
+    for line in text.splitlines():
+        if line.strip().startswith(KERNEL_STUB):
+            raise NotImplementedError(line.strip()[len(KERNEL_STUB):])
+    return text
 
 
 def include_options() -> Tuple[str, ...]:

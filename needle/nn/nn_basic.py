@@ -12,6 +12,20 @@ from ..backend_ndarray import BackendDevice
 from ..backend_ndarray.fused_ops import has_primitive
 from .nn_module import LoadResult, Module, Parameter  # noqa: F401  (course: nn_basic.Parameter)
 
+_FLOAT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+
+
+def in_weight_dtype(x: Tensor, weight: Tensor) -> Tensor:
+    """``x`` cast down to ``weight``'s dtype when it is a wider float.
+
+    A float32 model fed float64 NumPy data computes in float32, its own dtype, not silently in
+    float64. PyTorch raises here; the course's hw2/hw4 tests feed float64 data to float32 layers
+    and expect a result (their needle cast everything to float32). A narrower input (bfloat16
+    activations under autocast) is left alone: the op's own rule applies.
+    """
+    wide, narrow = _FLOAT_BYTES.get(x.dtype, 0), _FLOAT_BYTES.get(weight.dtype, 0)
+    return ops.cast(x, weight.dtype) if wide > narrow > 0 else x
+
 __all__ = ["Identity", "Linear", "Flatten", "ReLU", "Tanh", "Sigmoid", "GELU", "Sequential",
            "Residual", "SoftmaxLoss", "BatchNorm1d", "BatchNorm2d", "LayerNorm1d", "Dropout"]
 
@@ -56,6 +70,7 @@ class Linear(Module):
         if X.shape[-1] != self.in_features:
             raise ValueError(f"Linear({self.in_features}, {self.out_features}) got input of "
                              f"shape {X.shape}")
+        X = in_weight_dtype(X, self.weight)
         ### BEGIN YOUR SOLUTION (hw2.nn.linear)
         out = X @ self.weight
         if self.bias is not None:

@@ -4,6 +4,7 @@ from typing import Optional, Tuple, Union
 from .. import init, ops
 from ..autograd import Tensor
 from ..backend_ndarray import BackendDevice
+from .nn_basic import in_weight_dtype
 from .nn_module import Module, Parameter
 
 __all__ = ["Conv"]
@@ -52,6 +53,7 @@ class Conv(Module):
         if x.ndim != 4 or x.shape[1] != self.in_channels:
             raise ValueError(f"Conv({self.in_channels}, {self.out_channels}) expects NCHW input "
                              f"with {self.in_channels} channels, got {x.shape}")
+        x = in_weight_dtype(x, self.weight)  # a float32 model computes in float32
         ### BEGIN YOUR SOLUTION (hw4.nn.conv)
         nhwc = x.transpose((1, 2)).transpose((2, 3))                 # (N, H, W, C_in)
         out = ops.conv(nhwc, self.weight, stride=self.stride, padding=self.padding)

@@ -185,6 +185,15 @@ def test_mnist_reader_on_written_files(tmp_path):
     assert x.dtype == np.float32 and x.shape == (784,)
     np.testing.assert_allclose(x, images[2].reshape(-1) / 255.0, rtol=1e-6)
     assert y == 4
+
+
+def test_mnist_dataset_through_dataloader_and_transforms(tmp_path):
+    """Not graded under parse_mnist: it needs hw2's DataLoader and transforms as well."""
+    images = np.random.randint(0, 256, size=(6, 28, 28)).astype(np.uint8)
+    labels = np.array([3, 1, 4, 1, 5, 9], dtype=np.uint8)
+    _write_idx(tmp_path / "img.gz", images)
+    _write_idx(tmp_path / "lbl.gz", labels)
+    ds = data.MNISTDataset(str(tmp_path / "img.gz"), str(tmp_path / "lbl.gz"))
     xb, yb = next(iter(data.DataLoader(ds, batch_size=6)))
     np.testing.assert_allclose(xb.numpy(), images.reshape(6, -1) / 255.0, rtol=1e-6)
     np.testing.assert_array_equal(yb.numpy(), labels)

@@ -34,6 +34,7 @@ template <typename Op, typename A> __device__ __forceinline__ A warp_reduce(A v)
 // One thread per row: out[r] = reduce(a[r*size .. r*size+size)).
 template <typename TIn, typename TOut, typename Op>
 __global__ void reduce_rows_thread(const TIn* a, TOut* out, long long rows, long long size) {
+  // BEGIN YOUR SOLUTION (hw3.cuda.backend)
   typedef typename ndl::Acc<TIn>::type A;
   for (long long r = ndl::global_id(); r < rows; r += ndl::grid_stride()) {
     A acc = Op::template identity<A>();
@@ -41,6 +42,7 @@ __global__ void reduce_rows_thread(const TIn* a, TOut* out, long long rows, long
     for (long long j = 0; j < size; ++j) acc = Op::combine(acc, (A)ndl::to_acc(row[j]));
     out[r] = ndl::from_acc<TOut>(acc);
   }
+  // END YOUR SOLUTION
 }
 
 // Block (blockIdx.x, blockIdx.y) reduces chunk blockIdx.y of row blockIdx.x (grid-strided over
@@ -48,6 +50,7 @@ __global__ void reduce_rows_thread(const TIn* a, TOut* out, long long rows, long
 template <typename TIn, typename TOut, typename Op>
 __global__ void reduce_rows_block(const TIn* a, TOut* out, long long rows, long long size,
                                   long long chunk) {
+  // BEGIN YOUR SOLUTION (hw3.cuda.backend)
   typedef typename ndl::Acc<TIn>::type A;
   __shared__ A smem[32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -69,4 +72,5 @@ __global__ void reduce_rows_block(const TIn* a, TOut* out, long long rows, long 
     }
     __syncthreads();  // smem is reused by the next row
   }
+  // END YOUR SOLUTION
 }

@@ -28,6 +28,7 @@ __device__ __forceinline__ int load_meta(const long long* meta, long long* s_sha
 // Position in the strided buffer of the i-th element in row-major order.
 __device__ __forceinline__ long long strided_index(long long i, int ndim, const long long* shape,
                                                    const long long* strides, long long offset) {
+  // BEGIN YOUR SOLUTION (hw3.cuda.backend)
   long long idx = offset;
   for (int d = ndim - 1; d >= 0; --d) {
     const long long s = shape[d];
@@ -35,6 +36,7 @@ __device__ __forceinline__ long long strided_index(long long i, int ndim, const 
     i /= s;
   }
   return idx;
+  // END YOUR SOLUTION
 }
 
 }  // namespace ndl
@@ -42,29 +44,35 @@ __device__ __forceinline__ long long strided_index(long long i, int ndim, const 
 // out[i] = a[strided_index(i)] for i in [0, n): gather a view into a compact buffer.
 template <typename T>
 __global__ void compact(const T* a, T* out, const long long* meta, long long n) {
+  // BEGIN YOUR SOLUTION (hw3.cuda.backend)
   __shared__ long long s_shape[NDL_MAX_DIMS], s_strides[NDL_MAX_DIMS];
   long long offset;
   const int ndim = ndl::load_meta(meta, s_shape, s_strides, &offset);
   for (long long i = ndl::global_id(); i < n; i += ndl::grid_stride())
     out[i] = a[ndl::strided_index(i, ndim, s_shape, s_strides, offset)];
+  // END YOUR SOLUTION
 }
 
 // out[strided_index(i)] = a[i]: scatter a compact buffer into a view.
 template <typename T>
 __global__ void ewise_setitem(const T* a, T* out, const long long* meta, long long n) {
+  // BEGIN YOUR SOLUTION (hw3.cuda.backend)
   __shared__ long long s_shape[NDL_MAX_DIMS], s_strides[NDL_MAX_DIMS];
   long long offset;
   const int ndim = ndl::load_meta(meta, s_shape, s_strides, &offset);
   for (long long i = ndl::global_id(); i < n; i += ndl::grid_stride())
     out[ndl::strided_index(i, ndim, s_shape, s_strides, offset)] = a[i];
+  // END YOUR SOLUTION
 }
 
 // out[strided_index(i)] = val (val is the element's bit pattern).
 template <typename T>
 __global__ void scalar_setitem(T val, T* out, const long long* meta, long long n) {
+  // BEGIN YOUR SOLUTION (hw3.cuda.backend)
   __shared__ long long s_shape[NDL_MAX_DIMS], s_strides[NDL_MAX_DIMS];
   long long offset;
   const int ndim = ndl::load_meta(meta, s_shape, s_strides, &offset);
   for (long long i = ndl::global_id(); i < n; i += ndl::grid_stride())
     out[ndl::strided_index(i, ndim, s_shape, s_strides, offset)] = val;
+  // END YOUR SOLUTION
 }
