@@ -78,7 +78,7 @@ class Communicator(PointToPoint):
         self.transport = self._t
         self.rank: int = self._t.rank
         self.size: int = self._t.size
-        self.chunk_bytes = int(chunk_bytes or os.environ.get("NEEDLE_RING_CHUNK", 1 << 20))
+        self.chunk_bytes = int(chunk_bytes or os.environ.get("NEEDLE_RING_CHUNK", str(1 << 20)))
         self.stats: Dict[str, Stat] = {}
         self.ledger = Ledger()
         self._regions = Regions()

@@ -21,7 +21,7 @@ must hold the same number of ranks.
 """
 import socket
 import zlib
-from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
@@ -108,7 +108,10 @@ def hierarchical_allreduce(ch: Channel, x: np.ndarray, out: np.ndarray,
     """Hierarchical allreduce of flat ``x`` into flat ``out`` (``acc``: scratch of x's size,
     ``workspace``: ``DEPTH * chunk`` items), over point-to-point messages."""
     local, cross = layout(nodes, ch.rank)
-    near, far = GroupChannel(ch, local), GroupChannel(ch, cross)
+    # a GroupChannel has the Channel interface the ring algorithms use (rank, size, isend,
+    # irecv, counts), over the parent channel
+    near = cast(Channel, GroupChannel(ch, local))
+    far = cast(Channel, GroupChannel(ch, cross))
     b = chunk_bounds(x.size, near.size)
     lo, hi = b[near.rank], b[near.rank + 1]
     # 1. Within the host; segment l of ``acc`` is never a partial sum, so it holds the result.

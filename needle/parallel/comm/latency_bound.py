@@ -30,7 +30,7 @@ data of each message.  With an empty payload the
 allreduce is the cheap metadata check that runs beside the first messages of every other
 collective (see ``metadata.py``).
 """
-from typing import Any, List
+from typing import Any, List, Optional
 
 import numpy as np
 
@@ -66,7 +66,7 @@ class RecursiveDoublingBuffers:
         self.size = self.work.nbytes
         self.header = self.size - nbytes  # bytes of each message that are not payload
         # Python views of the headers: reading one int costs less than a numpy comparison.
-        self.hmv, self.thmv = memoryview(self.hdr), memoryview(self.thdr)
+        self.hmv, self.thmv = self.hdr.data, self.thdr.data
 
     def set_header(self, h: int) -> None:
         """Write the call's argument hash ``h`` into the header."""
@@ -76,11 +76,11 @@ class RecursiveDoublingBuffers:
         """After the exchange: did every rank contribute the same hash?"""
         return self.hmv[0] != POISON
 
-    def received_ok(self, truncated: bool) -> bool:
+    def received_ok(self, truncated: Optional[bool]) -> bool:
         """Did the last receive bring a message of exactly our size?"""
         return not truncated and self.statuses[0].Get_count(self.byte) == self.size
 
-    def combine(self, truncated: bool) -> None:
+    def combine(self, truncated: Optional[bool]) -> None:
         """Reduce the partner's vector into ours, or poison our header if the partner's differs
         (other arguments, a wrong-size message, or already poisoned): keep going so nobody
         hangs."""
@@ -133,7 +133,7 @@ class HeaderBuffers:
         self.statuses = [transport.new_status(), transport.new_status()]
         self.byte = transport.byte
         self.header = HEADER  # bytes of each message that are not payload
-        self.tmv, self.hmv = memoryview(self.tmp), memoryview(self.hdr)
+        self.tmv, self.hmv = self.tmp.data, self.hdr.data
 
     def set_header(self, h: int) -> None:
         """Write the call's argument hash ``h`` into the header."""
@@ -143,7 +143,7 @@ class HeaderBuffers:
         """After the exchange: did every rank contribute the same hash?"""
         return self.hv[0] != POISON
 
-    def received_ok(self, truncated: bool, m: int) -> bool:
+    def received_ok(self, truncated: Optional[bool], m: int) -> bool:
         """Did ``m`` bytes and a header equal to ours arrive? If not, poison ours (and keep
         going, so that no rank waits for a message that will not come)."""
         ok = not truncated and self.statuses[0].Get_count(self.byte) == m + HEADER

@@ -17,7 +17,7 @@ data).  Stats and the ledger count the payload as ``"send"``/``"recv"``; headers
 ``stats["p2p_header"]``.  Point-to-point tags never mix with collective traffic.
 """
 import time
-from typing import Any, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -91,6 +91,18 @@ def recv_message(hdr: Channel, source: int, data_transport: Any, x_out: Optional
 class PointToPoint:
     """``send``/``recv``/``isend``/``irecv`` of the ``Communicator`` (which supplies the
     contexts ``_hdr_t``/``_data_t``, the counters, the ledger and the drivers)."""
+
+    # supplied by the Communicator (declared here for the type checker)
+    rank: int
+    size: int
+    ledger: Any
+    _regions: Any
+    _hdr_t: Any
+    _data_t: Any
+    _p2p_seq: Dict[int, int]
+    _describe: Callable[..., Any]
+    _drive_or_work: Callable[..., Any]
+    _stat: Callable[[str], Any]
 
     def send(self, a: Any, dest: int, tag: int = 0, label: Optional[str] = None) -> None:
         """Send an array to ``dest``; returns once the buffer may be reused."""
