@@ -174,12 +174,17 @@ def _write_idx(path, arr, magic_type=0x08):
         f.write(header + arr.astype(np.uint8).tobytes())
 
 
-def test_mnist_reader_on_written_files(tmp_path):
+def _written_mnist(tmp_path):
+    """Six random 28 x 28 images and their labels, written as MNIST files and read back."""
     images = np.random.randint(0, 256, size=(6, 28, 28)).astype(np.uint8)
     labels = np.array([3, 1, 4, 1, 5, 9], dtype=np.uint8)
     _write_idx(tmp_path / "img.gz", images)
     _write_idx(tmp_path / "lbl.gz", labels)
-    ds = data.MNISTDataset(str(tmp_path / "img.gz"), str(tmp_path / "lbl.gz"))
+    return data.MNISTDataset(str(tmp_path / "img.gz"), str(tmp_path / "lbl.gz")), images, labels
+
+
+def test_mnist_reader_on_written_files(tmp_path):
+    ds, images, labels = _written_mnist(tmp_path)
     assert len(ds) == 6
     x, y = ds[2]
     assert x.dtype == np.float32 and x.shape == (784,)
@@ -189,11 +194,7 @@ def test_mnist_reader_on_written_files(tmp_path):
 
 def test_mnist_dataset_through_dataloader_and_transforms(tmp_path):
     """Not graded under parse_mnist: it needs hw2's DataLoader and transforms as well."""
-    images = np.random.randint(0, 256, size=(6, 28, 28)).astype(np.uint8)
-    labels = np.array([3, 1, 4, 1, 5, 9], dtype=np.uint8)
-    _write_idx(tmp_path / "img.gz", images)
-    _write_idx(tmp_path / "lbl.gz", labels)
-    ds = data.MNISTDataset(str(tmp_path / "img.gz"), str(tmp_path / "lbl.gz"))
+    ds, images, labels = _written_mnist(tmp_path)
     xb, yb = next(iter(data.DataLoader(ds, batch_size=6)))
     np.testing.assert_allclose(xb.numpy(), images.reshape(6, -1) / 255.0, rtol=1e-6)
     np.testing.assert_array_equal(yb.numpy(), labels)
