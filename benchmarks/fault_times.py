@@ -8,6 +8,7 @@ the virtual cluster, checkpoints, the app's start-up checks) with ``NEEDLE_COMM_
 (or the outcome), and the wall-clock seconds until every rank had ended.
 """
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -96,6 +97,20 @@ def _virtual_ddp() -> None:
         nn.Linear(4, 4), comm, bucket_cap_mb=1.0 + comm.rank))
 
 
+def _virtual_no_sync() -> None:
+    import needle as ndl
+    from needle import nn
+    from needle.parallel import DistributedDataParallel, virtual
+
+    def fn(comm):  # rank 0: two backward passes under no_sync(), then a synced one
+        ddp = DistributedDataParallel(nn.Linear(4, 4), comm)
+        x = ndl.Tensor(np.ones((2, 4), dtype="float32"))
+        for step in range(3):
+            with ddp.no_sync() if comm.rank == 0 and step < 2 else contextlib.nullcontext():
+                ddp(x).sum().backward()
+    virtual.run(2, fn)
+
+
 def _corrupt_checkpoint() -> None:
     import needle as ndl
     with tempfile.TemporaryDirectory() as tmp:
@@ -140,6 +155,8 @@ def main() -> None:
     rows.append(("virtual: TP block, `sequence_parallel` differs", in_process(_virtual_tp)))
     rows.append(("virtual: `ProcessMesh` (dp, tp) differs", in_process(_virtual_mesh)))
     rows.append(("virtual: DDP bucket_cap_mb differs", in_process(_virtual_ddp)))
+    rows.append(("virtual: DDP, rank 0 accumulates 2 passes under `no_sync()`, rank 1 syncs each",
+                 in_process(_virtual_no_sync)))
     rows.append(("`ndl.load` of a file with 4 KiB zeroed", in_process(_corrupt_checkpoint)))
     rows.append(("`train_parallel --steps 0`",
                  job([py, "-m", "apps.train_parallel", "--strategy", "ddp", "--steps", "0"], t)))

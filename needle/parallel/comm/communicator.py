@@ -102,25 +102,29 @@ class Communicator(PointToPoint):
 
     # -- the collectives ---------------------------------------------------------------------
     def allreduce(self, a: Any, op: str = "sum", algorithm: str = "auto",
-                  out: Optional[np.ndarray] = None, label: Optional[str] = None) -> Any:
-        """Elementwise reduction over all ranks; every rank gets the result."""
+                  out: Optional[np.ndarray] = None, label: Optional[str] = None,
+                  context: int = 0) -> Any:
+        """Elementwise reduction over all ranks; every rank gets the result.
+
+        ``context``: an integer that every rank must pass equal (checked with the arguments,
+        at no extra cost; a mismatch raises ``CallMismatchError`` naming each rank's value)."""
         # A small allreduce of a plain array is latency-bound: straight to recursive doubling.
         if type(a) is np.ndarray and algorithm == "auto" and a.flags.c_contiguous and \
                 (a.nbytes <= select.ALLREDUCE_SMALL or self.size == 1):
             res = np.empty(a.shape, a.dtype) if out is None else _check_out(out, a.shape, a.dtype)
-            return self._run_fused("allreduce", a, res, op, True, label, _same)
-        return self.allreduce_async(a, op, algorithm, out, label, _block=True)
+            return self._run_fused("allreduce", a, res, op, True, label, _same, context)
+        return self.allreduce_async(a, op, algorithm, out, label, _block=True, context=context)
 
     def allreduce_async(self, a: Any, op: str = "sum", algorithm: str = "auto",
                         out: Optional[np.ndarray] = None, label: Optional[str] = None,
-                        _block: bool = False) -> Any:
+                        _block: bool = False, context: int = 0) -> Any:
         """Nonblocking ``allreduce``: returns a ``Work``; ``wait()`` gives the result."""
         x, restore = to_numpy(a)
         args.check_op("allreduce", op, x.dtype, self.rank, self.size)
         algo = choose("allreduce", x.nbytes, self.size, algorithm, self.hosts)
         res = self._output(out, x.shape, x.dtype)
         if algo == "recursive_doubling":
-            return self._run_fused("allreduce", x, res, op, _block, label, restore)
+            return self._run_fused("allreduce", x, res, op, _block, label, restore, context)
         desc = ("allreduce", "op", op, "dtype", x.dtype, "shape", x.shape, "algorithm", algo)
 
         def finish(_: Any) -> Any:  # both algorithms leave the sum in ``res``
@@ -132,12 +136,13 @@ class Communicator(PointToPoint):
             def body(ch: Channel) -> Algorithm:
                 return ring_allreduce(ch, x.reshape(-1), res.reshape(-1), op, items,
                                       ws[:DEPTH * items * x.itemsize].view(x.dtype))
-            return self._run("allreduce", algo, desc, body, finish, _block, label, [ws])
-        return self._run_hierarchical(x, res, op, desc, finish, _block, label)
+            return self._run("allreduce", algo, desc, body, finish, _block, label, [ws],
+                             context)
+        return self._run_hierarchical(x, res, op, desc, finish, _block, label, context)
 
     def _run_hierarchical(self, x: np.ndarray, res: np.ndarray, op: str, desc: tuple,
                           finish: Callable[[Any], Any], block: bool,
-                          label: Optional[str]) -> Any:
+                          label: Optional[str], context: int) -> Any:
         """``hierarchical.py``'s allreduce over ``self.hosts()``, with the scratch it needs."""
         nodes, items = self.hosts(), max(1, self.chunk_bytes // x.itemsize)
         ws, acc_buf = self._take(DEPTH * self.chunk_bytes), self._take(x.nbytes)
@@ -147,7 +152,7 @@ class Communicator(PointToPoint):
                                           ws[:DEPTH * items * x.itemsize].view(x.dtype),
                                           acc_buf[:x.nbytes].view(x.dtype))
         return self._run("allreduce", "hierarchical", desc, body, finish, block, label,
-                         [ws, acc_buf])
+                         [ws, acc_buf], context)
 
     def allgather(self, a: Any, algorithm: str = "auto", out: Optional[np.ndarray] = None,
                   label: Optional[str] = None) -> Any:
@@ -331,8 +336,9 @@ class Communicator(PointToPoint):
 
     def _run(self, name: str, algo: str, desc: tuple, body: Callable[[Channel], Algorithm],
              finish: Callable[[Any], Any], block: bool, label: Optional[str],
-             bufs: Optional[list] = None) -> Any:
-        """Argument check, then ``body``, driven now (block) or returned as a ``Work``."""
+             bufs: Optional[list] = None, context: int = 0) -> Any:
+        """Argument check (``desc`` and ``context``), then ``body``, driven now (block) or
+        returned as a ``Work``."""
         stat = self._stat(name)
         stat["calls"] += 1
         tag = self._tag()
@@ -342,13 +348,13 @@ class Communicator(PointToPoint):
         label = self._regions.label(label)
 
         check = self._check_buffers(block)
-        metadata.fill_header(check, desc)
+        metadata.fill_header(check, desc, context)
 
         def checked() -> Algorithm:
             try:
                 result = yield from _overlapped(
                     self.size, recursive_doubling_allreduce(ctl, check), body,
-                    lambda: self._raise_if_mismatch(check, tag, desc, describe), ch,
+                    lambda: self._raise_if_mismatch(check, tag, desc, describe, context), ch,
                     self.overlap_check)
                 if t0 is not None:
                     self._record(name, algo, label, ch, t0)
@@ -376,31 +382,33 @@ class Communicator(PointToPoint):
         return RecursiveDoublingBuffers(0, np.uint8, "min", self._t)
 
     def _run_fused(self, name: str, x: np.ndarray, res: np.ndarray, op: Optional[str],
-                   block: bool, label: Optional[str], restore: Callable[[Any], Any]) -> Any:
+                   block: bool, label: Optional[str], restore: Callable[[Any], Any],
+                   context: int = 0) -> Any:
         """A recursive-doubling allreduce or allgather or a recursive-halving reduce-scatter,
         the argument check carried in its data messages (``latency_bound.py``): blocking or
         not, the one path of the small allreduce."""
         call = self._fused_call(name, x, op, block)
         call.source[...] = x
-        call.bufs.set_header(call.hash)
+        call.bufs.set_header(metadata.with_context(call.hash, context))
         tag = self._tag()
         call.channel.restart(tag)
         call.describe.seq = self._seq
         call.stat["calls"] += 1
         t0 = time.perf_counter() if self.ledger.enabled else None
-        steps = self._fused_steps(call, tag, res, op, t0, self._regions.label(label), restore)
+        steps = self._fused_steps(call, tag, res, op, t0, self._regions.label(label), restore,
+                                  context)
         return self._drive_or_work(steps, call.describe, _same, block)
 
     def _fused_steps(self, call: "_Fused", tag: int, res: np.ndarray, op: Optional[str],
                      t0: Optional[float], label: Optional[str],
-                     restore: Callable[[Any], Any]) -> Algorithm:
+                     restore: Callable[[Any], Any], context: int) -> Algorithm:
         """The algorithm, then the check of the headers, the result and the counters."""
         ch = call.channel
         try:
             yield from call.steps(ch, call.bufs)
             if self.size > 1 and not call.bufs.agrees():
                 raise metadata.mismatch_error(self._t, tag + 2, call.desc, self.timeout,
-                                              call.describe)
+                                              call.describe, context)
             res[...] = call.result
         except BaseException:
             if self._fused.get(call.key) is call:  # messages may be posted into its buffers
@@ -463,9 +471,10 @@ class Communicator(PointToPoint):
         return drive(ring_allgather(ch, vals, out, vals.size), self._t, self.timeout, describe)
 
     def _raise_if_mismatch(self, bufs: RecursiveDoublingBuffers, tag: int, desc: tuple,
-                           describe: Callable[[], str]) -> None:
+                           describe: Callable[[], str], context: int) -> None:
         if self.size > 1 and not bufs.agrees():
-            raise metadata.mismatch_error(self._t, tag + 2, desc, self.timeout, describe)
+            raise metadata.mismatch_error(self._t, tag + 2, desc, self.timeout, describe,
+                                          context)
 
     def _stat(self, name: str) -> Stat:
         stat = self.stats.get(name)

@@ -15,6 +15,11 @@ messages instead, so they send no message of their own for it.
 Only when the hashes differ do the ranks exchange their full description strings (a ring
 allgather of fixed-size byte records) so that every rank can raise the same ``ValueError``
 naming the ranks and their arguments.
+
+A caller may add an integer ``context`` to a call (DDP passes the number of backward passes its
+buckets hold): it is mixed into the hash when the header is written, not into the description,
+so the cached description of a shape stays one per shape; it travels, as 8 bytes, in the
+detailed exchange only, and the error carries every rank's value (``CallMismatchError``).
 """
 import hashlib
 from functools import lru_cache
@@ -26,7 +31,17 @@ from .latency_bound import POISON, RecursiveDoublingBuffers
 from .progress import Channel, drive
 from .ring import ring_allgather
 
-RECORD = 256  # bytes per rank in the detailed exchange
+RECORD = 256  # bytes per rank in the detailed exchange: the context (int64), then the text
+_MASK = (1 << 62) - 1  # hashes stay non-negative 62-bit numbers (never POISON)
+_GOLDEN = 0x9E3779B97F4A7C15  # Fibonacci hashing: nearby contexts give far-apart hashes
+
+
+class CallMismatchError(ValueError):
+    """Ranks called a collective with different arguments; ``contexts[r]``: rank r's context."""
+
+    def __init__(self, message: str, contexts: List[int]) -> None:
+        super().__init__(message)
+        self.contexts = contexts
 
 
 def desc_text(desc: tuple) -> str:
@@ -42,9 +57,14 @@ def describe_hash(desc: tuple) -> int:
     return int.from_bytes(digest, "little") >> 2
 
 
-def fill_header(bufs: RecursiveDoublingBuffers, desc: tuple) -> None:
-    """Write the header for ``desc`` after the payload of ``bufs.work``."""
-    h = describe_hash(desc)
+def with_context(h: int, context: int) -> int:
+    """The hash ``h`` of a description with the caller's ``context`` mixed in."""
+    return h if context == 0 else (h ^ (context * _GOLDEN)) & _MASK
+
+
+def fill_header(bufs: RecursiveDoublingBuffers, desc: tuple, context: int = 0) -> None:
+    """Write the header for ``desc`` (and ``context``) after the payload of ``bufs.work``."""
+    h = with_context(describe_hash(desc), context)
     bufs.hmv[0] = bufs.hmv[1] = h
 
 
@@ -54,19 +74,22 @@ def header_agrees(bufs: RecursiveDoublingBuffers) -> bool:
 
 
 def mismatch_error(transport: Any, tag: int, desc: tuple, timeout: float,
-                   describe: Callable[[], str]) -> ValueError:
+                   describe: Callable[[], str], context: int = 0) -> CallMismatchError:
     """Gather every rank's description and build the error that all ranks raise."""
     ch = Channel(transport, tag)
     mine = np.zeros(RECORD, dtype=np.uint8)
-    raw = desc_text(desc).encode()[:RECORD]
-    mine[:len(raw)] = np.frombuffer(raw, dtype=np.uint8)
+    mine[:8].view(np.int64)[0] = context
+    text = desc_text(desc) + (f" context={context}" if context else "")
+    raw = text.encode()[:RECORD - 8]
+    mine[8:8 + len(raw)] = np.frombuffer(raw, dtype=np.uint8)
     everyone = np.empty(RECORD * ch.size, dtype=np.uint8)
     drive(ring_allgather(ch, mine, everyone, RECORD), transport, timeout, describe)
+    records = everyone.reshape(ch.size, RECORD)
+    contexts = [int(c) for c in records[:, :8].copy().view(np.int64)[:, 0]]
     groups: Dict[str, List[int]] = {}
     for rank in range(ch.size):
-        text = bytes(everyone[rank * RECORD:(rank + 1) * RECORD]).rstrip(b"\0").decode()
-        groups.setdefault(text, []).append(rank)
+        groups.setdefault(bytes(records[rank, 8:]).rstrip(b"\0").decode(), []).append(rank)
     lines = "; ".join(f"ranks {ranks}: {text}" for text, ranks in groups.items())
-    return ValueError(
+    return CallMismatchError(
         f"needle.parallel: ranks called a collective with different arguments (seen from rank "
-        f"{ch.rank}): {lines}")
+        f"{ch.rank}): {lines}", contexts)

@@ -26,11 +26,13 @@ class Comm(Protocol):
     transport: Any  # what the messages travel over: MPI or the in-process cluster
 
     def allreduce(self, a: Any, op: str = "sum", algorithm: str = "auto",
-                  out: Optional[np.ndarray] = None, label: Optional[str] = None) -> Any:
+                  out: Optional[np.ndarray] = None, label: Optional[str] = None, *,
+                  context: int = 0) -> Any:
         """Reduce ``a`` over all ranks with ``op``; every rank gets the result."""
 
     def allreduce_async(self, a: Any, op: str = "sum", algorithm: str = "auto",
-                        out: Optional[np.ndarray] = None, label: Optional[str] = None) -> Any:
+                        out: Optional[np.ndarray] = None, label: Optional[str] = None, *,
+                        context: int = 0) -> Any:
         """Start an allreduce; a ``Work`` whose ``wait()`` returns the result."""
 
     def allgather(self, a: Any, algorithm: str = "auto", out: Optional[np.ndarray] = None,

@@ -20,7 +20,7 @@ every rank built the same shapes) and are used like the module they wrap:
     loss = loss_fn(model(X_local), y_local); opt.reset_grad(); loss.backward(); opt.step()
 """
 import contextlib
-from typing import Any, Iterator, List, Set
+from typing import Any, Iterator, List, NoReturn, Set
 
 import numpy as np
 
@@ -28,6 +28,7 @@ from ...autograd import Tensor
 from ...nn import Module
 from ..comm.agree import agree
 from ..comm.convert import host_view, to_tensor
+from ..comm.metadata import CallMismatchError
 from ..comm.protocol import Comm
 from .buckets import Bucket, BucketReducer, assign_buckets, reduce_dtype
 from .grad_hooks import BackwardHooks
@@ -123,6 +124,10 @@ class DistributedDataParallel(_DataParallel):
                                                 "overlap": bool(overlap)})
         self.overlap = overlap
         self._sync = True
+        # Backward passes ended under no_sync() since the last sync. Each bucket allreduce
+        # passes it (+1) as its ``context``: ranks that disagree on no_sync() then fail the
+        # argument check at their first sync, instead of summing different backward passes.
+        self._accumulated = 0
         super().__init__(module, comm, "DistributedDataParallel")
         params = self._trained()
         layout = assign_buckets([p.size * np.dtype(reduce_dtype(p.dtype)).itemsize for p in params],
@@ -147,22 +152,33 @@ class DistributedDataParallel(_DataParallel):
             self._sync = prev
 
     def _restart(self) -> None:
-        self.reducer.reset()
+        self.reducer.reset()  # a sync that raised; the accumulated gradients are dropped too
+        self._accumulated = 0
 
     def _on_grad(self, param: Tensor) -> None:
         self.reducer.add(param, accumulate=True)
         if self._sync and self.overlap:
-            self.reducer.launch_ready()
+            try:
+                self.reducer.launch_ready()
+            except CallMismatchError as err:
+                _raise_naming_no_sync(err, self.comm.rank)
 
     def _allreduce(self, bucket: Bucket) -> Any:
-        return self.comm.allreduce_async(bucket.buffer, op="sum", out=bucket.buffer)
+        return self.comm.allreduce_async(bucket.buffer, op="sum", out=bucket.buffer,
+                                         context=self._accumulated + 1)
 
     def _on_end(self) -> None:
         """End of backward: wait for every bucket, then hand out the averaged gradients."""
         if not self._sync:  # no_sync: keep what the buckets accumulated for the next sync
             self.reducer.rearm()
+            self._accumulated += 1
             return
-        for bucket, rows in zip(self.buckets, self.reducer.finish()):
+        try:
+            results = self.reducer.finish()
+        except CallMismatchError as err:
+            _raise_naming_no_sync(err, self.comm.rank)
+        self._accumulated = 0
+        for bucket, rows in zip(self.buckets, results):
             counts = rows[0, bucket.cols:].copy()  # how many ranks used each parameter
             rows[:, :bucket.cols] /= self.comm.size
             for slot, p in enumerate(bucket.params):
@@ -171,3 +187,14 @@ class DistributedDataParallel(_DataParallel):
                 else:
                     grad = bucket.read(slot, rows).reshape(p.shape)
                     p.grad = to_tensor(grad, p.device, p.dtype)
+
+
+def _raise_naming_no_sync(err: CallMismatchError, rank: int) -> NoReturn:
+    """Re-raise a bucket allreduce's mismatch; where the ranks passed different counts of
+    accumulated backward passes (their ``context``), as an error naming no_sync()."""
+    if len(set(err.contexts)) == 1:  # the same count everywhere: another argument differs
+        raise err
+    values = ", ".join(f"rank {r} has {n}" for r, n in enumerate(err.contexts))
+    raise ValueError(
+        f"DistributedDataParallel (rank {rank}): ranks disagree on no_sync(): backward passes "
+        f"accumulated at this sync (those under no_sync() and this one): {values}") from err

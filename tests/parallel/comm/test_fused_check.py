@@ -134,3 +134,43 @@ def test_auto_choice_and_bad_algorithm() -> None:
         select.choose("allgather", 1024, 3, "recursive_doubling")
     with pytest.raises(ValueError, match="recursive_halving needs a power-of-two"):
         select.choose("reduce_scatter", 1024, 6, "recursive_halving")
+
+
+def _contexts(comm, algorithm, n, blocking):
+    """Rank 0 passes context 7, the others 2 (+ rank); the error's contexts and message."""
+    x = np.ones(n, np.float32)
+    context = 7 if comm.rank == 0 else 2 + comm.rank
+    try:
+        if blocking:
+            comm.allreduce(x, algorithm=algorithm, context=context)
+        else:
+            comm.allreduce_async(x, algorithm=algorithm, context=context).wait()
+    except ValueError as err:
+        return getattr(err, "contexts", None), str(err)
+    return None, "finished without error"
+
+
+@pytest.mark.parametrize("blocking", [True, False])
+@pytest.mark.parametrize("algorithm,n", [("auto", 10), ("ring", 10), ("auto", 40000)])
+def test_allreduce_contexts_that_differ_raise_naming_each(algorithm, n, blocking) -> None:
+    """The context is checked with the arguments (fused path, ring beside the check)."""
+    for r, (contexts, msg) in enumerate(virtual.run(3, _contexts, algorithm, n, blocking,
+                                                    timeout=20)):
+        assert contexts == [7, 3, 4], (r, msg)
+        assert f"(seen from rank {r})" in msg and "ranks [0]: allreduce" in msg, msg
+        assert "context=7" in msg and "context=3" in msg and "context=4" in msg, msg
+
+
+def _same_context(comm, context):
+    comm.allreduce(np.ones(10, np.float32), context=context)
+    comm.allreduce(np.ones(10, np.float32), context=context)  # the cached fused call again
+    comm.allreduce(np.ones(40000, np.float32), context=context)
+    records = [(r.algorithm, r.bytes_sent, r.bytes_recv, r.messages) for r in comm.ledger.records]
+    return records, comm.stats  # stats: the check's header bytes too
+
+
+def test_an_agreeing_context_costs_no_message_or_byte() -> None:
+    for with_ctx, without in zip(virtual.run(2, _same_context, 5),
+                                 virtual.run(2, _same_context, 0)):
+        assert with_ctx == without and len(with_ctx[0]) == 3
+        assert [r[0] for r in with_ctx[0]] == ["recursive_doubling"] * 2 + ["ring"]
