@@ -15,6 +15,7 @@ def main() -> None:
     spec_path = Path(sys.argv[1])
     source, name, args = pickle.loads(spec_path.read_bytes())
     module_name = Path(source).stem
+    sys.path.insert(0, str(Path(source).parent))  # its sibling modules, as pytest imports it
     spec = importlib.util.spec_from_file_location(module_name, source)
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module

@@ -8,10 +8,9 @@ import time
 import numpy as np
 import pytest
 from mpi_helpers import BACKENDS, PARALLEL_TESTS, ROOT, mpiexec, run_bounded, run_ranks, worker_env
+from ps_cases import tiny_asp_job
 
-import needle as ndl
-from needle import nn
-from needle.parallel import CommTimeoutError, ParameterServer, RankFailedError, virtual
+from needle.parallel import CommTimeoutError, RankFailedError, virtual
 from needle.parallel.param_server.worker import train_worker
 
 pytestmark = pytest.mark.faults
@@ -69,18 +68,11 @@ def _slow_worker_long_poll(comm):
     """One server, one worker that computes (holding the baton) for longer than the
     communicator's timeout between steps: the server's long poll must not time out."""
     comm.timeout = 0.3  # this job's communicator timeout (MPI: after a create() with the default)
-    np.random.seed(0)
-    model = nn.Sequential(nn.Linear(4, 3))
-    ps = ParameterServer(comm, model, ndl.optim.SGD, consistency="asp", timeout=30.0, lr=0.1)
-    x, y = np.random.randn(8, 4).astype("float32"), np.arange(8) % 3
-
-    def batches():
-        while True:
-            compute(comm, 0.6)  # > the 0.3 s communicator timeout
-            yield ndl.Tensor(x), ndl.Tensor(y)
+    # compute for 0.6 s before each batch: > the 0.3 s communicator timeout
+    ps, model, batches, loss = tiny_asp_job(comm, 30.0, pause=lambda: compute(comm, 0.6))
     if ps.is_server:
         return len(ps.serve())
-    return len(train_worker(ps, model, lambda m, a, b: nn.SoftmaxLoss()(m(a), b), batches(), 2))
+    return len(train_worker(ps, model, loss, batches, 2))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
