@@ -15,15 +15,16 @@ pp 2) on the character transformer). Predictions, made here without running the 
   microbatches 1F1B keeps in flight (``in_flight_microbatches``), the busiest stage;
 * bytes: needle's own rules (``needle_strategies``: DDP / ZeRO-1/2 buckets, FSDP units, TP
   blocks, PP sends and the loss broadcast, 3D's per-gradient dp allreduces);
-* time (``--cluster here``): one-rank runs of each model, again before each rank count's
-  block, with the BLAS threads each rank of the runs gets. DP: a rank's step is the one-rank
-  step over its share of the cores. TP / PP / 3D: the char transformer's one-rank step at
-  batch 16 and 4 fits per-op and per-byte costs (``fit_step_cost``: the same ops, 4x fewer
-  bytes), applied to each rank's own forward graph (ops, bytes), per microbatch for a stage,
-  backward twice the forward. Plus the alpha-beta time of the predicted collectives (alpha,
-  beta by ping-pong with that many ranks running; no overlap: shared cores leave none); PP
-  and 3D through the schedule simulator. numpy GEMM FLOP/s are measured too (every rank at
-  once, column "GEMM N/1": the rate at N ranks over the one-rank run's).
+* time (``--cluster here``): one-rank runs of each model, again before each rank count's block,
+  with the BLAS threads each rank of the runs gets. DP: a rank's step is the strategy's own
+  one-rank step (its framework time included) over its share of the cores. TP / PP / 3D: the
+  char transformer's one-rank step at batch 16 and 4 fits per-op and per-byte costs
+  (``fit_step_cost``: the same ops, 4x fewer bytes), applied to each rank's own forward graph
+  (ops, bytes), per microbatch for a stage, backward twice the forward. Plus the alpha-beta time
+  of the predicted collectives (alpha, beta by ping-pong with that many ranks running; no
+  overlap: shared cores leave none); PP and 3D through the schedule simulator. numpy GEMM FLOP/s
+  are measured too (every rank at once, column "GEMM N/1": the rate at N ranks over the one-rank
+  run's).
 """
 import argparse
 import json
@@ -316,7 +317,8 @@ def _here(rate: float, ab: Dict[str, float], p: int) -> ClusterSpec:
 
 
 def _row(s: str, p: int, a: Any, ab: Dict[str, float], ref: Dict[str, Any]) -> Dict[str, Any]:
-    """Run s at p ranks; predict it from ``ref``, the one-rank run of its model; the figures."""
+    """Run s at p ranks; predict it from ``ref`` (one-rank run of s for a data-parallel s,
+    of the model for the others); the figures."""
     meas = run_worker(s, p, a.steps, a.timeout)
     if s in DP:
         peak, nbytes, flops, cs = predict_dp(s, p)
@@ -360,8 +362,12 @@ def main() -> None:
         # the one-rank references again before each rank count's block (interleaved: the
         # load drifts over the run), one per model, so that strategies of a family compare
         # against the same reference
-        refs = {fam: run_worker(name, 1, a.steps, a.timeout, ref_threads)
-                for fam, name in (("dp", "single"), ("lm", "tp"))}
+        # a data-parallel strategy's reference is its own step at one rank: the framework
+        # time of its code (ZeRO's flattening, shard copies, the optimizer on flat shards),
+        # which neither FLOPs nor the alpha-beta model see, is in it
+        refs = {name: run_worker(name, 1, a.steps, a.timeout, ref_threads)
+                for name in DP + ("tp",)}
+        refs["lm"] = refs.pop("tp")
         refs["lm"]["small"] = run_worker("tp", 1, a.steps, a.timeout, ref_threads,
                                          ["--lm-batch", "4"])
         c = fit_step_cost(refs["lm"]["step_s"], refs["lm"]["small"]["step_s"])
@@ -372,7 +378,7 @@ def main() -> None:
         for s in DP + MP:
             if s == "3d" and p != 4:
                 continue
-            r = _row(s, p, a, abs_[p], refs["dp" if s in DP else "lm"])
+            r = _row(s, p, a, abs_[p], refs[s if s in DP else "lm"])
             rows.append(r)
             print(f"{s:<8}{p:>6}{r['peak_measured'] / 1e6:>14.2f}{r['peak_predicted'] / 1e6:>9.2f}"
                   f"{r['peak_predicted'] / r['peak_measured']:>7.2f}"
