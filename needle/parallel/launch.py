@@ -27,8 +27,14 @@ import time
 from pathlib import Path
 from typing import Any, List, Optional
 
+from .comm.faults import (
+    CONSEQUENCES,
+    install_abort_hook,
+    rank_from_env,
+    remove_exit_guard,
+    write_status,
+)
 from .comm.faults import REPORT_DIR_ENV as DIR_ENV
-from .comm.faults import install_abort_hook, rank_from_env, remove_exit_guard, write_status
 from .testcluster.mpirun import mpiexec_command
 
 SUPERVISE = "--rank-supervise"  # internal: how mpiexec starts each rank
@@ -213,9 +219,6 @@ def _reports(folder: Path) -> list:
         except (OSError, ValueError, KeyError):
             continue  # half-written as the job was torn down: the others still tell
     return sorted(reports, key=lambda r: r[0])
-
-
-CONSEQUENCES = ("CommTimeoutError", "DeadlockError")  # what a rank raises when others fail
 
 
 def consequence(status: dict) -> bool:

@@ -406,9 +406,7 @@ class Communicator(PointToPoint):
         ch = call.channel
         try:
             yield from call.steps(ch, call.bufs)
-            if self.size > 1 and not call.bufs.agrees():
-                raise metadata.mismatch_error(self._t, tag + 2, call.desc, self.timeout,
-                                              call.describe, context)
+            self._raise_if_mismatch(call.bufs, tag, call.desc, call.describe, context)
             res[...] = call.result
         except BaseException:
             if self._fused.get(call.key) is call:  # messages may be posted into its buffers
@@ -470,7 +468,7 @@ class Communicator(PointToPoint):
         describe = _Describe(self, "split", self._seq, [ch])
         return drive(ring_allgather(ch, vals, out, vals.size), self._t, self.timeout, describe)
 
-    def _raise_if_mismatch(self, bufs: RecursiveDoublingBuffers, tag: int, desc: tuple,
+    def _raise_if_mismatch(self, bufs: Any, tag: int, desc: tuple,
                            describe: Callable[[], str], context: int) -> None:
         if self.size > 1 and not bufs.agrees():
             raise metadata.mismatch_error(self._t, tag + 2, desc, self.timeout, describe,

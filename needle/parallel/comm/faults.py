@@ -91,9 +91,13 @@ def install_abort_hook() -> None:
 CONSEQUENCE_GRACE = 2.0
 
 
+# What a rank raises when another rank failed (it waited for it in vain), by class name.
+CONSEQUENCES = ("CommTimeoutError", "DeadlockError")
+
+
 def _grace(kind: Any) -> float:
     """Seconds to wait before ``MPI_Abort`` after an uncaught exception of type ``kind``."""
-    waited = any(k.__name__ in ("CommTimeoutError", "DeadlockError") for k in kind.__mro__)
+    waited = any(k.__name__ in CONSEQUENCES for k in kind.__mro__)
     return CONSEQUENCE_GRACE if waited and os.environ.get(REPORT_DIR_ENV) else ABORT_GRACE
 
 

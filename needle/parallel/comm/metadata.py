@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, List
 
 import numpy as np
 
-from .latency_bound import POISON, RecursiveDoublingBuffers
+from .latency_bound import RecursiveDoublingBuffers
 from .progress import Channel, drive
 from .ring import ring_allgather
 
@@ -64,13 +64,7 @@ def with_context(h: int, context: int) -> int:
 
 def fill_header(bufs: RecursiveDoublingBuffers, desc: tuple, context: int = 0) -> None:
     """Write the header for ``desc`` (and ``context``) after the payload of ``bufs.work``."""
-    h = with_context(describe_hash(desc), context)
-    bufs.hmv[0] = bufs.hmv[1] = h
-
-
-def header_agrees(bufs: RecursiveDoublingBuffers) -> bool:
-    """After the exchange: did every rank contribute the same hash?"""
-    return bufs.hmv[0] != POISON
+    bufs.set_header(with_context(describe_hash(desc), context))
 
 
 def mismatch_error(transport: Any, tag: int, desc: tuple, timeout: float,
