@@ -9,10 +9,9 @@ from typing import Any, Optional
 from .. import init, ops
 from ..autograd import Tensor
 from ..backend_ndarray import BackendDevice
+from ..backend_ndarray.dtypes import is_floating, to_numpy_dtype
 from ..backend_ndarray.fused_ops import has_primitive
 from .nn_module import LoadResult, Module, Parameter  # noqa: F401  (course: nn_basic.Parameter)
-
-_FLOAT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 
 
 def in_weight_dtype(x: Tensor, weight: Tensor) -> Tensor:
@@ -23,8 +22,9 @@ def in_weight_dtype(x: Tensor, weight: Tensor) -> Tensor:
     and expect a result (their needle cast everything to float32). A narrower input (bfloat16
     activations under autocast) is left alone: the op's own rule applies.
     """
-    wide, narrow = _FLOAT_BYTES.get(x.dtype, 0), _FLOAT_BYTES.get(weight.dtype, 0)
-    return ops.cast(x, weight.dtype) if wide > narrow > 0 else x
+    a, w = to_numpy_dtype(x.dtype), to_numpy_dtype(weight.dtype)
+    wider = is_floating(a) and is_floating(w) and a.itemsize > w.itemsize
+    return ops.cast(x, weight.dtype) if wider else x
 
 __all__ = ["Identity", "Linear", "Flatten", "ReLU", "Tanh", "Sigmoid", "GELU", "Sequential",
            "Residual", "SoftmaxLoss", "BatchNorm1d", "BatchNorm2d", "LayerNorm1d", "Dropout"]
