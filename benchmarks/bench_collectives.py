@@ -28,6 +28,7 @@ import tempfile
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 
+import collective_floors as floors
 import numpy as np
 
 from needle.parallel import virtual
@@ -116,9 +117,39 @@ def bench_size(comm: Communicator, quiet: Communicator, serial: Communicator, si
         cases[("allreduce", "auto no out=")] = lambda: comm.allreduce(x)
     if dist is not None and p > 1:
         cases.update(gloo_cases(dist, size, p))
+    if p > 1:
+        cases.update(floor_cases(raw, x, out, part, gathered, rs_in, scattered))
     if p == 1:
         cases = {k: v for k, v in cases.items() if k[0] != "sendrecv"}
     return timeit(comm, cases, size, batches)
+
+
+def floor_cases(raw: object, x: np.ndarray, out: np.ndarray, part: np.ndarray,
+                gathered: np.ndarray, rs_in: np.ndarray, scattered: np.ndarray
+                ) -> Dict[Tuple[str, str], Callable[[], object]]:
+    """The same messages as our algorithms on bare mpi4py (``collective_floors.py``)."""
+    from mpi4py import MPI
+
+    every = {"allreduce": floors.allreduce_floors(raw, MPI, x, out),
+             "allgather": floors.allgather_floors(raw, MPI, part, gathered),
+             "reduce_scatter": floors.reduce_scatter_floors(raw, MPI, rs_in, scattered),
+             "broadcast": floors.broadcast_floor(raw, MPI, x)}
+    return {(coll, name): fn for coll, fns in every.items() for name, fn in fns.items()}
+
+
+def floor_lines(results: Results) -> List[str]:
+    """Per collective and size >= 64 KiB: ours, the best floor, MPICH (us), and what our own
+    Python costs on top of the floor."""
+    lines = ["floors: the same messages on bare mpi4py (collective_floors.py), us"]
+    for size, res in results.items():
+        for coll, algo in OURS.items():
+            fl = [t for (c, a), t in res.items() if c == coll and a.endswith("floor")]
+            if size >= 64 << 10 and fl:
+                ours, floor, native = res[(coll, algo)], min(fl), res[(coll, "MPI")]
+                lines.append(f"{human(size):>9} {coll:<15} ours {ours * 1e6:8.1f}  floor "
+                             f"{floor * 1e6:8.1f}  MPICH {native * 1e6:8.1f}  ours - floor "
+                             f"{(ours - floor) * 1e6:7.1f}  MPICH / floor {native / floor:5.2f}")
+    return lines
 
 
 def busbw_factor(collective: str, p: int) -> float:
@@ -324,6 +355,7 @@ def main() -> None:
         print("\n".join(report(results, comm.size)))
         print(stats)
         print("\n".join(model))
+        print("\n".join(floor_lines(results)))
         print("\n".join(targets(results, comm.size)))
     if dist is not None:
         dist.destroy_process_group()

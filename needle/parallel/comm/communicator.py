@@ -23,8 +23,10 @@ reduce_scatter gives rank r chunk r of p near-equal axis-0 chunks (the first ``n
 one row longer, like ``np.array_split``); alltoall sends axis-0 chunk j to rank j.  ``op="avg"``
 is the sum divided by p, floor-divided for integer dtypes and rejected for bool.
 """
+import math
 import os
 import time
+from functools import lru_cache
 from typing import Any, Callable, ContextManager, Dict, List, Optional
 
 import numpy as np
@@ -89,6 +91,8 @@ class Communicator(PointToPoint):
         self._fused: Dict[tuple, _Fused] = {}  # blocking small calls' buffers, reused
         self._check = RecursiveDoublingBuffers(0, np.uint8, "min", self._t)
         self._check_free: List[RecursiveDoublingBuffers] = []
+        chans = [Channel(self._t, 0), Channel(self._t, 1)]
+        self._blocking = (chans[0], chans[1], _Describe(self, "", 0, chans))
         self._results = ResultPool()
         self.nodes: Optional[List[Any]] = None  # each rank's host; found on first need
 
@@ -280,7 +284,7 @@ class Communicator(PointToPoint):
         algo = choose("alltoall", x.nbytes, self.size, algorithm)
         desc = ("alltoall", "dtype", x.dtype, "shape", x.shape, "algorithm", algo)
         b = chunk_bounds(x.shape[0], self.size)
-        row = int(np.prod(x.shape[1:], dtype=np.int64))
+        row = math.prod(x.shape[1:])
         res = self._results.empty((self.size * (b[self.rank + 1] - b[self.rank]),) + x.shape[1:],
                                   x.dtype)
 
@@ -342,8 +346,7 @@ class Communicator(PointToPoint):
         stat = self._stat(name)
         stat["calls"] += 1
         tag = self._tag()
-        ctl, ch = Channel(self._t, tag), Channel(self._t, tag + 1)
-        describe = self._describe(name, [ctl, ch])
+        ctl, ch, describe = self._channels(name, tag, block)
         t0 = time.perf_counter() if self.ledger.enabled else None
         label = self._regions.label(label)
 
@@ -371,6 +374,19 @@ class Communicator(PointToPoint):
                 ctl.flush(self._stat("check"))
                 ch.flush(stat)
         return self._drive_or_work(checked(), describe, finish, block)
+
+    def _channels(self, name: str, tag: int, block: bool) -> tuple:
+        """The check's channel on ``tag``, the algorithm's on ``tag + 1`` and the timeout
+        message: one reused set for blocking calls (made afresh they cost about 1 us), a new
+        set for each nonblocking one."""
+        if not block:
+            ctl, ch = Channel(self._t, tag), Channel(self._t, tag + 1)
+            return ctl, ch, self._describe(name, [ctl, ch])
+        ctl, ch, describe = self._blocking
+        ctl.restart(tag)
+        ch.restart(tag + 1)
+        describe.name, describe.seq = name, self._seq
+        return ctl, ch, describe
 
     def _check_buffers(self, block: bool) -> RecursiveDoublingBuffers:
         """The 16-byte argument-check buffers: one set for blocking calls, a set per pending
@@ -607,12 +623,14 @@ def _overlapped(size: int, check: Algorithm, make_body: Callable[[Channel], Algo
         return stop.value
 
 
+@lru_cache(maxsize=256)
 def _segments(shape: tuple, p: int, r: int) -> tuple:
     """Item offsets of the p reduce-scatter segments of an array of ``shape`` (near-equal
-    axis-0 chunks), and the rows of rank r's."""
-    row = int(np.prod(shape[1:], dtype=np.int64))
+    axis-0 chunks), and the rows of rank r's (cached: a call's Python costs as much as a
+    64 KiB message)."""
+    row = math.prod(shape[1:])
     rows = chunk_bounds(shape[0], p)
-    return [k * row for k in rows], rows[r + 1] - rows[r]
+    return tuple(k * row for k in rows), rows[r + 1] - rows[r]
 
 
 def _same(result: Any) -> Any:

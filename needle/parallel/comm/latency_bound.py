@@ -30,7 +30,7 @@ data of each message.  With an empty payload the
 allreduce is the cheap metadata check that runs beside the first messages of every other
 collective (see ``metadata.py``).
 """
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Sequence
 
 import numpy as np
 
@@ -166,7 +166,7 @@ class ReduceScatterBuffers(HeaderBuffers):
     """A recursive-halving reduce-scatter of flat ``dtype`` data cut at item offsets ``b``
     (one segment per rank) with ``op``: ``work`` holds the partial reductions."""
 
-    def __init__(self, b: List[int], dtype: Any, op: str, transport: Any) -> None:
+    def __init__(self, b: Sequence[int], dtype: Any, op: str, transport: Any) -> None:
         item = np.dtype(dtype).itemsize
         super().__init__(b[-1] * item, b[-1] * item, transport)
         self.b, self.item, self.ufunc = b, item, UFUNCS[op]

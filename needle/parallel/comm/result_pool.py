@@ -11,6 +11,7 @@ nothing but the pool refers to it: every numpy view of a result (and every objec
 view) keeps a reference to the buffer it was carved from, so a result the caller still holds is
 never reused.  Small results (< ``MIN_BYTES``) come from ``np.empty`` as usual.
 """
+import math
 import sys
 from typing import List
 
@@ -31,7 +32,7 @@ class ResultPool:
     def empty(self, shape: tuple, dtype: np.dtype) -> np.ndarray:
         """Like ``np.empty(shape, dtype)``: uninitialised, owned by the caller from now on."""
         dtype = np.dtype(dtype)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = math.prod(shape) * dtype.itemsize  # (np.prod costs ~1 us a call)
         if nbytes < self.min_bytes:
             return np.empty(shape, dtype=dtype)
         free = None

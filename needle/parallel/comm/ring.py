@@ -17,7 +17,7 @@ by the in-process transport too), so a single tag is enough for all pieces of al
 rank posts its receives in the order its left neighbour posts the sends.  Each function is a
 generator (see ``progress.py``): it yields the requests it waits for, and returns its result.
 """
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Sequence
 
 import numpy as np
 
@@ -27,7 +27,7 @@ from .reference import UFUNCS, chunk_bounds
 DEPTH = 4  # receive buffers in flight per rank during the reduce phase
 
 
-def _pieces(b: List[int], i: int, p: int, chunk: int) -> List[slice]:
+def _pieces(b: Sequence[int], i: int, p: int, chunk: int) -> List[slice]:
     """Slices of at most ``chunk`` items covering segment ``i % p`` of bounds ``b``."""
     lo, hi = b[i % p], b[i % p + 1]
     return [slice(k, min(k + chunk, hi)) for k in range(lo, hi, chunk)]
@@ -53,7 +53,7 @@ def ring_allreduce_naive(ch: Channel, x: np.ndarray, op: str = "sum") -> Algorit
     return out
 
 
-def ring_reduce_scatter(ch: Channel, x: np.ndarray, acc: np.ndarray, b: List[int], op: str,
+def ring_reduce_scatter(ch: Channel, x: np.ndarray, acc: np.ndarray, b: Sequence[int], op: str,
                         shift: int, chunk: int, workspace: np.ndarray,
                         forward_last: bool = False, final: Optional[np.ndarray] = None
                         ) -> Algorithm:
@@ -87,7 +87,7 @@ def ring_reduce_scatter(ch: Channel, x: np.ndarray, acc: np.ndarray, b: List[int
     return sends
 
 
-def ring_gather(ch: Channel, out: np.ndarray, b: List[int], own: int, chunk: int,
+def ring_gather(ch: Channel, out: np.ndarray, b: Sequence[int], own: int, chunk: int,
                 sends: List[Any], own_sent: bool) -> Algorithm:
     """Circulate the segments around the ring until every rank has all of ``out``; rank r
     starts with segment ``own`` (already sent right if ``own_sent``)."""
@@ -120,7 +120,7 @@ def ring_allreduce(ch: Channel, x: np.ndarray, out: np.ndarray, op: str, chunk: 
     return (yield from ring_gather(ch, out, b, r + 1, chunk, sends, own_sent=True))
 
 
-def ring_reduce_scatter_full(ch: Channel, x: np.ndarray, acc: np.ndarray, b: List[int], op: str,
+def ring_reduce_scatter_full(ch: Channel, x: np.ndarray, acc: np.ndarray, b: Sequence[int], op: str,
                              chunk: int, workspace: np.ndarray, res: np.ndarray) -> Algorithm:
     """Ring reduce-scatter of flat ``x``: rank r's segment r (bounds ``b``) lands in flat
     ``res``; ``acc`` is scratch for the partial sums passing through."""
