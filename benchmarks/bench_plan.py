@@ -49,13 +49,18 @@ from needle.memory.estimator import estimate_module  # noqa: E402
 from needle.parallel import virtual  # noqa: E402
 from needle.parallel.comm.threads import ENV_VARS, threads_per_rank  # noqa: E402
 from needle.plan.bubble import pipeline_seconds  # noqa: E402
-from needle.plan.cluster import ClusterSpec, measure_alpha_beta  # noqa: E402
+from needle.plan.cluster import (  # noqa: E402
+    ClusterSpec,
+    measure_alpha_beta,
+    measure_core_sharing,
+)
 from needle.plan.comm import (  # noqa: E402
     Collective,
     comm_seconds,
     layout_collectives,
     step_bytes,
 )
+from needle.plan.core_sharing import sharing_factor  # noqa: E402
 from needle.plan.layout import Layout, Setup  # noqa: E402
 from needle.plan.memory import in_flight_microbatches  # noqa: E402
 from needle.plan.model import ModelSpec  # noqa: E402
@@ -305,21 +310,19 @@ def predict_lm(strategy: str, p: int, cluster: ClusterSpec, cost: StepCost
     return max(r[0] for r in ranks), step_bytes(cs), t, lay
 
 
-def _here(rate: float, ab: Dict[str, float], p: int) -> ClusterSpec:
-    """This machine as the planner sees it: ``rate`` FLOP/s per rank, the fitted alpha, beta.
-
-    ``rate`` is a one-rank run's with as many BLAS threads as each of the p ranks gets; the
-    p ranks' threads share the cores."""
-    cores = os.cpu_count() or 1
-    share = min(1.0, cores / (p * threads_per_rank(cores, p)))
+def _here(rate: float, ab: Dict[str, float], factor: float, p: int) -> ClusterSpec:
+    """This machine as the planner sees it: ``rate`` FLOP/s per rank, the fitted alpha, beta,
+    and efficiency 1 / ``factor``, the measured slowdown of synchronised work at p ranks
+    (``core_sharing``: 1.0 up to the cores, 2.1-2.6 for 4 ranks on 2 cores, where cores / p
+    would say 2)."""
     return ClusterSpec(1, p, 1e12, {"fp32": rate, "mixed": rate}, ab["alpha"], ab["beta"],
-                       ab["alpha"], ab["beta"], efficiency=share, name="here")
+                       ab["alpha"], ab["beta"], efficiency=1.0 / factor, name="here")
 
 
 def _median_ref(refs: List[Dict[str, Any]]) -> Dict[str, Any]:
     """One reference from a block's rounds: the median of each step time, with its spread."""
-    out = {"step_s": _median(refs, "step_s"), "spread": _spread(refs, "step_s"),
-           "gemm_flops": _median(refs, "gemm_flops")}
+    out = {k: _median(refs, k) for k in ("step_s", "gemm_flops", "sharing") if k in refs[0]}
+    out["spread"] = _spread(refs, "step_s")
     if "small" in refs[0]:
         out["small"] = _median_ref([r["small"] for r in refs])
     return out
@@ -335,41 +338,45 @@ def _spread(runs: List[Dict[str, Any]], key: str) -> float:
     return float((max(xs) - min(xs)) / np.median(xs))
 
 
-def _predict_time(s: str, p: int, ab: Dict[str, float], ref: Dict[str, Any]
+def _predict_time(s: str, p: int, ab: Dict[str, float], ref: Dict[str, Any], factor: float
                   ) -> Tuple[float, float, float]:
     """(peak, bytes per step, seconds) predicted for s at p ranks from the one-rank ``ref``
     (the strategy's own for a data-parallel s, the char transformer's for the others)."""
     if s in DP:
         peak, nbytes, flops, cs = predict_dp(s, p)
         rate = flops / ref["step_s"]  # the same per-rank batch as the reference
-        cl = _here(rate, ab, p)
+        cl = _here(rate, ab, factor, p)
         t = flops / (rate * cl.efficiency) + sum(comm_seconds(c, cl, Layout(dp=p)) for c in cs)
         return peak, nbytes, t
     cost = fit_step_cost(ref["step_s"], ref["small"]["step_s"])
-    peak, nbytes, t, _ = predict_lm(s, p, _here(1.0, ab, p), cost)
+    peak, nbytes, t, _ = predict_lm(s, p, _here(1.0, ab, factor, p), cost)
     return peak, nbytes, t
 
 
 def _row(s: str, p: int, meas: List[Dict[str, Any]], ab: Dict[str, float],
-         ref: Dict[str, Any]) -> Dict[str, Any]:
+         ref: Dict[str, Any], factor: float) -> Dict[str, Any]:
     """The figures of s at p ranks: its rounds' median step (and spread) against the
     prediction from the rounds' median one-rank reference."""
-    peak, nbytes, t = _predict_time(s, p, ab, ref)
+    peak, nbytes, t = _predict_time(s, p, ab, ref, factor)
     return {"strategy": s, "ranks": p, "peak_measured": max(max(m["peak"]) for m in meas),
             "peak_predicted": peak, "bytes_measured": max(max(m["bytes"]) for m in meas),
             "bytes_predicted": nbytes, "step_s_measured": _median(meas, "step_s"),
             "step_s_spread": _spread(meas, "step_s"), "step_s_rounds": [m["step_s"] for m in meas],
             "step_s_predicted": t, "step_s_one_rank": ref["step_s"],
-            "one_rank_spread": ref["spread"],
+            "one_rank_spread": ref["spread"], "core_sharing": factor,
             "gemm_ratio": _median(meas, "gemm_flops") / ref["gemm_flops"]}
 
 
-def _references(a: Any, threads: int) -> Dict[str, Dict[str, Any]]:
+def _references(a: Any, threads: int, p: int) -> Dict[str, Dict[str, Any]]:
     """One round of one-rank references: each data-parallel strategy's own step (its
     framework time, ZeRO's flattening, shard copies, the optimizer on flat shards, which
     neither FLOPs nor the alpha-beta model see, is in it), and the char transformer's at
-    batch 16 and 4, with the BLAS threads each rank of the runs gets."""
-    refs = {name: run_worker(name, 1, a.steps, a.timeout, threads) for name in DP + ("tp",)}
+    batch 16 and 4, with the BLAS threads each rank of the runs gets; and the slowdown of
+    synchronised synthetic work at p ranks (``core_sharing``)."""
+    curve = measure_core_sharing(p, threads)
+    refs = {"sharing": {"step_s": sharing_factor(curve), "curve": curve}}
+    refs.update({name: run_worker(name, 1, a.steps, a.timeout, threads)
+                 for name in DP + ("tp",)})
     refs["lm"] = refs.pop("tp")
     refs["lm"]["small"] = run_worker("tp", 1, a.steps, a.timeout, threads, ["--lm-batch", "4"])
     return refs
@@ -383,14 +390,17 @@ def _block(p: int, a: Any, threads: int) -> Tuple[Dict[str, Any], Dict[str, List
     refs: List[Dict[str, Any]] = []
     meas: Dict[str, List[Any]] = {s: [] for s in strategies}
     for _ in range(a.reps):
-        refs.append(_references(a, threads))
+        refs.append(_references(a, threads, p))
         for s in strategies:
             meas[s].append(run_worker(s, p, a.steps, a.timeout))
     return {k: _median_ref([r[k] for r in refs]) for k in refs[0]}, meas
 
 
 def _print_block(p: int, ref: Dict[str, Any], rows: List[Dict[str, Any]]) -> None:
-    lm = ref["lm"]
+    lm, sh = ref["lm"], ref["sharing"]
+    print(f"{p}-rank block: synchronised work {sh['step_s']:.2f}x slower than at one rank "
+          f"(core_sharing, median of the rounds, spread {sh['spread']:.0%}; cores / p would "
+          f"say {max(1.0, p / (os.cpu_count() or 1)):.2f}x)")
     c = fit_step_cost(lm["step_s"], lm["small"]["step_s"])
     print(f"{p}-rank block: one-rank char transformer {lm['step_s'] * 1e3:.1f} ms"
           f" (batch 16, spread {lm['spread']:.0%}), {lm['small']['step_s'] * 1e3:.1f} ms"
@@ -437,7 +447,9 @@ def main() -> None:
     rows: List[Dict[str, Any]] = []
     for p in a.ranks:
         ref, meas = _block(p, a, ref_threads)
-        block = [_row(s, p, ms, abs_[p], ref[s if s in DP else "lm"]) for s, ms in meas.items()]
+        factor = ref["sharing"]["step_s"]
+        block = [_row(s, p, ms, abs_[p], ref[s if s in DP else "lm"], factor)
+                 for s, ms in meas.items()]
         _print_block(p, ref, block)
         rows += block
     _rankings(rows)
