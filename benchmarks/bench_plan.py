@@ -1,7 +1,7 @@
 """needle.plan's predictions against runs under mpiexec: per-rank peak memory, bytes sent per
 step, step time, and the ranking of strategies, at 2 and 4 ranks.
 
-    python benchmarks/bench_plan.py [--ranks 2 4] [--steps 6] [--json out.json]
+    python benchmarks/bench_plan.py [--ranks 2 4] [--steps 6] [--reps 3] [--json out.json]
 
 Each strategy runs in ``plan_worker.py`` (the real strategies of apps/: DDP, ZeRO-1/2 and FSDP
 (ZeRO-3) on the course's MLPResNet for digits; TP, PP (1F1B, 4 microbatches) and 3D (dp 2 x
@@ -15,15 +15,21 @@ pp 2) on the character transformer). Predictions, made here without running the 
   microbatches 1F1B keeps in flight (``in_flight_microbatches``), the busiest stage;
 * bytes: needle's own rules (``needle_strategies``: DDP / ZeRO-1/2 buckets, FSDP units, TP
   blocks, PP sends and the loss broadcast, 3D's per-gradient dp allreduces);
-* time (``--cluster here``): one-rank runs of each model, again before each rank count's block,
-  with the BLAS threads each rank of the runs gets. DP: a rank's step is the strategy's own
-  one-rank step (its framework time included) over its share of the cores. TP / PP / 3D: the
+* time (``--cluster here``): one-rank runs of each model, with the BLAS threads each rank
+  of the runs gets, measured in every round of a rank count's block (``--reps`` rounds, each
+  the references then every strategy, so a row and its reference alternate in time; each
+  figure is the median of the rounds, printed with its spread (max - min) / median; each run
+  times ``--steps`` steps after 2 warm-up steps). DP: a rank's step is the strategy's own
+  one-rank step (its framework time included) times the core-sharing factor. TP / PP / 3D: the
   char transformer's one-rank step at batch 16 and 4 fits per-op and per-byte costs
   (``fit_step_cost``: the same ops, 4x fewer bytes), applied to each rank's own forward graph
-  (ops, bytes), per microbatch for a stage, backward twice the forward. Plus the alpha-beta time
-  of the predicted collectives (alpha, beta by ping-pong with that many ranks running; no
-  overlap: shared cores leave none); PP and 3D through the schedule simulator. numpy GEMM FLOP/s
-  are measured too (every rank at once, column "GEMM N/1": the rate at N ranks over the one-rank
+  (ops, bytes), per microbatch for a stage, backward twice the forward, times the factor. The
+  factor is measured, not cores / p: ``needle.plan.core_sharing``, synchronised needle work
+  (a small MLP's steps, then an allreduce) at p ranks against one rank, in every round (1.0
+  at 2 ranks, 2.2-2.4 for 4 ranks on 2 cores). Plus the alpha-beta time of the predicted
+  collectives (alpha, beta by ping-pong with that many ranks running; no overlap: shared
+  cores leave none); PP and 3D through the schedule simulator. numpy GEMM FLOP/s are
+  measured too (every rank at once, column "GEMM N/1": the rate at N ranks over the one-rank
   run's).
 """
 import argparse
