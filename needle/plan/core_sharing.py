@@ -12,12 +12,11 @@ alone) first. Run at 1 rank too: the factor is (T_p(n) - T_p(0)) / (T_1(n) - T_1
 Why measured and not cores / p: beyond the cores, a rank that waits gives its core to its
 core-mate, and once its message has come it runs again only when the core-mate's time slice
 ends (the scheduler does not preempt a running task for one that yielded); a collective of
-several rounds can be caught like that more than once; and while it waits it polls, and each
-poll that takes the core back from the computing core-mate costs that rank its caches. The
-CPU time of each rank grows (measured on the 2-core VM, 4 ranks: 3.5 ms of needle MLP steps
-per wait took 4.5-6.0 ms of CPU per rank, and the wall time was the ranks' CPU / cores,
-2.6-3.4x, not 2x). Pure NumPy chunks of small arrays, whose working set fits the caches, lost
-much less (2.1x). The loop is synthetic, never the strategy being predicted.
+several rounds can be caught like that more than once. Measured on the 2-core VM, 4 ranks:
+each rank's CPU time per step grew (3.3 ms of needle MLP steps per wait took 4.4-6.0 ms of
+CPU per rank) and the wall time was the ranks' CPU time / cores, 2.2-3.4x, not 2x; the
+factor grows with the wait's message rounds (8-byte allreduce 2.0-2.2x, 64 KiB 2.1-2.6x,
+128 KiB, a 6-round ring, 2.6-4.1x). The loop is synthetic, never the strategy predicted.
 """
 import json
 import sys
