@@ -13,10 +13,11 @@ Why measured and not cores / p: beyond the cores, a rank that waits gives its co
 core-mate, and once its message has come it runs again only when the core-mate's time slice
 ends (the scheduler does not preempt a running task for one that yielded); a collective of
 several rounds can be caught like that more than once. Measured on the 2-core VM, 4 ranks:
-each rank's CPU time per step grew (3.3 ms of needle MLP steps per wait took 4.4-6.0 ms of
+each rank's CPU time per step grew (3.5 ms of needle MLP steps per wait took 4.2-6.0 ms of
 CPU per rank) and the wall time was the ranks' CPU time / cores, 2.2-3.4x, not 2x; the
-factor grows with the wait's message rounds (8-byte allreduce 2.0-2.2x, 64 KiB 2.1-2.6x,
-128 KiB, a 6-round ring, 2.6-4.1x). The loop is synthetic, never the strategy predicted.
+factor grows with the wait's message rounds (NumPy chunks: 8-byte and 64 KiB allreduces, 2
+rounds of recursive doubling, 2.0-2.6x; MLP steps: 64 KiB 2.2-2.4x, 128 KiB, a 6-round ring,
+2.6-4.1x). The loop is synthetic, never the strategy predicted.
 """
 import json
 import sys
