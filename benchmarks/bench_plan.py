@@ -1,7 +1,7 @@
 """needle.plan's predictions against runs under mpiexec: per-rank peak memory, bytes sent per
 step, step time, and the ranking of strategies, at 2 and 4 ranks.
 
-    python benchmarks/bench_plan.py [--ranks 2 4] [--steps 6] [--json out.json]
+    python benchmarks/bench_plan.py [--ranks 2 4] [--steps 6] [--reps 3] [--json out.json]
 
 Each strategy runs in ``plan_worker.py`` (the real strategies of apps/: DDP, ZeRO-1/2 and FSDP
 (ZeRO-3) on the course's MLPResNet for digits; TP, PP (1F1B, 4 microbatches) and 3D (dp 2 x
@@ -15,15 +15,21 @@ pp 2) on the character transformer). Predictions, made here without running the 
   microbatches 1F1B keeps in flight (``in_flight_microbatches``), the busiest stage;
 * bytes: needle's own rules (``needle_strategies``: DDP / ZeRO-1/2 buckets, FSDP units, TP
   blocks, PP sends and the loss broadcast, 3D's per-gradient dp allreduces);
-* time (``--cluster here``): one-rank runs of each model, again before each rank count's block,
-  with the BLAS threads each rank of the runs gets. DP: a rank's step is the strategy's own
-  one-rank step (its framework time included) over its share of the cores. TP / PP / 3D: the
+* time (``--cluster here``): one-rank runs of each model, with the BLAS threads each rank
+  of the runs gets, measured in every round of a rank count's block (``--reps`` rounds, each
+  the references then every strategy, so a row and its reference alternate in time; each
+  figure is the median of the rounds, printed with its spread (max - min) / median; each run
+  times ``--steps`` steps after 2 warm-up steps). DP: a rank's step is the strategy's own
+  one-rank step (its framework time included) times the core-sharing factor. TP / PP / 3D: the
   char transformer's one-rank step at batch 16 and 4 fits per-op and per-byte costs
   (``fit_step_cost``: the same ops, 4x fewer bytes), applied to each rank's own forward graph
-  (ops, bytes), per microbatch for a stage, backward twice the forward. Plus the alpha-beta time
-  of the predicted collectives (alpha, beta by ping-pong with that many ranks running; no
-  overlap: shared cores leave none); PP and 3D through the schedule simulator. numpy GEMM FLOP/s
-  are measured too (every rank at once, column "GEMM N/1": the rate at N ranks over the one-rank
+  (ops, bytes), per microbatch for a stage, backward twice the forward, times the factor. The
+  factor is measured, not cores / p: ``needle.plan.core_sharing``, synchronised needle work
+  (a small MLP's steps, then an allreduce) at p ranks against one rank, in every round (1.0
+  at 2 ranks, 2.2-2.4 for 4 ranks on 2 cores). Plus the alpha-beta time of the predicted
+  collectives (alpha, beta by ping-pong with that many ranks running; no overlap: shared
+  cores leave none); PP and 3D through the schedule simulator. numpy GEMM FLOP/s are
+  measured too (every rank at once, column "GEMM N/1": the rate at N ranks over the one-rank
   run's).
 """
 import argparse
@@ -49,13 +55,18 @@ from needle.memory.estimator import estimate_module  # noqa: E402
 from needle.parallel import virtual  # noqa: E402
 from needle.parallel.comm.threads import ENV_VARS, threads_per_rank  # noqa: E402
 from needle.plan.bubble import pipeline_seconds  # noqa: E402
-from needle.plan.cluster import ClusterSpec, measure_alpha_beta  # noqa: E402
+from needle.plan.cluster import (  # noqa: E402
+    ClusterSpec,
+    measure_alpha_beta,
+    measure_core_sharing,
+)
 from needle.plan.comm import (  # noqa: E402
     Collective,
     comm_seconds,
     layout_collectives,
     step_bytes,
 )
+from needle.plan.core_sharing import sharing_factor  # noqa: E402
 from needle.plan.layout import Layout, Setup  # noqa: E402
 from needle.plan.memory import in_flight_microbatches  # noqa: E402
 from needle.plan.model import ModelSpec  # noqa: E402
@@ -305,41 +316,121 @@ def predict_lm(strategy: str, p: int, cluster: ClusterSpec, cost: StepCost
     return max(r[0] for r in ranks), step_bytes(cs), t, lay
 
 
-def _here(rate: float, ab: Dict[str, float], p: int) -> ClusterSpec:
-    """This machine as the planner sees it: ``rate`` FLOP/s per rank, the fitted alpha, beta.
-
-    ``rate`` is a one-rank run's with as many BLAS threads as each of the p ranks gets; the
-    p ranks' threads share the cores."""
-    cores = os.cpu_count() or 1
-    share = min(1.0, cores / (p * threads_per_rank(cores, p)))
+def _here(rate: float, ab: Dict[str, float], factor: float, p: int) -> ClusterSpec:
+    """This machine as the planner sees it: ``rate`` FLOP/s per rank, the fitted alpha, beta,
+    and efficiency 1 / ``factor``, the measured slowdown of synchronised work at p ranks
+    (``core_sharing``: 1.0 up to the cores, 2.1-2.6 for 4 ranks on 2 cores, where cores / p
+    would say 2)."""
     return ClusterSpec(1, p, 1e12, {"fp32": rate, "mixed": rate}, ab["alpha"], ab["beta"],
-                       ab["alpha"], ab["beta"], efficiency=share, name="here")
+                       ab["alpha"], ab["beta"], efficiency=1.0 / factor, name="here")
 
 
-def _row(s: str, p: int, a: Any, ab: Dict[str, float], ref: Dict[str, Any]) -> Dict[str, Any]:
-    """Run s at p ranks; predict it from ``ref`` (one-rank run of s for a data-parallel s,
-    of the model for the others); the figures."""
-    meas = run_worker(s, p, a.steps, a.timeout)
+def _median_ref(refs: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """One reference from a block's rounds: the median of each step time, with its spread."""
+    out = {k: _median(refs, k) for k in ("step_s", "gemm_flops", "sharing") if k in refs[0]}
+    out["spread"] = _spread(refs, "step_s")
+    if "small" in refs[0]:
+        out["small"] = _median_ref([r["small"] for r in refs])
+    return out
+
+
+def _median(runs: List[Dict[str, Any]], key: str) -> float:
+    return float(np.median([r[key] for r in runs]))
+
+
+def _spread(runs: List[Dict[str, Any]], key: str) -> float:
+    """(max - min) / median of ``key`` over the rounds: the run-to-run noise."""
+    xs = [r[key] for r in runs]
+    return float((max(xs) - min(xs)) / np.median(xs))
+
+
+def _predict_time(s: str, p: int, ab: Dict[str, float], ref: Dict[str, Any], factor: float
+                  ) -> Tuple[float, float, float]:
+    """(peak, bytes per step, seconds) predicted for s at p ranks from the one-rank ``ref``
+    (the strategy's own for a data-parallel s, the char transformer's for the others)."""
     if s in DP:
         peak, nbytes, flops, cs = predict_dp(s, p)
         rate = flops / ref["step_s"]  # the same per-rank batch as the reference
-        cl = _here(rate, ab, p)
+        cl = _here(rate, ab, factor, p)
         t = flops / (rate * cl.efficiency) + sum(comm_seconds(c, cl, Layout(dp=p)) for c in cs)
-    else:
-        cost = fit_step_cost(ref["step_s"], ref["small"]["step_s"])
-        peak, nbytes, t, _ = predict_lm(s, p, _here(1.0, ab, p), cost)
-    return {"strategy": s, "ranks": p, "peak_measured": max(meas["peak"]),
-            "peak_predicted": peak, "bytes_measured": max(meas["bytes"]),
-            "bytes_predicted": nbytes, "step_s_measured": meas["step_s"],
+        return peak, nbytes, t
+    cost = fit_step_cost(ref["step_s"], ref["small"]["step_s"])
+    peak, nbytes, t, _ = predict_lm(s, p, _here(1.0, ab, factor, p), cost)
+    return peak, nbytes, t
+
+
+def _row(s: str, p: int, meas: List[Dict[str, Any]], ab: Dict[str, float],
+         ref: Dict[str, Any], factor: float) -> Dict[str, Any]:
+    """The figures of s at p ranks: its rounds' median step (and spread) against the
+    prediction from the rounds' median one-rank reference."""
+    peak, nbytes, t = _predict_time(s, p, ab, ref, factor)
+    return {"strategy": s, "ranks": p, "peak_measured": max(max(m["peak"]) for m in meas),
+            "peak_predicted": peak, "bytes_measured": max(max(m["bytes"]) for m in meas),
+            "bytes_predicted": nbytes, "step_s_measured": _median(meas, "step_s"),
+            "step_s_spread": _spread(meas, "step_s"), "step_s_rounds": [m["step_s"] for m in meas],
             "step_s_predicted": t, "step_s_one_rank": ref["step_s"],
-            "gemm_ratio": meas["gemm_flops"] / ref["gemm_flops"]}
+            "one_rank_spread": ref["spread"], "core_sharing": factor,
+            "gemm_ratio": _median(meas, "gemm_flops") / ref["gemm_flops"]}
+
+
+def _references(a: Any, threads: int, p: int) -> Dict[str, Dict[str, Any]]:
+    """One round of one-rank references: each data-parallel strategy's own step (its
+    framework time, ZeRO's flattening, shard copies, the optimizer on flat shards, which
+    neither FLOPs nor the alpha-beta model see, is in it), and the char transformer's at
+    batch 16 and 4, with the BLAS threads each rank of the runs gets; and the slowdown of
+    synchronised synthetic work at p ranks (``core_sharing``)."""
+    curve = measure_core_sharing(p, threads)
+    refs = {"sharing": {"step_s": sharing_factor(curve), "curve": curve}}
+    refs.update({name: run_worker(name, 1, a.steps, a.timeout, threads)
+                 for name in DP + ("tp",)})
+    refs["lm"] = refs.pop("tp")
+    refs["lm"]["small"] = run_worker("tp", 1, a.steps, a.timeout, threads, ["--lm-batch", "4"])
+    return refs
+
+
+def _block(p: int, a: Any, threads: int) -> Tuple[Dict[str, Any], Dict[str, List[Any]]]:
+    """``a.reps`` rounds, each the one-rank references then every strategy at p ranks (so
+    a row and its reference alternate in time, A B A B, as the load drifts); the median
+    reference per model and every round's run per strategy."""
+    strategies = [s for s in DP + MP if s != "3d" or p == 4]
+    refs: List[Dict[str, Any]] = []
+    meas: Dict[str, List[Any]] = {s: [] for s in strategies}
+    for _ in range(a.reps):
+        refs.append(_references(a, threads, p))
+        for s in strategies:
+            meas[s].append(run_worker(s, p, a.steps, a.timeout))
+    return {k: _median_ref([r[k] for r in refs]) for k in refs[0]}, meas
+
+
+def _print_block(p: int, ref: Dict[str, Any], rows: List[Dict[str, Any]]) -> None:
+    lm, sh = ref["lm"], ref["sharing"]
+    print(f"{p}-rank block: synchronised work {sh['step_s']:.2f}x slower than at one rank "
+          f"(core_sharing, median of the rounds, spread {sh['spread']:.0%}; cores / p would "
+          f"say {max(1.0, p / (os.cpu_count() or 1)):.2f}x)")
+    c = fit_step_cost(lm["step_s"], lm["small"]["step_s"])
+    print(f"{p}-rank block: one-rank char transformer {lm['step_s'] * 1e3:.1f} ms"
+          f" (batch 16, spread {lm['spread']:.0%}), {lm['small']['step_s'] * 1e3:.1f} ms"
+          f" (batch 4): {c.per_op * 1e6:.1f} us per forward op, {c.per_byte * 1e9:.2f} ns per"
+          " graph byte (forward + backward)")
+    for r in rows:
+        print(f"{r['strategy']:<8}{p:>6}{r['peak_measured'] / 1e6:>11.2f}"
+              f"{r['peak_predicted'] / 1e6:>7.2f}{r['peak_predicted'] / r['peak_measured']:>7.2f}"
+              f"{r['bytes_measured']:>12,.0f}{r['bytes_predicted']:>12,.0f}"
+              f"{r['bytes_predicted'] / max(r['bytes_measured'], 1):>7.3f}"
+              f"{r['step_s_measured'] * 1e3:>10.1f}{r['step_s_spread']:>8.0%}"
+              f"{r['step_s_predicted'] * 1e3:>8.1f}"
+              f"{r['step_s_predicted'] / r['step_s_measured']:>7.2f}"
+              f"{r['step_s_one_rank'] * 1e3:>8.1f}{r['one_rank_spread']:>8.0%}"
+              f"{r['gemm_ratio']:>9.2f}", flush=True)
 
 
 def main() -> None:
     """Measure, predict, print the table and the rankings."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
-    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--steps", type=int, default=6, help="timed steps per run (after warm-up)")
+    ap.add_argument("--reps", type=int, default=3,
+                    help="rounds per rank count: references, then every strategy")
     ap.add_argument("--timeout", type=float, default=240)
     ap.add_argument("--json", default="")
     a = ap.parse_args()
@@ -354,44 +445,27 @@ def main() -> None:
     # (comm.threads: cores // ranks, 1 here), not the cores-many a lone process starts: two
     # OpenBLAS threads on these small matmuls made a 1-rank step 10x slower than one thread.
     ref_threads = threads_per_rank(os.cpu_count() or 1, min(a.ranks))
+    print(f"{a.reps} rounds per rank count, each {a.steps} timed steps after 2 warm-up steps;"
+          " step ms: the median of the rounds, spread (max - min) / median")
+    print(f"{'strategy':<8}{'ranks':>6}{'peak MB':>11}{'pred':>7}{'ratio':>7}{'bytes/step':>12}"
+          f"{'pred':>12}{'ratio':>7}{'step ms':>10}{'spread':>8}{'pred':>8}{'ratio':>7}"
+          f"{'1-rank':>8}{'spread':>8}{'GEMM N/1':>9}")
     rows: List[Dict[str, Any]] = []
-    print(f"{'strategy':<8}{'ranks':>6}{'peak MB meas':>14}{'pred':>9}{'ratio':>7}"
-          f"{'bytes/step meas':>17}{'pred':>12}{'ratio':>8}{'step ms meas':>14}{'pred':>9}"
-          f"{'ratio':>7}{'1-rank ms':>10}{'GEMM N/1':>9}")
     for p in a.ranks:
-        # the one-rank references again before each rank count's block (interleaved: the
-        # load drifts over the run), one per model, so that strategies of a family compare
-        # against the same reference
-        # a data-parallel strategy's reference is its own step at one rank: the framework
-        # time of its code (ZeRO's flattening, shard copies, the optimizer on flat shards),
-        # which neither FLOPs nor the alpha-beta model see, is in it
-        refs = {name: run_worker(name, 1, a.steps, a.timeout, ref_threads)
-                for name in DP + ("tp",)}
-        refs["lm"] = refs.pop("tp")
-        refs["lm"]["small"] = run_worker("tp", 1, a.steps, a.timeout, ref_threads,
-                                         ["--lm-batch", "4"])
-        c = fit_step_cost(refs["lm"]["step_s"], refs["lm"]["small"]["step_s"])
-        print(f"{p}-rank block: one-rank char transformer {refs['lm']['step_s'] * 1e3:.1f} ms"
-              f" (batch 16), {refs['lm']['small']['step_s'] * 1e3:.1f} ms (batch 4): "
-              f"{c.per_op * 1e6:.1f} us per forward op, {c.per_byte * 1e9:.2f} ns per graph "
-              f"byte (forward + backward)", flush=True)
-        for s in DP + MP:
-            if s == "3d" and p != 4:
-                continue
-            r = _row(s, p, a, abs_[p], refs[s if s in DP else "lm"])
-            rows.append(r)
-            print(f"{s:<8}{p:>6}{r['peak_measured'] / 1e6:>14.2f}{r['peak_predicted'] / 1e6:>9.2f}"
-                  f"{r['peak_predicted'] / r['peak_measured']:>7.2f}"
-                  f"{r['bytes_measured']:>17,.0f}{r['bytes_predicted']:>12,.0f}"
-                  f"{r['bytes_predicted'] / max(r['bytes_measured'], 1):>8.3f}"
-                  f"{r['step_s_measured'] * 1e3:>14.1f}{r['step_s_predicted'] * 1e3:>9.1f}"
-                  f"{r['step_s_predicted'] / r['step_s_measured']:>7.2f}"
-                  f"{r['step_s_one_rank'] * 1e3:>10.1f}{r['gemm_ratio']:>9.2f}", flush=True)
+        ref, meas = _block(p, a, ref_threads)
+        factor = ref["sharing"]["step_s"]
+        block = [_row(s, p, ms, abs_[p], ref[s if s in DP else "lm"], factor)
+                 for s, ms in meas.items()]
+        _print_block(p, ref, block)
+        rows += block
     _rankings(rows)
+    within = sum(abs(r["step_s_predicted"] / r["step_s_measured"] - 1) <= 0.25 for r in rows)
+    print(f"step time within 25%: {within} of {len(rows)}")
     load_end = os.getloadavg()
     print(f"load average at the end {load_end[0]:.1f} (1 min), {load_end[1]:.1f} (5 min)")
     if a.json:
         Path(a.json).write_text(json.dumps({"load": load, "load_end": load_end,
+                                            "reps": a.reps, "steps": a.steps,
                                             "alpha_beta": abs_, "rows": rows}, indent=1))
 
 

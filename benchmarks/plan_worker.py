@@ -1,7 +1,10 @@
 """One strategy under mpiexec for ``bench_plan.py``: per-rank peak memory, ledger bytes per step,
 median step time, and this rank's GEMM FLOP/s measured while every rank measures at once.
 
-    mpiexec -n 2 python benchmarks/plan_worker.py ddp out.json [--steps 6]
+    mpiexec -n 2 python benchmarks/plan_worker.py ddp out.json [--steps 6] [--warmup 2]
+
+A rank's step time is the median of ``steps`` timed steps after ``warmup`` untimed ones (the
+first steps allocate the optimizer state and the buffers); the job's is the slowest rank's.
 """
 import argparse
 import json
@@ -37,7 +40,7 @@ def _dp_args(strategy: str) -> Any:
                            device=ndl.cpu(), no_progress=True)
 
 
-def data_parallel(comm: Any, strategy: str, steps: int) -> Dict[str, Any]:
+def data_parallel(comm: Any, strategy: str, steps: int, warmup: int) -> Dict[str, Any]:
     """DDP / ZeRO-1/2 / FSDP on the course's MLPResNet (apps' digits task)."""
     args = _dp_args(strategy)
     task = dps.TASKS["digits"](args, args.device)
@@ -47,12 +50,13 @@ def data_parallel(comm: Any, strategy: str, steps: int) -> Dict[str, Any]:
         model = task.model(args.seed + comm.rank)
         net, opt = dps.WRAPPERS[args.strategy](model, comm, args)
         batches = task.batches(comm.rank, comm.size)
-        comm.ledger.reset()
-        for _ in range(steps):
+        for i in range(warmup + steps):
+            if i == warmup:
+                comm.ledger.reset()
             x, y = next(batches)
             dps._timed_step(task, net, opt, x, y, times)
     return {"peak": tracker.peak_bytes, "bytes": comm.ledger.total() / steps,
-            "step_s": float(np.median(times[1:]))}
+            "step_s": float(np.median(times[warmup:]))}
 
 
 def _lm_step(comm: Any, strategy: str) -> Any:
@@ -77,7 +81,7 @@ def _lm_step(comm: Any, strategy: str) -> Any:
     return step, pipe.parameters(), mesh
 
 
-def model_parallel(comm: Any, strategy: str, steps: int) -> Dict[str, Any]:
+def model_parallel(comm: Any, strategy: str, steps: int, warmup: int) -> Dict[str, Any]:
     """TP / PP / 3D (dp 2 x pp 2) on the character transformer of apps/."""
     tracker = MemoryTracker(ndl.cpu())
     times: List[float] = []
@@ -85,9 +89,9 @@ def model_parallel(comm: Any, strategy: str, steps: int) -> Dict[str, Any]:
         step, params, mesh = _lm_step(comm, strategy)
         opt = ndl.optim.Adam(params, lr=LM["lr"])
         comms = [comm, mesh.tp, mesh.pp, mesh.dp]
-        for c in comms:
-            c.ledger.reset()
-        for i in range(steps):
+        for i in range(warmup + steps):
+            for c in comms if i == warmup else ():
+                c.ledger.reset()
             t0 = time.perf_counter()
             opt.reset_grad()
             step(i)
@@ -100,10 +104,10 @@ def model_parallel(comm: Any, strategy: str, steps: int) -> Dict[str, Any]:
             times.append(time.perf_counter() - t0)
     sent = sum(c.ledger.total() for c in comms)
     return {"peak": tracker.peak_bytes, "bytes": sent / steps,
-            "step_s": float(np.median(times[1:]))}
+            "step_s": float(np.median(times[warmup:]))}
 
 
-RUNNERS: Dict[str, Callable[[Any, str, int], Dict[str, Any]]] = {
+RUNNERS: Dict[str, Callable[[Any, str, int, int], Dict[str, Any]]] = {
     **{k: data_parallel for k in DATA_PARALLEL}, **{k: model_parallel for k in MESH}}
 
 
@@ -112,7 +116,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("strategy", choices=sorted(RUNNERS))
     ap.add_argument("out")
-    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--steps", type=int, default=6, help="timed steps")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed steps before them")
     ap.add_argument("--lm-batch", type=int, default=LM["batch"],
                     help="sequences per step of tp / pp / 3d")
     a = ap.parse_args()
@@ -120,7 +125,7 @@ def main() -> None:
     comm = communicator.create()
     comm.barrier()
     flops = measure_gemm_flops(seconds=0.3)   # every rank at once: the cores are shared
-    res = RUNNERS[a.strategy](comm, a.strategy, a.steps)
+    res = RUNNERS[a.strategy](comm, a.strategy, a.steps, a.warmup)
     rows = comm.allgather(np.array([[res["peak"], res["bytes"], res["step_s"], flops]]))
     if comm.rank == 0:
         Path(a.out).write_text(json.dumps({

@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Dict
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
@@ -102,21 +102,40 @@ def measure_gemm_flops(n: int = 256, dtype: str = "float32", seconds: float = 0.
     return 2.0 * n ** 3 / best
 
 
+def _run_json(script: str, ranks: int, timeout: float, threads: int = 0) -> Any:
+    """Run ``script out.json`` under ``mpiexec -n ranks`` (``threads``: BLAS/OpenMP threads
+    per rank, 0 for needle's choice); the JSON it wrote."""
+    exe = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    exe = exe if os.path.exists(exe) else "mpiexec"
+    root = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+    if threads:
+        env.update(dict.fromkeys(("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                  "MKL_NUM_THREADS"), str(threads)))
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "fit.json")
+        subprocess.run([exe, "-n", str(ranks), sys.executable, script, out],
+                       check=True, timeout=timeout, capture_output=True, env=env)
+        with open(out) as f:
+            return json.load(f)
+
+
 def measure_alpha_beta(ranks: int, timeout: float = 60.0) -> Dict[str, float]:
     """alpha, beta of MPI messages and the per-rank GEMM FLOP/s of ``ranks`` processes."""
     from . import pingpong
-    exe = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    exe = exe if os.path.exists(exe) else "mpiexec"
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "fit.json")
-        subprocess.run([exe, "-n", str(ranks), sys.executable, pingpong.__file__, out],
-                       check=True, timeout=timeout, capture_output=True,
-                       env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                           [os.path.dirname(os.path.dirname(os.path.dirname(__file__)))]
-                           + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
-                              if p])})
-        with open(out) as f:
-            return json.load(f)
+    return _run_json(pingpong.__file__, ranks, timeout)
+
+
+def measure_core_sharing(ranks: int, threads: int = 1, timeout: float = 120.0
+                         ) -> List[Tuple[float, float]]:
+    """(w, factor) pairs: how much longer a compute chunk of w seconds followed by a wait
+    for every rank takes at ``ranks`` ranks than at one (``core_sharing``); the one-rank run
+    with ``threads`` BLAS threads, as each of the ranks gets."""
+    from . import core_sharing
+    one = _run_json(core_sharing.__file__, 1, timeout, threads)["seconds"]
+    many = _run_json(core_sharing.__file__, ranks, timeout)["seconds"]
+    return core_sharing.slowdown_curve(one, many)
 
 
 def measure_here(ranks: int = 2, mpi: bool = True) -> ClusterSpec:
