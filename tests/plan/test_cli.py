@@ -1,5 +1,6 @@
 """``python -m needle.plan``: the table, --all and --json."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -55,6 +56,19 @@ def test_cluster_here_measures_this_machine():
     assert here.gpus == 2 and here.peak_flops["fp32"] > 1e6
     assert 0 < here.intra_alpha < 1e-2 and 0 < here.intra_beta < 1e-6
     assert here.overlap is False
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_cluster_here_beyond_the_cores_measures_core_sharing():
+    """More ranks than cores: --cluster here's efficiency is 1 / the measured slowdown of
+    synchronised work (core_sharing), not 1 (each launch bounded by its timeout)."""
+    mpiexec()
+    ranks = len(os.sched_getaffinity(0)) + 1
+    if ranks > 8:
+        pytest.skip(f"{ranks - 1} cores: {ranks} ranks would take too long here")
+    here = measure_here(ranks)
+    assert here.gpus == ranks and 0 < here.efficiency < 1
 
 
 def test_from_module_counts_each_parameter_once():
