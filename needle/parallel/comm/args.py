@@ -8,6 +8,7 @@ Every error names the argument, its value, the calling rank and the call, e.g.
 ``broadcast(root=5): root must be a rank of this communicator, 0..1 (rank 0 of 2)``.
 """
 import numbers
+import os
 from typing import Any, Optional
 
 import numpy as np
@@ -86,6 +87,21 @@ def check_int(call: str, name: str, value: Any, rank: int, size: int) -> int:
         raise TypeError(f"{_where(call, name, value, rank, size)}: {name} must be an int, not "
                         f"{type(value).__name__}")
     return int(value)
+
+
+def env_bytes(name: str, default: int, minimum: int = 0) -> int:
+    """A byte count from environment variable ``name`` (``default`` when unset): an integer
+    of at least ``minimum``, else an error naming the variable and what it holds."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a number of bytes, got {raw!r}") from None
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum} bytes, got {raw!r}")
+    return value
 
 
 def check_timeout(timeout: Any, env: str = "NEEDLE_COMM_TIMEOUT") -> float:

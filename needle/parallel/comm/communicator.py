@@ -80,7 +80,10 @@ class Communicator(PointToPoint):
         self.transport = self._t
         self.rank: int = self._t.rank
         self.size: int = self._t.size
-        self.chunk_bytes = int(chunk_bytes or os.environ.get("NEEDLE_RING_CHUNK", str(1 << 20)))
+        self.chunk_bytes = int(chunk_bytes) if chunk_bytes is not None else \
+            args.env_bytes("NEEDLE_RING_CHUNK", 1 << 20, minimum=1)
+        if self.chunk_bytes < 1:
+            raise ValueError(f"chunk_bytes must be at least 1 byte, got {chunk_bytes!r}")
         self.stats: Dict[str, Stat] = {}
         self.ledger = Ledger()
         self._regions = Regions()

@@ -16,9 +16,9 @@ algorithms of each collective side by side and prints the value to put here (or 
 environment variable named beside it); the figures behind the defaults are in
 ``benchmarks/README.md``.
 """
-import os
 from typing import Callable, Hashable, Optional, Sequence
 
+from .args import env_bytes
 from .hierarchical import worthwhile
 
 ALGORITHMS = {
@@ -31,12 +31,12 @@ ALGORITHMS = {
 }
 
 # Allreduce messages up to this many bytes use recursive doubling (override for experiments).
-ALLREDUCE_SMALL = int(os.environ.get("NEEDLE_ALLREDUCE_SMALL", 64 * 1024))
+ALLREDUCE_SMALL = env_bytes("NEEDLE_ALLREDUCE_SMALL", 64 * 1024)
 # Allgathers with an output up to this many bytes use recursive doubling when p is a power of
 # two (its messages carry the argument check; the ring's copies are fewer for large outputs).
-ALLGATHER_SMALL = int(os.environ.get("NEEDLE_ALLGATHER_SMALL", 64 * 1024))
+ALLGATHER_SMALL = env_bytes("NEEDLE_ALLGATHER_SMALL", 64 * 1024)
 # Reduce-scatters with an input up to this many bytes use recursive halving (p a power of two).
-REDUCE_SCATTER_SMALL = int(os.environ.get("NEEDLE_REDUCE_SCATTER_SMALL", 64 * 1024))
+REDUCE_SCATTER_SMALL = env_bytes("NEEDLE_REDUCE_SCATTER_SMALL", 64 * 1024)
 # The algorithms that need a power-of-two number of ranks.
 POWER_OF_TWO = {("allgather", "recursive_doubling"), ("reduce_scatter", "recursive_halving")}
 

@@ -87,3 +87,38 @@ def test_split_key_and_timeout_are_checked(monkeypatch):
     monkeypatch.setenv("NEEDLE_COMM_TIMEOUT", "abc")
     with pytest.raises(ValueError, match="got 'abc' \\(NEEDLE_COMM_TIMEOUT\\)"):
         virtual.run(2, _split_with_a_str_key)
+
+
+def _nothing(comm):
+    return comm.rank
+
+
+def _zero_chunk(comm):
+    from needle.parallel.comm.communicator import Communicator
+    Communicator(comm.transport, chunk_bytes=0)
+
+
+def test_ring_chunk_and_thresholds_from_the_environment_are_checked(monkeypatch):
+    """NEEDLE_RING_CHUNK / NEEDLE_*_SMALL that are not byte counts raise naming the variable
+    (they used to raise int()'s own message, or fall back silently for 0)."""
+    import importlib
+
+    from needle.parallel import RankFailedError, virtual
+    from needle.parallel.comm import args, select
+    bad = (ValueError, RankFailedError)
+    for raw, why in (("", "number of bytes"), ("1M", "number of bytes"), ("0", "at least 1")):
+        monkeypatch.setenv("NEEDLE_RING_CHUNK", raw)
+        with pytest.raises(bad, match=f"NEEDLE_RING_CHUNK must be.*{why}"):
+            virtual.run(2, _nothing)
+    monkeypatch.delenv("NEEDLE_RING_CHUNK")
+    assert virtual.run(2, _nothing) == [0, 1]
+    with pytest.raises(bad, match="chunk_bytes must be at least 1 byte, got 0"):
+        virtual.run(2, _zero_chunk)
+    monkeypatch.setenv("NEEDLE_ALLGATHER_SMALL", "big")
+    with pytest.raises(ValueError, match="NEEDLE_ALLGATHER_SMALL must be a number of bytes"):
+        importlib.reload(select)
+    monkeypatch.setenv("NEEDLE_ALLGATHER_SMALL", "1024")
+    assert importlib.reload(select).ALLGATHER_SMALL == 1024
+    monkeypatch.delenv("NEEDLE_ALLGATHER_SMALL")
+    importlib.reload(select)
+    assert args.env_bytes("NEEDLE_NOT_SET_ANYWHERE", 7) == 7
