@@ -80,10 +80,11 @@ class Communicator(PointToPoint):
         self.transport = self._t
         self.rank: int = self._t.rank
         self.size: int = self._t.size
-        self.chunk_bytes = int(chunk_bytes) if chunk_bytes is not None else \
-            args.env_bytes("NEEDLE_RING_CHUNK", 1 << 20, minimum=1)
-        if self.chunk_bytes < 1:
+        if chunk_bytes is None:
+            chunk_bytes = args.env_bytes("NEEDLE_RING_CHUNK", 1 << 20, minimum=1)
+        elif int(chunk_bytes) < 1:
             raise ValueError(f"chunk_bytes must be at least 1 byte, got {chunk_bytes!r}")
+        self.chunk_bytes = int(chunk_bytes)
         self.stats: Dict[str, Stat] = {}
         self.ledger = Ledger()
         self._regions = Regions()
