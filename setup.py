@@ -22,6 +22,9 @@ setup(
                 "nvidia-cuda-cccl-cu12",
                 "coverage>=7", "nbclient>=0.7", "nbformat>=5", "ipykernel>=6", "matplotlib>=3.5",
                 # the course's public tests take numerical gradients with numdifftools
-                "numdifftools>=0.9"],
+                "numdifftools>=0.9",
+                # real CuPy imports without a GPU: tests/backend_cuda/test_cupy_contract.py
+                # checks the backend's and the emulator's CuPy calls against it
+                "cupy-cuda12x>=13"],
     },
 )

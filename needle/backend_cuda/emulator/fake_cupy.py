@@ -9,9 +9,11 @@ parameter types (see ``elementwise.py``). cuBLAS and CuPy's ufuncs are NumPy's: 
 CPU's math library, not the GPU's.
 """
 import ctypes
+import os
+import threading
 import types
 import weakref
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -28,28 +30,50 @@ globals().update({name: getattr(np, name) for name in _NUMPY_FUNCTIONS})
 _ATTRIBUTES = {"MultiProcessorCount": 132, "MaxThreadsPerBlock": 1024,
                "MaxSharedMemoryPerBlock": 48 * 1024, "WarpSize": 32}
 _COMPUTE_CAPABILITY = "90"
+DEVICES_ENV = "NEEDLE_CUDA_EMULATOR_DEVICES"
+
+
+def _device_count() -> int:
+    """Emulated devices: ``NEEDLE_CUDA_EMULATOR_DEVICES`` (default 1), read on each call."""
+    raw = os.environ.get(DEVICES_ENV, "").strip() or "1"
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"{DEVICES_ENV}={raw!r}; expected a whole number of devices >= 1")
+    return int(raw)
+
+
+# The current device of each thread, as the CUDA runtime keeps one per host thread.
+_STATE = threading.local()
+
+
+def _current() -> int:
+    return getattr(_STATE, "device", 0)
+
+
+def _set_current(index: int) -> None:
+    _STATE.device = index
 
 
 class MemoryPool:
-    """Bytes of live stand-in buffers (no caching: freed bytes go back to the OS at once)."""
+    """Bytes of live stand-in buffers on each device, read for the current device as CuPy's
+    pool does (no caching: freed bytes go back to the OS at once)."""
 
     def __init__(self) -> None:
-        self._used = 0
+        self._used: Dict[int, int] = {}
 
-    def _track(self, owner: np.ndarray) -> None:
-        self._used += owner.nbytes
-        weakref.finalize(owner, self._release, owner.nbytes)
+    def _track(self, owner: np.ndarray, device_id: int) -> None:
+        self._used[device_id] = self._used.get(device_id, 0) + owner.nbytes
+        weakref.finalize(owner, self._release, owner.nbytes, device_id)
 
-    def _release(self, nbytes: int) -> None:
-        self._used -= nbytes
+    def _release(self, nbytes: int, device_id: int) -> None:
+        self._used[device_id] -= nbytes
 
     def used_bytes(self) -> int:
-        """Bytes held by live buffers."""
-        return self._used
+        """Bytes held by live buffers on the current device."""
+        return self._used.get(_current(), 0)
 
     def total_bytes(self) -> int:
-        """Bytes reserved by the pool (== used: nothing is cached)."""
-        return self._used
+        """Bytes reserved by the pool on the current device (== used: nothing is cached)."""
+        return self.used_bytes()
 
     def free_bytes(self) -> int:
         """Cached free bytes (always 0)."""
@@ -70,11 +94,11 @@ def get_default_memory_pool() -> MemoryPool:
 class MemoryPointer:
     """A device address (here a host address) inside an owning buffer."""
 
-    def __init__(self, owner: np.ndarray, ptr: int):
-        self.mem, self.ptr, self.device_id = owner, ptr, 0
+    def __init__(self, owner: np.ndarray, ptr: int, device_id: int = 0):
+        self.mem, self.ptr, self.device_id = owner, ptr, device_id
 
     def __add__(self, offset: int) -> "MemoryPointer":
-        return MemoryPointer(self.mem, self.ptr + int(offset))
+        return MemoryPointer(self.mem, self.ptr + int(offset), self.device_id)
 
 
 def _root(a: np.ndarray) -> np.ndarray:
@@ -90,18 +114,25 @@ def _address(a: np.ndarray) -> int:
 class ndarray(np.ndarray):
     """A device array: a NumPy array on host memory with CuPy's ``.data.ptr``, get and set."""
 
+    _device_id: int = 0  # the emulated device holding the buffer (set per instance)
+
     def __new__(cls, shape: Any, dtype: Any = float, memptr: Optional[MemoryPointer] = None,
                 strides: Optional[Sequence[int]] = None) -> "ndarray":
         if memptr is None:
             return np.ndarray.__new__(cls, shape, dtype, strides=strides)
         root = memptr.mem
         flat = np.ndarray.__new__(np.ndarray, (root.nbytes,), np.uint8, buffer=root)
-        return np.ndarray.__new__(cls, shape, dtype, buffer=flat,
+        view = np.ndarray.__new__(cls, shape, dtype, buffer=flat,
                                   offset=memptr.ptr - _address(root), strides=strides)
+        view._device_id = memptr.device_id
+        return view
 
     def __array_finalize__(self, obj: Any) -> None:
-        if self.base is None:  # a new allocation (not a view): count it in the pool
-            _POOL._track(self)
+        if self.base is None:  # a new allocation (not a view): on the current device
+            self._device_id = _current()
+            _POOL._track(self, self._device_id)
+        else:
+            self._device_id = getattr(obj, "_device_id", _current())
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
         out = kwargs.get("out", ())
@@ -118,12 +149,12 @@ class ndarray(np.ndarray):
     @property
     def data(self) -> MemoryPointer:  # type: ignore[override]
         """The buffer's address (CuPy's ``MemoryPointer``)."""
-        return MemoryPointer(_root(self), _address(self))
+        return MemoryPointer(_root(self), _address(self), self._device_id)
 
     @property
     def device(self) -> "Device":  # type: ignore[override]
-        """The device holding the buffer (always device 0)."""
-        return Device(0)
+        """The device holding the buffer."""
+        return Device(self._device_id)
 
     def get(self) -> np.ndarray:
         """A NumPy copy on the host."""
@@ -141,8 +172,13 @@ class ndarray(np.ndarray):
 
 
 def _check_device(x: Any, where: str) -> None:
-    """CuPy refuses host arrays where device arrays go (implicit transfers are errors)."""
-    if isinstance(x, np.ndarray) and not isinstance(x, ndarray):
+    """CuPy refuses host arrays where device arrays go (implicit transfers are errors), and
+    arrays of another device than the current one (a GPU kernel cannot read them)."""
+    if isinstance(x, ndarray):
+        if x._device_id != _current():
+            raise ValueError(f"{where}: array device must be same as the current device: "
+                             f"array device = {x._device_id} while current = {_current()}")
+    elif isinstance(x, np.ndarray):
         raise TypeError(f"{where}: Unsupported type {type(x)} (a host array where a device "
                         f"array is expected)")
 
@@ -152,8 +188,8 @@ def _to_device(res: Any) -> Any:
         return tuple(_to_device(r) for r in res)
     if isinstance(res, np.ndarray) and not isinstance(res, ndarray):
         if res.base is None:
-            _POOL._track(res)
-        return res.view(ndarray)
+            _POOL._track(res, _current())
+        return res.view(ndarray)  # on the current device (__array_finalize__)
     return res
 
 
@@ -172,16 +208,16 @@ def asarray(a: Any, dtype: Any = None) -> ndarray:
     return out
 
 
-def copyto(dst: ndarray, src: Any, where: Any = True) -> None:
+def copyto(dst: ndarray, src: Any, casting: str = "same_kind", where: Any = None) -> None:
     """``numpy.copyto`` between device arrays."""
     for x in (dst, src, where):
         _check_device(x, "cupy.copyto")
-    np.copyto(dst, src, where=where)
+    np.copyto(dst, src, casting=casting, where=True if where is None else where)
 
 
-def from_dlpack(obj: Any) -> ndarray:
+def from_dlpack(array: Any) -> ndarray:
     """A device array over a DLPack producer's host memory (kDLCPU only: the device is host)."""
-    return np.from_dlpack(obj).view(ndarray)
+    return np.from_dlpack(array).view(ndarray)
 
 
 def _as_strided(x: ndarray, shape: Tuple[int, ...], strides: Tuple[int, ...]) -> ndarray:
@@ -193,37 +229,47 @@ lib = types.SimpleNamespace(stride_tricks=types.SimpleNamespace(as_strided=_as_s
 
 # ---------------------------------------------------------------------- cupy.cuda
 class Device:
-    """``cupy.cuda.Device``: a context manager selecting the (single) emulated device."""
+    """``cupy.cuda.Device``: one of ``_device_count()`` emulated devices (H100-like numbers);
+    as a context manager it makes itself current and restores the previous one on exit."""
 
-    def __init__(self, index: int = 0):
-        if index != 0:
-            raise RuntimeError(f"cudaErrorInvalidDevice: invalid device ordinal {index} "
-                               f"(the emulator has one device)")
+    def __init__(self, device: Optional[int] = None):
+        index = _current() if device is None else int(device)
+        if not 0 <= index < _device_count():
+            raise RuntimeError(f"cudaErrorInvalidDevice: invalid device ordinal {index} (the "
+                               f"emulator has {_device_count()}; {DEVICES_ENV} sets the count)")
         self.id = index
         self.attributes = dict(_ATTRIBUTES)
         self.compute_capability = _COMPUTE_CAPABILITY
+        self._previous: List[int] = []
 
     def __enter__(self) -> "Device":
+        self._previous.append(_current())
+        _set_current(self.id)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        return None
+        _set_current(self._previous.pop())
 
     def use(self) -> None:
-        """Make this the current device (it always is)."""
+        """Make this the current device of the calling thread."""
+        _set_current(self.id)
+
+    def __repr__(self) -> str:
+        return f"<CUDA Device {self.id} (emulated)>"
 
 
 class _Stream:
     ptr = 0  # the default stream
 
 
-def _device_count() -> int:
-    return 1
+def _get_current_stream(device_id: int = -1) -> _Stream:
+    return _Stream()
 
 
 cuda = types.SimpleNamespace(
     Device=Device, runtime=types.SimpleNamespace(getDeviceCount=_device_count),
-    get_current_stream=_Stream, device=types.SimpleNamespace(get_cublas_handle=lambda: 0))
+    get_current_stream=_get_current_stream,
+    device=types.SimpleNamespace(get_cublas_handle=lambda: 0))
 
 
 # ---------------------------------------------------------------------- cupyx, cuBLAS
@@ -281,7 +327,7 @@ class RawKernel:
     def __init__(self, function: Any, name: str):
         self._function, self.name = function, name
 
-    def __call__(self, grid: Sequence[int], block: Sequence[int], args: Sequence[Any],
+    def __call__(self, grid: Sequence[int], block: Sequence[int], args: Sequence[Any], *,
                  shared_mem: int = 0) -> None:
         for x in args:
             _check_device(x, f"kernel {self.name}")
@@ -291,7 +337,7 @@ class RawKernel:
 class RawModule:
     """``cupy.RawModule(code=..., options=..., name_expressions=...)`` built by the emulator."""
 
-    def __init__(self, code: str, options: Sequence[str] = (),
+    def __init__(self, code: str, *, options: Sequence[str] = (),
                  name_expressions: Sequence[str] = ()):
         from .module import load_module
         self._module = load_module(code, tuple(name_expressions), options=tuple(options))
