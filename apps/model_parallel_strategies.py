@@ -108,6 +108,17 @@ def char_transformer(args: Any, vocab: int, tp_comm: Any) -> List[nn.Module]:
     return [Embed(vocab, d, args.seq_len, tp_comm), *blocks, Head(d, vocab, tp_comm)]
 
 
+def _device(args: Any) -> Any:
+    """The device ``apps/train_parallel.py --device`` picked for this rank (CPU alone)."""
+    return getattr(args, "device", None) or ndl.cpu()
+
+
+def _placed(modules: List[nn.Module], args: Any) -> List[nn.Module]:
+    """``modules`` moved to this rank's device (built on the CPU: the same seed everywhere)."""
+    dev = _device(args)
+    return modules if dev == ndl.cpu() else [m.to(dev) for m in modules]
+
+
 def _loss_fn(tp_comm: Any) -> Callable[[ndl.Tensor, ndl.Tensor], ndl.Tensor]:
     def loss(logits: ndl.Tensor, y: ndl.Tensor) -> ndl.Tensor:
         return vocab_parallel_cross_entropy(logits, y.numpy().reshape(-1), tp_comm)
@@ -125,7 +136,7 @@ def _train(comm: Any, args: Any, step_fn: Callable[[int], float], params: List[A
             for q in params:
                 if q.grad is not None:
                     q.grad = ndl.Tensor(dp_comm.allreduce(q.grad.numpy(), op="avg"),
-                                        dtype=q.dtype, requires_grad=False)
+                                        device=q.device, dtype=q.dtype, requires_grad=False)
             loss = float(dp_comm.allreduce(np.array([loss]), op="avg")[0])
         opt.step()
         losses.append(loss)
@@ -141,13 +152,15 @@ def run_tp(comm: Any, args: Any) -> Dict[str, Any]:
     """Megatron tensor parallelism over all ranks."""
     get, vocab = batches(args, comm.size)
     np.random.seed(0)
-    layers = char_transformer(args, vocab, comm)
+    layers = _placed(char_transformer(args, vocab, comm), args)
     model = nn.Sequential(*layers)
     loss_fn = _loss_fn(comm)
+    dev = _device(args)
 
     def step(i: int) -> float:
         x, y = get(i)
-        loss = loss_fn(model(ndl.Tensor(x, dtype="int64")), ndl.Tensor(y, dtype="int64"))
+        loss = loss_fn(model(ndl.Tensor(x, device=dev, dtype="int64")),
+                       ndl.Tensor(y, device=dev, dtype="int64"))
         loss.backward(create_graph=False)
         return float(loss.numpy())
     return _train(comm, args, step, model.parameters())
@@ -156,13 +169,14 @@ def run_tp(comm: Any, args: Any) -> Dict[str, Any]:
 def _pipeline(comm: Any, args: Any, mesh: ProcessMesh) -> Tuple[PipelineParallel, Callable]:
     get, vocab = batches(args, mesh.tp.size)
     np.random.seed(0)
-    layers = nn.Sequential(*char_transformer(args, vocab, mesh.tp))
+    layers = nn.Sequential(*_placed(char_transformer(args, vocab, mesh.tp), args))
     pp = mesh.pp.size
     v = args.chunks if args.schedule == "interleaved" else 1
     pieces = partition(layers, pp * v)
     chunks = [pieces[c * pp + mesh.pp_rank] for c in range(v)]
     pipe = PipelineParallel(chunks if v > 1 else chunks[0], mesh.pp, args.microbatches,
-                            schedule=args.schedule, loss_fn=_loss_fn(mesh.tp))
+                            schedule=args.schedule, loss_fn=_loss_fn(mesh.tp),
+                            device=_device(args))
     dp, r = mesh.dp.size, mesh.dp_rank
 
     def step(i: int) -> float:
@@ -226,7 +240,8 @@ def run_moe(comm: Any, args: Any) -> Dict[str, Any]:
     """Expert parallelism: each rank its own tokens, experts sharded, replicated rest averaged."""
     get, vocab = batches(args, 1)
     np.random.seed(0)
-    model = MoEModel(vocab, args, comm)
+    model = _placed([MoEModel(vocab, args, comm)], args)[0]
+    dev = _device(args)
     experts = {id(q) for e in model.moe.experts for q in e.parameters()}
     p, r = comm.size, comm.rank
 
@@ -234,14 +249,15 @@ def run_moe(comm: Any, args: Any) -> Dict[str, Any]:
         x, y = get(i)
         rows = slice(r * args.batch // p, (r + 1) * args.batch // p)
         logits = model(x[rows])
-        loss = nn.SoftmaxLoss()(logits, ndl.Tensor(y[rows].reshape(-1), dtype="int64"))
+        loss = nn.SoftmaxLoss()(logits, ndl.Tensor(y[rows].reshape(-1), device=dev,
+                                                   dtype="int64"))
         (loss + model.moe.aux_loss * 0.01).backward(create_graph=False)
         for q in model.parameters():     # global loss = mean over ranks of the local losses
             if q.grad is None:
                 continue
             g = q.grad.numpy() / p if id(q) in experts else comm.allreduce(q.grad.numpy(),
                                                                          op="avg")
-            q.grad = ndl.Tensor(g, dtype=q.dtype, requires_grad=False)
+            q.grad = ndl.Tensor(g, device=q.device, dtype=q.dtype, requires_grad=False)
         return float(comm.allreduce(np.array([float(loss.numpy())]), op="avg")[0])
     out = _train(comm, args, step, model.parameters())
     out["dropped_last_step"] = model.moe.dropped

@@ -21,13 +21,10 @@ cannot work (zero steps, a batch larger than the data).
 """
 import argparse
 import json
-import os
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
-
-import needle as ndl
 
 if __package__:
     from . import data_parallel_strategies as dp
@@ -107,9 +104,6 @@ def _refuse_unused(p: argparse.ArgumentParser, args: argparse.Namespace) -> None
             flag = "--" + dest.replace("_", "-")
             where = f"it is for {', '.join(users)}" if users else "no strategy supports it yet"
             p.error(f"{flag} does not apply to --strategy {s} ({where})")
-    if s in MP and args.device != "cpu":
-        p.error(f"--device {args.device} does not apply to --strategy {s} (its model is built "
-                "on the CPU)")
     if s == "ps" and args.staleness is not None and args.consistency != "ssp":
         p.error(f"--staleness applies to --consistency ssp, not {args.consistency or 'bsp'}")
 
@@ -129,24 +123,15 @@ def _refuse_input(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
                     f"--batch {args.batch}" + (f" / --dp {args.dp}" if s == "3d" else ""))
 
 
-def local_rank(comm: Any) -> int:
-    """This rank's index on its node (MPICH / Open MPI environment), else its global rank."""
-    for var in ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_LOCAL_RANK"):
-        if var in os.environ:
-            return int(os.environ[var])
-    return comm.rank
-
-
 def pick_device(kind: str, comm: Any) -> Any:
-    """The CPU, or GPU ``local_rank % gpus`` (ranks share GPUs when there are fewer GPUs)."""
-    if kind == "cpu":
-        return ndl.cpu()
-    gpus = 0
-    while gpus < 16 and ndl.cuda(gpus).enabled():
-        gpus += 1
-    if gpus == 0:
-        raise RuntimeError(f"--device cuda: no GPU is enabled on rank {comm.rank}")
-    return ndl.cuda(local_rank(comm) % gpus)
+    """The CPU, or GPU ``local_rank % gpus`` (ranks share GPUs when there are fewer GPUs);
+    the local rank from the launcher's environment or MPI's shared-memory split."""
+    from needle.parallel import devices
+    mpi_comm = None
+    if kind == "cuda" and devices.local_rank_from_env() is None:
+        from mpi4py import MPI
+        mpi_comm = MPI.COMM_WORLD
+    return devices.device_for(kind, devices.local_rank(mpi_comm), comm.rank)
 
 
 def report(out: Dict[str, Any]) -> List[str]:

@@ -2,12 +2,15 @@
 
 Without a GPU the CUDA copies of tests run on the CUDA emulator (the backend's own kernels built
 with the host compiler, ``needle/backend_cuda/emulator``): ``NEEDLE_CUDA_EMULATOR`` defaults to 1
-here (ignored where a GPU is present); set it to 0 to skip them instead. Each test marked
-``cuda`` that runs emulated has a wall-clock bound (``NEEDLE_CUDA_TEST_TIMEOUT`` seconds).
+here (ignored where a GPU is present), with two emulated devices
+(``NEEDLE_CUDA_EMULATOR_DEVICES``); set NEEDLE_CUDA_EMULATOR to 0 to skip them instead. Each
+test marked ``cuda`` that runs emulated has a wall-clock bound (``NEEDLE_CUDA_TEST_TIMEOUT`` s).
 """
 import os
 
 os.environ.setdefault("NEEDLE_CUDA_EMULATOR", "1")  # before needle is imported: see above
+# two emulated GPUs, so that the multi-GPU tests run without them (ignored on a real GPU)
+os.environ.setdefault("NEEDLE_CUDA_EMULATOR_DEVICES", "2")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402

@@ -1,5 +1,7 @@
 """The emulator's host side: the NEEDLE_CUDA_EMULATOR switch, the CuPy stand-in's checks and
 memory pool, its ElementwiseKernel, and DLPack of emulated cuda arrays (host capsules)."""
+import os
+
 import numpy as np
 import pytest
 
@@ -64,7 +66,9 @@ def test_kernel_parts_use_numpy_dtype_names():
 @emulated
 def test_cuda_device_says_it_is_emulated():
     assert ndl.cuda().enabled() and repr(ndl.cuda()) == "cuda(0, emulated)"
-    assert ndl.cuda() == ndl.cuda(0) and not ndl.cuda(1).enabled()
+    count = int(os.environ.get("NEEDLE_CUDA_EMULATOR_DEVICES", "1"))
+    assert ndl.cuda() == ndl.cuda(0) and ndl.cuda(count - 1).enabled()
+    assert not ndl.cuda(count).enabled()
 
 
 @emulated

@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Un
 import numpy as np
 
 from ...autograd import Tensor, find_topo_sort
+from ...backend_ndarray import BackendDevice, cpu
 from ...nn.nn_module import Module
 from ..comm.agree import agree
 from ..comm.protocol import Comm
@@ -38,6 +39,14 @@ def _graph_bytes(out: Tensor, params: set) -> int:
         if isinstance(node, Tensor) and id(node) not in params and node.cached_data is not None:
             total += int(np.prod(node.shape)) * np.dtype(node.dtype).itemsize
     return total
+
+
+def _device_of(chunks: Sequence[Module]) -> BackendDevice:
+    """The device of the stage's parameters (the CPU for a stage without any)."""
+    for c in chunks:
+        for q in c.parameters():
+            return q.device
+    return cpu()
 
 
 class _Step:
@@ -59,7 +68,8 @@ class PipelineParallel:
 
     def __init__(self, stage_module: Union[Module, Sequence[Module]], comm: Comm,
                  num_microbatches: int, schedule: str = "1f1b",
-                 loss_fn: Optional[Callable[[Tensor, Tensor], Tensor]] = None) -> None:
+                 loss_fn: Optional[Callable[[Tensor, Tensor], Tensor]] = None,
+                 device: Optional[BackendDevice] = None) -> None:
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {sorted(SCHEDULES)}, got {schedule!r}")
         chunks: List[Module] = (list(stage_module) if isinstance(stage_module, (list, tuple))
@@ -71,6 +81,8 @@ class PipelineParallel:
         self.comm, self.chunks, self.schedule_name = comm, chunks, schedule
         self.num_stages, self.stage = comm.size, comm.rank
         self.num_microbatches, self.loss_fn = num_microbatches, loss_fn
+        # where this stage's inputs, received activations and gradients go: the stage's own
+        self.device = device if device is not None else _device_of(chunks)
         p, m, v = self.num_stages, num_microbatches, len(chunks)
         self.num_virtual = p * v
         if schedule == "interleaved":
@@ -128,7 +140,8 @@ class PipelineParallel:
                 self._message(step, what, kind, mb, k)
         self.links.wait_all()
         for q in step.params:
-            q.grad = (Tensor(step.acc[id(q)], dtype=q.dtype, requires_grad=False)
+            q.grad = (Tensor(step.acc[id(q)], device=self.device, dtype=q.dtype,
+                             requires_grad=False)
                       if id(q) in step.acc else None)
         total = np.array([sum(step.losses)], dtype=np.float64)
         if self.num_stages > 1:
@@ -165,16 +178,18 @@ class PipelineParallel:
         if k == 0:
             xb = step.xs[mb]  # token ids stay integers
             inp = Tensor(xb, dtype=xb.dtype.name if xb.dtype.kind in "iu" else step.dtype,
-                         requires_grad=False)
+                         device=self.device, requires_grad=False)
         else:
-            inp = Tensor(step.inbox.pop(("F", mb, k)), dtype=step.dtype, requires_grad=True)
+            inp = Tensor(step.inbox.pop(("F", mb, k)), device=self.device, dtype=step.dtype,
+                         requires_grad=True)
         out = self.chunks[k // self.num_stages](inp)
         if k == self.num_virtual - 1:
             if self.loss_fn is None:
                 raise ValueError("PipelineParallel: the last stage computes the loss, so it needs "
                                  f"loss_fn (rank {self.stage})")
             yb = step.ys[mb]
-            out = self.loss_fn(out, Tensor(yb, dtype=yb.dtype.name, requires_grad=False)) * (
+            out = self.loss_fn(out, Tensor(yb, device=self.device, dtype=yb.dtype.name,
+                                           requires_grad=False)) * (
                 1.0 / self.num_microbatches)
             step.losses.append(float(out.numpy()))
         nbytes = _graph_bytes(out, step.pids)
@@ -193,7 +208,8 @@ class PipelineParallel:
         if k == self.num_virtual - 1:
             out.backward(create_graph=False)
         else:
-            g = Tensor(step.inbox.pop(("B", mb, k)), dtype=out.dtype, requires_grad=False)
+            g = Tensor(step.inbox.pop(("B", mb, k)), device=self.device, dtype=out.dtype,
+                       requires_grad=False)
             out.backward(g, create_graph=False)
         for q in chunk.parameters():
             if q.grad is not None:

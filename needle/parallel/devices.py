@@ -1,0 +1,80 @@
+"""Which device each rank computes on: its index on its node, modulo the node's GPUs.
+
+On a node with G GPUs and R ranks, rank ``local_rank`` uses ``cuda(local_rank % G)`` (ranks
+share GPUs when R > G), as ``torchrun``'s ``LOCAL_RANK`` or Open MPI's
+``OMPI_COMM_WORLD_LOCAL_RANK`` are used elsewhere. The local rank comes from the launcher's
+environment when it sets one, else from MPI's shared-memory split (the ranks of one node). An
+application asks once, at start-up, and tells its layers the device; no layer asks MPI.
+
+Collectives move host memory: a device tensor is staged through the host by
+``comm/convert.py`` (the host bridge). ``cuda_aware_mpi`` says whether the MPI library could
+take device buffers directly; needle's collectives do not use that path yet.
+"""
+import os
+from typing import Any, Optional
+
+from ..backend_ndarray import BackendDevice, cpu, cuda
+
+# Launchers' local-rank variables: MPICH (Hydra), Open MPI, PMI, Slurm, torchrun
+LOCAL_RANK_ENV = ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_LOCAL_RANK",
+                  "SLURM_LOCALID", "LOCAL_RANK")
+MAX_GPUS = 64  # how far cuda_device_count looks
+
+
+def local_rank_from_env() -> Optional[int]:
+    """The launcher's local rank of this process, or None when no launcher variable is set."""
+    for var in LOCAL_RANK_ENV:
+        raw = os.environ.get(var, "").strip()
+        if raw:
+            if not raw.isdigit():
+                raise ValueError(f"{var}={raw!r} is not a local rank (a whole number >= 0)")
+            return int(raw)
+    return None
+
+
+def local_rank(mpi_comm: Any = None) -> int:
+    """This rank's index on its node: the launcher's variable, else MPI's shared-memory split
+    of ``mpi_comm`` (collective over it), else 0 for a single process."""
+    env = local_rank_from_env()
+    if env is not None or mpi_comm is None:
+        return 0 if env is None else env
+    from mpi4py import MPI
+    node = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED, key=mpi_comm.Get_rank())
+    try:
+        return int(node.Get_rank())
+    finally:
+        node.Free()
+
+
+def cuda_device_count() -> int:
+    """GPUs needle can use in this process (emulated ones under NEEDLE_CUDA_EMULATOR)."""
+    n = 0
+    while n < MAX_GPUS and cuda(n).enabled():
+        n += 1
+    return n
+
+
+def device_for(kind: str, local: int, rank: int = 0) -> BackendDevice:
+    """``cpu()``, or ``cuda(local % gpus)`` for ``kind`` "cuda"; errors name the rank."""
+    if kind == "cpu":
+        return cpu()
+    if kind != "cuda":
+        raise ValueError(f"device kind must be 'cpu' or 'cuda', got {kind!r} (rank {rank})")
+    gpus = cuda_device_count()
+    if gpus == 0:
+        raise RuntimeError(f"device 'cuda': no GPU is enabled on rank {rank} (no GPU or CuPy; "
+                           "NEEDLE_CUDA_EMULATOR=1 emulates one)")
+    return cuda(local % gpus)
+
+
+def cuda_aware_mpi() -> bool:
+    """True when mpi4py reports that its MPI library takes CUDA device buffers."""
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        return False
+    query = getattr(MPI, "Query_cuda_support", None)  # mpi4py >= 4 over an MPI that has it
+    try:
+        return bool(query()) if query is not None else False
+    except Exception:  # an MPI without the MPIX extension raises NotImplementedError
+        return False
