@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 # the graded tests (HIDDEN=dir adds an instructor's hidden tests).
 HIDDEN ?=
 
-.PHONY: install demo lint test test-cuda-sanitize bench clean student grade
+.PHONY: install demo lint test test-cuda-sanitize bench clean student grade gpu-check
 
 install:
 	$(PIP) install -q -e ".[dev]"
@@ -55,6 +55,13 @@ bench: install
 	$(PYTHON) benchmarks/bench_model_parallel.py --figures
 	$(PYTHON) benchmarks/bench_multihost.py  # needs root (network namespaces); else says why
 	cd benchmarks && $(PYTHON) bench_compile.py --steps 9
+
+# On a machine with a GPU: the CUDA tests, the hw3 notebook, compute-sanitizer, kernel and
+# training-step benchmarks beside PyTorch, the emulator against the GPU; at most 8 minutes on
+# one H100; report in $$OUT or build/gpu-check (tools/gpu_check.py; benchmarks/README.md "GPU
+# check"). No install step: the lent GPU machines have no network.
+gpu-check:
+	PYTHONPATH=$(CURDIR) $(PYTHON) tools/gpu_check.py
 
 student:
 	$(PYTHON) -m course.make_student --out build/student

@@ -1,0 +1,161 @@
+"""``tools/gpu_check.py``'s model sections: one training step of the course's ResNet9 and of the
+transformer LM (``apps/models.py``) beside PyTorch eager, and the emulator against the GPU."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable, Dict
+
+import numpy as np
+from gpu_check_sections import _sync, _torch_cuda, emit, timed
+
+OPS = ("add", "exp", "sum_rows", "matmul_tiled", "matmul_cublas", "softmax", "layer_norm",
+       "adam")
+
+
+def _needle_step(model: Any, loss_fn: Any, x: Any, y: Any, opt: Any) -> Callable[[], None]:
+    def step() -> None:
+        opt.reset_grad()
+        out = model(x)
+        loss_fn(out[0] if isinstance(out, tuple) else out, y).backward(create_graph=False)
+        opt.step()
+    return step
+
+
+def _torch_resnet9(torch: Any) -> Any:
+    nn = torch.nn
+
+    def cbn(a: int, b: int, k: int, s: int) -> Any:
+        return nn.Sequential(nn.Conv2d(a, b, k, s, k // 2), nn.BatchNorm2d(b), nn.ReLU())
+
+    class Res(nn.Module):
+        def __init__(self, f: Any) -> None:
+            super().__init__()
+            self.f = f
+
+        def forward(self, x: Any) -> Any:
+            return x + self.f(x)
+    return nn.Sequential(cbn(3, 16, 7, 4), cbn(16, 32, 3, 2),
+                         Res(nn.Sequential(cbn(32, 32, 3, 1), cbn(32, 32, 3, 1))),
+                         cbn(32, 64, 3, 2), cbn(64, 128, 3, 2),
+                         Res(nn.Sequential(cbn(128, 128, 3, 1), cbn(128, 128, 3, 1))),
+                         nn.Flatten(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 10))
+
+
+def _torch_lm(torch: Any, vocab: int, d: int, hidden: int, layers: int, heads: int) -> Any:
+    nn = torch.nn
+
+    class LM(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.Embedding(vocab, d)
+            layer = nn.TransformerEncoderLayer(d, heads, hidden, dropout=0.0, norm_first=True)
+            self.enc = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+            self.out = nn.Linear(d, vocab)
+
+        def forward(self, ids: Any) -> Any:  # (T, B) -> (T * B, vocab)
+            t = ids.shape[0]
+            mask = nn.Transformer.generate_square_subsequent_mask(t, device=ids.device)
+            return self.out(self.enc(self.emb(ids), mask=mask, is_causal=True).reshape(-1, d))
+    return LM()
+
+
+def _torch_step(torch: Any, model: Any, x: Any, y: Any) -> Callable[[], None]:
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    return step
+
+
+def train_step(dry: bool) -> None:
+    """One optimizer step of ResNet9 and of the transformer LM: needle and PyTorch eager."""
+    import needle as ndl
+    from apps.models import LanguageModel, ResNet9
+    torch = _torch_cuda(dry)
+    sync, reps, dev = _sync(torch), 1 if dry else 10, ndl.cuda()
+    rng = np.random.default_rng(0)
+    batch = 2 if dry else 128
+    img = rng.standard_normal((batch, 3, 32, 32), dtype=np.float32)
+    lab = rng.integers(0, 10, batch)
+    net = ResNet9(device=dev)
+    s = timed(_needle_step(net, ndl.nn.SoftmaxLoss(), ndl.Tensor(img, device=dev),
+                           ndl.Tensor(lab, device=dev, dtype="int64"),
+                           ndl.optim.Adam(net.parameters(), lr=1e-3)), sync, reps)
+    row: Dict[str, Any] = {"model": f"ResNet9 batch {batch}", "needle_ms": round(s * 1e3, 2)}
+    if torch is not None:
+        tnet = _torch_resnet9(torch).cuda()
+        row["torch_ms"] = round(timed(_torch_step(torch, tnet, torch.tensor(img, device="cuda"),
+                                                  torch.tensor(lab, device="cuda")), sync,
+                                      reps) * 1e3, 2)
+    emit(**row, mode="emulated" if dry else "gpu")
+    t, b, vocab, d, hidden, layers, heads = ((8, 2, 50, 16, 32, 1, 2) if dry
+                                             else (128, 32, 8192, 512, 2048, 4, 8))
+    ids = rng.integers(0, vocab, (t, b))
+    lm = LanguageModel(d, vocab, hidden, layers, seq_model="transformer", seq_len=t,
+                       device=dev, num_head=heads, dim_head=d // heads, dropout=0.0,
+                       causal=True)
+    s = timed(_needle_step(lm, ndl.nn.SoftmaxLoss(), ndl.Tensor(ids, device=dev, dtype="int64"),
+                           ndl.Tensor(ids.reshape(-1), device=dev, dtype="int64"),
+                           ndl.optim.Adam(lm.parameters(), lr=1e-3)), sync, reps)
+    row = {"model": f"transformer LM T={t} B={b} d={d} L={layers}", "needle_ms": round(s * 1e3, 2)}
+    if torch is not None:
+        tlm = _torch_lm(torch, vocab, d, hidden, layers, heads).cuda()
+        tid = torch.tensor(ids, device="cuda")
+        row["torch_ms"] = round(timed(_torch_step(torch, tlm, tid, tid.reshape(-1)), sync,
+                                      reps) * 1e3, 2)
+    emit(**row, mode="emulated" if dry else "gpu")
+
+
+# ---------------------------------------------------------------------- emulator vs GPU
+def op_results(device: Any) -> Dict[str, np.ndarray]:
+    """Each op of ``OPS`` on fixed inputs on ``device``, as NumPy."""
+    from needle.backend_ndarray import NDArray
+    from needle.backend_ndarray import fused_ops as F
+    rng = np.random.default_rng(1)
+    x, m = rng.standard_normal(1000, dtype=np.float32), rng.standard_normal((33, 70),
+                                                                            dtype=np.float32)
+    a, b, mm = NDArray(x, device=device), NDArray(x[::-1].copy(), device=device), NDArray(
+        m, device=device)
+    out = {"add": a + b, "exp": a.exp(), "sum_rows": mm.sum(axis=1), "softmax": F.softmax(mm),
+           "layer_norm": F.layer_norm(mm, NDArray(np.ones(70, np.float32), device=device),
+                                      NDArray(np.zeros(70, np.float32), device=device))[0]}
+    mod = getattr(device, "set_matmul_kernel", None)
+    for path in ("tiled", "cublas"):
+        if mod is not None:
+            mod(path)
+        out["matmul_" + path] = mm @ mm.permute((1, 0))
+    if mod is not None:
+        mod("cublas")
+    mom = [NDArray(np.zeros(1000, np.float32), device=device) for _ in range(2)]
+    F.adam_update(a, b, mom[0], mom[1], 1, 1e-2)
+    out["adam"] = a
+    return {k: v.numpy() for k, v in out.items()}
+
+
+def emu_vs_gpu(dry: bool, save: str = "") -> None:
+    """The emulator's results (a subprocess with NEEDLE_CUDA_EMULATOR=force) against the GPU's;
+    in a dry run, against the CPU backend's (no GPU)."""
+    import needle as ndl
+    if save:
+        np.savez(save, **op_results(ndl.cuda()))
+        return
+    path = Path(os.environ.get("TMPDIR", "/tmp")) / f"gpu_check_emu_{os.getpid()}.npz"
+    env = dict(os.environ, NEEDLE_CUDA_EMULATOR="force")
+    subprocess.run([sys.executable, __file__, "emu-ops", str(path)], env=env, check=True)
+    emu = dict(np.load(path))
+    path.unlink()
+    other, label = (ndl.cpu(), "cpu backend") if dry else (ndl.cuda(), "gpu")
+    ref = op_results(other)
+    for name in OPS:
+        err = float(np.abs(emu[name] - ref[name]).max() / max(np.abs(ref[name]).max(), 1e-30))
+        emit(op=name, emulator_vs=label, max_rel_err=f"{err:.2e}", ok=err < 1e-4,
+             mode="emulated" if dry else "gpu")
+        if not err < 1e-4:
+            raise SystemExit(f"{name}: the emulator and the {label} differ by {err:.2e}")
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["emu-ops"]:
+    emu_vs_gpu(False, save=sys.argv[2])

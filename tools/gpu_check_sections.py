@@ -1,0 +1,201 @@
+"""The sections of ``tools/gpu_check.py`` that are Python code, one per command:
+
+    python tools/gpu_check_sections.py env | kernels | train-step | emu-vs-gpu [--dry-run]
+    python tools/gpu_check_sections.py pytest-no-pool PYTEST_ARGS...   # CuPy's pool off
+
+Each writes its figures as {"rows": [...]} to $GPU_CHECK_FIGURES. With --dry-run (the CUDA
+emulator, no GPU) sizes are tiny, PyTorch is not timed, and every row says "emulated".
+"""
+import importlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from typing import Any, Callable, Dict, List
+
+import numpy as np
+
+NEEDED = ("numpy", "ml_dtypes", "cupy", "torch", "pytest", "hypothesis", "mpi4py", "numba",
+          "threadpoolctl", "sklearn", "tqdm", "matplotlib")
+ROWS: List[Dict[str, Any]] = []
+
+
+def emit(**row: Any) -> None:
+    """One figure row (printed, and kept for $GPU_CHECK_FIGURES)."""
+    ROWS.append(row)
+    print("  ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+
+
+def timed(fn: Callable[[], Any], sync: Callable[[], None], reps: int) -> float:
+    """Median seconds of ``fn`` over ``reps`` runs after warm-up, synchronized each run (one
+    warm-up for a single run, as a dry run takes: the first compiles the kernels)."""
+    for _ in range(1 if reps == 1 else 2):
+        fn()
+    sync()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def _sync(torch: Any) -> Callable[[], None]:
+    def sync() -> None:
+        import needle as ndl
+        if not getattr(ndl.cuda().mod, "EMULATED", True):
+            import cupy
+            cupy.cuda.Device().synchronize()
+        if torch is not None:
+            torch.cuda.synchronize()
+    return sync
+
+
+def _torch_cuda(dry: bool) -> Any:
+    if dry:
+        return None
+    import torch
+    return torch if torch.cuda.is_available() else None
+
+
+# ---------------------------------------------------------------------- env
+def env(dry: bool) -> None:
+    """What the machine has: GPU, driver, versions, and any package the check misses."""
+    import needle as ndl
+    emit(python=platform.python_version(), machine=platform.machine(),
+         needle_cuda=repr(ndl.cuda()), enabled=ndl.cuda().enabled(), mode="emulated" if dry
+         else "gpu")
+    missing = []
+    dists = importlib.metadata.packages_distributions()
+    for name in NEEDED:  # found and versioned without importing (torch alone takes seconds)
+        if importlib.util.find_spec(name) is None:
+            missing.append(name)
+            continue
+        dist = (dists.get(name) or [name])[0]
+        try:
+            emit(package=name, version=importlib.metadata.version(dist))
+        except importlib.metadata.PackageNotFoundError:
+            emit(package=name, version="?")
+    if missing:
+        emit(missing=", ".join(missing))
+    if not dry:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+                              "--format=csv,noheader"], capture_output=True, text=True)
+        emit(nvidia_smi=smi.stdout.strip() or smi.stderr.strip())
+        if not ndl.cuda().enabled():
+            raise SystemExit("ndl.cuda() is not enabled on this GPU machine")
+
+
+# ---------------------------------------------------------------------- kernels
+def _ceilings(torch: Any) -> Dict[str, float]:
+    """The card's two ceilings, measured: a device-to-device copy and torch's matmuls."""
+    sync = _sync(torch)
+    a = torch.empty(1 << 28, dtype=torch.float32, device="cuda").normal_()
+    b = torch.empty_like(a)
+    copy_s = timed(lambda: b.copy_(a), sync, 10)
+    n = 8192
+    x = torch.randn(n, n, device="cuda")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    f32_s = timed(lambda: x @ x, sync, 5)
+    xb = x.bfloat16()
+    bf16_s = timed(lambda: xb @ xb, sync, 10)
+    return {"copy_GBps": 2 * a.numel() * 4 / copy_s / 1e9,
+            "fp32_TFLOPs": 2 * n ** 3 / f32_s / 1e12, "bf16_TFLOPs": 2 * n ** 3 / bf16_s / 1e12}
+
+
+def kernels(dry: bool) -> None:
+    """needle's kernels beside torch on the same inputs: GB/s and TFLOP/s, and % of peak."""
+    import needle as ndl
+    from needle.backend_cuda import ndarray_backend_cuda as mod
+    from needle.backend_ndarray import NDArray
+    from needle.backend_ndarray import fused_ops as F
+    torch = _torch_cuda(dry)
+    sync, reps = _sync(torch), 1 if dry else 20
+    peak = _ceilings(torch) if torch is not None else {}
+    if peak:
+        emit(ceiling="measured", **{k: round(v, 1) for k, v in peak.items()})
+    n_el, rows, cols, mm = (1 << 12, 64, 64, 64) if dry else (1 << 26, 8192, 4096, 4096)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(n_el, dtype=np.float32)
+    m2 = rng.standard_normal((rows, cols), dtype=np.float32)
+    w, bias = np.ones(cols, np.float32), np.zeros(cols, np.float32)
+    cu = {k: NDArray(v, device=ndl.cuda()) for k, v in
+          {"x": x, "y": x[::-1].copy(), "m2": m2, "w": w, "b": bias}.items()}
+    tt = ({k: torch.tensor(v.numpy(), device="cuda") for k, v in cu.items()}
+          if torch is not None else {})
+    mom = [NDArray(np.zeros(n_el, np.float32), device=ndl.cuda()) for _ in range(2)]
+    cases = [  # name, bytes moved, needle fn, torch fn
+        ("add", 12 * n_el, lambda: cu["x"] + cu["y"], lambda: tt["x"] + tt["y"]),
+        ("sum rows", 4 * rows * cols, lambda: cu["m2"].sum(axis=1), lambda: tt["m2"].sum(1)),
+        ("max rows", 4 * rows * cols, lambda: cu["m2"].max(axis=1),
+         lambda: tt["m2"].amax(1)),
+        ("softmax fused", 8 * rows * cols, lambda: F.softmax(cu["m2"]),
+         lambda: torch.softmax(tt["m2"], -1)),
+        ("layer norm fused", 8 * rows * cols, lambda: F.layer_norm(cu["m2"], cu["w"], cu["b"]),
+         lambda: torch.nn.functional.layer_norm(tt["m2"], (cols,), tt["w"], tt["b"])),
+        ("adam fused", 28 * n_el, lambda: F.adam_update(cu["x"], cu["y"], mom[0], mom[1], 1,
+                                                        1e-3), None),
+    ]
+    for name, nbytes, fn_n, fn_t in cases:
+        s = timed(fn_n, sync, reps)
+        row: Dict[str, Any] = {"kernel": name, "needle_GBps": round(nbytes / s / 1e9, 2)}
+        if torch is not None and fn_t is not None:
+            row["torch_GBps"] = round(nbytes / timed(fn_t, sync, reps) / 1e9, 2)
+        if peak:
+            row["needle_pct_of_copy"] = round(100 * nbytes / s / 1e9 / peak["copy_GBps"], 1)
+        emit(**row, mode="emulated" if dry else "gpu")
+    a = NDArray(rng.standard_normal((mm, mm), dtype=np.float32), device=ndl.cuda())
+    flop = 2 * mm ** 3
+    for path in ("naive", "tiled", "cublas"):
+        mod.set_matmul_kernel(path)
+        try:
+            s = timed(lambda: a @ a, sync, min(reps, 2) if path == "naive" else reps)
+        finally:
+            mod.set_matmul_kernel("cublas")
+        row = {"kernel": f"matmul {mm}^3 float32 {path}", "needle_TFLOPs": round(flop / s / 1e12,
+                                                                                  3)}
+        if peak:
+            row["pct_of_torch_fp32"] = round(100 * flop / s / 1e12 / peak["fp32_TFLOPs"], 1)
+        emit(**row, mode="emulated" if dry else "gpu")
+    if torch is not None:
+        ta = torch.tensor(a.numpy(), device="cuda")
+        emit(kernel=f"matmul {mm}^3 float32 torch (TF32 off)",
+             torch_TFLOPs=round(flop / timed(lambda: ta @ ta, sync, reps) / 1e12, 3), mode="gpu")
+
+
+def pytest_no_pool(args: List[str]) -> int:
+    """pytest with CuPy's memory pool off: each buffer its own cudaMalloc, so memcheck sees
+    an access past a buffer's end instead of inside the pool's larger block."""
+    import cupy
+    import pytest
+    cupy.cuda.set_allocator(None)
+    return int(pytest.main(args))
+
+
+def main(argv: List[str]) -> int:
+    """Run one section; write its rows to $GPU_CHECK_FIGURES."""
+    if argv[:1] == ["pytest-no-pool"]:
+        return pytest_no_pool(argv[1:])
+    import gpu_check_models as models
+    import gpu_check_sections as me  # this file as a module: gpu_check_models emits into it
+    run = {"env": me.env, "kernels": me.kernels, "train-step": models.train_step,
+           "emu-vs-gpu": models.emu_vs_gpu}
+    if not argv or argv[0] not in run:
+        raise SystemExit(f"usage: gpu_check_sections.py {{{','.join(run)}}} [--dry-run]")
+    try:
+        run[argv[0]]("--dry-run" in argv[1:])
+    finally:
+        figures = os.environ.get("GPU_CHECK_FIGURES")
+        if figures:
+            with open(figures, "w") as f:
+                json.dump({"rows": me.ROWS}, f, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
