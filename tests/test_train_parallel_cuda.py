@@ -27,7 +27,7 @@ BOUND_S = 120  # the whole job
 def run_every_strategy(comm, runs):
     """On each rank: {strategy: (device repr per kind, losses per kind, seconds)}."""
     from apps import train_parallel as tp
-    out = {}
+    out = {"allreduce": _device_allreduce(comm, tp.pick_device("cuda", comm))}
     for strategy, options in runs.items():
         got = {}
         start = time.perf_counter()
@@ -45,6 +45,13 @@ def run_every_strategy(comm, runs):
     return out
 
 
+def _device_allreduce(comm, device):
+    """A collective on a device tensor: staged through the host, the sum back on ``device``."""
+    t = ndl.Tensor(np.full(5, comm.rank + 1.0, dtype=np.float32), device=device)
+    got = comm.allreduce(t)
+    return repr(got.device), got.numpy().tolist()
+
+
 @pytest.mark.mpi
 @pytest.mark.cuda
 @pytest.mark.skipif(not ndl.cuda().enabled(), reason="no GPU (NEEDLE_CUDA_EMULATOR=1 runs the "
@@ -53,6 +60,8 @@ def test_every_strategy_on_cuda_matches_cpu_step_by_step():
     ranks = run_ranks("mpi", 2, run_every_strategy, RUNS, timeout=BOUND_S,
                       env={"NEEDLE_CUDA_EMULATOR_DEVICES": "2", "OMP_NUM_THREADS": "1"})
     for rank, result in enumerate(ranks):
+        dev, summed = result.pop("allreduce")
+        assert dev.startswith(f"cuda({rank}") and summed == [3.0] * 5, (rank, dev, summed)
         assert sorted(result) == sorted(RUNS)
         for strategy, (got, _secs) in result.items():
             cpu_dev, cpu_losses = got["cpu"]
