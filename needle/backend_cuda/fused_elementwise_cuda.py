@@ -103,6 +103,13 @@ _KERNELS: Dict[Tuple, Any] = {}
 def fused_elementwise(expr: str, inputs: Sequence[Any], out: Any, shape: Tuple[int, ...],
                       reduce: Optional[Tuple[str, int, int]] = None) -> None:
     """The CPU primitive's contract (see backend_ndarray/fused_elementwise_cpu.py) on a GPU."""
+    from ._runtime import device
+    with device(out.device_index):  # the scratch buffer and the launch on out's GPU
+        _fused_elementwise(expr, inputs, out, shape, reduce)
+
+
+def _fused_elementwise(expr: str, inputs: Sequence[Any], out: Any, shape: Tuple[int, ...],
+                       reduce: Optional[Tuple[str, int, int]]) -> None:
     from ._runtime import cp
     arrays = [x for x in inputs if isinstance(x, tuple)]
     scalars = [x for x in inputs if not isinstance(x, tuple)]

@@ -91,3 +91,29 @@ def test_device_count_variable_is_checked(monkeypatch):
             fake_cupy.cuda.runtime.getDeviceCount()
     monkeypatch.setenv(fake_cupy.DEVICES_ENV, "3")
     assert fake_cupy.cuda.runtime.getDeviceCount() == 3
+
+
+def test_fused_ops_run_on_the_second_gpu():
+    from needle.backend_ndarray import fused_ops as F
+    x = _x(6, 9)
+    a = NDArray(x, device=ndl.cuda(1))
+    w, b = NDArray(np.ones(9, np.float32), device=ndl.cuda(1)), NDArray(
+        np.zeros(9, np.float32), device=ndl.cuda(1))
+    sm = F.softmax(a)
+    y = F.layer_norm(a, w, b)[0]
+    assert sm.device == y.device == ndl.cuda(1)
+    e = np.exp(x - x.max(1, keepdims=True))
+    np.testing.assert_allclose(sm.numpy(), e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-6)
+    z = (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(y.numpy(), z, rtol=1e-4, atol=1e-4)
+
+
+def test_compiled_elementwise_kernel_reduces_on_the_second_gpu():
+    """needle.compile's fused primitive with a reduction: its scratch buffer on out's GPU."""
+    x = _x(4, 5)
+    a = NDArray(x, device=ndl.cuda(1))
+    out = NDArray(np.zeros(4, np.float32), device=ndl.cuda(1))
+    ndl.cuda(1).fused_elementwise("out = x0 * c0", [(a._handle, (4, 5), (5, 1), 0),
+                                                    np.float32(2.0)], out._handle, (4, 5),
+                                  reduce=("sum", 5, 1))
+    np.testing.assert_allclose(out.numpy(), (2 * x).sum(1), rtol=1e-5)

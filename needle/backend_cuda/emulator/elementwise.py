@@ -82,7 +82,7 @@ class ElementwiseKernel:
         self._built: Dict[Tuple, Any] = {}
 
     def __call__(self, *args: Any) -> Any:
-        from .fake_cupy import asarray, ndarray
+        from .fake_cupy import _check_device, asarray, ndarray
         n_in, n_all = len(self.ins), len(self.ins) + len(self.outs)
         if len(args) != n_all:
             raise TypeError(f"Wrong number of arguments for {self.name!r}. It must be "
@@ -95,6 +95,8 @@ class ElementwiseKernel:
                 raise TypeError(f"{self.name}: Unsupported type {type(a)} for {p.name}")
             if arr and a.dtype != p.dtype:
                 raise TypeError(f"Type is mismatched. {p.name} {a.dtype.type} {p.dtype.type}")
+            if arr:  # as CuPy: every array on the current device
+                _check_device(a, f"{self.name} ({p.name})")
         if not all(is_array[n_in:]):
             raise TypeError("Output arguments must be cupy.ndarray")
         shape = np.broadcast_shapes(*(a.shape for a, arr in zip(args, is_array) if arr))
