@@ -13,9 +13,11 @@ results against the GPU's. The report goes to ``$OUT`` when set (the lent GPU ma
 ``build/gpu-check/``. A dry run labels every figure "emulated": none of them is a GPU figure.
 """
 import argparse
+import glob
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -48,10 +50,20 @@ def _pytest(*args: str) -> List[str]:
     return [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--maxfail=25", *args]
 
 
+def _compute_sanitizer() -> str:
+    """compute-sanitizer on PATH, else where CUDA installs it."""
+    found = shutil.which("compute-sanitizer")
+    for pattern in ("/usr/local/cuda/bin/compute-sanitizer",
+                    "/usr/local/cuda*/compute-sanitizer/compute-sanitizer",
+                    "/opt/nvidia/*/compute-sanitizer"):
+        found = found or next(iter(sorted(glob.glob(pattern))), None)
+    return found or "compute-sanitizer"
+
+
 def _sanitizer(tool: str) -> List[str]:
     # CuPy's memory pool hands out pieces of larger blocks, which hides overruns from memcheck:
     # the run turns the pool off (``pytest-no-pool``).
-    return ["compute-sanitizer", "--tool", tool, "--error-exitcode", "1", "--print-limit", "20",
+    return [_compute_sanitizer(), "--tool", tool, "--error-exitcode", "1", "--print-limit", "20",
             PY, SECTIONS_PY, "pytest-no-pool", "-q", "-p", "no:cacheprovider", "-x",
             *KERNEL_TESTS, "-k", "float32"]
 

@@ -108,6 +108,16 @@ def _ceilings(torch: Any) -> Dict[str, float]:
             "fp32_TFLOPs": 2 * n ** 3 / f32_s / 1e12, "bf16_TFLOPs": 2 * n ** 3 / bf16_s / 1e12}
 
 
+def _torch_adam(torch: Any, x: np.ndarray) -> Any:
+    """One step of torch's fused Adam over ``x``'s elements (None without a GPU)."""
+    if torch is None:
+        return None
+    p = torch.nn.Parameter(torch.tensor(x, device="cuda"))
+    p.grad = torch.randn_like(p)
+    opt = torch.optim.Adam([p], lr=1e-3, fused=True)
+    return opt.step
+
+
 def kernels(dry: bool) -> None:
     """needle's kernels beside torch on the same inputs: GB/s and TFLOP/s, and % of peak."""
     import needle as ndl
@@ -139,7 +149,7 @@ def kernels(dry: bool) -> None:
         ("layer norm fused", 8 * rows * cols, lambda: F.layer_norm(cu["m2"], cu["w"], cu["b"]),
          lambda: torch.nn.functional.layer_norm(tt["m2"], (cols,), tt["w"], tt["b"])),
         ("adam fused", 28 * n_el, lambda: F.adam_update(cu["x"], cu["y"], mom[0], mom[1], 1,
-                                                        1e-3), None),
+                                                        1e-3), _torch_adam(torch, x)),
     ]
     for name, nbytes, fn_n, fn_t in cases:
         s = timed(fn_n, sync, reps)
