@@ -16,8 +16,9 @@ import needle as ndl
 MODEL = ["--steps", "2", "--batch", "4", "--seq-len", "8", "--d-model", "16", "--heads", "2",
          "--layers", "2", "--chars", "3000"]
 DATA = ["--steps", "2", "--batch", "8"]
-# strategy -> its options (the smallest model and the fewest steps: emulated kernels are slow)
-RUNS = {"ddp": DATA, "zero1": DATA, "zero2": DATA, "fsdp": DATA, "ps": DATA,
+# strategy -> its options (the smallest model and the fewest steps: emulated kernels are slow);
+# every strategy of the app (``test_runs_cover_every_strategy``)
+RUNS = {"naive": DATA, "ddp": DATA, "zero1": DATA, "zero2": DATA, "fsdp": DATA, "ps": DATA,
         "tp": MODEL, "pp": MODEL + ["--microbatches", "2"],
         "moe": MODEL + ["--experts", "2"],
         "3d": MODEL + ["--dp", "1", "--pp", "2", "--tp", "1", "--microbatches", "2"]}
@@ -73,3 +74,8 @@ def test_every_strategy_on_cuda_matches_cpu_step_by_step():
             assert len(cuda_losses) == len(cpu_losses) > 0, (strategy, rank)
             np.testing.assert_allclose(cuda_losses, cpu_losses, rtol=1e-5, atol=1e-6,
                                        err_msg=f"{strategy} on rank {rank}")
+
+
+def test_runs_cover_every_strategy():
+    from apps import train_parallel as tp
+    assert sorted(RUNS) == sorted(tp.STRATEGIES)
