@@ -41,3 +41,21 @@ def test_device_for_wraps_ranks_over_the_gpus():
 
 def test_cuda_aware_mpi_is_a_plain_answer():
     assert devices.cuda_aware_mpi() in (True, False)
+
+
+def local_ranks_both_ways(comm):
+    """(the launcher's local rank, MPI's shared-memory split rank with the variables unset)."""
+    import os
+
+    from mpi4py import MPI
+    from_env = devices.local_rank()
+    for var in devices.LOCAL_RANK_ENV:
+        os.environ.pop(var, None)
+    return from_env, devices.local_rank(MPI.COMM_WORLD), comm.rank
+
+
+@pytest.mark.mpi
+def test_local_rank_from_the_launcher_and_from_mpi_agree_on_one_node():
+    from mpi_helpers import run_ranks
+    for from_env, from_mpi, rank in run_ranks("mpi", 3, local_ranks_both_ways, timeout=60):
+        assert from_env == from_mpi == rank
