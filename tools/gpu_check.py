@@ -132,8 +132,10 @@ def run_section(sec: Section, dry: bool, bound: float, out: Path) -> Dict[str, o
         status, text = _bounded(cmd, env, bound)
     except FileNotFoundError as e:  # compute-sanitizer missing, say
         status, text = "failed (not found)", str(e)
+    lines = [ln for ln in text.splitlines() if ln.strip()]
     result: Dict[str, object] = {"status": status, "seconds": round(time.monotonic() - t0, 1),
-                                 "command": " ".join(cmd), "tail": text[-3000:]}
+                                 "command": " ".join(cmd), "summary": lines[-1] if lines else "",
+                                 "tail": text[-3000:]}
     if figures.exists():
         result["figures"] = json.loads(figures.read_text())
         figures.unlink()
@@ -170,6 +172,8 @@ def markdown(report: Dict[str, object]) -> str:
         lines += ["", f"## {name}", ""]
         if r.get("why"):
             lines.append(f"Skipped: {r['why']}")
+        elif r.get("summary"):
+            lines.append(f"`{r['summary']}`")
         for row in (r.get("figures") or {}).get("rows", []):
             lines.append("- " + ", ".join(f"{k}: {v}" for k, v in row.items()))
         if r["status"] != "ok" and r.get("tail"):
