@@ -79,3 +79,11 @@ def test_every_strategy_on_cuda_matches_cpu_step_by_step():
 def test_runs_cover_every_strategy():
     from apps import train_parallel as tp
     assert sorted(RUNS) == sorted(tp.STRATEGIES)
+
+
+@pytest.mark.parametrize("strategy", sorted(RUNS))
+def test_every_strategy_takes_device_cuda(strategy):
+    from apps import train_parallel as tp
+    p = tp.parser()
+    args = tp.finish_args(p, p.parse_args(["--strategy", strategy, "--device", "cuda"]))
+    assert args.device == "cuda"

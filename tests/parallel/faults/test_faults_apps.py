@@ -28,7 +28,6 @@ def parse(*argv):
                                                    "--strategy ddp (it is for pp, 3d)"),
     (["--strategy", "tp", "--bucket-mb", "4"], "--bucket-mb does not apply to --strategy tp"),
     (["--strategy", "ps", "--staleness", "3"], "--staleness applies to --consistency ssp"),
-    (["--strategy", "pp", "--device", "cuda"], "--device cuda does not apply"),
     (["--strategy", "fsdp", "--lr", "0"], "--lr must be > 0"),
     (["--strategy", "pp", "--batch", "6", "--microbatches", "4"],
      "--microbatches 4 does not divide the 6 rows of --batch 6"),
