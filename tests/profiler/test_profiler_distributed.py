@@ -1,0 +1,136 @@
+"""needle.profiler on 2 ranks: a DDP step and a 2-stage pipeline step, each profiled on every
+rank, give one trace (rank 0 writes it) with a track per rank, op, kernel (emulated CUDA) and
+communication events and memory counters; its communication bytes equal each rank's ledger."""
+import json
+import os
+from collections import defaultdict
+
+import numpy as np
+import pytest
+from mpi_helpers import BACKENDS, run_ranks
+
+import needle as ndl
+from needle import nn, profiler
+
+DEVICE_TIMEOUT = 240  # s, the whole mpiexec job (two emulated-CUDA ranks on a shared machine)
+
+
+def _device():
+    """The emulated (or real) GPU when there is one, so kernels appear; else the CPU."""
+    return ndl.cuda() if ndl.cuda().enabled() else ndl.cpu()
+
+
+def _mse(out, y):
+    return ((out - y) ** 2).sum()
+
+
+def ddp_step(comm, path):
+    """One DistributedDataParallel step (two buckets) profiled on every rank."""
+    from needle.parallel import DistributedDataParallel
+    np.random.seed(0)
+    dev = _device()
+    model = nn.Sequential(nn.Linear(8, 16, device=dev), nn.ReLU(), nn.Linear(16, 4, device=dev))
+    ddp = DistributedDataParallel(model, comm, bucket_cap_mb=256 / 2**20, first_bucket_mb=1e-4)
+    opt = ndl.optim.SGD(ddp.parameters(), lr=0.1)
+    rng = np.random.RandomState(comm.rank)
+    x = ndl.Tensor(rng.randn(6, 8), device=dev, dtype="float32", requires_grad=False)
+    y = ndl.Tensor(rng.randn(6, 4), device=dev, dtype="float32", requires_grad=False)
+    comm.ledger.reset()
+    with profiler.profile(comm=comm) as prof:
+        with profiler.record_function("train_step"):
+            _mse(ddp(x), y).backward()
+            opt.step()
+    return _result(comm, prof, path)
+
+
+def pipeline_step(comm, path):
+    """One 1F1B step of a 2-stage pipeline (4 microbatches) profiled on every rank."""
+    from needle.parallel.pipeline import PipelineParallel, partition
+    np.random.seed(0)
+    model = nn.Sequential(*[nn.Linear(6, 6) for _ in range(comm.size)])  # the pipeline: CPU
+    pipe = PipelineParallel(partition(model, comm.size)[comm.rank], comm, 4, loss_fn=_mse)
+    rng = np.random.RandomState(0)
+    x, y = rng.randn(8, 6).astype(np.float32), rng.randn(8, 6).astype(np.float32)
+    comm.ledger.reset()
+    with profiler.profile(comm=comm) as prof:
+        pipe.train_step(x, y)
+    return _result(comm, prof, path)
+
+
+def _result(comm, prof, path):
+    """What each rank's ledger recorded while profiling; rank 0 also writes the trace."""
+    written = prof.export_chrome_trace(path)
+    return {"rank": comm.rank, "written": written, "calls": comm.ledger.calls(),
+            "sent": comm.ledger.total(), "recv": comm.ledger.total(field="bytes_recv"),
+            "summary": prof.summary() if comm.rank == 0 else ""}
+
+
+def _by_pid(trace):
+    out = defaultdict(list)
+    for e in trace["traceEvents"]:
+        out[e["pid"]].append(e)
+    return out
+
+
+def _check_job_trace(results, path, kernels):
+    assert [r["written"] for r in results] == [str(path), None]  # rank 0 wrote, alone
+    trace = profiler.check_trace(str(path))
+    per_rank = _by_pid(trace)
+    assert sorted(per_rank) == [0, 1]
+    for res in results:
+        events = per_rank[res["rank"]]
+        names = {e["args"]["name"] for e in events if e["name"] == "process_name"}
+        assert names == {f"rank {res['rank']}"}
+        cats = {e.get("cat") for e in events if e["ph"] == "X"}
+        assert {"op", "module", "backward", "comm"} <= cats, cats
+        if kernels:
+            launched = [e for e in events if e.get("cat") == "kernel"]
+            assert launched and all(k["args"]["grid"] and k["args"]["block"] for k in launched)
+        assert any(e["ph"] == "C" and e["name"].startswith("memory") for e in events)
+        assert any(e["ph"] == "i" and e["name"].startswith("peak memory") for e in events)
+        comms = [e for e in events if e.get("cat") == "comm"]
+        assert len(comms) == res["calls"] > 0
+        assert sum(e["args"]["bytes_sent"] for e in comms) == res["sent"]
+        assert sum(e["args"]["bytes_recv"] for e in comms) == res["recv"]
+    return per_rank
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_ddp_step_gives_one_trace_whose_messages_are_the_ledgers(backend, tmp_path):
+    path = tmp_path / "ddp.json"
+    results = run_ranks(backend, 2, ddp_step, str(path), timeout=DEVICE_TIMEOUT)
+    per_rank = _check_job_trace(results, path, kernels=ndl.cuda().enabled())
+    for events in per_rank.values():
+        kinds = {e["name"] for e in events if e.get("cat") == "comm"}
+        assert "allreduce" in kinds
+        buckets = [e for e in events if e.get("cat") == "bucket"]
+        assert len(buckets) == 2  # each bucket's launch is marked
+        user = [e for e in events if e.get("cat") == "user_annotation"]
+        assert [e["name"] for e in user] == ["train_step"]
+        assert any(e.get("cat") == "optimizer" for e in events)
+    assert "communication by kind" in results[0]["summary"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_pipeline_step_gives_one_trace_whose_messages_are_the_ledgers(backend, tmp_path):
+    path = tmp_path / "pipe.json"
+    results = run_ranks(backend, 2, pipeline_step, str(path), timeout=DEVICE_TIMEOUT)
+    per_rank = _check_job_trace(results, path, kernels=False)  # the pipeline runs on the CPU
+    for rank, events in per_rank.items():
+        kinds = {e["name"] for e in events if e.get("cat") == "comm"}
+        assert ("send" in kinds) and ("recv" in kinds)
+    # Both ranks' clocks are aligned: their events overlap in time on the job's axis.
+    spans = {r: (min(e["ts"] for e in ev if e["ph"] == "X"),
+                 max(e["ts"] + e["dur"] for e in ev if e["ph"] == "X"))
+             for r, ev in per_rank.items()}
+    assert spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1]
+    offsets = json.loads(path.read_text())["otherData"]
+    assert set(offsets) == {"rank 0", "rank 1"}
+
+
+def test_trace_is_not_written_when_off(tmp_path):
+    """Nothing recorded outside a profile: the hooks are reset once it ends."""
+    with profiler.profile():
+        pass
+    assert ndl.autograd._PROFILER is None
+    assert os.listdir(tmp_path) == []
