@@ -129,11 +129,13 @@ class _MemoryProbe:
 
     def _on_alloc(self, buf: Any) -> None:
         rec = current()
-        if rec is None or type(buf) is not self._backend.Array:  # another backend's buffer
+        if rec is None or not isinstance(buf, self._backend.Array):  # another backend's
             return
         nbytes = int(buf.array.nbytes)
-        rec.alloc(self.device, nbytes)
-        weakref.finalize(buf, rec.free, self.device, nbytes)
+        index = getattr(buf, "device_index", None)  # a GPU buffer knows its GPU
+        device = self.device if index is None else f"{self.device}:{index}"
+        rec.alloc(device, nbytes)
+        weakref.finalize(buf, rec.free, device, nbytes)
 
 
 def _backends() -> List[Tuple[Any, str]]:

@@ -129,8 +129,8 @@ class profile:
 
     # ------------------------------------------------------------------ results
     def events(self) -> List[Event]:
-        """This rank's recorded events."""
-        return list(self._finished().events)
+        """This rank's recorded events, by start time (an enclosing range before its insides)."""
+        return sorted(self._finished().events, key=lambda e: (e.ts, -e.dur))
 
     def _finished(self) -> RankRecord:
         if self.record is None:

@@ -116,7 +116,7 @@ def test_pipeline_step_gives_one_trace_whose_messages_are_the_ledgers(backend, t
     path = tmp_path / "pipe.json"
     results = run_ranks(backend, 2, pipeline_step, str(path), timeout=DEVICE_TIMEOUT)
     per_rank = _check_job_trace(results, path, kernels=False)  # the pipeline runs on the CPU
-    for rank, events in per_rank.items():
+    for events in per_rank.values():
         kinds = {e["name"] for e in events if e.get("cat") == "comm"}
         assert ("send" in kinds) and ("recv" in kinds)
     # Both ranks' clocks are aligned: their events overlap in time on the job's axis.
