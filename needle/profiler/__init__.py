@@ -13,7 +13,7 @@ recording), ``hooks.py`` (the library's hooks), ``schedule.py``, ``profile.py``,
 ``trace_check.py`` (the format's rules), ``summary.py`` (tables), ``plot.py`` (matplotlib).
 """
 from .events import Event, MemorySample, Peak, RankRecord
-from .profile import profile
+from .profile import profile, profile_to
 from .record_function import record_function
 from .schedule import ProfilerAction, schedule
 from .summary import exposed_comm_ns, key_averages
@@ -21,5 +21,5 @@ from .trace import chrome_trace
 from .trace_check import TraceFormatError, check_trace
 
 __all__ = ["Event", "MemorySample", "Peak", "ProfilerAction", "RankRecord", "TraceFormatError",
-           "check_trace", "chrome_trace", "exposed_comm_ns", "key_averages", "profile",
+           "check_trace", "chrome_trace", "exposed_comm_ns", "key_averages", "profile", "profile_to",
            "record_function", "schedule"]

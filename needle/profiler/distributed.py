@@ -9,6 +9,7 @@ messages, and the gather of the records, are kept out of the communication ledge
 trace's communication is exactly the program's.
 """
 import pickle
+import time
 from typing import Any, List, Optional
 
 import numpy as np
@@ -24,13 +25,22 @@ def clock_offset(comm: Any, rounds: int = ROUNDS) -> int:
     """This rank's clock minus rank 0's, in ns (0 on rank 0); collective over ``comm``."""
     with comm.ledger.paused():
         if comm.rank != 0:
-            for _ in range(rounds):
-                comm.recv(0, _TAG)
+            _long_wait(comm.irecv(0, _TAG))
+            for i in range(rounds):
+                if i:
+                    comm.recv(0, _TAG)
                 comm.send(np.array([perf_ns()], dtype=np.int64), 0, _TAG)
             return int(comm.recv(0, _TAG)[0])
         for r in range(1, comm.size):
             comm.send(np.array([_best_offset(comm, r, rounds)], dtype=np.int64), r, _TAG)
     return 0
+
+
+def _long_wait(work: Any) -> None:
+    """Wait for ``work`` past the communicator's timeout, sleeping between polls: rank 0 may
+    still be busy (e.g. an app timing a single-process run on rank 0 alone)."""
+    while not work.poll():
+        time.sleep(0.001)
 
 
 def _best_offset(comm: Any, r: int, rounds: int) -> int:

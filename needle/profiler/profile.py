@@ -8,7 +8,9 @@
 
 Profiling is off by default; while it is off the library's hooks cost one global test each.
 """
-from typing import Any, Callable, List, Optional
+import contextlib
+import os
+from typing import Any, Callable, Iterator, List, Optional
 
 from . import distributed, hooks, summary, trace
 from . import events as ev
@@ -160,3 +162,18 @@ class profile:
         writes); returns ``path`` where written, else None."""
         records = self.gather()
         return trace.write(records, path) if records is not None else None
+
+
+@contextlib.contextmanager
+def profile_to(directory: str, comm: Any = None) -> Iterator[profile]:
+    """Profile the block and write ``directory/trace.json`` (every rank's, by rank 0) and
+    ``directory/summary.rank<r>.txt`` (each rank's); enter it on every rank of ``comm``."""
+    os.makedirs(directory, exist_ok=True)
+    with profile(comm=comm) as prof:
+        yield prof
+    written = prof.export_chrome_trace(os.path.join(directory, "trace.json"))
+    with open(os.path.join(directory, f"summary.rank{prof.rank}.txt"), "w") as f:
+        f.write(prof.summary() + "\n")
+    if written is not None:
+        print(f"profile: {written} (open in https://ui.perfetto.dev); summaries in {directory}",
+              flush=True)

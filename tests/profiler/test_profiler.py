@@ -187,3 +187,18 @@ def test_results_before_anything_was_recorded_say_so():
         prof.key_averages()
     with pytest.raises(ValueError, match="on_trace_ready"):
         profiler.profile(on_trace_ready=print)
+
+
+def test_plots_draw_a_row_per_rank_and_a_memory_line(tmp_path):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    from needle.profiler import plot
+    model = nn.Sequential(nn.Linear(3, 5), nn.ReLU())
+    with profiler.profile() as prof:
+        model(_t(4, 3)).sum().backward()
+    path = prof.export_chrome_trace(str(tmp_path / "t.json"))
+    ax = plot.plot_timeline(path)
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["rank 0 compute"]
+    ax = plot.plot_memory(path)
+    assert [line.get_label() for line in ax.get_lines() if not line.get_label().startswith("_")
+            ] == ["rank 0 memory cpu"]
