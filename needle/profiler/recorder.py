@@ -48,7 +48,7 @@ class Recorder:
         self.freed = 0
         self.dropped = 0
         self.ops = 0
-        self.overhead_ns = 0
+        self.overhead_ns = 0     # time spent in this recorder's own bookkeeping (hooks' cost)
         self.active = False
         self._stack: List[list] = []                 # [name, cat, t0, alloc0, freed0, args]
         self._module_names: List[Dict[int, str]] = []  # one name map per root module call
@@ -142,24 +142,30 @@ class Recorder:
 
     def backward(self, op: Any, out_grad: Any, node: Any) -> Any:
         """Run ``op.gradient`` as a "backward" range named after the op, under its module."""
+        t_in = perf_ns()
         args = {"module": getattr(node, "_prof_module", "")}
         self.open(type(op).__name__ + "Backward", ev.BACKWARD, args)
+        t0 = self._stack[-1][2]
         try:
             return op.gradient(out_grad, node)
         finally:
-            self.close()
+            t1 = self.close()
+            self.overhead_ns += (perf_ns() - t_in) - (t1 - t0)
 
     def module(self, module: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
         """Run ``module.forward`` as a "module" range named by its path in the root module."""
+        t_in = perf_ns()
         path = self._enter_module(module)
         self.open(path, ev.MODULE, {"module": path})
+        t0 = self._stack[-1][2]
         try:
             return module.forward(*args, **kwargs)
         finally:
-            self.close()
+            t1 = self.close()
             self._modules.pop()
             if not self._modules:
                 self._module_names.pop()
+            self.overhead_ns += (perf_ns() - t_in) - (t1 - t0)
 
     def _enter_module(self, module: Any) -> str:
         """The module's display path ("layers.0 (Linear)"); the outermost call names the rest."""
@@ -177,23 +183,26 @@ class Recorder:
         """A buffer of ``nbytes`` was allocated on ``device``; mark a new peak."""
         if not self.active:
             return
+        ts = perf_ns()
         now = self.current_bytes.get(device, 0) + nbytes
         self.current_bytes[device] = now
         self.allocated += nbytes
-        ts = perf_ns()
         self.samples.append(MemorySample(ts, device, now))
         peak = self.peaks.get(device)
         if peak is None or now > peak.allocated:
             self.peaks[device] = Peak(device, now, ts, self.innermost())
+        self.overhead_ns += perf_ns() - ts
 
     def free(self, device: str, nbytes: int) -> None:
         """A buffer allocated while recording was freed."""
         if not self.active:
             return
+        ts = perf_ns()
         now = self.current_bytes.get(device, 0) - nbytes
         self.current_bytes[device] = now
         self.freed += nbytes
-        self.samples.append(MemorySample(perf_ns(), device, now))
+        self.samples.append(MemorySample(ts, device, now))
+        self.overhead_ns += perf_ns() - ts
 
     # ------------------------------------------------------------------ kernels, messages
     def kernel(self, launch: Callable, k: Any, grid: Sequence[int], block: Sequence[int],
