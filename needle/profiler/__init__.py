@@ -21,5 +21,5 @@ from .trace import chrome_trace
 from .trace_check import TraceFormatError, check_trace
 
 __all__ = ["Event", "MemorySample", "Peak", "ProfilerAction", "RankRecord", "TraceFormatError",
-           "check_trace", "chrome_trace", "exposed_comm_ns", "key_averages", "profile", "profile_to",
-           "record_function", "schedule"]
+           "check_trace", "chrome_trace", "exposed_comm_ns", "key_averages", "profile",
+           "profile_to", "record_function", "schedule"]
