@@ -1,7 +1,7 @@
 """What needle.profiler costs: microseconds per op with the profiler off and on, beside
 torch.profiler on the same ops and the same model step, in interleaved rounds.
 
-    python benchmarks/bench_profiler.py [--rounds 7] [--baseline DIR]
+    python benchmarks/bench_profiler.py [--rounds 7] [--step-iters 100] [--baseline DIR]
 
 Per op: 4x4 float32 ops with requires_grad=True (as bench_op_overhead.py), CPU time (process
 time) per op, each side timed in turn within every round; the median over rounds is printed.
@@ -122,7 +122,7 @@ def ops_per_step(ndl: Any, torch: Any) -> Dict[str, int]:
     return {"needle": prof.record.ops, "torch": len(tprof.events())}
 
 
-def run_rounds(rounds: int) -> Dict[str, Dict[str, List[float]]]:
+def run_rounds(rounds: int, step_iters: int) -> Dict[str, Dict[str, List[float]]]:
     """Interleaved rounds: every (case, side) timed once per round."""
     import torch
 
@@ -131,7 +131,7 @@ def run_rounds(rounds: int) -> Dict[str, Dict[str, List[float]]]:
     one_blas_thread()
     n_ops, t_ops = needle_ops(ndl), torch_ops(torch)
     fns = {f"op {k}": (n_ops[k], t_ops[k], ITERS) for k in OPS}
-    fns["MLP step"] = (needle_step(ndl), torch_step(torch), 20)
+    fns["MLP step"] = (needle_step(ndl), torch_step(torch), step_iters)
     timers = sides(ndl, torch)
     out: Dict[str, Dict[str, List[float]]] = {c: {s: [] for s in timers} for c in fns}
     for _ in range(rounds):
@@ -183,6 +183,7 @@ def worker_off() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--step-iters", type=int, default=100, help="model steps per timing")
     parser.add_argument("--baseline", default="", help="a checkout without the hooks")
     parser.add_argument("--worker-off", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -192,7 +193,7 @@ def main() -> None:
     import torch
 
     import needle as ndl
-    report(run_rounds(args.rounds), ops_per_step(ndl, torch))
+    report(run_rounds(args.rounds, args.step_iters), ops_per_step(ndl, torch))
     if args.baseline:
         baseline_rounds(args.baseline, args.rounds)
 

@@ -15,7 +15,6 @@ import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from .. import autograd
-from ..memory import tracker
 from . import events as ev
 from .recorder import current
 
@@ -159,6 +158,7 @@ def _set_library_hooks(on: bool) -> None:
 
 def install() -> None:
     """Turn the hooks on (the first active recorder does it)."""
+    from ..memory import tracker  # here: importing needle.memory costs every `import needle`
     with _LOCK:
         _USERS[0] += 1
         _set_library_hooks(True)  # again: the ledger or CUDA may have been imported since
@@ -172,6 +172,7 @@ def install() -> None:
 
 def uninstall() -> None:
     """Turn the hooks off again once no recorder is active."""
+    from ..memory import tracker
     with _LOCK:
         _USERS[0] -= 1
         if _USERS[0] > 0:
