@@ -134,3 +134,29 @@ def test_trace_is_not_written_when_off(tmp_path):
         pass
     assert ndl.autograd._PROFILER is None
     assert os.listdir(tmp_path) == []
+
+
+def fsdp_step(comm):
+    """One FSDP step profiled on every rank: its gathers, reduce-scatters and buckets."""
+    from needle.parallel import FullyShardedDataParallel
+    np.random.seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    fsdp = FullyShardedDataParallel(model, comm)
+    opt = ndl.optim.SGD(fsdp.parameters(), lr=0.1)
+    rng = np.random.RandomState(comm.rank)
+    x = ndl.Tensor(rng.randn(6, 8), dtype="float32", requires_grad=False)
+    y = ndl.Tensor(rng.randn(6, 4), dtype="float32", requires_grad=False)
+    comm.ledger.reset()
+    with profiler.profile(comm=comm) as prof:
+        _mse(fsdp(x), y).backward()
+        opt.step()
+    comm_events = [e for e in prof.events() if e.cat == "comm"]
+    return ({e.name for e in comm_events}, sum(e.args["bytes_sent"] for e in comm_events),
+            comm.ledger.total(), len([e for e in prof.events() if e.cat == "bucket"]))
+
+
+def test_fsdp_gathers_reduce_scatters_and_buckets_are_on_the_timeline():
+    for kinds, sent, ledger_sent, buckets in run_ranks("virtual", 2, fsdp_step):
+        assert {"allgather", "reduce_scatter"} <= kinds
+        assert sent == ledger_sent > 0
+        assert buckets >= 1
