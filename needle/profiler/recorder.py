@@ -24,13 +24,11 @@ def current() -> Optional["Recorder"]:
     return _BY_THREAD.get(threading.get_ident())
 
 
-def _shapes(inputs: Sequence[Any]) -> List[Any]:
-    """Input shapes, without computing lazy inputs (an unrealised one shows as None)."""
-    out = []
-    for x in inputs:
-        shape = getattr(getattr(x, "cached_data", None), "shape", None)
-        out.append(list(shape) if shape is not None else None)
-    return out
+def _shapes(inputs: Sequence[Any]) -> Tuple[Any, ...]:
+    """Input shapes, without computing lazy inputs (an unrealised one shows as None). Tuples,
+    not lists: Python's garbage collector stops scanning tuples of ints, and a long recording
+    holds many."""
+    return tuple(getattr(getattr(x, "cached_data", None), "shape", None) for x in inputs)
 
 
 class Recorder:
@@ -211,7 +209,7 @@ class Recorder:
         t0 = perf_ns()
         launch(k, grid, block, args, index)
         t1 = perf_ns()
-        info = {"grid": list(grid), "block": list(block), "device": f"cuda:{index}",
+        info = {"grid": tuple(grid), "block": tuple(block), "device": f"cuda:{index}",
                 "emulated": emulated, "op": self.innermost(),
                 "time": "run on the CPU emulator" if emulated else "host launch (asynchronous)"}
         self.add(Event(getattr(k, "name", type(k).__name__), ev.KERNEL, t0, t1 - t0, info))

@@ -32,7 +32,7 @@ def test_ops_are_grouped_under_their_module_path_forward_and_backward():
     assert {"Linearmodules.0", "ReLUmodules.1", "Linearmodules.2"} <= paths
     matmuls = [e for e in _named(prof, "op") if e.name == "MatMul"]
     first = matmuls[0]
-    assert first.args["input_shapes"] == [[4, 3], [3, 5]]
+    assert first.args["input_shapes"] == ((4, 3), (3, 5))
     assert first.args["module"] == "modules.0 (Linear)"
     assert first.args["dtype"] == "float32" and first.args["device"] == "cpu()"
     grads = [e for e in _named(prof, "backward") if e.name == "MatMulBackward"]
@@ -150,7 +150,7 @@ def test_tables_and_summary():
     inside = [e for e in prof.events() if e.cat == "module" and e.name != "Sequential"]
     assert seq.self_cpu_time_total <= seq.cpu_time_total - sum(e.dur for e in inside) / 1e3 + 1e-6
     by_shape = prof.key_averages(group_by_input_shape=True)
-    assert any(r.input_shapes == "[[4, 3], [3, 5]]" for r in by_shape)
+    assert any(r.input_shapes == "((4, 3), (3, 5))" for r in by_shape)
     text = prof.summary()
     assert "ops by self time" in text and "us per op" in text and "memory peak" in text
     with pytest.raises(ValueError, match="sort_by must be one of"):
