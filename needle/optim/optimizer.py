@@ -24,12 +24,13 @@ def unique_by_identity(params: Iterable[Tensor]) -> List[Tensor]:
     return list({id(p): p for p in params}.values())
 
 
-def _profiled_step(step: Callable[[Any], None], name: str) -> Callable[[Any], None]:
+def _profiled_step(step: Callable[[Any], None]) -> Callable[[Any], None]:
     """``step``, shown as an "optimizer" range while ``needle.profiler`` records."""
     @functools.wraps(step)
     def wrapped(self: Any) -> None:
         if autograd._PROFILER is None:
             return step(self)
+        name = f"Optimizer.step#{type(self).__name__}.step"  # torch.profiler's name
         with autograd._PROFILER.range(name, "optimizer"):
             return step(self)
     return wrapped
@@ -51,7 +52,7 @@ class Optimizer:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "step" in cls.__dict__:  # needle.profiler shows each step as a range
-            cls.step = _profiled_step(cls.__dict__["step"], f"Optimizer.step#{cls.__name__}.step")
+            cls.step = _profiled_step(cls.__dict__["step"])
 
     def step(self) -> None:
         """Update every parameter that has a gradient."""
