@@ -1,6 +1,7 @@
 """needle.profiler on 2 ranks: a DDP step and a 2-stage pipeline step, each profiled on every
-rank, give one trace (rank 0 writes it) with a track per rank, op, kernel (emulated CUDA) and
-communication events and memory counters; its communication bytes equal each rank's ledger."""
+rank, give one trace (rank 0 writes it) with a track per rank, op, kernel (emulated CUDA for
+DDP; compiled plans' fused kernels for the CPU-only pipeline) and communication events and
+memory counters; its communication bytes equal each rank's ledger."""
 import json
 import os
 from collections import defaultdict
@@ -43,17 +44,28 @@ def ddp_step(comm, path):
     return _result(comm, prof, path)
 
 
-def pipeline_step(comm, path):
-    """One 1F1B step of a 2-stage pipeline (4 microbatches) profiled on every rank."""
+def pipeline_step(comm, path, compiled=False):
+    """One 1F1B step of a 2-stage pipeline (4 microbatches) profiled on every rank; with
+    ``compiled``, each stage runs as an ``ndl.compile`` plan (its steps are the kernels: the
+    pipeline runs on the CPU)."""
+    from needle.backend_ndarray import fused_elementwise_cpu
     from needle.parallel.pipeline import PipelineParallel, partition
     np.random.seed(0)
-    model = nn.Sequential(*[nn.Linear(6, 6) for _ in range(comm.size)])  # the pipeline: CPU
-    pipe = PipelineParallel(partition(model, comm.size)[comm.rank], comm, 4, loss_fn=_mse)
-    rng = np.random.RandomState(0)
-    x, y = rng.randn(8, 6).astype(np.float32), rng.randn(8, 6).astype(np.float32)
-    comm.ledger.reset()
-    with profiler.profile(comm=comm) as prof:
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(6, 6), nn.ReLU()) for _ in range(comm.size)])
+    stage = partition(model, comm.size)[comm.rank]
+    engine, fused_elementwise_cpu.ENGINE = fused_elementwise_cpu.ENGINE, "numpy"  # no numba
+    try:
+        pipe = PipelineParallel(ndl.compile(stage) if compiled else stage, comm, 4,
+                                loss_fn=_mse)
+        rng = np.random.RandomState(0)
+        x, y = rng.randn(8, 6).astype(np.float32), rng.randn(8, 6).astype(np.float32)
+        pipe.train_step(x, y)  # compiles (and replays once more below, unprofiled)
         pipe.train_step(x, y)
+        comm.ledger.reset()
+        with profiler.profile(comm=comm) as prof:
+            pipe.train_step(x, y)
+    finally:
+        fused_elementwise_cpu.ENGINE = engine
     return _result(comm, prof, path)
 
 
@@ -72,7 +84,7 @@ def _by_pid(trace):
     return out
 
 
-def _check_job_trace(results, path, kernels):
+def _check_job_trace(results, path, kernels, cats=("op", "module", "backward", "comm")):
     assert [r["written"] for r in results] == [str(path), None]  # rank 0 wrote, alone
     trace = profiler.check_trace(str(path))
     per_rank = _by_pid(trace)
@@ -81,11 +93,12 @@ def _check_job_trace(results, path, kernels):
         events = per_rank[res["rank"]]
         names = {e["args"]["name"] for e in events if e["name"] == "process_name"}
         assert names == {f"rank {res['rank']}"}
-        cats = {e.get("cat") for e in events if e["ph"] == "X"}
-        assert {"op", "module", "backward", "comm"} <= cats, cats
+        found = {e.get("cat") for e in events if e["ph"] == "X"}
+        assert set(cats) <= found, found
         if kernels:
             launched = [e for e in events if e.get("cat") == "kernel"]
             assert launched and all(k["args"]["grid"] and k["args"]["block"] for k in launched)
+            assert all(k["tid"] == 1 for k in launched)  # on the rank's "kernels" track
         assert any(e["ph"] == "C" and e["name"].startswith("memory") for e in events)
         assert any(e["ph"] == "i" and e["name"].startswith("peak memory") for e in events)
         comms = [e for e in events if e.get("cat") == "comm"]
@@ -119,6 +132,12 @@ def test_pipeline_step_gives_one_trace_whose_messages_are_the_ledgers(backend, t
     for events in per_rank.values():
         kinds = {e["name"] for e in events if e.get("cat") == "comm"}
         assert ("send" in kinds) and ("recv" in kinds)
+    # compiled stages: their plans' steps and fused kernels are on each rank's kernels track
+    fused = tmp_path / "pipe_compiled.json"
+    results = run_ranks(backend, 2, pipeline_step, str(fused), True, timeout=DEVICE_TIMEOUT)
+    for events in _check_job_trace(results, fused, False, ("plan_step", "comm")).values():
+        steps = [e for e in events if e.get("cat") == "plan_step"]
+        assert any(e["args"]["fused"] for e in steps) and all(e["tid"] == 1 for e in steps)
     # Both ranks' clocks are aligned: their events overlap in time on the job's axis.
     spans = {r: (min(e["ts"] for e in ev if e["ph"] == "X"),
                  max(e["ts"] + e["dur"] for e in ev if e["ph"] == "X"))
