@@ -179,3 +179,34 @@ def test_fsdp_gathers_reduce_scatters_and_buckets_are_on_the_timeline():
         assert {"allgather", "reduce_scatter"} <= kinds
         assert sent == ledger_sent > 0
         assert buckets >= 1
+
+
+SHIFT_NS = 3 * 10**9  # rank 1's clock runs 3 s ahead of rank 0's
+
+
+def shifted_allreduce(comm):
+    """Profile one allreduce; the merged trace (rank 0's) and this rank's measured offset."""
+    with profiler.profile(comm=comm) as prof:
+        with profiler.record_function("allreduce"):
+            comm.allreduce(np.ones(4))
+    records = prof.gather()
+    return prof.record.offset_ns, (profiler.chrome_trace(records) if records else None)
+
+
+def test_a_rank_whose_clock_is_ahead_is_aligned_to_rank_0(monkeypatch):
+    import threading
+
+    from needle.profiler import distributed, recorder
+    real = recorder.perf_ns
+
+    def clock():
+        ahead = threading.current_thread().name.endswith("rank-1")
+        return real() + (SHIFT_NS if ahead else 0)
+    monkeypatch.setattr(recorder, "perf_ns", clock)
+    monkeypatch.setattr(distributed, "perf_ns", clock)
+    (off0, trace), (off1, _) = run_ranks("virtual", 2, shifted_allreduce)
+    assert off0 == 0 and abs(off1 - SHIFT_NS) < 50 * 10**6  # within half a round trip
+    spans = {e["pid"]: (e["ts"], e["ts"] + e["dur"]) for e in trace["traceEvents"]
+             if e.get("name") == "allreduce" and e.get("cat") == "user_annotation"}
+    # the two ranks' allreduce ranges overlap on the job's time axis (unaligned: 3 s apart)
+    assert spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1], spans
