@@ -143,13 +143,47 @@ def data_parallel_demo(steps: int = 30) -> None:
           f" ms in one process: speedup {out['single_process_step_ms'] / out['step_ms']:.2f}x")
 
 
+def _train_step(model: nn.Module, opt: ndl.optim.Optimizer, x: ndl.Tensor, y: ndl.Tensor
+                ) -> None:
+    out = model(x)
+    loss = nn.SoftmaxLoss()(out[0] if isinstance(out, tuple) else out, y)
+    opt.reset_grad()
+    loss.backward()
+    opt.step()
+
+
+def profile_demo_models(directory: str) -> None:
+    """Write a trace and summary of one training step of each demo model under ``directory``
+    (after one step unprofiled: the first fills caches)."""
+    from needle import profiler
+    np.random.seed(0)
+    rng = np.random.default_rng(0)
+    mlp = MLPResNet(64, hidden_dim=128, num_blocks=2, num_classes=10, drop_prob=0.1)
+    digits = (ndl.Tensor(rng.standard_normal((64, 64)), dtype="float32", requires_grad=False),
+              ndl.Tensor(rng.integers(0, 10, 64), dtype="int64", requires_grad=False))
+    lm = LanguageModel(64, 96, 128, num_layers=2, seq_model="transformer", seq_len=48,
+                       num_head=4, dim_head=16)
+    chars = (ndl.Tensor(rng.integers(0, 96, (48, 16)), dtype="int64", requires_grad=False),
+             ndl.Tensor(rng.integers(0, 96, 48 * 16), dtype="int64", requires_grad=False))
+    for name, model, (x, y) in (("mlp_resnet", mlp, digits), ("char_transformer", lm, chars)):
+        opt = ndl.optim.Adam(model.parameters(), lr=1e-3)
+        _train_step(model, opt, x, y)
+        with profiler.profile_to(f"{directory}/{name}"):
+            _train_step(model, opt, x, y)
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     """Run both demos."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=20, help="digits epochs")
     parser.add_argument("--budget", type=float, default=35.0, help="char-LM seconds")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    parser.add_argument("--profile", default="", metavar="DIR",
+                        help="only write a trace of one training step of each model to DIR")
     args = parser.parse_args(argv)
+    if args.profile:
+        profile_demo_models(args.profile)
+        return
     progress = False if args.no_progress else None
     start = time.perf_counter()
     digits_demo(args.epochs, progress)

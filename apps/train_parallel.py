@@ -20,6 +20,7 @@ option given to a strategy that does not use it (``OPTION_USERS``) is refused, a
 cannot work (zero steps, a batch larger than the data).
 """
 import argparse
+import contextlib
 import json
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -78,6 +79,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", default="", help="write the figures to this PNG (rank 0)")
     p.add_argument("--json", default="", help="write the figures to this JSON file (rank 0)")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--profile", default="", metavar="DIR",
+                   help="write a Chrome trace of the run (every rank) and summaries to DIR")
     p.add_argument("--blas-threads", type=int, default=None,
                    help="BLAS threads per rank (default: the node's cores shared among its "
                         "ranks, or OMP_NUM_THREADS when set; see needle/parallel/comm/threads.py)")
@@ -197,7 +200,9 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     from needle.parallel import communicator
     comm = communicator.create(blas_threads=args.blas_threads)
     args.device = pick_device(args.device, comm)
-    out = STRATEGIES[args.strategy](comm, args)
+    from needle import profiler
+    with profiler.profile_to(args.profile, comm) if args.profile else contextlib.nullcontext():
+        out = STRATEGIES[args.strategy](comm, args)
     out.setdefault("strategy", args.strategy)
     out.setdefault("ranks", comm.size)
     if comm.rank != 0:

@@ -1,5 +1,5 @@
 """needle: a small, readable deep learning systems framework (CMU 10-414/714 style)."""
-from . import autograd, backend_ndarray, data, init, metrics, nn, ops, optim, quant
+from . import autograd, backend_ndarray, data, init, metrics, nn, ops, optim, profiler, quant
 from .autograd import (
     Tensor,
     TensorTuple,

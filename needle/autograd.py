@@ -38,6 +38,8 @@ TENSOR_COUNTER = 0
 _GRAD_ENABLED = True
 # Set inside needle.amp.autocast(): f(op, args) -> args cast by the mixed-precision policy.
 _AUTOCAST_HOOK = None
+# Set while needle.profiler records: times ops, gradients, module calls (profiler/hooks.py).
+_PROFILER: Any = None
 
 NDArrayLike = Any
 
@@ -111,7 +113,10 @@ class Op:
 
     def gradient_as_tuple(self, out_grad: "Value", node: "Value") -> Tuple["Value", ...]:
         """``gradient`` always returned as a tuple."""
-        output = self.gradient(out_grad, node)
+        if _PROFILER is None:
+            output = self.gradient(out_grad, node)
+        else:  # needle.profiler: a timed "<Op>Backward" range
+            output = _PROFILER.backward(self, out_grad, node)
         if isinstance(output, tuple):
             return output
         if isinstance(output, list):
@@ -125,6 +130,8 @@ class TensorOp(Op):
     def __call__(self, *args: "Value") -> "Tensor":
         if _AUTOCAST_HOOK is not None:  # set by needle.amp.autocast: casts args per op
             args = _AUTOCAST_HOOK(self, args)
+        if _PROFILER is not None:  # needle.profiler: a timed "op" event
+            return _PROFILER.op(Tensor.make_from_op, self, args)
         return Tensor.make_from_op(self, args)
 
 
@@ -132,6 +139,8 @@ class TensorTupleOp(Op):
     """An op whose output is a TensorTuple."""
 
     def __call__(self, *args: "Value") -> "TensorTuple":
+        if _PROFILER is not None:  # needle.profiler: a timed "op" event
+            return _PROFILER.op(TensorTuple.make_from_op, self, args)
         return TensorTuple.make_from_op(self, args)
 
 

@@ -22,6 +22,8 @@ BF16 = np.dtype(ml_dtypes.bfloat16)
 _META_CACHE: Dict[Tuple[int, Tuple[int, ...]], Any] = {}
 _META_CACHE_MAX = 4096
 _PEAK: Dict[int, int] = {}
+# Set while needle.profiler records: f(_launch, k, grid, block, args, index) times the launch.
+_LAUNCH_HOOK: Any = None
 
 
 @functools.lru_cache(maxsize=None)
@@ -85,6 +87,14 @@ def kernel(filename: str, name: str, dtype: str, index: int) -> "cp.RawKernel":
 def launch(k: "cp.RawKernel", grid: Sequence[int], block: Sequence[int], args: Sequence[Any],
            index: int) -> None:
     """Launch ``k`` on GPU ``index`` on CuPy's current stream."""
+    if _LAUNCH_HOOK is not None:
+        _LAUNCH_HOOK(_launch, k, grid, block, args, index)
+        return
+    _launch(k, grid, block, args, index)
+
+
+def _launch(k: "cp.RawKernel", grid: Sequence[int], block: Sequence[int], args: Sequence[Any],
+            index: int) -> None:
     with device(index):
         k(tuple(grid), tuple(block), tuple(args))
 

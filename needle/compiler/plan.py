@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .. import autograd
 from ..backend_ndarray import NDArray
 from .capture import Buf, Trace
 from .fusion import fuse
@@ -114,6 +115,11 @@ class Plan:
     # ------------------------------------------------------------------ running
     def run(self, inputs: Sequence[Any]) -> List[Any]:
         """Replay on the input Arrays (in ``self.inputs`` order); return the output Arrays."""
+        if autograd._PROFILER is not None:  # needle.profiler: each step timed
+            return autograd._PROFILER.plan(self, inputs, Plan._run)
+        return self._run(inputs)
+
+    def _run(self, inputs: Sequence[Any]) -> List[Any]:
         slot: Dict[int, Any] = dict(zip(self.inputs, inputs))
         Array = self.device.Array
         for b, size, dtype in self.fresh:

@@ -3,6 +3,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .. import autograd
 from ..autograd import Tensor
 from ..backend_ndarray.device import BackendDevice
 from .samplers import is_sampler
@@ -123,6 +124,12 @@ class DataLoader:
         return self
 
     def __next__(self) -> Tuple[Tensor, ...]:
+        if autograd._PROFILER is not None:  # needle.profiler: a "dataloader" range
+            with autograd._PROFILER.range("DataLoader.__next__", "dataloader"):
+                return self._next_batch()
+        return self._next_batch()
+
+    def _next_batch(self) -> Tuple[Tensor, ...]:
         if self._position >= len(self.ordering):
             raise StopIteration
         idx = self.ordering[self._position]

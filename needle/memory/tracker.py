@@ -24,13 +24,27 @@ from ..backend_ndarray import BackendDevice, NDArray, cpu
 __all__ = ["MemoryTracker", "bytes_of", "buffers_of", "CATEGORIES"]
 
 CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "other")
-_ACTIVE: List["MemoryTracker"] = []
+_ACTIVE: List[Any] = []  # MemoryTrackers and other listeners (attach)
 
 
 def _dispatch(buf: Any) -> None:
     """The allocation hook: tell every active tracker about a new buffer."""
     for tracker in _ACTIVE:
         tracker._on_alloc(buf)
+
+
+def attach(listener: Any) -> None:
+    """Report every new buffer of ``listener._backend`` (a backend module) to
+    ``listener._on_alloc(buf)`` until ``detach`` (trackers and ``needle.profiler`` use it)."""
+    _ACTIVE.append(listener)
+    listener._backend._ALLOC_HOOK = _dispatch
+
+
+def detach(listener: Any) -> None:
+    """Stop reporting to ``listener``; the hook goes back to None when no one else listens."""
+    _ACTIVE.remove(listener)
+    if not any(t._backend is listener._backend for t in _ACTIVE):
+        listener._backend._ALLOC_HOOK = None
 
 
 def buffers_of(items: Iterable[Any]) -> Dict[int, Any]:
@@ -99,14 +113,11 @@ class MemoryTracker:
 
     # ------------------------------------------------------------------ hooking
     def __enter__(self) -> "MemoryTracker":
-        _ACTIVE.append(self)
-        self._backend._ALLOC_HOOK = _dispatch
+        attach(self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        _ACTIVE.remove(self)
-        if not any(t._backend is self._backend for t in _ACTIVE):
-            self._backend._ALLOC_HOOK = None
+        detach(self)
 
     def _on_alloc(self, buf: Any) -> None:
         nbytes = buf.array.nbytes

@@ -12,6 +12,7 @@ from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Set, Tuple
 
 import numpy as np
 
+from .. import autograd
 from ..autograd import Tensor
 from ..backend_ndarray import BackendDevice, NDArray
 
@@ -138,6 +139,8 @@ class Module:
         return self.train(False)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if autograd._PROFILER is not None:  # needle.profiler: a range named by module path
+            return autograd._PROFILER.module(self, args, kwargs)
         return self.forward(*args, **kwargs)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:

@@ -6,11 +6,13 @@ number of live tensors (``autograd.TENSOR_COUNTER``) unchanged. Parameters are d
 identity (a tied weight is updated once), and a parameter whose ``.grad`` is None (frozen, or
 unused this step) is skipped and gets no state.
 """
+import functools
 import math
-from typing import Any, Dict, Iterable, List
+from typing import Any, Callable, Dict, Iterable, List
 
 import numpy as np
 
+from .. import autograd
 from ..autograd import Tensor
 from ..backend_ndarray import NDArray
 from ..backend_ndarray import fused_ops as fused
@@ -20,6 +22,18 @@ from ..backend_ndarray.fused_ops import has_primitive
 def unique_by_identity(params: Iterable[Tensor]) -> List[Tensor]:
     """``params`` in order, each object once (a tied weight is one parameter)."""
     return list({id(p): p for p in params}.values())
+
+
+def _profiled_step(step: Callable[[Any], None]) -> Callable[[Any], None]:
+    """``step``, shown as an "optimizer" range while ``needle.profiler`` records."""
+    @functools.wraps(step)
+    def wrapped(self: Any) -> None:
+        if autograd._PROFILER is None:
+            return step(self)
+        name = f"Optimizer.step#{type(self).__name__}.step"  # torch.profiler's name
+        with autograd._PROFILER.range(name, "optimizer"):
+            return step(self)
+    return wrapped
 
 
 class Optimizer:
@@ -34,6 +48,11 @@ class Optimizer:
                 raise TypeError(f"optimizer params must be Tensors, got {type(p).__name__}")
         self.params = unique_by_identity(params)
         self.state: Dict[int, Dict[str, Any]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "step" in cls.__dict__:  # needle.profiler shows each step as a range
+            cls.step = _profiled_step(cls.__dict__["step"])
 
     def step(self) -> None:
         """Update every parameter that has a gradient."""

@@ -1,0 +1,182 @@
+"""Installing the profiler's hooks into the library, and the one object they all call.
+
+Each hook in the library is one module-level variable, None while nothing is profiled, tested
+once per call: ``autograd._PROFILER`` (op dispatch, ``Op.gradient_as_tuple``,
+``nn.Module.__call__``, ``DataLoader``, ``Optimizer.step``, gradient buckets, compiled plans),
+the CPU and CUDA backends' ``_ALLOC_HOOK`` (shared with ``needle.memory.MemoryTracker``),
+``backend_cuda._runtime._LAUNCH_HOOK`` (every kernel launch, real or emulated) and the
+communication ledger's ``_ADD_HOOK``. They are set while at least one recorder is active in
+the process and reset to None by the last one to stop, so profiling off costs one global test.
+"""
+import contextlib
+import sys
+import threading
+import weakref
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+from .. import autograd
+from . import events as ev
+from .recorder import current
+
+_LOCK = threading.Lock()
+_USERS = [0]  # recorders active in this process
+_PROBES: List["_MemoryProbe"] = []
+
+
+class Dispatch:
+    """What the library's hooks call; each method hands the call to this thread's recorder."""
+
+    def op(self, make: Callable, op: Any, inputs: Tuple[Any, ...]) -> Any:
+        """An op's dispatch (``TensorOp.__call__``)."""
+        rec = current()
+        return make(op, inputs) if rec is None else rec.op(make, op, inputs)
+
+    def backward(self, op: Any, out_grad: Any, node: Any) -> Any:
+        """An op's gradient during backward (``Op.gradient_as_tuple``)."""
+        rec = current()
+        return op.gradient(out_grad, node) if rec is None else rec.backward(op, out_grad, node)
+
+    def module(self, module: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+        """A module call (``Module.__call__``)."""
+        rec = current()
+        if rec is None:
+            return module.forward(*args, **kwargs)
+        return rec.module(module, args, kwargs)
+
+    @contextlib.contextmanager
+    def range(self, name: str, cat: str, args: Optional[Dict[str, Any]] = None
+              ) -> Iterator[None]:
+        """A named range (data loading, an optimizer step, ``record_function``)."""
+        rec = current()
+        if rec is None:
+            yield
+            return
+        rec.open(name, cat, args)
+        try:
+            yield
+        finally:
+            rec.close()
+
+    def instant(self, name: str, cat: str, args: Dict[str, Any]) -> None:
+        """A point in time (a gradient bucket launched)."""
+        rec = current()
+        if rec is not None:
+            rec.instant(name, cat, args)
+
+    def plan(self, plan: Any, inputs: Any, run: Callable[[Any, Any], Any]) -> Any:
+        """A compiled plan's run, each of its steps (fused kernels included) timed."""
+        rec = current()
+        if rec is None:
+            return run(plan, inputs)
+        saved = plan.bound
+        plan.bound = [(_timed_step(fn, flat), flat, holes) for fn, flat, holes in saved]
+        rec.open(f"compiled plan ({len(saved)} steps)", ev.PLAN)
+        try:
+            return run(plan, inputs)
+        finally:
+            rec.close()
+            plan.bound = saved
+
+    def launch(self, launch: Callable, k: Any, grid: Any, block: Any, args: Any,
+               index: int) -> None:
+        """A CUDA kernel launch (``backend_cuda._runtime.launch``)."""
+        rec = current()
+        if rec is None:
+            launch(k, grid, block, args, index)
+            return
+        rec.kernel(launch, k, grid, block, args, index, _emulated())
+
+    def comm(self, record: Any) -> None:
+        """A communication ledger record (``Ledger.add``)."""
+        rec = current()
+        if rec is not None:
+            rec.comm(record)
+
+
+DISPATCH = Dispatch()
+
+
+def _timed_step(fn: Callable, flat: List[Any]) -> Callable:
+    """``fn`` as a timed "plan_step" event: "fused_elementwise: <expression>" for a fused one."""
+    name = getattr(fn, "__name__", type(fn).__name__)
+    if "fused" in name and flat:
+        name = f"{name}: {str(flat[0])[:60]}"
+
+    def timed(*args: Any) -> Any:
+        rec = current()
+        if rec is None:
+            return fn(*args)
+        rec.open(name, ev.PLAN_STEP, {"fused": "fused" in name})
+        try:
+            return fn(*args)
+        finally:
+            rec.close()
+    return timed
+
+
+def _emulated() -> bool:
+    backend = sys.modules.get("needle.backend_cuda.ndarray_backend_cuda")
+    return bool(getattr(backend, "EMULATED", False))
+
+
+class _MemoryProbe:
+    """Told of every new buffer of one backend (as a ``MemoryTracker`` is); reports it, and its
+    release, to the allocating thread's recorder."""
+
+    def __init__(self, backend: Any, device: str) -> None:
+        self._backend, self.device = backend, device
+
+    def _on_alloc(self, buf: Any) -> None:
+        rec = current()
+        if rec is None or not isinstance(buf, self._backend.Array):  # another backend's
+            return
+        nbytes = int(buf.array.nbytes)
+        index = getattr(buf, "device_index", None)  # a GPU buffer knows its GPU
+        device = self.device if index is None else f"{self.device}:{index}"
+        rec.alloc(device, nbytes)
+        weakref.finalize(buf, rec.free, device, nbytes)
+
+
+def _backends() -> List[Tuple[Any, str]]:
+    """(backend module, device name) of the CPU backend and, if loaded, the CUDA one."""
+    found = [(sys.modules["needle.backend_ndarray.ndarray_backend_numpy"], "cpu")]
+    cuda = sys.modules.get("needle.backend_cuda.ndarray_backend_cuda")
+    if cuda is not None:
+        found.append((cuda, "cuda"))
+    return found
+
+
+def _set_library_hooks(on: bool) -> None:
+    autograd._PROFILER = DISPATCH if on else None
+    ledger = sys.modules.get("needle.parallel.comm.ledger")
+    if ledger is not None:
+        ledger._ADD_HOOK = DISPATCH.comm if on else None  # type: ignore[attr-defined]
+    runtime = sys.modules.get("needle.backend_cuda._runtime")
+    if runtime is not None:
+        runtime._LAUNCH_HOOK = DISPATCH.launch if on else None  # type: ignore[attr-defined]
+
+
+def install() -> None:
+    """Turn the hooks on (the first active recorder does it)."""
+    from ..memory import tracker  # here: importing needle.memory costs every `import needle`
+    with _LOCK:
+        _USERS[0] += 1
+        _set_library_hooks(True)  # again: the ledger or CUDA may have been imported since
+        if _USERS[0] > 1:
+            return
+        for backend, device in _backends():
+            probe = _MemoryProbe(backend, device)
+            _PROBES.append(probe)
+            tracker.attach(probe)
+
+
+def uninstall() -> None:
+    """Turn the hooks off again once no recorder is active."""
+    from ..memory import tracker
+    with _LOCK:
+        _USERS[0] -= 1
+        if _USERS[0] > 0:
+            return
+        _set_library_hooks(False)
+        while _PROBES:
+            tracker.detach(_PROBES.pop())
