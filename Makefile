@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 # the graded tests (HIDDEN=dir adds an instructor's hidden tests).
 HIDDEN ?=
 
-.PHONY: install demo lint test test-cuda-sanitize bench clean student grade
+.PHONY: install demo lint test test-cuda-sanitize bench clean student grade mutate
 
 install:
 	$(PIP) install -q -e ".[dev]"
@@ -55,6 +55,11 @@ bench: install
 	$(PYTHON) benchmarks/bench_model_parallel.py --figures
 	$(PYTHON) benchmarks/bench_multihost.py  # needs root (network namespaces); else says why
 	cd benchmarks && $(PYTHON) bench_compile.py --steps 9
+
+# Plant each bug of tools/mutate.py's list in a copy of the tree, run that module's tests,
+# print caught/survived per mutant and the score (minutes; not part of `make test`).
+mutate:
+	$(PYTHON) tools/mutate.py
 
 student:
 	$(PYTHON) -m course.make_student --out build/student
