@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 # the graded tests (HIDDEN=dir adds an instructor's hidden tests).
 HIDDEN ?=
 
-.PHONY: install demo lint test test-cuda-sanitize bench clean student grade mutate
+.PHONY: install demo lint test test-cuda-sanitize bench clean student grade
 
 install:
 	$(PIP) install -q -e ".[dev]"
@@ -58,6 +58,7 @@ bench: install
 
 # Plant each bug of tools/mutate.py's list in a copy of the tree, run that module's tests,
 # print caught/survived per mutant and the score (minutes; not part of `make test`).
+.PHONY: mutate
 mutate:
 	$(PYTHON) tools/mutate.py
 
