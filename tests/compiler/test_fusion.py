@@ -81,3 +81,16 @@ def test_compiled_function_writing_an_input_in_place_equals_eager():
         y = ndl.Tensor(np.full(N, -1.0), requires_grad=False)
         np.testing.assert_allclose(cf(x, y).numpy(), np.exp(base * 2.0) + 1.0, rtol=1e-15)
         np.testing.assert_array_equal(x.numpy(), np.full(N, -1.0))
+
+
+def test_no_fusion_of_two_strided_shapes():
+    """A producer iterating a transposed (4, 3) read and a reader iterating a transposed
+    (3, 4) one have the same size but not one iteration space: they stay two kernels."""
+    a0, c0 = np.arange(12.0).reshape(3, 4), np.arange(12.0).reshape(4, 3) * 10
+    with ndl.lazy() as lz:
+        a, c = ndl.NDArray(a0), ndl.NDArray(c0)
+        t = a.permute((1, 0)) * 2.0                                  # (4, 3), strided read
+        u = t.reshape((3, 4)) + c.permute((1, 0))                    # (3, 4), strided read
+        del t
+    np.testing.assert_array_equal(u.numpy(), (a0.T * 2.0).reshape(3, 4) + c0.T)
+    assert "+strided]" not in lz.explain().split("== after fusion")[1]
