@@ -16,6 +16,7 @@ from needle.parallel.pipeline import PipelineParallel
 from needle.parallel.tensor_parallel import (
     ColumnParallelLinear,
     ParallelSelfAttention,
+    ParallelTransformerBlock,
     RowParallelLinear,
     VocabParallelEmbedding,
     gathered_cross_entropy,
@@ -90,6 +91,9 @@ CASES = [
     ("attention width", lambda: nn.AttentionLayer(8, 2, 4)(f32(1, 3, 7)),
      layer_call(lambda c: ParallelSelfAttention(8, 2, 4, c), lambda: f32(1, 3, 7)),
      "shape (1, 3, 7)"),
+    ("block 2-d input", lambda: nn.TransformerLayer(8, 2, 4, 16)(f32(3, 8)),
+     layer_call(lambda c: ParallelTransformerBlock(8, 2, 4, 16, c), lambda: f32(3, 8)),
+     "shape (3, 8)"),
     ("moe width", lambda: nn.MoE(4, 8, 2)(f32(3, 5)),
      layer_call(lambda c: ExpertParallelMoE(4, 8, 2, c), lambda: f32(3, 5)), "shape (3, 5)"),
     ("column device", lambda: nn.Linear(4, 6)(ndl.Tensor(np.zeros((2, 4)), device=ndl.cuda())),
