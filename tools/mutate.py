@@ -142,18 +142,30 @@ def copy_tree(dest: Path) -> None:
         "build", "*.egg-info"))
 
 
-def run_tests(tree: Path, tests: Sequence[str], timeout: float) -> Tuple[str, float]:
-    """('passed' | 'failed' | 'timeout', seconds) of ``tests`` run in ``tree``."""
+class Run(NamedTuple):
+    """A test run: 'passed' | 'failed' | 'timeout', its seconds, the first failure's line."""
+
+    outcome: str
+    seconds: float
+    first_failure: str
+
+
+def run_tests(tree: Path, tests: Sequence[str], timeout: float) -> Run:
+    """``tests`` run in ``tree`` (stopping at the first failure)."""
     env = dict(os.environ, PYTHONPATH=str(tree), PYTHONDONTWRITEBYTECODE="1")
-    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-rfE", "-p", "no:cacheprovider",
            "-m", "not mpi and not slow", *tests]
     start = time.monotonic()
     try:
-        res = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, timeout=timeout,
-                             stdin=subprocess.DEVNULL)
+        res = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True,
+                             timeout=timeout, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
-        return "timeout", time.monotonic() - start
-    return ("passed" if res.returncode == 0 else "failed"), time.monotonic() - start
+        return Run("timeout", time.monotonic() - start, "")
+    # which test caught it (an ERROR line is a collection or import failure: a weaker catch)
+    first = next((line for line in res.stdout.splitlines()
+                  if line.startswith(("FAILED ", "ERROR "))), "")
+    return Run("passed" if res.returncode == 0 else "failed", time.monotonic() - start,
+               first[:110])
 
 
 def imports_from(tree: Path) -> bool:
@@ -173,12 +185,14 @@ def mutate(tree: Path, mutants: Sequence[Mutant], timeout: float) -> List[Tuple[
         original = path.read_text()
         path.write_text(original.replace(m.before, m.after, 1))
         try:
-            outcome, secs = run_tests(tree, m.tests, timeout)
+            run = run_tests(tree, m.tests, timeout)
         finally:
             path.write_text(original)
-        verdict = "survived" if outcome == "passed" else "caught"
-        note = " (timed out)" if outcome == "timeout" else ""
-        print(f"{verdict:<9} {m.name:<42} {secs:6.1f} s{note}", flush=True)
+        verdict = "survived" if run.outcome == "passed" else "caught"
+        note = " (timed out)" if run.outcome == "timeout" else ""
+        print(f"{verdict:<9} {m.name:<42} {run.seconds:6.1f} s{note}", flush=True)
+        if run.first_failure:
+            print(f"          by {run.first_failure}", flush=True)
         results.append((m, verdict))
     return results
 
@@ -206,9 +220,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                   file=sys.stderr)
             return 2
         for tests in sorted({m.tests for m in chosen}):
-            outcome, secs = run_tests(tree, tests, args.timeout)
-            print(f"baseline  {' '.join(tests)}: {outcome} ({secs:.1f} s)", flush=True)
-            if outcome != "passed":
+            run = run_tests(tree, tests, args.timeout)
+            print(f"baseline  {' '.join(tests)}: {run.outcome} ({run.seconds:.1f} s)",
+                  flush=True)
+            if run.outcome != "passed":
                 print("the unmutated tests do not pass: fix them first", file=sys.stderr)
                 return 2
         results = mutate(tree, chosen, args.timeout)
