@@ -204,6 +204,11 @@ def world_problem(args: argparse.Namespace, size: int) -> Optional[str]:
         return f"--experts {args.experts} do not split evenly over {size} ranks"
     if s == "ps" and size < 2:
         return "--strategy ps needs at least 2 ranks (a server and a worker)"
+    if s in DP and args.task == "digits":  # the task's own check, before any model is built
+        try:  # ps: one rank serves, the others share the data
+            dp.TASKS["digits"](args, None).batches(0, size - (s == "ps"))
+        except ValueError as err:
+            return str(err)
     if s == "ps" and args.straggler and int(args.straggler.partition(":")[0]) >= size:
         return f"--straggler {args.straggler} names a rank the job of {size} ranks lacks"
     return None

@@ -103,7 +103,8 @@ def test_bad_command_line_is_one_line_and_nonzero(capsys, command, argv, text):
 
 def _args(strategy, **kw):
     base = dict(strategy=strategy, dp=1, pp=1, tp=1, heads=4, d_model=64, layers=4, chunks=2,
-                schedule="1f1b", experts=4, straggler="")
+                schedule="1f1b", experts=4, straggler="", task="charlm", batch=8, seed=0,
+                dtype="float32")
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -114,13 +115,15 @@ def _args(strategy, **kw):
     (_args("moe", experts=4), 3, "--experts 4 do not split evenly over 3 ranks"),
     (_args("ps"), 1, "needs at least 2 ranks"),
     (_args("ps", straggler="3:2"), 3, "--straggler 3:2 names a rank"),
+    (_args("ddp", task="digits", batch=1000), 2, "--batch 1000 is more than the"),
 ])
 def test_world_size_problems_are_named(args, size, text):
     assert text in tp.world_problem(args, size)
 
 
 @pytest.mark.parametrize("args,size", [(_args("3d", dp=2, pp=1, tp=2), 4), (_args("tp"), 4),
-                                       (_args("ps", straggler="2:3"), 3)])
+                                       (_args("ps", straggler="2:3"), 3),
+                                       (_args("ddp", task="digits", batch=32), 2)])
 def test_world_sizes_that_work_are_accepted(args, size):
     assert tp.world_problem(args, size) is None
 
