@@ -63,6 +63,12 @@ bench: install
 gpu-check:
 	PYTHONPATH=$(CURDIR) $(PYTHON) tools/gpu_check.py
 
+# Plant each bug of tools/mutate.py's list in a copy of the tree, run that module's tests,
+# print caught/survived per mutant and the score (minutes; not part of `make test`).
+.PHONY: mutate
+mutate:
+	$(PYTHON) tools/mutate.py
+
 student:
 	$(PYTHON) -m course.make_student --out build/student
 

@@ -8,7 +8,6 @@
 
 Run from the repository root: ``python3 -m apps.demo`` (``--help`` for options).
 """
-import argparse
 import itertools
 import math
 import time
@@ -18,6 +17,7 @@ import numpy as np
 
 import needle as ndl
 from needle import nn
+from needle.cli import Parser
 
 if __package__:  # imported as apps.<module>
     from .mlp_resnet import MLPResNet, epoch
@@ -174,13 +174,17 @@ def profile_demo_models(directory: str) -> None:
 
 def main(argv: Optional[List[str]] = None) -> None:
     """Run both demos."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m apps.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=20, help="digits epochs")
     parser.add_argument("--budget", type=float, default=35.0, help="char-LM seconds")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
     parser.add_argument("--profile", default="", metavar="DIR",
                         help="only write a trace of one training step of each model to DIR")
     args = parser.parse_args(argv)
+    if args.epochs < 1:
+        parser.error(f"--epochs must be at least 1, not {args.epochs}")
+    if not 0 < args.budget < float("inf"):
+        parser.error(f"--budget must be a positive number of seconds, not {args.budget}")
     if args.profile:
         profile_demo_models(args.profile)
         return

@@ -27,6 +27,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from needle.cli import Parser, check_output_path, fail
+
 if __package__:
     from . import data_parallel_strategies as dp
     from . import model_parallel_strategies as mp
@@ -72,7 +74,7 @@ DEFAULTS: Dict[str, Dict[str, Any]] = {"dp": {}, "mp": {}}
 
 def parser() -> argparse.ArgumentParser:
     """Every strategy's options, each once (``finish_args`` fills in the family's defaults)."""
-    p = argparse.ArgumentParser(prog="python -m apps.train_parallel",
+    p = Parser(prog="python -m apps.train_parallel",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--strategy", choices=sorted(STRATEGIES), required=True)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
@@ -107,6 +109,8 @@ def _refuse_unused(p: argparse.ArgumentParser, args: argparse.Namespace) -> None
             flag = "--" + dest.replace("_", "-")
             where = f"it is for {', '.join(users)}" if users else "no strategy supports it yet"
             p.error(f"{flag} does not apply to --strategy {s} ({where})")
+    if args.chunks is not None and (args.schedule or "1f1b") != "interleaved":
+        p.error(f"--chunks applies to --schedule interleaved, not {args.schedule or '1f1b'}")
     if s == "ps" and args.staleness is not None and args.consistency != "ssp":
         p.error(f"--staleness applies to --consistency ssp, not {args.consistency or 'bsp'}")
 
@@ -119,11 +123,93 @@ def _refuse_input(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             p.error(f"--{dest} must be at least 1, not {getattr(args, dest)}")
     if not args.lr > 0:
         p.error(f"--lr must be > 0, not {args.lr}")
+    _refuse_counts(p, args)
     if s in ("pp", "3d"):  # each data-parallel replica cuts its rows into microbatches
         rows = args.batch // (args.dp if s == "3d" else 1)
         if args.microbatches < 1 or rows % args.microbatches:
             p.error(f"--microbatches {args.microbatches} does not divide the {rows} rows of "
                     f"--batch {args.batch}" + (f" / --dp {args.dp}" if s == "3d" else ""))
+    _refuse_model(p, args)
+    _refuse_ps(p, args)
+    for flag in ("plot", "json", "timeline"):  # before training, not after it
+        problem = check_output_path(getattr(args, flag, None) or "", "--" + flag)
+        if problem:
+            p.error(problem)
+
+
+def _refuse_counts(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Counts below 1 and rates or sizes that are not positive."""
+    for dest in _POSITIVE:
+        if getattr(args, dest, None) is not None and getattr(args, dest) < 1:
+            p.error(f"--{dest.replace('_', '-')} must be at least 1, not {getattr(args, dest)}")
+    for dest in ("bucket_mb", "ps_lr"):
+        if getattr(args, dest) is not None and not getattr(args, dest) > 0:
+            p.error(f"--{dest.replace('_', '-')} must be > 0, not {getattr(args, dest)}")
+
+
+# options that count something: at least 1 when given (checked after the defaults are in)
+_POSITIVE = ("blas_threads", "seq_len", "d_model", "heads", "layers", "chars", "chunks",
+             "dp", "pp", "tp", "experts", "top_k")
+
+
+def _refuse_model(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The model-parallel transformer's shape: heads that split d_model, enough text."""
+    s = args.strategy
+    if s not in MP:
+        return
+    if args.d_model % args.heads:
+        p.error(f"--heads {args.heads} does not divide --d-model {args.d_model}")
+    if s == "moe" and not 1 <= args.top_k <= min(2, args.experts):
+        p.error(f"--top-k must be 1 or 2 and at most --experts {args.experts}, not {args.top_k}")
+    train_chars = int(args.chars * 0.9)  # CharCorpus keeps 10% for testing
+    if train_chars < args.seq_len + 2:
+        p.error(f"--chars {args.chars} leaves {train_chars} training characters, fewer than "
+                f"one window of --seq-len {args.seq_len} + 2")
+
+
+def _refuse_ps(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The parameter server's staleness bound and --straggler RANK:FACTOR."""
+    if args.strategy != "ps":
+        return
+    if args.staleness is not None and args.staleness < 0:
+        p.error(f"--staleness must be >= 0, not {args.staleness}")
+    if args.straggler:
+        rank, _, factor = args.straggler.partition(":")
+        try:
+            ok = int(rank) >= 0 and float(factor) >= 1
+        except ValueError:
+            ok = False
+        if not ok:
+            p.error(f"--straggler must be RANK:FACTOR (a rank >= 0, a slowdown >= 1), not "
+                    f"{args.straggler!r}")
+
+
+def world_problem(args: argparse.Namespace, size: int) -> Optional[str]:
+    """Why the job's ``size`` ranks cannot run these options (None when they can)."""
+    s = args.strategy
+    if s == "3d" and args.dp * args.pp * args.tp != size:
+        return (f"--dp {args.dp} x --pp {args.pp} x --tp {args.tp} = "
+                f"{args.dp * args.pp * args.tp} ranks, but the job has {size}")
+    tp = {"tp": size, "3d": args.tp}.get(s, 1)
+    if args.strategy in MP and (args.heads % tp or args.d_model % tp):
+        return (f"the tensor-parallel size {tp} does not divide --heads {args.heads} and "
+                f"--d-model {args.d_model}")
+    stages = {"pp": size, "3d": args.pp}.get(s, 1) * (
+        args.chunks if s in ("pp", "3d") and args.schedule == "interleaved" else 1)
+    if s in ("pp", "3d") and args.layers + 2 < stages:  # embedding, blocks, head
+        return f"--layers {args.layers} (+ embedding and head) cannot fill {stages} stages"
+    if s == "moe" and args.experts % size:
+        return f"--experts {args.experts} do not split evenly over {size} ranks"
+    if s == "ps" and size < 2:
+        return "--strategy ps needs at least 2 ranks (a server and a worker)"
+    if s in DP and args.task == "digits":  # the task's own check, before any model is built
+        try:  # ps: one rank serves, the others share the data
+            dp.TASKS["digits"](args, None).batches(0, size - (s == "ps"))
+        except ValueError as err:
+            return str(err)
+    if s == "ps" and args.straggler and int(args.straggler.partition(":")[0]) >= size:
+        return f"--straggler {args.straggler} names a rank the job of {size} ranks lacks"
+    return None
 
 
 def pick_device(kind: str, comm: Any) -> Any:
@@ -199,6 +285,9 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     args = finish_args(p, p.parse_args(argv))
     from needle.parallel import communicator
     comm = communicator.create(blas_threads=args.blas_threads)
+    problem = world_problem(args, comm.size)
+    if problem:  # every rank finds it; rank 0 says it
+        fail(p.prog, problem)
     args.device = pick_device(args.device, comm)
     from needle import profiler
     with profiler.profile_to(args.profile, comm) if args.profile else contextlib.nullcontext():

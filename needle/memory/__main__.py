@@ -4,16 +4,16 @@ training memory, term by term.
 Example: ``python -m needle.memory --layers 24 --hidden 2048 --heads 16 --seq 2048
 --vocab 50257 --batch 4 --precision mixed --optimizer adam --zero 1 --dp 8``.
 """
-import argparse
 import sys
 from typing import List, Optional
 
+from ..cli import Parser
 from .estimator import OPTIMIZERS, PRECISIONS, TransformerConfig, estimate_transformer
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Parse the model description, print the estimate; exit status 2 on impossible configs."""
-    ap = argparse.ArgumentParser(prog="python -m needle.estimate", description=__doc__)
+    ap = Parser(prog="python -m needle.estimate", description=__doc__)
     for name, default in (("layers", 12), ("hidden", 768), ("heads", 12), ("seq", 1024),
                           ("vocab", 50257), ("batch", 8)):
         ap.add_argument("--" + name, type=int, default=default)
@@ -28,6 +28,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--pp", type=int, default=1, help="pipeline-parallel degree p")
     ap.add_argument("--sequence-parallel", action="store_true")
     args = ap.parse_args(argv)
+    if args.zero and args.dp == 1:  # ZeRO shards over the data-parallel ranks
+        ap.error(f"--zero {args.zero} shards the states over --dp ranks: give --dp > 1")
+    if args.sequence_parallel and args.tp == 1:
+        ap.error("--sequence-parallel splits the sequence over --tp ranks: give --tp > 1")
     cfg = TransformerConfig(args.layers, args.hidden, args.heads, args.seq, args.vocab,
                             args.batch, args.ffn_mult)
     try:
@@ -37,7 +41,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                                    sequence_parallel=args.sequence_parallel,
                                    dropout=not args.no_dropout)
     except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"{ap.prog}: error: {err}", file=sys.stderr)
         return 2
     print(est.report())
     return 0

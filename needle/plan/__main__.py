@@ -15,6 +15,7 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any, List, Optional
 
+from ..cli import Parser
 from . import cluster as clusters
 from . import model as models
 from .layout import OPTIMIZERS, PRECISIONS, Setup
@@ -23,7 +24,7 @@ from .rank import plan
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m needle.plan",
+    ap = Parser(prog="python -m needle.plan",
                                  description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", help=f"a preset: {', '.join(models.PRESETS)}")
@@ -41,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--gpus-per-node", type=int)
     ap.add_argument("--gpu-memory", type=float, help="GB per GPU")
     ap.add_argument("--efficiency", type=float, help="achieved / peak FLOP/s of the GEMMs")
-    ap.add_argument("--top", type=int, default=5, help="how many of the best to print")
+    ap.add_argument("--top", type=int, default=None, help="how many of the best to print (5)")
     ap.add_argument("--all", action="store_true", help="every layout, not only the best")
     ap.add_argument("--json", action="store_true", help="a JSON list of layouts")
     return ap
@@ -51,6 +52,8 @@ def build_model(args: Any) -> models.ModelSpec:
     """The ModelSpec the flags describe (a preset with overrides, a shape, or --params)."""
     shape = {k: getattr(args, k) for k in ("layers", "hidden", "heads", "seq", "vocab")
              if getattr(args, k) is not None}
+    if args.model and args.params is not None:
+        raise ValueError("give either --model or --params, not both")
     if args.model:
         return models.preset(args.model, **shape)
     if args.params is not None:
@@ -70,6 +73,8 @@ def build_cluster(args: Any) -> clusters.ClusterSpec:
         base = clusters.measure_here(args.gpus or 2)
     else:
         base = clusters.preset(args.cluster)
+    if args.gpus is not None and args.gpus < 1:
+        raise ValueError(f"gpus must be a positive integer, got {args.gpus}")
     if args.gpus_per_node is not None:  # 0 is an answer (a wrong one), not "unset"
         gpn = args.gpus_per_node
     else:
@@ -121,22 +126,28 @@ def report(preds: List[Prediction], top: int, show_all: bool) -> str:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Parse, plan, print; exit status 2 with the rule broken on bad input."""
-    args = _parser().parse_args(argv)
+    ap = _parser()
+    args = ap.parse_args(argv)
+    if args.top is not None and args.all:
+        ap.error("give either --top N or --all, not both")
+    if args.top is not None and args.top < 1:
+        ap.error(f"--top must be at least 1, not {args.top}")
+    top = 5 if args.top is None else args.top
     try:
         spec = build_model(args)
         cl = build_cluster(args)
         batch = args.batch if args.batch is not None else cl.gpus
         preds = plan(spec, Setup(batch, args.precision, args.optimizer), cl, args.microbatch)
     except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"{ap.prog}: error: {err}", file=sys.stderr)
         return 2
     if args.json:
-        items = preds if args.all else [p for p in preds if p.fits][:args.top]
+        items = preds if args.all else [p for p in preds if p.fits][:top]
         print(json.dumps([p.to_dict() for p in items], indent=1, default=float))
     else:
         print(f"model {spec.name}: {spec.num_params:,.0f} parameters; cluster {cl.name}: "
               f"{cl.nodes} x {cl.gpus_per_node} GPUs of {cl.gpu_memory / 1e9:.0f} GB")
-        print(report(preds, args.top, args.all))
+        print(report(preds, top, args.all))
         if spec.is_transformer:
             print(f"assumed: {cl.efficiency:.0%} of peak FLOP/s in the GEMMs; tp comm not "
                   f"overlapped; dp comm " + ("hidden behind backward when pp = 1"

@@ -23,6 +23,7 @@ from ...autograd import Tensor
 from ...nn.nn_moe import MoE, rows, scatter_rows
 from ..comm.agree import agree
 from ..comm.protocol import Comm
+from ..inputs import check_device, check_width
 from .ep_comms import all_to_all
 
 __all__ = ["ExpertParallelMoE"]
@@ -64,8 +65,10 @@ class ExpertParallelMoE(MoE):
 
     def forward(self, x: Tensor) -> Tensor:
         """(..., d_model) -> (..., d_model): this rank's tokens through experts anywhere."""
-        if x.shape[-1] != self.d_model:
-            raise ValueError(f"MoE(d_model={self.d_model}) got input of shape {x.shape}")
+        # before the count exchange: a width only this rank got would stall the others
+        what = f"ExpertParallelMoE(d_model={self.d_model})"
+        check_width(x.shape, self.d_model, self.comm, what)
+        check_device(x, self.router.weight, self.comm, what)
         shape, p, e_all = x.shape, self.comm.size, self.num_experts
         per = e_all // p
         n = int(np.prod(shape[:-1]))

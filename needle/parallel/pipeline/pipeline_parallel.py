@@ -25,6 +25,7 @@ from ...backend_ndarray import BackendDevice, cpu
 from ...nn.nn_module import Module
 from ..comm.agree import agree
 from ..comm.protocol import Comm
+from ..inputs import check_indices, on_rank
 from .pp_comms import ACTIVATION, GRADIENT, Links
 from .schedules import SCHEDULES, interleaved_1f1b
 from .simulator import simulate, virtual_stage
@@ -69,7 +70,8 @@ class PipelineParallel:
     def __init__(self, stage_module: Union[Module, Sequence[Module]], comm: Comm,
                  num_microbatches: int, schedule: str = "1f1b",
                  loss_fn: Optional[Callable[[Tensor, Tensor], Tensor]] = None,
-                 device: Optional[BackendDevice] = None) -> None:
+                 device: Optional[BackendDevice] = None,
+                 num_classes: Optional[int] = None) -> None:
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {sorted(SCHEDULES)}, got {schedule!r}")
         chunks: List[Module] = (list(stage_module) if isinstance(stage_module, (list, tuple))
@@ -77,12 +79,14 @@ class PipelineParallel:
         if schedule != "interleaved" and len(chunks) != 1:
             raise ValueError(f"schedule {schedule!r} runs one module per stage, got {len(chunks)}")
         agree(comm, "PipelineParallel", {"num_microbatches": num_microbatches,
-                                         "schedule": schedule, "chunks_per_stage": len(chunks)})
+                                         "schedule": schedule, "chunks_per_stage": len(chunks),
+                                         "num_classes": num_classes})
         self.comm, self.chunks, self.schedule_name = comm, chunks, schedule
         self.num_stages, self.stage = comm.size, comm.rank
         self.num_microbatches, self.loss_fn = num_microbatches, loss_fn
         # where this stage's inputs, received activations and gradients go: the stage's own
         self.device = device if device is not None else _device_of(chunks)
+        self.num_classes = num_classes  # when given, targets are class indices, checked
         p, m, v = self.num_stages, num_microbatches, len(chunks)
         self.num_virtual = p * v
         if schedule == "interleaved":
@@ -153,12 +157,27 @@ class PipelineParallel:
         """Check the batch, cut it into microbatches and reset the step's records."""
         x = np.asarray(x.numpy() if hasattr(x, "numpy") else x)
         y = np.asarray(y.numpy() if hasattr(y, "numpy") else y)
+        self._check_batch(x, y)
+        self.timeline, self.peak_activation_bytes = [], 0
         m = self.num_microbatches
+        return _Step(np.split(x, m), np.split(y, m), self.parameters())
+
+    def _check_batch(self, x: np.ndarray, y: np.ndarray) -> None:
+        """On every stage, before any message: what only the first or last stage would
+        find (a batch that does not split, non-numbers, a class index out of range)."""
+        m, where = self.num_microbatches, "PipelineParallel" + on_rank(self.comm)
+        for name, a in (("inputs", x), ("targets", y)):
+            if a.ndim == 0 or a.dtype.kind not in "biuf":
+                raise TypeError(f"{where}: {name} must be a numeric batch, got dtype {a.dtype} "
+                                f"and shape {a.shape}")
         if x.shape[0] % m or y.shape[0] != x.shape[0]:
             raise ValueError(f"{m} microbatches do not divide the batch of {x.shape[0]} "
-                             f"(targets: {y.shape[0]})")
-        self.timeline, self.peak_activation_bytes = [], 0
-        return _Step(np.split(x, m), np.split(y, m), self.parameters())
+                             f"(targets: {y.shape[0]}){on_rank(self.comm)}")
+        if self.loss_fn is None and self.stage == (self.num_virtual - 1) % self.num_stages:
+            raise ValueError("PipelineParallel: the last stage computes the loss, so it needs "
+                             f"loss_fn (rank {self.stage})")
+        if self.num_classes is not None:  # the serial SoftmaxLoss's label checks
+            check_indices(y, self.num_classes, self.comm, "PipelineParallel targets")
 
     def _message(self, step: "_Step", what: str, kind: str, mb: int, k: int) -> None:
         """Receive or send virtual stage k's activation ("F") or input gradient ("B")."""

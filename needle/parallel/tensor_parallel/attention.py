@@ -17,6 +17,7 @@ from ...nn.nn_module import Module
 from ...nn.nn_transformer import MultiHeadAttention
 from ..comm.agree import agree
 from ..comm.protocol import Comm
+from ..inputs import check_device, check_width
 from .layers import ColumnParallelLinear, RowParallelLinear, divide, forget
 from .tp_comms import copy_to_region, gather_from_sequence_region
 
@@ -65,9 +66,9 @@ class ParallelSelfAttention(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """x (B, T, D) replicated, or (B, T/p, D) under SP -> the same layout."""
-        if x.ndim != 3 or x.shape[2] != self.q_features:
-            raise ValueError(f"ParallelSelfAttention({self.q_features}) expects (B, T, "
-                             f"{self.q_features}), got {x.shape}")
+        what = f"ParallelSelfAttention({self.q_features})"
+        check_width(x.shape, self.q_features, self.comm, what, 3)
+        check_device(x, self.prenorm_q.weight, self.comm, what)
         b, t, f = x.shape
         flat = x.reshape((b * t, f))
         normed = [n(flat).reshape((b, t, f))

@@ -16,6 +16,7 @@ import numpy as np
 from ...autograd import NDArray, Tensor, TensorOp
 from ...nn.nn_basic import SoftmaxLoss
 from ..comm.protocol import Comm
+from ..inputs import check_indices, on_rank
 from .tp_comms import gather_from_region
 
 __all__ = ["vocab_parallel_cross_entropy", "VocabParallelCrossEntropy",
@@ -25,7 +26,7 @@ __all__ = ["vocab_parallel_cross_entropy", "VocabParallelCrossEntropy",
 def gathered_cross_entropy(logits_shard: Tensor, targets: Any, comm: Comm) -> Tensor:
     """The naive version: all-gather the full (B, V) logits on every rank, then the serial
     loss. Correct, but every rank receives B * V numbers (and keeps them for backward)."""
-    t = np.asarray(targets.numpy() if hasattr(targets, "numpy") else targets).astype(np.int64)
+    t = _checked_targets(logits_shard, targets, comm, "gathered_cross_entropy")
     full = gather_from_region(logits_shard, comm)                   # (B, V)
     return SoftmaxLoss()(full, Tensor(t, device=full.device, dtype="int64",
                                       requires_grad=False))
@@ -64,12 +65,18 @@ class VocabParallelCrossEntropy(TensorOp):
         return g * out_grad.reshape((1, 1)).broadcast_to(g.shape)
 
 
+def _checked_targets(logits_shard: Tensor, targets: Any, comm: Comm, what: str) -> np.ndarray:
+    """``nn.SoftmaxLoss``'s checks, on this rank's shard: logits (B, V/p), targets (B,) of
+    whole numbers in [0, V) with V = p * V/p; int64 targets."""
+    shape = tuple(logits_shard.shape)
+    tshape = tuple(getattr(targets, "shape", np.shape(targets)))
+    if len(shape) != 2 or tshape != shape[:1]:
+        raise ValueError(f"{what}{on_rank(comm)} expects logits (B, V/p) and targets (B,), "
+                         f"got {shape} and {tshape}")
+    return check_indices(targets, shape[1] * comm.size, comm, what + " targets")
+
+
 def vocab_parallel_cross_entropy(logits_shard: Tensor, targets: Any, comm: Comm) -> Tensor:
     """Mean cross-entropy (a scalar on every rank) of vocab-sharded logits (B, V/p)."""
-    if logits_shard.ndim != 2:
-        raise ValueError(f"vocab_parallel_cross_entropy expects logits (B, V/p), got "
-                         f"{logits_shard.shape}")
-    t = np.asarray(targets.numpy() if hasattr(targets, "numpy") else targets).astype(np.int64)
-    if t.shape != (logits_shard.shape[0],):
-        raise ValueError(f"targets of shape {t.shape} do not match logits {logits_shard.shape}")
+    t = _checked_targets(logits_shard, targets, comm, "vocab_parallel_cross_entropy")
     return VocabParallelCrossEntropy(t.reshape(-1), comm)(logits_shard)

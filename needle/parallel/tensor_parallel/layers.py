@@ -28,6 +28,7 @@ from ...nn.nn_basic import Linear
 from ...nn.nn_module import Module, Parameter
 from ..comm.agree import agree
 from ..comm.protocol import Comm
+from ..inputs import check_device, check_indices, check_split, check_width
 from .tp_comms import (
     copy_to_region,
     gather_from_region,
@@ -101,9 +102,11 @@ class ColumnParallelLinear(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """x (..., in) replicated (or (B, T/p, in) under SP) -> (..., out/p) (or out)."""
-        if x.shape[-1] != self.in_features:
-            raise ValueError(f"ColumnParallelLinear({self.in_features}, {self.out_features}) got "
-                             f"input of shape {x.shape}")
+        what = f"ColumnParallelLinear({self.in_features}, {self.out_features})"
+        # under SP the input is (B, T/p, in) and is gathered along axis 1
+        ndim = 3 if self.sequence_parallel else None
+        check_width(x.shape, self.in_features, self.comm, what, ndim)
+        check_device(x, self.weight, self.comm, what)
         if self.sequence_parallel:
             x = gather_from_sequence_region(x, self.comm)            # (B, T, in)
         else:
@@ -144,12 +147,9 @@ class RowParallelLinear(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """x (..., in/p) (or (..., in) with input_is_parallel=False) -> (..., out)."""
+        self._check(x)
         if not self.input_is_parallel:
             x = scatter_to_region(x, self.comm)
-        if x.shape[-1] != self.in_per_rank:
-            raise ValueError(f"RowParallelLinear({self.in_features}, {self.out_features}) on "
-                             f"{self.comm.size} ranks expects (..., {self.in_per_rank}), got "
-                             f"{x.shape}")
         partial = _matmul(x, self.weight)                            # (..., out), partial sum
         if self.sequence_parallel:
             y = reduce_scatter_to_sequence_region(partial, self.comm)  # (B, T/p, out)
@@ -159,6 +159,15 @@ class RowParallelLinear(Module):
             y = y + self.bias.reshape((1,) * (y.ndim - 1) + (self.out_features,)).broadcast_to(
                 y.shape)
         return y
+
+    def _check(self, x: Tensor) -> None:
+        """The width this rank expects, one device, and (SP) a sequence that splits."""
+        what = f"RowParallelLinear({self.in_features}, {self.out_features})"
+        width = self.in_per_rank if self.input_is_parallel else self.in_features
+        check_width(x.shape, width, self.comm, what, 3 if self.sequence_parallel else None)
+        check_device(x, self.weight, self.comm, what)
+        if self.sequence_parallel:  # the output is reduce-scattered along the sequence
+            check_split(x.shape, 1, self.comm, what, "the sequence axis 1")
 
 
 class VocabParallelEmbedding(Module):
@@ -182,7 +191,11 @@ class VocabParallelEmbedding(Module):
     def forward(self, idx: Any) -> Tensor:
         """Integer indices of any shape (B, T, ...) -> (..., embedding_dim), replicated (or
         sequence-sharded along axis 1 under SP)."""
-        ids = np.asarray(idx.numpy() if hasattr(idx, "numpy") else idx).astype(np.int64)
+        what = f"VocabParallelEmbedding({self.num_embeddings}, {self.embedding_dim})"
+        # an index no rank owns would otherwise embed to zeros, silently
+        ids = check_indices(idx, self.num_embeddings, self.comm, what)
+        if self.sequence_parallel:  # the output is reduce-scattered along the sequence
+            check_split(ids.shape, 1, self.comm, what, "the sequence axis 1")
         outside = (ids < self.start) | (ids >= self.end)
         local = np.where(outside, 0, ids - self.start)
         emb = ops.embedding(self.weight, local)                      # (..., D)

@@ -18,6 +18,7 @@ from ...autograd import Tensor
 from ...nn.nn_basic import LayerNorm1d, ReLU
 from ...nn.nn_module import Module
 from ..comm.protocol import Comm
+from ..inputs import check_width
 from .attention import ParallelSelfAttention
 from .layers import ColumnParallelLinear, RowParallelLinear
 
@@ -70,6 +71,7 @@ class ParallelTransformerBlock(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """x (B, T, D) replicated, or (B, T/p, D) under SP -> the same layout."""
+        check_width(x.shape, self.attn.q_features, self.comm, "ParallelTransformerBlock", 3)
         b, t, f = x.shape
         x = x + self.attn(x)
         h = self.layernorm1(x.reshape((b * t, f))).reshape((b, t, f))

@@ -122,3 +122,13 @@ def test_ring_chunk_and_thresholds_from_the_environment_are_checked(monkeypatch)
     monkeypatch.delenv("NEEDLE_ALLGATHER_SMALL")
     importlib.reload(select)
     assert args.env_bytes("NEEDLE_NOT_SET_ANYWHERE", 7) == 7
+
+
+def test_tag_bounds_are_half_open():
+    """Tags lie in [0, tag_ub): tag_ub itself is refused, tag_ub - 1 accepted (an MPI tag
+    above the bound fails only inside MPI, far from the call)."""
+    from needle.parallel.comm.args import check_tag
+    assert check_tag("send", 31, 32, 0, 2) == 31 and check_tag("send", 0, 32, 0, 2) == 0
+    with pytest.raises(ValueError, match=r"send\(tag=32\) on rank 0 of 2: tag must be in "
+                                         r"\[0, 32\)"):
+        check_tag("send", 32, 32, 0, 2)

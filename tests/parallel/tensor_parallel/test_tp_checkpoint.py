@@ -77,3 +77,18 @@ def resave_fn(comm, src, dst):
     m = build(comm, seed=7)
     load_sharded(m, comm, src)
     save_sharded(m, comm, dst)
+
+
+def _load_uneven(comm):
+    layer = ColumnParallelLinear(4, 6, comm, bias=False, dtype="float64")
+    try:
+        load_full_state_dict(layer, comm, {"weight": np.zeros((4, 5))})
+    except ValueError as err:
+        return str(err)
+    return "loaded"
+
+
+def test_a_full_weight_that_does_not_split_is_refused_naming_it():
+    """A serial weight of 5 columns cannot be cut into 2 equal column shards."""
+    for msg in run_ranks("virtual", 2, _load_uneven):
+        assert "a weight of shape (4, 5) does not split into 2 equal parts along axis 1" in msg

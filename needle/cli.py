@@ -1,0 +1,61 @@
+"""What needle's commands share: bad input ends in one line on stderr and exit status 2.
+
+argparse prints its whole usage (twenty lines for ``apps.train_parallel``) above the one line
+that matters, and a ``ValueError`` raised later ends in a traceback (and, under mpiexec, an
+``MPI_Abort`` per rank). ``Parser`` prints ``prog: error: what`` alone, once per job (only the
+launcher's rank 0 prints), and ``check_output_path`` refuses an output file that could not be
+written before any work starts, instead of after it.
+"""
+import argparse
+import os
+import sys
+from typing import NoReturn, Optional
+
+__all__ = ["Parser", "fail", "check_output_path", "launcher_rank"]
+
+
+def launcher_rank() -> int:
+    """This process's rank from the MPI launcher's environment (0 when not launched)."""
+    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
+        value = os.environ.get(var, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def fail(prog: str, message: str) -> NoReturn:
+    """Print ``prog: error: message`` (on rank 0 of a launched job) and exit with status 2."""
+    if launcher_rank() == 0:
+        print(f"{prog}: error: {message}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line (``--help`` still prints the usage)."""
+
+    def error(self, message: str) -> NoReturn:
+        """One line naming the problem, exit status 2 (argparse's own status)."""
+        syntax = message.startswith(("argument ", "the following", "unrecognized"))
+        fail(self.prog, message + (" (--help lists the options)" if syntax else ""))
+
+
+def check_output_path(path: str, flag: str) -> Optional[str]:
+    """Why ``path`` could not be written (a missing or read-only folder, a folder in its
+    place), or None when it can. Tried by opening it for appending; a file that was not there
+    before is removed again."""
+    if not path:
+        return None
+    if os.path.isdir(path):
+        return f"{flag} {path} is a folder, not a file"
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        return f"{flag} {path}: the folder {folder} does not exist"
+    existed = os.path.exists(path)
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as err:
+        return f"{flag} {path} cannot be written ({err.strerror})"
+    if not existed:
+        os.remove(path)
+    return None

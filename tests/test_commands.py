@@ -1,0 +1,157 @@
+"""Commands end bad input with one line on stderr and a nonzero status, before any work.
+
+Each bad command line runs in-process (``main(argv)``): an exception other than ``SystemExit``
+(a traceback) fails the test, so does a status of 0 or more than one line on stderr. A few run
+as real processes, one under ``mpiexec -n 2`` (a world-size error found after MPI started).
+"""
+import argparse
+import subprocess
+import sys
+
+import pytest
+from mpi_helpers import ROOT, mpiexec, worker_env
+
+from apps import demo
+from apps import train_parallel as tp
+from needle.cli import check_output_path
+from needle.memory.__main__ import main as memory_main
+from needle.plan.__main__ import main as plan_main
+
+MISSING = "/nonexistent-folder/out"
+
+
+def train_parse(argv):
+    """train_parallel's whole parsing stage (it runs nothing)."""
+    p = tp.parser()
+    return tp.finish_args(p, p.parse_args(argv))
+
+
+def demo_parse(argv):
+    """demo.main with its demos stubbed out: only the parsing stage runs."""
+    mp = pytest.MonkeyPatch()
+    for name in ("digits_demo", "char_lm_demo", "data_parallel_demo"):
+        mp.setattr(demo, name, lambda *a: pytest.fail("the demo ran on bad input"))
+    try:
+        demo.main(argv)
+    finally:
+        mp.undo()
+
+
+BAD = [  # (command, argv, a piece of the one line)
+    (plan_main, ["--model", "gpt2-small", "--params", "1e9"], "either --model or --params"),
+    (plan_main, ["--params", "1e9", "--top", "0"], "--top must be at least 1, not 0"),
+    (plan_main, ["--params", "1e9", "--top", "3", "--all"], "either --top N or --all"),
+    (plan_main, ["--params", "1e9", "--gpus", "-4"], "gpus must be a positive integer, got -4"),
+    (plan_main, ["--params", "1e9", "--gpus"], "argument --gpus: expected one argument"),
+    (plan_main, ["--params", "-5"], "params must be > 0"),
+    (plan_main, ["--params", "1e9", "--cluster", "nosuch"], "unknown cluster preset 'nosuch'"),
+    (plan_main, ["--params", "1e9", "--batch", "4", "--microbatch", "8"],
+     "batch=4 is not divisible by microbatch=8"),
+    (plan_main, ["--layers", "12"], "missing: hidden, heads, seq, vocab"),
+    (memory_main, ["--zero", "2"], "--zero 2 shards the states over --dp ranks"),
+    (memory_main, ["--sequence-parallel"], "--sequence-parallel splits the sequence over --tp"),
+    (memory_main, ["--precision", "fp8"], "invalid choice: 'fp8'"),
+    (memory_main, ["--layers"], "argument --layers: expected one argument"),
+    (memory_main, ["--tp", "5"], "tensor-parallel degree 5 does not divide heads (12)"),
+    (memory_main, ["--zero", "4", "--dp", "2"], "ZeRO stage must be 0, 1, 2 or 3, got 4"),
+    (train_parse, [], "the following arguments are required: --strategy"),
+    (train_parse, ["--strategy", "nosuch"], "invalid choice: 'nosuch'"),
+    (train_parse, ["--strategy", "ddp", "--steps"], "argument --steps: expected one argument"),
+    (train_parse, ["--strategy", "ddp", "--plot", MISSING + ".png"],
+     "--plot /nonexistent-folder/out.png: the folder /nonexistent-folder does not exist"),
+    (train_parse, ["--strategy", "ddp", "--json", "/"], "--json / is a folder, not a file"),
+    (train_parse, ["--strategy", "pp", "--timeline", MISSING + ".png"], "--timeline"),
+    (train_parse, ["--strategy", "ddp", "--bucket-mb", "0"], "--bucket-mb must be > 0, not 0.0"),
+    (train_parse, ["--strategy", "ddp", "--blas-threads", "0"], "--blas-threads must be at least"),
+    (train_parse, ["--strategy", "ps", "--consistency", "ssp", "--staleness", "-1"],
+     "--staleness must be >= 0, not -1"),
+    (train_parse, ["--strategy", "ps", "--straggler", "abc"], "--straggler must be RANK:FACTOR"),
+    (train_parse, ["--strategy", "ps", "--ps-lr", "0"], "--ps-lr must be > 0"),
+    (train_parse, ["--strategy", "tp", "--heads", "3"], "--heads 3 does not divide --d-model 64"),
+    (train_parse, ["--strategy", "tp", "--d-model", "0"], "--d-model must be at least 1, not 0"),
+    (train_parse, ["--strategy", "tp", "--seq-len", "0"], "--seq-len must be at least 1, not 0"),
+    (train_parse, ["--strategy", "tp", "--layers", "0"], "--layers must be at least 1, not 0"),
+    (train_parse, ["--strategy", "tp", "--chars", "10"], "--chars 10 leaves 9 training"),
+    (train_parse, ["--strategy", "3d", "--dp", "0"], "--dp must be at least 1, not 0"),
+    (train_parse, ["--strategy", "pp", "--chunks", "3"], "--chunks applies to --schedule "
+                                                         "interleaved, not 1f1b"),
+    (train_parse, ["--strategy", "moe", "--top-k", "3"], "--top-k must be 1 or 2"),
+    (train_parse, ["--strategy", "moe", "--experts", "0"], "--experts must be at least 1"),
+    (demo_parse, ["--epochs", "0"], "--epochs must be at least 1, not 0"),
+    (demo_parse, ["--budget", "nan"], "--budget must be a positive number of seconds, not nan"),
+    (demo_parse, ["--bogus"], "unrecognized arguments: --bogus"),
+]
+
+
+NAMES = {plan_main: "plan", memory_main: "memory", train_parse: "train_parallel",
+         demo_parse: "demo"}
+
+
+@pytest.mark.parametrize("command,argv,text", BAD,
+                         ids=[f"{NAMES[c]}:{' '.join(a)}" for c, a, _ in BAD])
+def test_bad_command_line_is_one_line_and_nonzero(capsys, command, argv, text):
+    status = 0
+    try:
+        status = command(argv)
+    except SystemExit as exit_:
+        status = exit_.code
+    err = capsys.readouterr().err
+    assert status not in (0, None), f"{argv} was accepted"
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert text in err and ": error: " in err, err
+
+
+def _args(strategy, **kw):
+    base = dict(strategy=strategy, dp=1, pp=1, tp=1, heads=4, d_model=64, layers=4, chunks=2,
+                schedule="1f1b", experts=4, straggler="", task="charlm", batch=8, seed=0,
+                dtype="float32")
+    return argparse.Namespace(**{**base, **kw})
+
+
+@pytest.mark.parametrize("args,size,text", [
+    (_args("3d", dp=2, pp=2, tp=2), 4, "= 8 ranks, but the job has 4"),
+    (_args("tp", heads=6, d_model=66), 4, "tensor-parallel size 4 does not divide --heads 6"),
+    (_args("pp", layers=1, schedule="interleaved", chunks=2), 2, "cannot fill 4 stages"),
+    (_args("moe", experts=4), 3, "--experts 4 do not split evenly over 3 ranks"),
+    (_args("ps"), 1, "needs at least 2 ranks"),
+    (_args("ps", straggler="3:2"), 3, "--straggler 3:2 names a rank"),
+    (_args("ddp", task="digits", batch=1000), 2, "--batch 1000 is more than the"),
+])
+def test_world_size_problems_are_named(args, size, text):
+    assert text in tp.world_problem(args, size)
+
+
+@pytest.mark.parametrize("args,size", [(_args("3d", dp=2, pp=1, tp=2), 4), (_args("tp"), 4),
+                                       (_args("ps", straggler="2:3"), 3),
+                                       (_args("ddp", task="digits", batch=32), 2)])
+def test_world_sizes_that_work_are_accepted(args, size):
+    assert tp.world_problem(args, size) is None
+
+
+def test_output_path_check_creates_nothing(tmp_path):
+    target = tmp_path / "figures.json"
+    assert check_output_path(str(target), "--json") is None and not target.exists()
+    assert "is a folder" in check_output_path(str(tmp_path), "--json")
+
+
+def run(cmd, timeout=60):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                          env=worker_env(), stdin=subprocess.DEVNULL)
+
+
+def test_real_process_prints_one_line():
+    res = run([sys.executable, "-m", "apps.train_parallel", "--strategy", "ddp", "--plot",
+               MISSING + ".png"])
+    assert res.returncode == 2 and res.stderr.strip().count("\n") == 0, res.stderr
+    assert "the folder /nonexistent-folder does not exist" in res.stderr
+
+
+@pytest.mark.mpi
+def test_world_size_error_under_mpiexec_is_one_line():
+    """Every rank finds it after MPI started; rank 0 alone says it; the job ends with 2."""
+    res = run([mpiexec(), "-n", "2", sys.executable, "-m", "apps.train_parallel", "--strategy",
+               "3d", "--dp", "2", "--pp", "2", "--tp", "2", "--steps", "1"], timeout=120)
+    assert res.returncode != 0
+    assert res.stderr.strip().splitlines() == [
+        "python -m apps.train_parallel: error: --dp 2 x --pp 2 x --tp 2 = 8 ranks, but the "
+        "job has 2"], res.stderr

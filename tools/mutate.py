@@ -1,0 +1,237 @@
+"""Mutation testing of needle's critical modules: plant one bug at a time, see if a test fails.
+
+    python tools/mutate.py                 # every mutant: caught/survived each, then the score
+    python tools/mutate.py --only fusion   # the mutants whose name starts with "fusion"
+    python tools/mutate.py --list          # the mutants and their tests, running nothing
+
+Each mutant is one small source edit (a flipped comparison, a dropped check, an off-by-one)
+of a module the rest trusts: grading, serialization, the compiler's fusion pass, the
+communicator, the sharded states. The tree is copied once to a temporary folder (the working
+tree is never touched); each mutant is applied there alone, the tests that cover its module run
+with a timeout, and the file is restored. A mutant is *caught* when those tests fail (or time
+out), *survived* when they pass: a survivor is a bug the suite would let through. The
+unmutated tests must pass first, or no result means anything.
+
+``tests/test_mutate.py`` checks that each mutant's ``before`` text is still in its file once,
+so that the list follows the sources. ``make mutate`` runs it all (minutes; not part of
+``make test``).
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMEOUT = 300.0  # seconds per mutant's test run
+
+# The tests that cover each module (fast ones; slow and multi-process tests are left out).
+TESTS: Dict[str, Tuple[str, ...]] = {
+    "grading": ("tests/test_course_tools.py", "tests/test_grading_rules.py"),
+    "serialization": ("tests/test_serialization.py", "tests/test_serialization_edges.py"),
+    "fusion": ("tests/compiler/test_fusion.py", "tests/compiler/test_capture.py",
+               "tests/compiler/test_compile.py"),
+    "comm": ("tests/parallel/comm/test_args.py", "tests/parallel/comm/test_timeout_message.py",
+             "tests/parallel/comm/test_p2p.py"),
+    "sharded": ("tests/parallel/zero/test_zero_state.py", "tests/parallel/zero/test_fsdp.py",
+                "tests/parallel/tensor_parallel/test_tp_checkpoint.py",
+                "tests/parallel/pipeline/test_pp_checkpoint.py"),
+}
+
+
+class Mutant(NamedTuple):
+    """One planted bug: replace ``before`` (found once in ``path``) by ``after``."""
+
+    name: str
+    path: str
+    before: str
+    after: str
+
+    @property
+    def tests(self) -> Tuple[str, ...]:
+        """The tests of this mutant's module (its name's first part)."""
+        return TESTS[self.name.split(".")[0]]
+
+
+GRADING, SERIAL = "course/grading.py", "needle/serialization.py"
+FUSION, COMM = "needle/compiler/fusion.py", "needle/parallel/comm/communicator.py"
+ARGS = "needle/parallel/comm/args.py"
+
+MUTANTS: List[Mutant] = [
+    Mutant("grading.earned-off-by-one", GRADING,
+           'ex["points"] * ex["passed"] / run, 2)', 'ex["points"] * ex["passed"] / (run + 1), 2)'),
+    Mutant("grading.homework-max-overwritten", GRADING,
+           'hw["max"] += ex["max"]', 'hw["max"] = ex["max"]'),
+    Mutant("grading.prerequisite-flipped", GRADING,
+           "match[1] != exercise else None", "match[1] == exercise else None"),
+    Mutant("grading.cuda-cases-graded-anywhere", GRADING,
+           'and not name.startswith("hw3.cuda.")', 'and name.startswith("hw3.cuda.")'),
+    Mutant("grading.skip-overrides-failure", GRADING,
+           "elif rep.skipped and rep.nodeid not in res:", "elif rep.skipped:"),
+    Mutant("grading.prefix-not-whole-parts", GRADING,
+           'n.startswith(want.rstrip(".") + ".")', "n.startswith(want)"),
+    Mutant("serialization.crc-dropped", SERIAL,
+           'if "crc32" in entry and _crc(arr) != entry["crc32"]:',
+           'if False and _crc(arr) != entry["crc32"]:'),
+    Mutant("serialization.nbytes-check-dropped", SERIAL,
+           "or int(np.prod(shape)) * dtype.itemsize != nbytes:", ":"),
+    Mutant("serialization.past-the-end-off-by-one", SERIAL,
+           "lo + nbytes > len(raw):", "lo + nbytes > len(raw) + 1:"),
+    Mutant("serialization.header-length-flipped", SERIAL,
+           "if 16 + hlen > len(raw):", "if 16 + hlen >= len(raw):"),
+    Mutant("serialization.bool-keys-allowed", SERIAL,
+           "if not isinstance(k, (str, int)) or isinstance(k, bool):",
+           "if not isinstance(k, (str, int)):"),
+    Mutant("fusion.version-check-dropped", FUSION,
+           "if any(self.version.get(lb, 0) != lv for lb, lv, _ in p.leaves):", "if False:"),
+    Mutant("fusion.protected-inlined", FUSION,
+           "!= 1 or b in self.protected or p.reduce:", "!= 1 or p.reduce:"),
+    Mutant("fusion.strided-read-inlined", FUSION,
+           "if p.size != g.size or not _is_flat(view, p.size) or p.dtype != g.dtype:",
+           "if p.size != g.size or p.dtype != g.dtype:"),
+    Mutant("fusion.two-shapes-inlined", FUSION,
+           "if p.shape is not None and g.shape is not None and p.shape != g.shape:",
+           "if False:"),
+    Mutant("fusion.two-readers-inlined", FUSION,
+           "self.readers.get((b, ver)) != 1", "self.readers.get((b, ver)) > 2"),
+    Mutant("comm.blocking-call-number-stale", COMM,
+           "describe.name, describe.seq = name, self._seq", "describe.name = name"),
+    Mutant("comm.fused-call-number-stale", COMM,
+           "        call.describe.seq = self._seq\n", ""),
+    Mutant("comm.rank-range-off-by-one", ARGS,
+           "if not 0 <= int(value) < size:", "if not 0 <= int(value) <= size:"),
+    Mutant("comm.tag-range-off-by-one", ARGS,
+           "not 0 <= int(tag) < tag_ub:", "not 0 <= int(tag) <= tag_ub:"),
+    Mutant("comm.zero-timeout-allowed", ARGS, "if not value > 0:", "if not value >= 0:"),
+    Mutant("sharded.zero-rank-unchecked", "needle/parallel/zero/zero_optimizer.py",
+           'or state.get("rank") != self.comm.rank:', ":"),
+    Mutant("sharded.fsdp-world-unchecked", "needle/parallel/zero/sharded_state.py",
+           'if index["world_size"] != comm.size:', "if False:"),
+    Mutant("sharded.pp-layer-off-by-one", "needle/parallel/pipeline/stage_state.py",
+           "first_layer <= _index(n) < end}", "first_layer <= _index(n) <= end}"),
+    Mutant("sharded.tp-split-unchecked", "needle/parallel/tensor_parallel/sharded_state.py",
+           "    if full.shape[axis] % size:\n", "    if False:\n"),
+]
+
+
+def problems(root: Path = ROOT, mutants: Sequence[Mutant] = MUTANTS) -> List[str]:
+    """Why some mutants no longer apply (``before`` missing or found twice), or []."""
+    out = []
+    for m in mutants:
+        path = root / m.path
+        text = path.read_text() if path.exists() else ""
+        count = text.count(m.before)
+        if count != 1:
+            out.append(f"{m.name}: {m.before!r} found {count} times in {m.path}")
+        if m.before == m.after:
+            out.append(f"{m.name}: before and after are the same")
+    names = [m.name for m in mutants]
+    out += [f"{n}: the name is used twice" for n in sorted({n for n in names
+                                                           if names.count(n) > 1})]
+    return out
+
+
+def copy_tree(dest: Path) -> None:
+    """The working tree (without git's data and caches) at ``dest``."""
+    shutil.copytree(ROOT, dest, ignore=shutil.ignore_patterns(
+        ".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis",
+        "build", "*.egg-info"))
+
+
+class Run(NamedTuple):
+    """A test run: 'passed' | 'failed' | 'timeout', its seconds, the first failure's line."""
+
+    outcome: str
+    seconds: float
+    first_failure: str
+
+
+def run_tests(tree: Path, tests: Sequence[str], timeout: float) -> Run:
+    """``tests`` run in ``tree`` (stopping at the first failure)."""
+    env = dict(os.environ, PYTHONPATH=str(tree), PYTHONDONTWRITEBYTECODE="1")
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-rfE", "-p", "no:cacheprovider",
+           "-m", "not mpi and not slow", *tests]
+    start = time.monotonic()
+    try:
+        res = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True,
+                             timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return Run("timeout", time.monotonic() - start, "")
+    # which test caught it (an ERROR line is a collection or import failure: a weaker catch)
+    first = next((line for line in res.stdout.splitlines()
+                  if line.startswith(("FAILED ", "ERROR "))), "")
+    return Run("passed" if res.returncode == 0 else "failed", time.monotonic() - start,
+               first[:110])
+
+
+def imports_from(tree: Path) -> bool:
+    """True when Python started in ``tree`` imports that tree's needle (not an installed one)."""
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    out = subprocess.run([sys.executable, "-c", "import needle; print(needle.__file__)"],
+                         cwd=tree, env=env, capture_output=True, text=True, timeout=120)
+    return out.returncode == 0 and Path(out.stdout.strip()).resolve().is_relative_to(
+        tree.resolve())
+
+
+def mutate(tree: Path, mutants: Sequence[Mutant], timeout: float) -> List[Tuple[Mutant, str]]:
+    """Each mutant applied alone in ``tree``, its tests run, the file restored."""
+    results = []
+    for m in mutants:
+        path = tree / m.path
+        original = path.read_text()
+        path.write_text(original.replace(m.before, m.after, 1))
+        try:
+            run = run_tests(tree, m.tests, timeout)
+        finally:
+            path.write_text(original)
+        verdict = "survived" if run.outcome == "passed" else "caught"
+        note = " (timed out)" if run.outcome == "timeout" else ""
+        print(f"{verdict:<9} {m.name:<42} {run.seconds:6.1f} s{note}", flush=True)
+        if run.first_failure:
+            print(f"          by {run.first_failure}", flush=True)
+        results.append((m, verdict))
+    return results
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Run the mutants; 0 when every chosen mutant ran, 2 on a broken list or baseline."""
+    ap = argparse.ArgumentParser(prog="python tools/mutate.py", description=__doc__.split("\n")[0])
+    ap.add_argument("--only", default="", help="run the mutants whose name starts with this")
+    ap.add_argument("--list", action="store_true", help="list the mutants and their tests")
+    ap.add_argument("--timeout", type=float, default=TIMEOUT, help="seconds per test run")
+    args = ap.parse_args(argv)
+    chosen = [m for m in MUTANTS if m.name.startswith(args.only)]
+    broken = problems()
+    if broken or not chosen:
+        print("\n".join(broken) or f"no mutant starts with {args.only!r}", file=sys.stderr)
+        return 2
+    if args.list:
+        print("\n".join(f"{m.name:<42} {m.path}: {' '.join(m.tests)}" for m in chosen))
+        return 0
+    with tempfile.TemporaryDirectory(prefix="needle-mutate-") as tmp:
+        tree = Path(tmp) / "tree"
+        copy_tree(tree)
+        if not imports_from(tree):
+            print("python does not import needle from the copy: is PYTHONPATH overridden?",
+                  file=sys.stderr)
+            return 2
+        for tests in sorted({m.tests for m in chosen}):
+            run = run_tests(tree, tests, args.timeout)
+            print(f"baseline  {' '.join(tests)}: {run.outcome} ({run.seconds:.1f} s)",
+                  flush=True)
+            if run.outcome != "passed":
+                print("the unmutated tests do not pass: fix them first", file=sys.stderr)
+                return 2
+        results = mutate(tree, chosen, args.timeout)
+    caught = sum(v == "caught" for _, v in results)
+    print(f"mutation score: {caught}/{len(results)} caught ({100 * caught / len(results):.0f}%)"
+          + "".join(f"\n  survived: {m.name}" for m, v in results if v == "survived"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
