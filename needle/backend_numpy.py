@@ -84,7 +84,7 @@ class NumpyArray(np.ndarray):
 
     def pad(self, axes: Sequence[Tuple[int, int]], value: Any = 0) -> "NumpyArray":
         """Padded with ``value``: ``axes[i] = (before, after)``."""
-        return np.pad(self, tuple(axes), constant_values=value)
+        return np.pad(self, tuple(axes), constant_values=value).view(NumpyArray)
 
     def maximum(self, other: Any) -> "NumpyArray":
         """Elementwise maximum with an array or scalar."""
