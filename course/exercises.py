@@ -19,7 +19,7 @@ directly, not ``backward()``). ``course/check_release.py`` checks the rule: in t
 every region a graded test of E runs belongs to E or to E's requirements (no missing
 declaration); with only E and its requirements written, E's graded tests all pass; with nothing
 written, every graded test fails; and with only E unwritten, E's tests fail (no leak). The grade
-report names the missing prerequisite when a test fails on another exercise's stub. One
+report names the missing prerequisite when a test fails on another exercise's stub. No
 requirement comes from a later homework (``requires_problems`` checks the course order,
 ``HOMEWORKS``): hw1's and hw2's graded tests compute on NumPy arrays (``HOMEWORK_BACKEND``,
 ``NEEDLE_BACKEND=np``), as the course's did before hw3 brings the NDArray, so no hw1 or hw2

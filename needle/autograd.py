@@ -655,8 +655,10 @@ def _default_dtype(data: Any) -> Optional[str]:
 
 
 def _is_float(data: Any) -> bool:
-    if isinstance(data, (NDArray, numpy.ndarray)):
-        return array_api.dtypes.is_floating(numpy.dtype(data.dtype))
+    if isinstance(data, NDArray):
+        return array_api.dtypes.is_floating(data._np_dtype)
+    if isinstance(data, numpy.ndarray):  # the np backend's data
+        return array_api.dtypes.is_floating(data.dtype)
     return True
 
 
