@@ -9,21 +9,24 @@ from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from .backend_ndarray import ndarray_backend_numpy
 from .backend_ndarray.device import BackendDevice
 from .backend_ndarray.dtypes import to_numpy_dtype
+from .backend_ndarray.fused_ops import FUSED_PRIMITIVES
 
 Axes = Union[None, int, Sequence[int]]
 
 
 class NumpyDevice(BackendDevice):
-    """The host as the ``np`` backend sees it: equal to ``cpu()``, but its arrays are NumPy's
-    and it offers no fused primitive (every op is composed from NumPy calls)."""
+    """The host as the ``np`` backend sees it: equal to ``cpu()``, but the arrays it makes are
+    NumPy's and it offers no fused or optional primitive (every op is composed from NumPy
+    calls). An NDArray asked for on it (``backend_ndarray.array(x, device=t.device)``) is a
+    CPU one, which a Tensor takes as NumPy data."""
 
     def __init__(self) -> None:
-        super().__init__("cpu", None)
-
-    def enabled(self) -> bool:
-        return True
+        super().__init__("cpu", ndarray_backend_numpy)
+        for name in (*FUSED_PRIMITIVES, *ndarray_backend_numpy.OPTIONAL_PRIMITIVES):
+            setattr(self, name, None)  # has_primitive(device, name) is then False
 
     def _from_numpy(self, arr: np.ndarray, dtype: Any) -> "NumpyArray":
         return array(arr, dtype=dtype)
@@ -91,24 +94,31 @@ class NumpyArray(np.ndarray):
         return np.maximum(self, other)
 
     def log(self) -> "NumpyArray":
+        """Elementwise ``np.log``."""
         return np.log(self)
 
     def exp(self) -> "NumpyArray":
+        """Elementwise ``np.exp``."""
         return np.exp(self)
 
     def tanh(self) -> "NumpyArray":
+        """Elementwise ``np.tanh``."""
         return np.tanh(self)
 
     def sqrt(self) -> "NumpyArray":
+        """Elementwise ``np.sqrt``."""
         return np.sqrt(self)
 
     def sin(self) -> "NumpyArray":
+        """Elementwise ``np.sin``."""
         return np.sin(self)
 
     def cos(self) -> "NumpyArray":
+        """Elementwise ``np.cos``."""
         return np.cos(self)
 
     def abs(self) -> "NumpyArray":
+        """Elementwise ``np.abs``."""
         return np.abs(self)
 
 
