@@ -274,7 +274,7 @@ HOMEWORKS: Tuple[str, ...] = ("hw0", "hw1", "hw2", "hw3", "hw4", "collectives")
 
 # The array each homework's graded tests compute on (needle/backend_selection.py): hw1 and hw2
 # on NumPy arrays, as in the course, so that they need nothing from hw3's NDArray; every other
-# exercise on the NDArray. The grader (tests/conftest.py) runs each graded test on its own.
+# exercise on the NDArray. The grader (course/grading.py) runs each graded test on its own.
 HOMEWORK_BACKEND: Dict[str, str] = {"hw1": "np", "hw2": "np"}
 
 

@@ -15,8 +15,6 @@ from helpers import wall_clock_bound  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
 import needle as ndl  # noqa: E402
-from course.exercises import backend_of  # noqa: E402
-from needle.backend_selection import use_backend  # noqa: E402
 
 CUDA_TEST_TIMEOUT = float(os.environ.get("NEEDLE_CUDA_TEST_TIMEOUT", "300"))
 
@@ -38,18 +36,6 @@ def _seed_and_restore_modes():
     yield
     ndl.autograd.LAZY_MODE = lazy
     ndl.autograd._GRAD_ENABLED = grad_enabled
-
-
-@pytest.fixture(autouse=True)
-def _homework_backend(request: pytest.FixtureRequest):
-    """A graded test computes on its homework's backend (course/exercises.py:
-    ``HOMEWORK_BACKEND``): hw1's and hw2's on NumPy arrays, so they need no hw3 exercise."""
-    marker = request.node.get_closest_marker("grade")
-    if marker is None:
-        yield
-        return
-    with use_backend(backend_of(marker.args[0])):
-        yield
 
 
 @pytest.fixture(autouse=True)

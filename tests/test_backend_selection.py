@@ -50,3 +50,35 @@ def test_hw1_and_hw2_grade_on_numpy_the_rest_on_the_ndarray():
     for ex in EXERCISES:
         want = "np" if ex.homework in ("hw1", "hw2") else "nd"
         assert backend_of(ex.name) == want, ex.name
+
+
+HIDDEN = '''
+import pytest
+import needle as ndl
+
+
+@pytest.mark.grade("hw1.hidden.lists", points=1)
+def test_hw1_hidden():
+    assert ndl.Tensor([1.5]).dtype == "float64"
+
+
+@pytest.mark.grade("hw3.hidden.lists", points=1)
+def test_hw3_hidden():
+    assert ndl.Tensor([1.5]).dtype == "float32"
+
+
+def test_not_graded():
+    assert ndl.Tensor([1.5]).dtype == "float32"
+'''
+
+
+@pytest.mark.slow
+def test_grader_runs_each_graded_test_on_its_homeworks_backend(tmp_path):
+    """Hidden tests outside tests/ included: the grading plugin, not a conftest, switches."""
+    (tmp_path / "test_hidden_backend.py").write_text(HIDDEN)
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "-p", "course.grading", "--rootdir", str(tmp_path),
+                          str(tmp_path / "test_hidden_backend.py")],
+                         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and "3 passed" in res.stdout, res.stdout[-3000:]
