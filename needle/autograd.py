@@ -292,15 +292,14 @@ class Tensor(Value):
         the rest of the rule holds as it stands.
         """
         if backend_selection.BACKEND == "np":
-            if isinstance(array, Tensor):
-                dtype = dtype if dtype is not None else array.dtype
-                array = array.realize_cached_data()
-            elif dtype is None and isinstance(array, (list, tuple, int, float)):
+            data = array.realize_cached_data() if isinstance(array, Tensor) else None
+            if dtype is None and isinstance(array, (list, tuple, int, float)):
                 dtype = "float64"  # Python numbers: the np backend's float, as nd's is float32
-            if isinstance(array, backend_numpy.NumpyArray) and dtype in (None, array.dtype):
-                cached_data = array  # a Tensor's data, shared as in the nd branch
+            if isinstance(data, backend_numpy.NumpyArray) and dtype in (None, data.dtype):
+                cached_data = data  # a Tensor's data is shared, as in the nd branch
             else:
-                cached_data = backend_numpy.array(array, dtype=dtype, device=device)
+                cached_data = backend_numpy.array(array if data is None else data, dtype=dtype,
+                                                  device=device)
         elif isinstance(array, Tensor):
             device = device if device is not None else array.device
             dtype = dtype if dtype is not None else array.dtype
@@ -328,8 +327,6 @@ class Tensor(Value):
         """A leaf Tensor over ``data`` (an NDArray, or a Tensor whose data is shared)."""
         if isinstance(data, Tensor):
             data = data.realize_cached_data()
-        if backend_selection.BACKEND == "np" and isinstance(data, NDArray):
-            data = backend_numpy.array(data)
         return Value.make_const.__func__(Tensor, data, requires_grad=requires_grad)
 
     @property
