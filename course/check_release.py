@@ -5,8 +5,10 @@
 3. every graded test passes in the reference, and every solution region runs under the graded
    tests (line coverage of one graded run; ``UNTRACED`` regions are named in the rubric);
 4. every rubric pattern names at least one test, and the ``requires`` graph names real
-   exercises without a cycle; in that same coverage run (one context per test), every region
-   a graded test of E runs belongs to E or to an exercise E requires (no missing declaration);
+   exercises without a cycle and follows the course order (no exercise requires one of a later
+   homework; every mode checks this first and stops on it); in that same coverage run (one
+   context per test), every region a graded test of E runs belongs to E or to an exercise E
+   requires (no missing declaration);
 5. isolation, per exercise E: the reference with only E's regions stubbed fails every graded
    test of E with the NotImplementedError naming E. A test passing there means some code outside
    E's regions (a fused or tuned copy, a helper) computes E's answer: a student could pass E
@@ -14,9 +16,12 @@
 6. ``--restore-each``: per exercise E, the release with E and its requirements written scores
    exactly their points. With 2 (no missing declaration) and 5 (no leak) this is the rubric
    rule of course/exercises.py; it runs a graded run per exercise, so CI runs it for a few.
+7. ``--homework``: per homework H, the release with H's exercises and those of the homeworks
+   before it written, none of a later one, scores all of H's points (hw1 and hw2 compute on
+   NumPy, ``NEEDLE_BACKEND=np``: they need no hw3 exercise).
 
     python -m course.check_release [--out build/student-check] [--isolation-only]
-                                   [--restore-each] [E ...]
+                                   [--restore-each] [--homework] [E or H ...]
 """
 import argparse
 import json
@@ -28,9 +33,17 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
-from .exercises import EXERCISES, UNTRACED, Exercise, requirements, requires_problems, test_files
+from .exercises import (
+    EXERCISES,
+    HOMEWORKS,
+    UNTRACED,
+    Exercise,
+    requirements,
+    requires_problems,
+    test_files,
+)
 from .grading import select_exercises
 from .make_student import CUDA_SUFFIXES, ROOT, Region, all_regions, make_release, stub_file
 
@@ -170,6 +183,23 @@ def check_isolation(workdir: Path, root: Path = ROOT, names: Sequence[str] = (),
     return res
 
 
+def _written_run(workdir: Path, root: Path, written: Set[str], graded: Sequence[str],
+                 tag: str) -> Tuple[float, int, List[str]]:
+    """(earned, points, failing tests) of the exercises ``graded`` in the release with only
+    the exercises ``written`` written (their regions restored, every other region stubbed)."""
+    every = [e.name for e in EXERCISES]
+    release = workdir / "restored"
+    make_release(release, root, only=[n for n in every if n not in written])
+    rep = _graded_run(release, workdir / f"restored-{tag}.json", timeout=900,
+                      env={"HYPOTHESIS_PROFILE": "grade-failfast"},
+                      args=[f"--exercise={','.join(sorted(graded))}",
+                            *test_files(sorted(graded), release)])
+    expected = sum(e.points for e in EXERCISES if e.name in graded)
+    failing = [f"{t['test']}: {t['message'][:200]}" for t in _tests(rep)
+               if t["outcome"] == "failed"]
+    return rep["total"]["earned"], expected, failing
+
+
 def check_restored(workdir: Path, root: Path = ROOT, names: Sequence[str] = (),
                    log: Any = None) -> Dict[str, List[str]]:
     """Per exercise E (``names``: ids or prefixes, default all): the release with E and its
@@ -182,22 +212,36 @@ def check_restored(workdir: Path, root: Path = ROOT, names: Sequence[str] = (),
     for name in picked:
         start = time.perf_counter()
         written = {name} | requirements(name)
-        release = workdir / "restored"
-        make_release(release, root, only=[n for n in every if n not in written])
-        rep = _graded_run(release, workdir / f"restored-{name}.json", timeout=900,
-                          env={"HYPOTHESIS_PROFILE": "grade-failfast"},
-                          args=[f"--exercise={','.join(sorted(written))}",
-                                *test_files(sorted(written), release)])
-        expected = sum(e.points for e in EXERCISES if e.name in written)
-        earned = rep["total"]["earned"]
-        res["restored_not_scoring"] += [
-            f"{name}: {t['test']}: {t['message'][:200]}" for t in _tests(rep)
-            if t["outcome"] == "failed"]
-        if earned != expected and not any(name in line for line in res["restored_not_scoring"]):
+        earned, expected, failing = _written_run(workdir, root, written, sorted(written), name)
+        res["restored_not_scoring"] += [f"{name}: {line}" for line in failing]
+        if earned != expected and not failing:
             res["restored_not_scoring"].append(f"{name}: scored {earned} of {expected}")
         if log is not None:
             log(f"restored {name} (+{len(written) - 1} required): {earned}/{expected} points, "
                 f"{time.perf_counter() - start:.1f}s")
+    return res
+
+
+def check_homeworks(workdir: Path, root: Path = ROOT, homeworks: Sequence[str] = (),
+                    log: Any = None) -> Dict[str, List[str]]:
+    """Per homework H (default all): the release with H's exercises and those of the
+    homeworks before it written, none of a later one, must score all of H's points (the
+    course's order: a student at hw1 has written no hw3 exercise)."""
+    res: Dict[str, List[str]] = {"homework_not_scoring": []}
+    for hw in homeworks or HOMEWORKS:
+        if hw not in HOMEWORKS:
+            raise ValueError(f"--homework {hw}: the homeworks are {', '.join(HOMEWORKS)}")
+        start = time.perf_counter()
+        before = HOMEWORKS[:HOMEWORKS.index(hw) + 1]
+        written = {e.name for e in EXERCISES if e.homework in before}
+        graded = [e.name for e in EXERCISES if e.homework == hw]
+        earned, expected, failing = _written_run(workdir, root, written, graded, hw)
+        res["homework_not_scoring"] += [f"{hw}: {line}" for line in failing]
+        if earned != expected and not failing:
+            res["homework_not_scoring"].append(f"{hw}: scored {earned} of {expected}")
+        if log is not None:
+            log(f"{hw} written (with {', '.join(before[:-1]) or 'nothing'} before it): "
+                f"{earned}/{expected} points, {time.perf_counter() - start:.1f}s")
     return res
 
 
@@ -264,8 +308,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--restore-each", action="store_true",
                         help="instead: per exercise, the release with only it and its "
                              "requirements written must score exactly their points")
-    parser.add_argument("exercises", nargs="*", help="isolation: only these ids or prefixes")
+    parser.add_argument("--homework", action="store_true",
+                        help="instead: per homework (the arguments, default all), the release "
+                             "with it and the homeworks before it written must score all its "
+                             "points")
+    parser.add_argument("exercises", nargs="*",
+                        help="only these exercise ids or prefixes (--homework: homeworks)")
     args = parser.parse_args(argv)
+    graph = requires_problems()
+    if graph:  # cheap, and every other check reads the graph: stop here
+        print("requires_graph: the rubric's requires graph (course/exercises.py) is wrong:")
+        for line in graph:
+            print("   ", line)
+        return 1
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(args.out or tmp)
         workdir.mkdir(parents=True, exist_ok=True)
@@ -273,6 +328,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         log = lambda line: print(line, flush=True)  # noqa: E731
         if args.restore_each:
             res = check_restored(workdir, names=args.exercises, log=log)
+        elif args.homework:
+            res = check_homeworks(workdir, homeworks=args.exercises, log=log)
         else:
             res = {} if args.isolation_only else run_all(workdir)
             res.update(check_isolation(workdir, names=args.exercises, log=log))

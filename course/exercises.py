@@ -19,9 +19,11 @@ directly, not ``backward()``). ``course/check_release.py`` checks the rule: in t
 every region a graded test of E runs belongs to E or to E's requirements (no missing
 declaration); with only E and its requirements written, E's graded tests all pass; with nothing
 written, every graded test fails; and with only E unwritten, E's tests fail (no leak). The grade
-report names the missing prerequisite when a test fails on another exercise's stub. One
-dependency runs against the course's order: needle's ops compute on its own NDArray (the
-course's hw1 used NumPy), so hw1's ops require hw3's NDArray views, reductions and matmul.
+report names the missing prerequisite when a test fails on another exercise's stub. No
+requirement comes from a later homework (``requires_problems`` checks the course order,
+``HOMEWORKS``): hw1's and hw2's graded tests compute on NumPy arrays (``HOMEWORK_BACKEND``,
+``NEEDLE_BACKEND=np``), as the course's did before hw3 brings the NDArray, so no hw1 or hw2
+test runs a hw3 region.
 
 ``course/check_release.py`` (run in CI by ``tests/test_course_tools.py``) checks the rubric
 against the code: every graded test fails in the student release (``make student``) and passes
@@ -91,20 +93,20 @@ EXERCISES: List[Exercise] = [
     Exercise("hw1.ops.tanh", 1, _grads("tanh"),
              requires=("hw1.autograd.make_from_op",)),
     Exercise("hw1.ops.transpose", 1, _ops("transpose"),
-             requires=("hw1.autograd.make_from_op", "hw3.ndarray.views")),
+             requires=("hw1.autograd.make_from_op",)),
     Exercise("hw1.ops.reshape", 1, _ops("reshape"),
-             requires=("hw1.autograd.make_from_op", "hw3.ndarray.views")),
+             requires=("hw1.autograd.make_from_op",)),
     Exercise("hw1.ops.broadcast_to", 1, _grads("broadcast_to"),
-             requires=("hw1.ops.reshape", "hw3.ndarray.reductions")),
+             requires=("hw1.ops.reshape",)),
     Exercise("hw1.ops.summation", 1, _grads("summation"),
-             requires=("hw1.ops.reshape", "hw3.ndarray.reductions")),
+             requires=("hw1.ops.reshape",)),
     Exercise("hw1.ops.matmul", 2, _grads("matmul"),
-             requires=("hw1.ops.broadcast_to", "hw1.ops.transpose", "hw3.ndarray.matmul")),
+             requires=("hw1.ops.broadcast_to", "hw1.ops.transpose")),
     Exercise("hw1.autograd.make_from_op", 1, ("test_autograd::test_requires_grad_propagation",)),
     # realizing a lazy graph walks it in topological order: graded here, not under make_from_op
     Exercise("hw1.autograd.topo_sort", 2, ("test_autograd::test_topo_sort_*",
                                            "test_autograd::test_lazy_mode_defers_*"),
-             requires=("hw1.autograd.make_from_op", "hw3.ndarray.matmul")),
+             requires=("hw1.autograd.make_from_op",)),
     Exercise("hw1.autograd.compute_gradient", 3, (
         "test_autograd::test_gradient_accumulates_over_uses_and_out_grad",
         "test_autograd::test_compute_gradient_of_gradient",
@@ -114,7 +116,7 @@ EXERCISES: List[Exercise] = [
                        "hw1.ops.summation")),
     Exercise("hw1.simple_ml.softmax_loss", 1, (
         "test_apps::test_softmax_loss_needle_agrees_with_formula",),
-             requires=("hw1.ops.divide_scalar", "hw3.ndarray.reductions")),
+             requires=("hw1.ops.divide_scalar",)),
     Exercise("hw1.simple_ml.nn_epoch", 2, (
         "test_apps::test_numpy_backprop_matches_needle_autodiff",),
              requires=("hw0.simple_ml.epochs", "hw1.autograd.compute_gradient", "hw1.ops.log",
@@ -124,12 +126,11 @@ EXERCISES: List[Exercise] = [
         "test_ops::test_logsumexp_logsoftmax_stable_for_large_inputs[cpu*",),
              requires=("hw1.autograd.compute_gradient", "hw1.ops.divide", "hw2.ops.logsoftmax")),
     Exercise("hw2.ops.logsoftmax", 1, _ops("logsoftmax"),
-             requires=("hw1.autograd.make_from_op", "hw3.ndarray.reductions")),
+             requires=("hw1.autograd.make_from_op",)),
     Exercise("hw2.init.rand", 1, ("test_init::test_rand_randn_follow_numpy_global_rng*",
                                   "test_init::test_randb_frequency_and_seeding*",
                                   "test_init::test_constants_and_like*",
-                                  "test_init::test_one_hot*"),
-             requires=("hw3.ndarray.gather_scatter",)),
+                                  "test_init::test_one_hot*")),
     Exercise("hw2.init.fan", 2, ("test_init::test_xavier*", "test_init::test_kaiming*"),
              requires=("hw2.init.rand",)),
     Exercise("hw2.nn.linear", 2, ("test_nn_basic::test_linear_*",),
@@ -207,30 +208,35 @@ EXERCISES: List[Exercise] = [
              requires=("hw1.autograd.make_from_op", "hw3.ndarray.setitem")),
     Exercise("hw4.ops.stack_split", 2, _ops("stack", "split") + (
         "test_ops::test_stack_split_round_trip",),
-             requires=("hw1.autograd.compute_gradient", "hw3.ndarray.setitem")),
+             requires=("hw1.autograd.compute_gradient", "hw3.ndarray.reductions",
+                       "hw3.ndarray.setitem")),
     Exercise("hw4.ops.conv", 3, _ops("conv"),
              requires=("hw1.ops.transpose", "hw3.ndarray.flip", "hw3.ndarray.matmul",
                        "hw4.ops.dilate")),
     Exercise("hw4.nn.conv", 2, ("test_nn_conv::test_conv_*",),
              requires=("hw1.autograd.compute_gradient", "hw1.ops.broadcast_to", "hw2.init.fan",
-                       "hw4.ops.conv")),
+                       "hw3.ndarray.reductions", "hw4.ops.conv")),
     Exercise("hw4.nn.rnn", 3, ("test_nn_sequence::test_cells_gradcheck*",
                                "test_nn_sequence::test_stacks_match_torch*",
                                "test_nn_sequence::test_stack_gradcheck*",
                                "test_nn_sequence::test_default_hidden_is_zeros"),
              requires=("hw1.ops.matmul", "hw1.ops.relu", "hw1.ops.tanh", "hw2.init.rand",
-                       "hw4.ops.stack_split")),
+                       "hw3.ndarray.matmul", "hw3.ndarray.reductions", "hw4.ops.stack_split")),
     Exercise("hw4.nn.embedding", 1, ("test_nn_sequence::test_embedding*",),
-             requires=("hw1.autograd.compute_gradient", "hw1.ops.matmul", "hw2.init.rand")),
+             requires=("hw1.autograd.compute_gradient", "hw1.ops.matmul", "hw2.init.rand",
+                       "hw3.ndarray.gather_scatter", "hw3.ndarray.matmul",
+                       "hw3.ndarray.reductions")),
     Exercise("hw4.nn.transformer", 4, ("test_nn_transformer::test_*",),
              requires=("hw1.ops.relu", "hw2.nn.dropout", "hw2.nn.layernorm1d", "hw2.nn.sequential",
-                       "hw2.ops.logsumexp")),
+                       "hw2.ops.logsumexp", "hw3.ndarray.gather_scatter", "hw3.ndarray.matmul",
+                       "hw3.ndarray.reductions")),
     Exercise("hw4.data.ptb", 2, ("test_data::test_ptb_corpus_batchify_get_batch",)),
     Exercise("hw4.models", 3, (
         "test_apps::test_resnet9_overfits_a_small_batch_with_the_cifar_loop",
         "test_apps::test_language_model_learns_a_periodic_sequence*"),
              requires=("hw2.data.dataloader", "hw2.nn.batchnorm1d", "hw2.optim.adam",
-                       "hw4.data.ptb", "hw4.nn.conv", "hw4.nn.rnn", "hw4.nn.transformer")),
+                       "hw3.ndarray.gather_scatter", "hw3.ndarray.reductions", "hw4.data.ptb",
+                       "hw4.nn.conv", "hw4.nn.rnn", "hw4.nn.transformer")),
     # ---------------------------------------------------------------- collectives
     Exercise("collectives.reference", 3, ("test_reference::test_allreduce_references*",
                                           "test_reference::test_reduce_scatter_reference*",
@@ -263,6 +269,20 @@ UNTRACED: Dict[str, str] = {
 }
 
 
+# The course order: an exercise may require exercises of its own homework or of an earlier one.
+HOMEWORKS: Tuple[str, ...] = ("hw0", "hw1", "hw2", "hw3", "hw4", "collectives")
+
+# The array each homework's graded tests compute on (needle/backend_selection.py): hw1 and hw2
+# on NumPy arrays, as in the course, so that they need nothing from hw3's NDArray; every other
+# exercise on the NDArray. The grader (course/grading.py) runs each graded test on its own.
+HOMEWORK_BACKEND: Dict[str, str] = {"hw1": "np", "hw2": "np"}
+
+
+def backend_of(exercise: str) -> str:
+    """The backend (``"np"`` or ``"nd"``) exercise ``exercise``'s graded tests run on."""
+    return HOMEWORK_BACKEND.get(exercise.split(".")[0], "nd")
+
+
 def test_files(names: Sequence[str], root: Path) -> List[str]:
     """The test modules (paths relative to ``root``) the rubric names for the exercises."""
     stems = {pattern.partition("::")[0] for ex in EXERCISES if ex.name in names
@@ -284,11 +304,30 @@ def requirements(name: str) -> Set[str]:
     return seen
 
 
+def order_problems() -> List[str]:
+    """Requirements against the course order: an exercise requiring one of a later homework
+    (or of a homework ``HOMEWORKS`` does not place)."""
+    homework = {ex.name: ex.homework for ex in EXERCISES}
+    problems = [f"{ex.name}: its homework {ex.homework} is not in the course order "
+                f"{HOMEWORKS} (course/exercises.py)" for ex in EXERCISES
+                if ex.homework not in HOMEWORKS]
+    for ex in EXERCISES:
+        for req in ex.requires:
+            hw = homework.get(req)
+            if ex.homework in HOMEWORKS and hw in HOMEWORKS and (
+                    HOMEWORKS.index(hw) > HOMEWORKS.index(ex.homework)):
+                problems.append(f"{ex.name} requires {req}, of {hw}, which the course "
+                                f"teaches after {ex.homework}: a student at {ex.homework} "
+                                f"cannot have written it")
+    return problems
+
+
 def requires_problems() -> List[str]:
-    """What is wrong with the ``requires`` graph: unknown ids, self-loops, cycles."""
+    """What is wrong with the ``requires`` graph: unknown ids, self-loops, cycles, and
+    requirements from a later homework (``order_problems``)."""
     names = {ex.name for ex in EXERCISES}
     problems = [f"{ex.name} requires {r}: no such exercise" for ex in EXERCISES
                 for r in ex.requires if r not in names]
     problems += [f"{ex.name} requires itself (through {sorted(ex.requires)})"
                  for ex in EXERCISES if ex.name in requirements(ex.name)]
-    return problems
+    return problems + order_problems()

@@ -27,6 +27,10 @@ sys.path.insert(0, os.path.abspath('..'))   # the repository root: needle, apps,
 CUDA_PATH = PATH + """os.environ.setdefault("NEEDLE_CUDA_EMULATOR", "1")
 """
 
+# hw1 and hw2: NumPy arrays, as in the course before hw3's NDArray (README, "Dtypes")
+NP_PATH = PATH + """os.environ.setdefault("NEEDLE_BACKEND", "np")
+"""
+
 SETUP = """import numpy as np
 
 import needle as ndl
@@ -363,8 +367,8 @@ def rewrite(path: Path, qs: List[Q], path_cell: str = PATH) -> None:
 
 
 if __name__ == "__main__":
-    rewrite(ROOT / "notebooks" / "hw1_autograd.ipynb", HW1)
-    rewrite(ROOT / "notebooks" / "hw2_nn_training.ipynb", HW2)
+    rewrite(ROOT / "notebooks" / "hw1_autograd.ipynb", HW1, NP_PATH)
+    rewrite(ROOT / "notebooks" / "hw2_nn_training.ipynb", HW2, NP_PATH)
     rewrite(ROOT / "notebooks" / "hw3_ndarray.ipynb", HW3)
     rewrite(ROOT / "notebooks" / "hw4_cnn_rnn_transformer.ipynb", HW4)
     rewrite(ROOT / "notebooks" / "hw_collectives.ipynb", COLLECTIVES)

@@ -28,6 +28,7 @@ from typing import (
 import numpy
 
 from . import backend_ndarray as array_api
+from . import backend_numpy, backend_selection
 from .backend_ndarray import BackendDevice, NDArray, cpu, default_device  # noqa: F401
 
 # Lazy mode: ops only build the graph; data is computed the first time it is needed.
@@ -185,6 +186,8 @@ class Value:
         inputs = tuple(inputs)
         if requires_grad is None:
             requires_grad = any(x.requires_grad for x in inputs)
+        if backend_selection.BACKEND == "np" and isinstance(cached_data, NDArray):
+            cached_data = backend_numpy.array(cached_data)  # an NDArray made inside an op
         self.op = op
         self.inputs = inputs
         self.num_outputs = num_outputs
@@ -292,9 +295,21 @@ class Tensor(Value):
           expect a result, and its hw1 tests matmul float32 data with float64 weights (so the
           ops themselves promote).
 
-        Only floating-point tensors can require a gradient.
+        Only floating-point tensors can require a gradient. Under ``NEEDLE_BACKEND=np``
+        (``backend_selection``) the data is a NumPy array, and Python lists, ints and bools give
+        float64 instead (a list of floats holds float64, as in the course's NumPy-backed hw1);
+        the rest of the rule holds as it stands.
         """
-        if isinstance(array, Tensor):
+        if backend_selection.BACKEND == "np":
+            data = array.realize_cached_data() if isinstance(array, Tensor) else None
+            if dtype is None and isinstance(array, (list, tuple, int, float)):
+                dtype = "float64"  # Python numbers: the np backend's float, as nd's is float32
+            if isinstance(data, backend_numpy.NumpyArray) and dtype in (None, data.dtype):
+                cached_data = data  # a Tensor's data is shared, as in the nd branch
+            else:
+                cached_data = backend_numpy.array(array if data is None else data, dtype=dtype,
+                                                  device=device)
+        elif isinstance(array, Tensor):
             device = device if device is not None else array.device
             dtype = dtype if dtype is not None else array.dtype
             if device == array.device and dtype == array.dtype:
@@ -372,7 +387,8 @@ class Tensor(Value):
 
     @property
     def dtype(self) -> str:
-        return self.realize_cached_data().dtype
+        dtype = self.realize_cached_data().dtype
+        return dtype if type(dtype) is str else dtype.name  # a NumPy array's (np backend)
 
     @property
     def device(self) -> BackendDevice:
@@ -645,7 +661,11 @@ def _default_dtype(data: Any) -> Optional[str]:
 
 
 def _is_float(data: Any) -> bool:
-    return array_api.dtypes.is_floating(data._np_dtype) if isinstance(data, NDArray) else True
+    if isinstance(data, NDArray):
+        return array_api.dtypes.is_floating(data._np_dtype)
+    if isinstance(data, numpy.ndarray):  # the np backend's data
+        return array_api.dtypes.is_floating(data.dtype)
+    return True
 
 
 def compute_gradient_of_variables(output_tensor: Value, out_grad: Value) -> None:

@@ -12,7 +12,9 @@ import needle as ndl
 
 
 def _set(tensor: ndl.Tensor, value: np.ndarray) -> None:
-    tensor.cached_data = ndl.NDArray(value, device=tensor.device, dtype=tensor.dtype)
+    # through Tensor: the data is an NDArray or a NumPy array, as the backend makes it
+    tensor.cached_data = ndl.Tensor(value, device=tensor.device,
+                                    dtype=tensor.dtype).realize_cached_data()
 
 
 def module_gradcheck(fn: Callable[..., Any], module: ndl.nn.Module, inputs: Sequence[np.ndarray],

@@ -342,6 +342,26 @@ def test_requires_graph_is_acyclic_and_names_real_exercises(monkeypatch):
     assert any(p.startswith("a.b.c requires itself") for p in problems)
 
 
+def test_a_requirement_from_a_later_homework_fails_the_release_check(monkeypatch, capsys):
+    """The course order: hw1 computes on NumPy, so no hw1 exercise may require a hw3 one."""
+    assert exercises.order_problems() == []
+    late = [exercises.Exercise("hw3.ndarray.views", 3, ("t::v",)),
+            exercises.Exercise("hw1.ops.reshape", 1, ("t::r",), ("hw3.ndarray.views",)),
+            exercises.Exercise("hw2.nn.linear", 1, ("t::l",), ("hw1.ops.reshape",)),
+            exercises.Exercise("hw7.new", 1, ("t::n",))]
+    monkeypatch.setattr(exercises, "EXERCISES", late)
+    problems = exercises.requires_problems()
+    assert problems == [
+        "hw7.new: its homework hw7 is not in the course order ('hw0', 'hw1', 'hw2', 'hw3', "
+        "'hw4', 'collectives') (course/exercises.py)",
+        "hw1.ops.reshape requires hw3.ndarray.views, of hw3, which the course teaches after "
+        "hw1: a student at hw1 cannot have written it"]
+    monkeypatch.setattr(check_release, "requires_problems", exercises.requires_problems)
+    assert check_release.main(["--restore-each", "hw1.ops.reshape"]) == 1  # before any run
+    out = capsys.readouterr().out
+    assert "requires_graph" in out and "hw1.ops.reshape requires hw3.ndarray.views" in out
+
+
 def test_grade_report_names_the_missing_prerequisite():
     tests = {"t::a": ("hw2.optim.adam", 2), "t::b": ("hw2.optim.adam", 2)}
     outcomes = {"t::a": ("failed", "NotImplementedError: hw1.ops.multiply: write "
@@ -367,8 +387,17 @@ def test_cuda_cases_are_graded_only_by_the_cuda_exercises():
 def test_release_with_an_exercise_and_its_requirements_scores_exactly_their_points(tmp_path):
     """Issue 21 (a), the rubric rule, for representative exercises (all of them take a graded
     run each, about 30 min on 2 cores: `python -m course.check_release --restore-each`):
-    one with no requirement (hw3.ndarray.views), a hw1 op on the NDArray and make_from_op
-    (hw1.ops.exp), and an optimizer that needs hw1's ops, autograd and nn (hw2.optim.sgd)."""
+    one with no requirement (hw3.ndarray.views), a hw1 op on NumPy with hw1's ops it needs and
+    no hw3 exercise (hw1.ops.matmul), and an optimizer that needs hw1's ops, autograd and nn
+    (hw2.optim.sgd)."""
     res = check_release.check_restored(
-        tmp_path, names=["hw3.ndarray.views", "hw1.ops.exp", "hw2.optim.sgd"])
+        tmp_path, names=["hw3.ndarray.views", "hw1.ops.matmul", "hw2.optim.sgd"])
     assert res["restored_not_scoring"] == [], "\n".join(res["restored_not_scoring"])
+
+
+@pytest.mark.slow
+def test_hw1_and_hw2_score_fully_with_no_later_homework_written(tmp_path):
+    """The student's path: with only hw0 and hw1 written every hw1 graded test passes, and
+    with hw2 too every hw2 one, no hw3 exercise written (hw1/hw2 grade on NumPy)."""
+    res = check_release.check_homeworks(tmp_path, homeworks=["hw1", "hw2"])
+    assert res["homework_not_scoring"] == [], "\n".join(res["homework_not_scoring"])

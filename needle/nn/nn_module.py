@@ -181,11 +181,11 @@ class Module:
             if shape != tuple(tensor.shape):
                 raise ValueError(f"load_state_dict: {key!r} has shape {shape} in the state "
                                  f"dict but {tuple(tensor.shape)} in the module")
-            if isinstance(value, NDArray):
-                value = NDArray(value, device=tensor.device, dtype=tensor.dtype)
-            else:
-                value = NDArray(np.asarray(value), device=tensor.device, dtype=tensor.dtype)
-            new[key] = value
+            if not isinstance(value, NDArray):
+                value = np.asarray(value)
+            # a copy through Tensor: an NDArray, or a NumPy array under NEEDLE_BACKEND=np
+            new[key] = Tensor(value, device=tensor.device, dtype=tensor.dtype,
+                              requires_grad=False).realize_cached_data()
         for key, value in new.items():  # all checks passed: now assign
             own[key].cached_data = value
         return LoadResult(missing, unexpected)
@@ -196,7 +196,8 @@ class Module:
             data = tensor.realize_cached_data()
             if (device is not None and data.device != device) or (
                     dtype is not None and data.dtype != dtype):
-                tensor.cached_data = NDArray(data, device=device, dtype=dtype)
+                tensor.cached_data = Tensor(data, device=device, dtype=dtype,
+                                            requires_grad=False).realize_cached_data()
                 tensor.grad = None
         return self
 

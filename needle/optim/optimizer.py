@@ -103,8 +103,9 @@ class Optimizer:
                     if tuple(v.shape) != tuple(p.shape):
                         raise ValueError(f"optimizer state {name!r} of param {i} has shape "
                                          f"{tuple(v.shape)}, param has {tuple(p.shape)}")
-                    v = NDArray(v if isinstance(v, NDArray) else np.asarray(v),
-                                device=p.device, dtype=p.dtype)
+                    # a copy through Tensor: an NDArray, or NumPy's under NEEDLE_BACKEND=np
+                    v = Tensor(v, device=p.device, dtype=p.dtype,
+                               requires_grad=False).realize_cached_data()
                 elif isinstance(v, np.generic):
                     v = v.item()
                 new[i][name] = v

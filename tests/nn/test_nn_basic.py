@@ -41,8 +41,8 @@ def test_layer_gradcheck(case, device):
     np.random.seed(1)
     module = make(device)
     for p in module.parameters():  # move affine params off 1/0 so every term matters
-        p.cached_data = ndl.NDArray(p.numpy() + np.random.randn(*p.shape) * 0.3, device=device,
-                                    dtype="float64")
+        p.cached_data = ndl.Tensor(p.numpy() + np.random.randn(*p.shape) * 0.3, device=device,
+                                   dtype="float64").realize_cached_data()
     inputs = [np.random.randn(*s) for s in shapes]
     module_gradcheck(module, module, inputs, device)
 
@@ -134,7 +134,8 @@ def test_layernorm_matches_torch(device):
     x = np.random.randn(2, 3, 6).astype("float32")
     w = np.random.randn(2, 3, 6)
     ln = nn.LayerNorm1d(6, eps=1e-5, device=device)
-    ln.weight.cached_data = ndl.NDArray(np.random.randn(6), device=device, dtype="float32")
+    ln.weight.cached_data = ndl.Tensor(np.random.randn(6), device=device,
+                                       dtype="float32").realize_cached_data()
     ref = torch.nn.LayerNorm(6, eps=1e-5)
     with torch.no_grad():
         ref.weight.copy_(torch.tensor(ln.weight.numpy()))
