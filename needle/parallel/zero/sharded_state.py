@@ -72,6 +72,9 @@ def _shard_file(rank: int, world: int) -> str:
     return f"shard-{rank:05d}-of-{world:05d}.ndl"
 
 
+KIND = manifest.Kind("needle-fsdp-1", "dp", "world_size", _shard_file, keys=("units",))
+
+
 def save_sharded(fsdp: Any, directory: str, optimizer: Any = None) -> None:
     """Rank r writes its shards (+ optimizer state); rank 0 the index and the whole tensors."""
     comm = fsdp.comm
@@ -84,14 +87,14 @@ def save_sharded(fsdp: Any, directory: str, optimizer: Any = None) -> None:
     mine = _shard_file(comm.rank, comm.size)
     serialization.save(payload, os.path.join(directory, mine))
     # the index last, once every shard is written; nobody reads before it exists
-    manifest.write(comm, directory, "index.json", mine, [], _index(fsdp))
+    manifest.write(comm, directory, "index.json", KIND, [], _index(fsdp))
 
 
 def load_sharded(fsdp: Any, directory: str, optimizer: Any = None) -> None:
     """Reload ``save_sharded``'s files; the job size and the units must match the index."""
     comm = fsdp.comm
     who = f"load_sharded (rank {comm.rank})"
-    index = manifest.read(directory, "index.json", who, ("world_size", "units"))
+    index = manifest.read(directory, "index.json", KIND, who, {"tp": 1, "pp": 1})
     if index["world_size"] != comm.size:
         raise ValueError(f"load_sharded (rank {comm.rank}): checkpoint was saved by "
                          f"{index['world_size']} ranks, this job has {comm.size}; load its full "
