@@ -63,8 +63,9 @@ EDITS = [  # (what, mutate, reseal, words of the error)
      "names file '/etc/passwd'"),
     ("an entry dropped", lambda i: i["files"].pop(), True, "tp=2 but 1 entries"),
     ("no extra", lambda i: i["files"][0].pop("extra"), True, "entry 0 has extra None"),
-    ("axes missing a name", lambda i: i["axes"].pop("weight"), True, "its axes name"),
-    ("axes out of range", lambda i: i["axes"].update(weight=5), True, "'weight' has axis 5"),
+    ("axes missing a name", lambda i: i["axes"].pop("weight"), True, "not this model's"),
+    ("axes out of range", lambda i: i["axes"].update(weight=5), True, "not this model's"),
+    ("a replicated bias split", lambda i: i["axes"].update(bias=0), True, "not this model's"),
     ("the older format", lambda i: [e.pop("rank") for e in i["files"]] and i.pop("crc32"), False,
      "written by an older needle"),
 ]

@@ -77,11 +77,15 @@ def load_sharded(module: Module, comm: Comm, directory: str) -> None:
     who = f"load_sharded (tensor parallel, rank {comm.rank})"
     index = manifest.read(directory, "index.json", KIND, who, {"pp": 1, "dp": 1})
     shards = [manifest.load(directory, entry, who) for entry in index["files"]]
+    mine = {n: (-1 if a is None else a) for n, a in shard_axes(module).items()}
+    if index["axes"] != mine:  # the layers declare their axes, the same at any tp
+        raise CheckpointError(f"{who}: {os.path.join(directory, 'index.json')}: its axes "
+                              f"{str(index['axes'])[:200]} are not this model's {mine}")
     load_full_state_dict(module, comm, _merge(shards, index["axes"], who, directory))
 
 
 def _merge(shards: List[Any], axes: Any, who: str, directory: str) -> Dict[str, np.ndarray]:
-    """The full weights from the old shards, each checked to fit its index."""
+    """The full weights from the old shards (``axes`` already checked against the model's)."""
     def fail(why: str) -> CheckpointError:
         return CheckpointError(f"{who}: {os.path.join(directory, 'index.json')}: {why}")
     if not all(isinstance(s, dict) and list(s) == list(shards[0]) for s in shards):
@@ -91,10 +95,7 @@ def _merge(shards: List[Any], axes: Any, who: str, directory: str) -> Dict[str, 
                    f"its shards {sorted(shards[0])[:8]}")
     state = {}
     for name in shards[0]:
-        parts = [np.asarray(s[name]) for s in shards]
-        axis = axes[name]
-        if not isinstance(axis, int) or not -1 <= axis < parts[0].ndim:
-            raise fail(f"{name!r} has axis {axis!r:.20} for a {parts[0].ndim}-d weight")
+        parts, axis = [np.asarray(s[name]) for s in shards], axes[name]
         try:
             state[name] = parts[0] if axis < 0 else np.concatenate(parts, axis=axis)
         except ValueError as err:
