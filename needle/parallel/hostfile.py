@@ -1,4 +1,5 @@
-"""MPI host files (``host`` or ``host:slots`` per line, ``#`` comments), checked before mpiexec.
+"""MPI host files (``host``, ``host:slots`` or ``host slots=N`` per line, ``#`` comments),
+checked before mpiexec.
 
 MPICH's hydra trusts the file: ``localhost:-2`` makes it spin at 100% CPU for ever (surviving
 the launcher and SIGTERM), ``localhost:0`` and ``localhost:abc`` end the job with status 248 and
@@ -40,8 +41,13 @@ def parse(path: str) -> List[Tuple[str, int]]:
 
 
 def parse_line(text: str, where: str) -> Tuple[str, int]:
-    """``host`` (one slot) or ``host:slots`` with 1 <= slots <= MAX_SLOTS."""
-    host, sep, count = text.partition(":")
+    """``host`` (one slot), ``host:slots`` (MPICH) or ``host slots=N`` (Open MPI), with
+    1 <= slots <= MAX_SLOTS."""
+    words = text.split()
+    if len(words) == 2 and words[1].startswith("slots=") and ":" not in words[0]:
+        host, sep, count = words[0], "=", words[1][len("slots="):]
+    else:
+        host, sep, count = text.partition(":")
     host = host.strip()
     if not _HOST.fullmatch(host):
         raise HostfileError(f"{where}: {host!r} is not a host name (want host or host:slots)")

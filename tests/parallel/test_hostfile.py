@@ -18,6 +18,8 @@ BAD = [  # (line, words of the error)
     ("local host:2", "'local host' is not a host name"),
     ("localhost:2:3", "slots '2:3'"),
     ("localhost:99999999", "slots '99999999'"),
+    ("node2 slots=-1", "slots '-1'"),
+    ("node2 slots=4 max_slots=8", "'node2 slots=4 max_slots=8' is not a host name"),
 ]
 
 
@@ -42,8 +44,9 @@ def test_duplicate_and_empty_files_are_refused(tmp_path):
 
 def test_good_lines_parse(tmp_path):
     path = tmp_path / "hosts"
-    path.write_text("node-1:2  # rack A\n\n10.0.0.2\n  node3 : 4 \n")
-    assert hostfile.parse(str(path)) == [("node-1", 2), ("10.0.0.2", 1), ("node3", 4)]
+    path.write_text("node-1:2  # rack A\n\n10.0.0.2\n  node3 : 4 \nnode4 slots=3\n")
+    assert hostfile.parse(str(path)) == [("node-1", 2), ("10.0.0.2", 1), ("node3", 4),
+                                         ("node4", 3)]
 
 
 def test_the_launcher_refuses_a_bad_host_file_before_mpiexec(tmp_path, capsys, monkeypatch):
