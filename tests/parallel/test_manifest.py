@@ -137,3 +137,26 @@ def test_an_edited_pipeline_manifest_is_refused(tmp_path, what, mutate, words):
     err = run_ranks("virtual", 2, _pp_load, str(tmp_path))[0]
     assert err.startswith("CheckpointError") and words in err, err
     assert str(tmp_path / "pipeline.json") in err
+
+
+def _fsdp(comm, directory, save):
+    from needle.parallel import FullyShardedDataParallel
+    np.random.seed(4)
+    fsdp = FullyShardedDataParallel(nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2)), comm)
+    try:
+        fsdp.save_sharded(directory) if save else fsdp.load_sharded(directory)
+    except (ValueError, OSError) as err:
+        return f"{type(err).__name__}: {err}"
+    return None
+
+
+@pytest.mark.parametrize("what,mutate,words", [
+    ("a unit's size", lambda i: i["units"][0].update(numel=21), "unit 0 is"),
+    ("units not a list", lambda i: i.update(units="modules.0"), "no list of units"),
+    ("a unit dropped", lambda i: i["units"].pop(), "1 units, this model has 2")])
+def test_an_edited_fsdp_index_is_refused_naming_it(tmp_path, what, mutate, words):
+    run_ranks("virtual", 2, _fsdp, str(tmp_path), True)
+    _edit(tmp_path / "index.json", mutate)
+    for err in run_ranks("virtual", 2, _fsdp, str(tmp_path), False):
+        assert err.startswith("CheckpointError") and words in err, err
+        assert str(tmp_path / "index.json") in err
