@@ -294,8 +294,8 @@ def _decode(node: Any, arrays: _Arrays, device: Optional[BackendDevice], path: s
     if t in ("const", "int", "float", "bytes"):
         return _decode_scalar(t, v, path)
     if t == "dict":
-        return {_key(_pair(x, path)[0], path): _decode(_pair(x, path)[1], arrays, device, path)
-                for x in _items(v, path)}
+        pairs = [_pair(x, path) for x in _items(v, path)]
+        return {k: _decode(x, arrays, device, path) for k, x in pairs}
     if t in ("list", "tuple"):
         items = [_decode(x, arrays, device, path) for x in _items(v, path)]
         return items if t == "list" else tuple(items)
@@ -311,8 +311,11 @@ def _items(v: Any, path: str) -> List[Any]:
 
 
 def _pair(x: Any, path: str) -> List[Any]:
+    """A dict item: [key, node], the key a str or int as ``save`` writes them."""
     if not isinstance(x, list) or len(x) != 2:
         raise _fail(path, f"a dict item is {str(x)[:80]}, not a [key, value] pair")
+    if not isinstance(x[0], (str, int)) or isinstance(x[0], bool):
+        raise _fail(path, f"a dict key is {str(x[0])[:80]}, not a str or int")
     return x
 
 
