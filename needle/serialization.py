@@ -9,24 +9,31 @@ File layout (safetensors-style, https://github.com/huggingface/safetensors):
 
 Every array's entry carries the CRC-32 of its bytes and the path of its leaf ("obj['w']"), and
 the header carries the CRC-32 of its own tree and table ("crc32"), so a flipped byte anywhere in
-the file is refused on load, naming the file and the array.
+the file is refused on load, naming the file and the array. A file without them (the older
+format) loads only with ``load(path, verify=False)``.
+
+Loading trusts nothing in the file: every array's bytes lie inside the file, in table order,
+without overlap, and belong to exactly one leaf of the tree, so a header cannot make a small file
+ask for more memory than its own size; each array is read straight into its own buffer (a load
+holds about the file's size). Every failure, whatever Python would have raised on the crafted
+numbers, is a ``CheckpointError`` naming the file.
 
 The structure is a JSON tree of dicts/lists/tuples/scalars whose array leaves point into the
 array table, so loading only parses JSON and copies bytes: nothing in the file can run code.
 Arrays keep their exact dtype (bfloat16 included, by name). Floats are stored as ``float.hex``
-so they round-trip exactly. A save writes a temporary file in the target directory, fsyncs it
-and renames it over the target (``os.replace`` is atomic on POSIX), so a crash mid-save leaves
-the previous checkpoint intact.
+so they round-trip exactly. A save is atomic (``atomic_file.py``): a crash mid-save leaves the
+previous checkpoint intact, the file keeps its mode, and a symlink is written through.
 """
 import json
+import math
 import os
 import struct
-import tempfile
 import zlib
-from typing import Any, BinaryIO, Callable, Dict, List, Optional, Tuple
+from typing import Any, BinaryIO, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
+from .atomic_file import write_atomic
 from .autograd import Tensor
 from .backend_ndarray.device import BackendDevice
 from .backend_ndarray.dtypes import to_numpy_dtype
@@ -140,45 +147,29 @@ def save(obj: Any, path: str) -> None:
     write_atomic(os.fspath(path), lambda f: _write(f, tree, arrays))
 
 
-def write_atomic(path: str, write: Callable[[BinaryIO], None]) -> None:
-    """Run ``write`` on a temporary file beside ``path``, then rename it over ``path``: readers
-    see the old file or the whole new one, never a part."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
-                               dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-    _fsync_dir(directory)
-
-
-def _fsync_dir(directory: str) -> None:
-    """Persist the rename itself (POSIX); a no-op where directories cannot be opened."""
-    try:
-        dfd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dfd)
-    except OSError:
-        pass
-    finally:
-        os.close(dfd)
-
-
 # ---------------------------------------------------------------------------- decoding
+# Every way a crafted header can make Python itself fail, turned into a CheckpointError.
+_MALFORMED = (OverflowError, ValueError, KeyError, IndexError, TypeError, AttributeError,
+              struct.error, RecursionError, UnicodeError)
+_MAX_NDIM = 64
+
+
+class _Entry(NamedTuple):
+    """One checked row of the array table: where its bytes lie and what they must be."""
+    dtype: np.dtype
+    shape: Tuple[int, ...]
+    lo: int
+    nbytes: int
+    crc: Optional[int]
+    name: str
+
+
 def _fail(path: str, why: str) -> CheckpointError:
     return CheckpointError(f"ndl.load: {path} is not a valid needle checkpoint: {why}")
 
 
-def _read_header(raw: bytes, path: str) -> Tuple[Dict[str, Any], int]:
+def _read_header(f: BinaryIO, size: int, path: str) -> Tuple[Dict[str, Any], int]:
+    raw = f.read(16)
     if raw[:len(MAGIC)] != MAGIC:
         if raw.startswith(_PICKLE_PREFIXES):
             raise _fail(path, "it looks like a pickle; pickles can run code on load and are "
@@ -189,74 +180,143 @@ def _read_header(raw: bytes, path: str) -> Tuple[Dict[str, Any], int]:
     if len(raw) < 16:
         raise _fail(path, "truncated header")
     (hlen,) = struct.unpack("<Q", raw[8:16])
-    if 16 + hlen > len(raw):
-        raise _fail(path, f"header length {hlen} exceeds the file size {len(raw)}")
+    if 16 + hlen > size:
+        raise _fail(path, f"header length {hlen} exceeds the file size {size}")
     try:
-        header = json.loads(raw[16:16 + hlen].decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        header = json.loads(f.read(hlen).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise _fail(path, f"corrupt JSON header ({type(e).__name__})") from None
     if not isinstance(header, dict) or "tree" not in header or "arrays" not in header:
         raise _fail(path, "header lacks 'tree'/'arrays'")
-    _check_header_crc(header, path)
     return header, 16 + hlen
 
 
-def _check_header_crc(header: Dict[str, Any], path: str) -> None:
-    """The header's own checksum; files written before checksums existed have none at all."""
-    table = header["arrays"]
-    new = "crc32" in header or (isinstance(table, list) and any(
-        isinstance(e, dict) and ("crc32" in e or "name" in e) for e in table))
-    if not new:
+def _check_header_crc(header: Dict[str, Any], path: str, verify: bool) -> None:
+    """The header's own checksum; files of the older format have none and load only unverified."""
+    if "crc32" not in header:
+        if verify:
+            raise _fail(path, "it has no checksums (written by an older needle, or its header "
+                              "was edited), so corruption in it cannot be detected; pass "
+                              "verify=False to load it anyway")
         return
-    if header.get("crc32") != _header_crc(header["tree"], table):
+    if header["crc32"] != _header_crc(header["tree"], header["arrays"]):
         raise CheckpointError(f"ndl.load: {path}: the header's checksum does not match (the "
                               "file is corrupt)")
 
 
-def _read_arrays(raw: bytes, table: Any, start: int, path: str) -> List[np.ndarray]:
+def _int(v: Any) -> int:
+    """A JSON integer (not a bool, float or string), else TypeError."""
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise TypeError(f"{v!r} is not an integer")
+    return v
+
+
+def _check_entry(i: int, e: Any, start: int, verify: bool, path: str) -> _Entry:
+    """Row ``i`` of the array table, its dtype, shape and byte range checked."""
+    if not isinstance(e, dict):
+        raise _fail(path, f"array {i} has a malformed entry {str(e)[:80]}")
+    if e.get("dtype") not in _DTYPES:
+        raise _fail(path, f"array {i} has disallowed dtype {str(e.get('dtype'))[:40]!r}")
+    if not isinstance(e.get("shape"), list) or len(e["shape"]) > _MAX_NDIM:
+        raise _fail(path, f"array {i} has a malformed shape {str(e.get('shape'))[:80]}")
+    shape = tuple(_int(s) for s in e["shape"])
+    offset, nbytes = _int(e.get("offset")), _int(e.get("nbytes"))
+    name = e["dtype"]
+    dtype = to_numpy_dtype(name) if name == "bfloat16" else np.dtype(name)
+    dtype = dtype.newbyteorder("<") if dtype.itemsize > 1 else dtype
+    if any(s < 0 for s in shape) or math.prod(shape) * dtype.itemsize != nbytes:
+        raise _fail(path, f"array {i}: shape {list(shape)} x {name} != {nbytes} bytes")
+    if offset < 0:
+        raise _fail(path, f"array {i} has a negative offset {offset}")
+    crc = e.get("crc32")
+    if crc is None and verify:
+        raise _fail(path, f"array {i} has no checksum; pass verify=False to load it anyway")
+    return _Entry(dtype, shape, start + offset, nbytes, None if crc is None else _int(crc),
+                  str(e.get("name", "?"))[:200])
+
+
+def _check_table(table: Any, start: int, size: int, verify: bool, path: str) -> List[_Entry]:
+    """The array table; its regions lie inside the file, in order, without overlapping, so the
+    arrays together never ask for more memory than the file's size."""
     if not isinstance(table, list):
         raise _fail(path, "array table is not a list")
-    out = []
-    for i, entry in enumerate(table):
-        try:
-            dtype_name, shape = entry["dtype"], tuple(int(s) for s in entry["shape"])
-            offset, nbytes = int(entry["offset"]), int(entry["nbytes"])
-        except (TypeError, KeyError, ValueError):
-            raise _fail(path, f"array {i} has a malformed entry {entry!r}") from None
-        if dtype_name not in _DTYPES:
-            raise _fail(path, f"array {i} has disallowed dtype {dtype_name!r}")
-        dtype = to_numpy_dtype(dtype_name) if dtype_name == "bfloat16" else np.dtype(dtype_name)
-        dtype = dtype.newbyteorder("<") if dtype.itemsize > 1 else dtype
-        if any(s < 0 for s in shape) or int(np.prod(shape)) * dtype.itemsize != nbytes:
-            raise _fail(path, f"array {i}: shape {shape} x {dtype_name} != {nbytes} bytes")
-        lo = start + offset
-        if offset < 0 or lo + nbytes > len(raw):
+    rows, end = [], start
+    for i, e in enumerate(table):
+        row = _check_entry(i, e, start, verify, path)
+        if row.lo < end:
+            raise _fail(path, f"array {i} overlaps the bytes of array {i - 1} (each array's "
+                              "bytes are stored once)")
+        end = row.lo + row.nbytes
+        if end > size:
             raise _fail(path, f"array {i} runs past the end of the file (truncated?)")
-        arr = np.frombuffer(raw, dtype=dtype, count=nbytes // dtype.itemsize, offset=lo)
-        if "crc32" in entry and _crc(arr) != entry["crc32"]:
-            raise CheckpointError(f"ndl.load: {path}: array {i} ({entry.get('name', '?')}, "
-                                  f"{dtype_name}{list(shape)}) does not match its checksum "
-                                  "(the file is corrupt)")
-        out.append(arr.astype(dtype.newbyteorder("=")).reshape(shape))
-    return out
+        rows.append(row)
+    return rows
 
 
-def _decode(node: Any, arrays: List[np.ndarray], device: Optional[BackendDevice],
-            path: str) -> Any:
-    try:
-        t, v = node["t"], node["v"]
-    except (TypeError, KeyError):
-        raise _fail(path, f"malformed node {str(node)[:80]}") from None
+class _Arrays:
+    """Reads each array of the table once, when the tree first references it, straight into
+    its own buffer: a load holds about the file's size, not the file plus a copy."""
+
+    def __init__(self, f: BinaryIO, rows: List[_Entry], path: str) -> None:
+        self.f, self.rows, self.path = f, rows, path
+        self.used = [False] * len(rows)
+
+    def take(self, i: Any) -> np.ndarray:
+        """Array ``i`` read and checked; a second reference to it is refused."""
+        if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < len(self.rows):
+            raise _fail(self.path, f"array reference {str(i)[:40]} out of range")
+        if self.used[i]:
+            raise _fail(self.path, f"array {i} is referenced twice (each array is stored "
+                                   "for one leaf)")
+        self.used[i] = True
+        row = self.rows[i]
+        arr = np.empty(row.nbytes // row.dtype.itemsize, dtype=row.dtype)
+        self.f.seek(row.lo)
+        if self.f.readinto(memoryview(arr.view(np.uint8))) != row.nbytes:
+            raise _fail(self.path, f"array {i} runs past the end of the file (truncated?)")
+        if row.crc is not None and _crc(arr) != row.crc:
+            raise CheckpointError(f"ndl.load: {self.path}: array {i} ({row.name}, "
+                                  f"{row.dtype.name}{list(row.shape)}) does not match its "
+                                  "checksum (the file is corrupt)")
+        return arr.astype(row.dtype.newbyteorder("="), copy=False).reshape(row.shape)
+
+    def check_all_used(self) -> None:
+        """Every array of the table belongs to a leaf (an unreferenced one was never checked)."""
+        if not all(self.used):
+            raise _fail(self.path, f"array {self.used.index(False)} is in the table but not in "
+                                   "the tree")
+
+
+def _decode(node: Any, arrays: _Arrays, device: Optional[BackendDevice], path: str) -> Any:
+    if not isinstance(node, dict) or "t" not in node or "v" not in node:
+        raise _fail(path, f"malformed node {str(node)[:80]}")
+    t, v = node["t"], node["v"]
     if t in ("const", "int", "float", "bytes"):
         return _decode_scalar(t, v, path)
     if t == "dict":
-        return {k: _decode(x, arrays, device, path) for k, x in v}
+        pairs = [_pair(x, path) for x in _items(v, path)]
+        return {k: _decode(x, arrays, device, path) for k, x in pairs}
     if t in ("list", "tuple"):
-        items = [_decode(x, arrays, device, path) for x in v]
+        items = [_decode(x, arrays, device, path) for x in _items(v, path)]
         return items if t == "list" else tuple(items)
     if t in ("tensor", "ndarray", "numpy", "npscalar"):
         return _decode_leaf(node, arrays, device, path)
-    raise _fail(path, f"unknown node type {t!r}")
+    raise _fail(path, f"unknown node type {str(t)[:40]!r}")
+
+
+def _items(v: Any, path: str) -> List[Any]:
+    if not isinstance(v, list):
+        raise _fail(path, f"a container node holds {type(v).__name__}, not a list")
+    return v
+
+
+def _pair(x: Any, path: str) -> List[Any]:
+    """A dict item: [key, node], the key a str or int as ``save`` writes them."""
+    if not isinstance(x, list) or len(x) != 2:
+        raise _fail(path, f"a dict item is {str(x)[:80]}, not a [key, value] pair")
+    if not isinstance(x[0], (str, int)) or isinstance(x[0], bool):
+        raise _fail(path, f"a dict key is {str(x[0])[:80]}, not a str or int")
+    return x
 
 
 def _decode_scalar(t: str, v: Any, path: str) -> Any:
@@ -265,46 +325,52 @@ def _decode_scalar(t: str, v: Any, path: str) -> Any:
         return v
     if t == "int" and isinstance(v, int) and not isinstance(v, bool):
         return v
-    if t == "float":
+    if t == "float" and isinstance(v, str):
         return float.fromhex(v)
-    if t == "bytes":
+    if t == "bytes" and isinstance(v, str):
         return bytes.fromhex(v)
     raise _fail(path, f"malformed {t} node {v!r:.80}")
 
 
-def _decode_leaf(node: Dict, arrays: List[np.ndarray], device: Optional[BackendDevice],
+def _decode_leaf(node: Dict, arrays: _Arrays, device: Optional[BackendDevice],
                  path: str) -> Any:
     """A Tensor, NDArray, NumPy array or scalar from the array table."""
-    t, v = node["t"], node["v"]
-    if not isinstance(v, int) or not 0 <= v < len(arrays):
-        raise _fail(path, f"array reference {v!r} out of range")
-    arr = arrays[v]
+    t = node["t"]
+    arr = arrays.take(node["v"])
     if t == "numpy":
         return arr
     if t == "npscalar":
+        if arr.shape != ():
+            raise _fail(path, f"a NumPy scalar leaf holds an array of shape {arr.shape}")
         return arr[()]
     if t == "ndarray":
         return NDArray(arr, device=device, dtype=arr.dtype)
-    return Tensor(NDArray(arr, device=device, dtype=arr.dtype),
-                  requires_grad=bool(node.get("requires_grad", False)))
+    # make_const wraps the new NDArray: Tensor(...) would copy it once more
+    return Tensor.make_const(NDArray(arr, device=device, dtype=arr.dtype),
+                             requires_grad=bool(node.get("requires_grad", False)))
 
 
-def load(path: str, device: Optional[BackendDevice] = None) -> Any:
-    """Read a checkpoint written by ``save``; Tensors/NDArrays land on ``device`` (default cpu)."""
+def load(path: str, device: Optional[BackendDevice] = None, verify: bool = True) -> Any:
+    """Read a checkpoint written by ``save``; Tensors/NDArrays land on ``device`` (default cpu).
+
+    Every failure is a ``CheckpointError`` naming the file. A file without checksums (the older
+    format) is refused unless ``verify=False``."""
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"ndl.load: no checkpoint at {path}")
-    with open(path, "rb") as f:
-        raw = f.read()
-    header, start = _read_header(raw, path)
-    arrays = _read_arrays(raw, header["arrays"], start, path)
     try:
-        return _decode(header["tree"], arrays, device, path)
-    except (TypeError, ValueError, RecursionError) as e:
-        if isinstance(e, CheckpointError):
-            raise
-        raise _fail(path, f"{type(e).__name__}: {e}") from None
-
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            header, start = _read_header(f, size, path)
+            _check_header_crc(header, path, verify)
+            arrays = _Arrays(f, _check_table(header["arrays"], start, size, verify, path), path)
+            obj = _decode(header["tree"], arrays, device, path)
+            arrays.check_all_used()
+            return obj
+    except CheckpointError:
+        raise
+    except _MALFORMED as e:
+        raise _fail(path, f"{type(e).__name__}: {str(e)[:200]}") from None
 
 # ---------------------------------------------------------------------------- RNG state
 def random_state() -> Dict[str, Any]:

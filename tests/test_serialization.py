@@ -310,3 +310,172 @@ def test_resume_is_bit_for_bit(tmp_path, seeded_loader):
     rest = _train(model2, opt2, dl2, 9)
     assert first + rest == reference
     assert len(set(reference)) == len(reference)  # the losses really change step to step
+
+
+# ------------------------------------------------------------------ what a load trusts
+def _header_of(path):
+    import json
+    import struct
+    raw = path.read_bytes()
+    (hlen,) = struct.unpack("<Q", raw[8:16])
+    return raw, json.loads(raw[16:16 + hlen]), 16 + hlen
+
+
+def _write_header(path, raw, header, start, rest=None):
+    import json
+    import struct
+    new = json.dumps(header).encode()
+    path.write_bytes(raw[:8] + struct.pack("<Q", len(new)) + new
+                     + (raw[start:] if rest is None else rest))
+
+
+def test_file_without_checksums_loads_only_unverified(tmp_path):
+    """The older format (no checksums) is refused by default: a flipped byte in it is invisible."""
+    path = tmp_path / "old.ndl"
+    w = np.arange(100.0)
+    ndl.save({"w": w}, path)
+    raw, header, start = _header_of(path)
+    del header["crc32"]
+    for e in header["arrays"]:
+        del e["crc32"], e["name"]
+    body = bytearray(raw[start:])
+    body[8 * 7] ^= 0x40  # element 7 of w
+    _write_header(path, raw, header, start, bytes(body))
+    with pytest.raises(serialization.CheckpointError, match="verify=False") as info:
+        ndl.load(path)
+    assert str(path) in str(info.value)
+    loaded = ndl.load(path, verify=False)["w"]
+    assert loaded[7] != w[7] and np.array_equal(np.delete(loaded, 7), np.delete(w, 7))
+
+
+def test_one_array_named_many_times_is_refused(tmp_path):
+    """A header cannot make a small file ask for many times its size."""
+    path = tmp_path / "amp.ndl"
+    ndl.save({"w": np.zeros(10_000)}, path)
+    raw, header, start = _header_of(path)
+    leaf = header["tree"]["v"][0][1]
+    header["tree"] = {"t": "list", "v": [leaf] * 1000}  # 80 MB from an 80 kB file
+    header["crc32"] = serialization._header_crc(header["tree"], header["arrays"])
+    _write_header(path, raw, header, start)
+    with pytest.raises(serialization.CheckpointError, match="referenced twice"):
+        ndl.load(path)
+    raw, header, start = _header_of(path)
+    header["arrays"] = header["arrays"] * 1000  # 1000 table rows over the same bytes
+    header["tree"] = {"t": "list", "v": [{"t": "numpy", "v": i} for i in range(1000)]}
+    header["crc32"] = serialization._header_crc(header["tree"], header["arrays"])
+    _write_header(path, raw, header, start)
+    with pytest.raises(serialization.CheckpointError, match="overlaps"):
+        ndl.load(path)
+
+
+def _crafted(header):
+    """(what, mutate) pairs: numbers that made int()/float.fromhex/np.prod/dict() raise."""
+    yield "float overflow", lambda h: h["tree"]["v"].append(["x", {"t": "float", "v": "0x1p99999"}])
+    yield "bad hex", lambda h: h["tree"]["v"].append(["x", {"t": "bytes", "v": "zz"}])
+    yield "list key", lambda h: h["tree"]["v"].append([[1], {"t": "const", "v": None}])
+    yield "float shape", lambda h: h["arrays"][0].update(shape=[1e300, 1e300])
+    yield "huge shape", lambda h: h["arrays"][0].update(shape=[2 ** 70, 2 ** 70])
+    yield "string offset", lambda h: h["arrays"][0].update(offset="abc")
+    yield "index as float", lambda h: h["tree"]["v"][0][1].update(v=0.0)
+    yield "scalar node", lambda h: h["tree"]["v"].append(3)
+    yield "short pair", lambda h: h["tree"]["v"].append(["only a key"])
+
+
+def test_crafted_numbers_raise_only_checkpoint_error(tmp_path):
+    path = tmp_path / "c.ndl"
+    ndl.save({"w": np.ones(4)}, path)
+    good = path.read_bytes()
+    for what, mutate in _crafted(None):
+        path.write_bytes(good)
+        raw, header, start = _header_of(path)
+        mutate(header)
+        header["crc32"] = serialization._header_crc(header["tree"], header["arrays"])
+        _write_header(path, raw, header, start)
+        with pytest.raises(Exception) as info:
+            ndl.load(path)
+        assert type(info.value) is serialization.CheckpointError, (what, info.value)
+        assert str(path) in str(info.value), what
+    path.write_bytes(good[:8] + b"\xff" * 8 + good[16:])  # header length 2**64 - 1
+    with pytest.raises(serialization.CheckpointError, match="exceeds the file size"):
+        ndl.load(path)
+
+
+_PEAK = """
+import sys, tracemalloc
+import numpy as np
+import needle as ndl
+path, kind = sys.argv[1], sys.argv[2]
+rng = np.random.default_rng(0)
+leaves = [rng.standard_normal(250_000) for _ in range(8)]  # 8 x 2 MB
+obj = {str(i): (ndl.Tensor(a) if kind == "tensor" else a) for i, a in enumerate(leaves)}
+ndl.save(obj, path)
+del obj, leaves
+tracemalloc.start()
+out = ndl.load(path)
+print(tracemalloc.get_traced_memory()[1])
+"""
+
+
+@pytest.mark.parametrize("kind", ["numpy", "tensor"])
+def test_load_holds_about_the_file_size(tmp_path, kind):
+    """Peak memory of a load (tracemalloc, fresh process): the file's size, plus for Tensors
+    one array's copy into its NDArray; not the file read whole plus a copy of every array."""
+    path = tmp_path / "big.ndl"
+    peak = int(subprocess.run([sys.executable, "-c", _PEAK, str(path), kind], check=True,
+                              capture_output=True, text=True, timeout=120).stdout)
+    size = path.stat().st_size
+    largest = 2_000_000
+    allowed = size * 1.05 + (largest if kind == "tensor" else 0)
+    assert peak <= allowed, f"peak {peak} bytes for a {size}-byte file"
+
+
+def test_save_keeps_the_mode_and_writes_through_a_symlink(tmp_path):
+    real = tmp_path / "real.ndl"
+    ndl.save({"a": np.ones(2)}, real)
+    assert real.stat().st_mode & 0o777 == 0o666 & ~_umask()  # a new file: as open() makes it
+    os.chmod(real, 0o640)
+    link = tmp_path / "latest.ndl"
+    link.symlink_to(real)
+    ndl.save({"a": np.zeros(3)}, link)
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    assert real.stat().st_mode & 0o777 == 0o640
+    np.testing.assert_array_equal(ndl.load(real)["a"], np.zeros(3))
+
+
+def _umask():
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_KILLED_SAVE = """
+import sys, time
+from needle import serialization
+def write(f):
+    f.write(b"partial")
+    f.flush()
+    print("writing", flush=True)
+    time.sleep(60)
+serialization.write_atomic(sys.argv[1], write)
+"""
+
+
+def test_a_save_killed_mid_write_is_cleaned_up_by_the_next(tmp_path):
+    import signal
+    path = tmp_path / "ck.ndl"
+    ndl.save({"a": np.ones(2)}, path)
+    child = subprocess.Popen([sys.executable, "-c", _KILLED_SAVE, str(path)],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "writing\n"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    left = [p.name for p in tmp_path.iterdir() if p.name != "ck.ndl"]
+    assert len(left) == 1 and str(child.pid) in left[0], left  # what the kill left behind
+    live = tmp_path / left[0].replace(str(child.pid), str(os.getpid()))
+    live.write_bytes(b"a save still running")  # a live process's file is not touched
+    np.testing.assert_array_equal(ndl.load(path)["a"], np.ones(2))
+    ndl.save({"a": np.zeros(2)}, path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["ck.ndl", live.name])
+    np.testing.assert_array_equal(ndl.load(path)["a"], np.zeros(2))

@@ -25,8 +25,9 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, List, NoReturn, Optional
 
+from . import hostfile
 from .comm.faults import (
     CONSEQUENCES,
     install_abort_hook,
@@ -71,12 +72,25 @@ def build_command(argv: Optional[List[str]] = None) -> List[str]:
         parser.error(f"-n must be at least 1, not {args.nproc}")
     if args.hostfile and not Path(args.hostfile).is_file():  # not mpiexec's five-line trace
         parser.error(f"-f {args.hostfile}: no such host file")
+    if args.hostfile:
+        try:
+            hostfile.parse(args.hostfile)
+        except hostfile.HostfileError as err:
+            _refuse(parser, str(err))
+    if args.module is None and not Path(args.rest[0]).is_file():  # not a traceback per rank
+        _refuse(parser, f"no such script: {args.rest[0]}")
     cmd = [find_mpiexec(), "-n", str(args.nproc)]
     if args.hostfile:  # real hosts, or a test cluster's (needle.parallel.testcluster)
         cmd = mpiexec_command(cmd[0], args.hostfile, args.nproc)
     shim = ["-m", "needle.parallel.launch", SUPERVISE, "0" if args.no_prefix else "1"]
     target = ["-m", args.module] if args.module else []
     return cmd + [sys.executable] + shim + target + args.rest
+
+
+def _refuse(parser: argparse.ArgumentParser, message: str) -> NoReturn:
+    """Exit with status 2 and one line on stderr (argparse's error adds the usage line)."""
+    sys.stderr.write(f"{parser.prog}: error: {message}\n")
+    raise SystemExit(2)
 
 
 def _split_module(argv: List[str]) -> "tuple[List[str], List[str]]":

@@ -1,64 +1,19 @@
 """CIFAR-10 from the python batches (restricted unpickler) or the binary ``.bin`` batches."""
-import io
 import os
-import pickle
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from ..data_basic import Dataset
+from .restricted_pickle import RestrictedUnpickler, safe_unpickle
+
+__all__ = ["CIFAR10Dataset", "RestrictedUnpickler", "safe_unpickle", "load_python_batch",
+           "load_binary_batch"]
 
 _TRAIN = [f"data_batch_{i}" for i in range(1, 6)]
 _TEST = ["test_batch"]
 _RECORD = 1 + 3 * 32 * 32  # binary format: one label byte, then the CHW image bytes
-
-
-def _numpy_globals() -> Dict[Tuple[str, str], Any]:
-    """The only callables a CIFAR pickle may reference: rebuilding plain numpy arrays."""
-    try:
-        from numpy._core import multiarray, numeric
-    except ImportError:  # numpy < 2
-        from numpy.core import multiarray, numeric
-    import codecs
-    allowed = {}
-    for mod in ("numpy.core.multiarray", "numpy._core.multiarray"):
-        allowed[(mod, "_reconstruct")] = multiarray._reconstruct
-        allowed[(mod, "scalar")] = multiarray.scalar
-    for mod in ("numpy.core.numeric", "numpy._core.numeric"):
-        allowed[(mod, "_frombuffer")] = numeric._frombuffer  # pickle protocol 5
-    allowed[("numpy", "ndarray")] = np.ndarray
-    allowed[("numpy", "dtype")] = np.dtype
-    allowed[("_codecs", "encode")] = codecs.encode  # how protocol 2 spells bytes objects
-    return allowed
-
-
-class RestrictedUnpickler(pickle.Unpickler):
-    """Unpickle plain containers, strings, numbers and numpy arrays; refuse anything else."""
-
-    _ALLOWED = _numpy_globals()
-
-    def find_class(self, module: str, name: str) -> Any:
-        try:
-            return self._ALLOWED[(module, name)]
-        except KeyError:
-            raise pickle.UnpicklingError(
-                f"refusing to unpickle {module}.{name}: only plain containers and numpy arrays "
-                "are allowed") from None
-
-
-def safe_unpickle(filename: str) -> Any:
-    """Load a pickle file with ``RestrictedUnpickler`` (CIFAR batches use latin1 strings)."""
-    if not os.path.isfile(filename):
-        raise FileNotFoundError(f"CIFAR-10 file not found: {filename}")
-    with open(filename, "rb") as f:
-        raw = f.read()
-    try:
-        obj = RestrictedUnpickler(io.BytesIO(raw), encoding="bytes").load()
-    except pickle.UnpicklingError as e:
-        raise ValueError(f"malformed or unsafe CIFAR-10 file {filename}: {e}") from None
-    except Exception as e:  # truncated or garbage data
-        raise ValueError(f"malformed CIFAR-10 file {filename}: {type(e).__name__}: {e}") from None
-    return obj
+_CLASSES = 10
 
 
 def _key(d: Dict[Any, Any], name: str, filename: str) -> Any:
@@ -75,15 +30,42 @@ def load_python_batch(filename: str) -> Tuple[np.ndarray, np.ndarray]:
     if not isinstance(d, dict):
         raise ValueError(f"malformed CIFAR-10 file {filename}: expected a dict, got "
                          f"{type(d).__name__}")
-    data = np.asarray(_key(d, "data", filename))
-    labels = np.asarray(_key(d, "labels", filename))
-    if data.dtype == object or labels.dtype == object or data.ndim != 2 or data.shape[1] != 3072:
-        raise ValueError(f"malformed CIFAR-10 file {filename}: data {data.shape} {data.dtype}, "
-                         f"labels {labels.shape} {labels.dtype}; expected (N, 3072) uint8")
+    data = _pixels(_key(d, "data", filename), filename)
+    labels = _labels(_key(d, "labels", filename), filename)
     if labels.shape != (data.shape[0],):
         raise ValueError(f"malformed CIFAR-10 file {filename}: {data.shape[0]} images but "
-                         f"labels of shape {labels.shape}")
-    return data.astype(np.uint8), labels.astype(np.int64)
+                         f"{labels.shape[0]} labels")
+    return data, labels
+
+
+def _pixels(data: Any, filename: str) -> np.ndarray:
+    """The images: an (N, 3072) array of integers 0..255 (a cast would wrap or zero others)."""
+    if not isinstance(data, np.ndarray) or data.ndim != 2 or data.shape[1] != _RECORD - 1:
+        shape = data.shape if isinstance(data, np.ndarray) else type(data).__name__
+        raise ValueError(f"malformed CIFAR-10 file {filename}: data is {shape}; expected an "
+                         "(N, 3072) uint8 array")
+    if data.dtype != np.uint8:
+        if data.dtype.kind not in "iu" or (data.size and (data.min() < 0 or data.max() > 255)):
+            lo, hi = (data.min(), data.max()) if data.size else (0, 0)
+            raise ValueError(f"malformed CIFAR-10 file {filename}: pixels are {data.dtype} in "
+                             f"[{lo}, {hi}]; CIFAR-10 stores uint8 0..255 (rescale and cast "
+                             "before writing)")
+    return data.astype(np.uint8)
+
+
+def _labels(labels: Any, filename: str) -> np.ndarray:
+    """The labels: N integers in 0..9 (a list of Python ints, or an integer array)."""
+    if isinstance(labels, list):
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in labels):
+            raise ValueError(f"malformed CIFAR-10 file {filename}: labels are not all integers")
+        labels = np.array(labels, dtype=np.int64)
+    if not isinstance(labels, np.ndarray) or labels.ndim != 1 or labels.dtype.kind not in "iu":
+        raise ValueError(f"malformed CIFAR-10 file {filename}: labels must be a list of ints "
+                         f"(or a 1-d integer array), got {type(labels).__name__}")
+    if labels.size and (labels.min() < 0 or labels.max() >= _CLASSES):
+        raise ValueError(f"malformed CIFAR-10 file {filename}: labels in [{labels.min()}, "
+                         f"{labels.max()}], outside 0..{_CLASSES - 1}")
+    return labels.astype(np.int64)
 
 
 def load_binary_batch(filename: str) -> Tuple[np.ndarray, np.ndarray]:
@@ -95,7 +77,7 @@ def load_binary_batch(filename: str) -> Tuple[np.ndarray, np.ndarray]:
         raise ValueError(f"malformed CIFAR-10 file {filename}: {raw.size} bytes is not a multiple "
                          f"of the {_RECORD}-byte record")
     rec = raw.reshape(-1, _RECORD)
-    return rec[:, 1:].copy(), rec[:, 0].astype(np.int64)
+    return rec[:, 1:].copy(), _labels(rec[:, 0], filename)
 
 
 class CIFAR10Dataset(Dataset):

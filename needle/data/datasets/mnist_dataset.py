@@ -1,37 +1,55 @@
 """MNIST from the IDX ``.gz`` files (http://yann.lecun.com/exdb/mnist/ format)."""
 import gzip
+import math
 import os
 import struct
+import zlib
 from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
 from ..data_basic import Dataset
 
+MAX_IDX_BYTES = 1 << 31  # 2 GiB: MNIST's largest file holds 47 MB, EMNIST's 700 MB
+_MAX_NDIM = 8
 
-def read_idx(filename: str) -> np.ndarray:
-    """Read a (gzipped) IDX file of unsigned bytes into a uint8 array of its stated shape."""
+
+def read_idx(filename: str, max_bytes: int = MAX_IDX_BYTES) -> np.ndarray:
+    """Read a (gzipped) IDX file of unsigned bytes into a uint8 array of its stated shape.
+
+    The header's shape bounds the read: a file (a gzip bomb) holding more bytes than it
+    declares is refused after reading one byte more, never decompressed whole."""
     if not os.path.isfile(filename):
         raise FileNotFoundError(f"MNIST file not found: {filename}")
     opener = gzip.open if filename.endswith(".gz") else open
     try:
         with opener(filename, "rb") as f:
-            raw = f.read()
-    except (OSError, EOFError) as e:
+            shape = _idx_shape(f, filename, max_bytes)
+            count = math.prod(shape)
+            raw = f.read(count + 1)
+    except (OSError, EOFError, zlib.error) as e:
         raise ValueError(f"malformed MNIST file {filename}: {e}") from None
-    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08:
-        raise ValueError(f"malformed MNIST file {filename}: not an IDX file of unsigned bytes "
-                         f"(header {raw[:4]!r})")
-    ndim = raw[3]
-    head = 4 + 4 * ndim
-    if len(raw) < head:
-        raise ValueError(f"malformed MNIST file {filename}: truncated header")
-    shape = struct.unpack(f">{ndim}I", raw[4:head])
-    count = int(np.prod(shape))
-    if len(raw) - head != count:
+    if len(raw) != count:
+        more = "more than" if len(raw) > count else f"but {len(raw)} bytes follow, not"
         raise ValueError(f"malformed MNIST file {filename}: header says shape {shape} "
-                         f"({count} bytes) but {len(raw) - head} bytes follow")
-    return np.frombuffer(raw, dtype=np.uint8, offset=head).reshape(shape)
+                         f"({count} bytes) {more} that many")
+    return np.frombuffer(raw, dtype=np.uint8).reshape(shape)
+
+
+def _idx_shape(f: Any, filename: str, max_bytes: int) -> Tuple[int, ...]:
+    """The shape an IDX header declares, checked to be at most ``max_bytes``."""
+    magic = f.read(4)
+    if len(magic) < 4 or magic[:3] != b"\0\0\x08" or not 1 <= magic[3] <= _MAX_NDIM:
+        raise ValueError(f"malformed MNIST file {filename}: not an IDX file of unsigned bytes "
+                         f"(header {magic!r})")
+    dims = f.read(4 * magic[3])
+    if len(dims) < 4 * magic[3]:
+        raise ValueError(f"malformed MNIST file {filename}: truncated header")
+    shape = struct.unpack(f">{magic[3]}I", dims)
+    if math.prod(shape) > max_bytes:
+        raise ValueError(f"malformed MNIST file {filename}: header says shape {shape}, "
+                         f"{math.prod(shape)} bytes, more than the {max_bytes} allowed")
+    return shape
 
 
 def parse_mnist(image_filename: str, label_filename: str) -> Tuple[np.ndarray, np.ndarray]:

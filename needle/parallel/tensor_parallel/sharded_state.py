@@ -12,12 +12,12 @@ by the layers); replicated ones have none. Two formats, both written with ``ndl.
   No rank ever needs more memory than one full parameter at a time.
 """
 import os
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
 from ...nn.nn_module import Module
-from ...serialization import save
+from ...serialization import CheckpointError, save
 from .. import manifest
 from ..comm.protocol import Comm
 
@@ -60,26 +60,44 @@ def load_full_state_dict(module: Module, comm: Comm, state: Dict[str, Any]) -> N
     module.load_state_dict(mine)
 
 
+KIND = manifest.Kind("needle-tp-1", "tp", "tp", lambda r, n: f"shard{r}.ndl", keys=("axes",))
+
+
 def save_sharded(module: Module, comm: Comm, directory: str) -> None:
     """Each rank writes its shard; rank 0 writes the index (tp size, axis of each name)."""
     os.makedirs(directory, exist_ok=True)
-    mine = f"shard{comm.rank}.ndl"
-    save(module.state_dict(), os.path.join(directory, mine))
+    save(module.state_dict(), os.path.join(directory, KIND.file_name(comm.rank, comm.size)))
     axes = {n: (-1 if a is None else a) for n, a in shard_axes(module).items()}
-    manifest.write(comm, directory, "index.json", mine, [],
-                   {"format": "needle-tp-1", "tp": comm.size, "axes": axes})
+    manifest.write(comm, directory, "index.json", KIND, [], {"axes": axes})
 
 
 def load_sharded(module: Module, comm: Comm, directory: str) -> None:
-    """Load a ``save_sharded`` checkpoint written at any tp into this rank's new shards."""
+    """Load a ``save_sharded`` checkpoint written at any tp into this rank's new shards (the
+    index's tp may differ from this job's; its pp and dp must be 1)."""
     who = f"load_sharded (tensor parallel, rank {comm.rank})"
-    index = manifest.read(directory, "index.json", who, ("tp", "axes"))
-    axes = index["axes"]
+    index = manifest.read(directory, "index.json", KIND, who, {"pp": 1, "dp": 1})
     shards = [manifest.load(directory, entry, who) for entry in index["files"]]
+    mine = {n: (-1 if a is None else a) for n, a in shard_axes(module).items()}
+    if index["axes"] != mine:  # the layers declare their axes, the same at any tp
+        raise CheckpointError(f"{who}: {os.path.join(directory, 'index.json')}: its axes "
+                              f"{str(index['axes'])[:200]} are not this model's {mine}")
+    load_full_state_dict(module, comm, _merge(shards, index["axes"], who, directory))
+
+
+def _merge(shards: List[Any], axes: Any, who: str, directory: str) -> Dict[str, np.ndarray]:
+    """The full weights from the old shards (``axes`` already checked against the model's)."""
+    def fail(why: str) -> CheckpointError:
+        return CheckpointError(f"{who}: {os.path.join(directory, 'index.json')}: {why}")
+    if not all(isinstance(s, dict) and list(s) == list(shards[0]) for s in shards):
+        raise fail("its shards do not hold the same parameter names")
+    if not isinstance(axes, dict) or sorted(axes) != sorted(shards[0]):
+        raise fail(f"its axes name {sorted(axes)[:8] if isinstance(axes, dict) else axes!r:.80}, "
+                   f"its shards {sorted(shards[0])[:8]}")
     state = {}
     for name in shards[0]:
-        axis = int(axes[name])
-        full = (np.asarray(shards[0][name]) if axis < 0 else
-                np.concatenate([np.asarray(s[name]) for s in shards], axis=axis))
-        state[name] = full
-    load_full_state_dict(module, comm, state)
+        parts, axis = [np.asarray(s[name]) for s in shards], axes[name]
+        try:
+            state[name] = parts[0] if axis < 0 else np.concatenate(parts, axis=axis)
+        except ValueError as err:
+            raise fail(f"the shards of {name!r} do not fit together: {err}") from None
+    return state

@@ -11,7 +11,7 @@
   change it).
 """
 import os
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 import numpy as np
 
@@ -72,6 +72,9 @@ def _shard_file(rank: int, world: int) -> str:
     return f"shard-{rank:05d}-of-{world:05d}.ndl"
 
 
+KIND = manifest.Kind("needle-fsdp-1", "dp", "world_size", _shard_file, keys=("units",))
+
+
 def save_sharded(fsdp: Any, directory: str, optimizer: Any = None) -> None:
     """Rank r writes its shards (+ optimizer state); rank 0 the index and the whole tensors."""
     comm = fsdp.comm
@@ -84,23 +87,31 @@ def save_sharded(fsdp: Any, directory: str, optimizer: Any = None) -> None:
     mine = _shard_file(comm.rank, comm.size)
     serialization.save(payload, os.path.join(directory, mine))
     # the index last, once every shard is written; nobody reads before it exists
-    manifest.write(comm, directory, "index.json", mine, [], _index(fsdp))
+    manifest.write(comm, directory, "index.json", KIND, [], _index(fsdp))
+
+
+def _check_units(got: Any, want: List[Dict[str, Any]], who: str, path: str) -> None:
+    """The index's units (names, sizes, parameters and shapes) are this model's, unit by unit."""
+    if not isinstance(got, list) or len(got) != len(want):
+        raise serialization.CheckpointError(
+            f"{who}: {path}: {len(got) if isinstance(got, list) else 'no list of'} units, this "
+            f"model has {len(want)} ({[u['name'] for u in want]})")
+    for i, (g, w) in enumerate(zip(got, want)):
+        if g != w:
+            raise serialization.CheckpointError(
+                f"{who}: {path}: unit {i} is {str(g)[:200]}, this model's is {w}")
 
 
 def load_sharded(fsdp: Any, directory: str, optimizer: Any = None) -> None:
     """Reload ``save_sharded``'s files; the job size and the units must match the index."""
     comm = fsdp.comm
     who = f"load_sharded (rank {comm.rank})"
-    index = manifest.read(directory, "index.json", who, ("world_size", "units"))
+    index = manifest.read(directory, "index.json", KIND, who, {"tp": 1, "pp": 1})
     if index["world_size"] != comm.size:
-        raise ValueError(f"load_sharded (rank {comm.rank}): checkpoint was saved by "
-                         f"{index['world_size']} ranks, this job has {comm.size}; load its full "
-                         "state dict instead")
-    want = _index(fsdp)["units"]
-    if index["units"] != want:
-        raise ValueError(f"load_sharded (rank {comm.rank}): the checkpoint's units/parameters "
-                         f"{[u['name'] for u in index['units']]} do not match this model's "
-                         f"{[u['name'] for u in want]}")
+        raise serialization.CheckpointError(
+            f"load_sharded (rank {comm.rank}): checkpoint was saved by {index['world_size']} "
+            f"ranks, this job has {comm.size}; load its full state dict instead")
+    _check_units(index["units"], _index(fsdp)["units"], who, os.path.join(directory, "index.json"))
     payload = manifest.load(directory, index["files"][comm.rank], who)
     for unit, shard in zip(fsdp.units, payload["units"]):
         unit.shard.cached_data = type(unit.shard.cached_data)(

@@ -1,0 +1,60 @@
+"""MPI host files (``host``, ``host:slots`` or ``host slots=N`` per line, ``#`` comments),
+checked before mpiexec.
+
+MPICH's hydra trusts the file: ``localhost:-2`` makes it spin at 100% CPU for ever (surviving
+the launcher and SIGTERM), ``localhost:0`` and ``localhost:abc`` end the job with status 248 and
+no message.  ``parse`` refuses such a file naming the line, before anything starts.
+"""
+import re
+from typing import Dict, List, Tuple
+
+_HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+MAX_SLOTS = 1 << 16
+
+
+class HostfileError(ValueError):
+    """A host file MPI would misread: the message names the file, the line and the problem."""
+
+
+def parse(path: str) -> List[Tuple[str, int]]:
+    """The (host, slots) of each line of ``path``, in order; a bad line raises HostfileError."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise HostfileError(f"host file {path}: cannot be read ({err})") from None
+    hosts: List[Tuple[str, int]] = []
+    seen: Dict[str, int] = {}
+    for number, line in enumerate(lines, 1):
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        host, slots = parse_line(text, f"host file {path}, line {number} ({line.strip()!r})")
+        if host in seen:
+            raise HostfileError(f"host file {path}, line {number}: host {host!r} is already on "
+                                f"line {seen[host]}; give it once, as {host}:<slots>")
+        seen[host] = number
+        hosts.append((host, slots))
+    if not hosts:
+        raise HostfileError(f"host file {path}: names no host")
+    return hosts
+
+
+def parse_line(text: str, where: str) -> Tuple[str, int]:
+    """``host`` (one slot), ``host:slots`` (MPICH) or ``host slots=N`` (Open MPI), with
+    1 <= slots <= MAX_SLOTS."""
+    words = text.split()
+    if len(words) == 2 and words[1].startswith("slots=") and ":" not in words[0]:
+        host, sep, count = words[0], "=", words[1][len("slots="):]
+    else:
+        host, sep, count = text.partition(":")
+    host = host.strip()
+    if not _HOST.fullmatch(host):
+        raise HostfileError(f"{where}: {host!r} is not a host name (want host or host:slots)")
+    if not sep:
+        return host, 1
+    count = count.strip()
+    if not count.isdigit() or not 1 <= int(count) <= MAX_SLOTS:
+        raise HostfileError(f"{where}: slots {count!r} must be a whole number from 1 to "
+                            f"{MAX_SLOTS}")
+    return host, int(count)

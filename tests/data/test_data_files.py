@@ -1,0 +1,111 @@
+"""Data readers check what they read: CIFAR-10 pixels are uint8 0..255 and labels 0..9 (or the
+file is refused, named), a pickle cannot ask for more memory than it holds, and an MNIST gzip
+bomb is refused after reading what its header declares."""
+import gzip
+import pickle
+import struct
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from needle import data
+
+
+def _batch(tmp_path, pixels, labels, protocol=4, **more):
+    path = tmp_path / "test_batch"
+    with open(path, "wb") as f:
+        pickle.dump({b"data": pixels, b"labels": labels, **more}, f, protocol=protocol)
+    return path
+
+
+def _load(tmp_path):
+    return data.CIFAR10Dataset(str(tmp_path), train=False)
+
+
+BAD_PIXELS = [  # (pixels, words of the error)
+    (np.random.default_rng(0).random((2, 3072)), "pixels are float64 in [0.0"),
+    (np.full((2, 3072), 300, np.int16), "pixels are int16 in [300, 300]"),
+    (np.full((2, 3072), -1, np.int64), "pixels are int64 in [-1, -1]"),
+    (np.zeros((2, 3071), np.uint8), "data is (2, 3071)"),
+    (np.zeros((2, 3, 32, 32), np.uint8), "data is (2, 3, 32, 32)"),
+]
+
+
+@pytest.mark.parametrize("pixels,words", BAD_PIXELS, ids=lambda v: getattr(v, "dtype", v))
+def test_cifar_pixels_other_than_uint8_are_refused_naming_the_file(tmp_path, pixels, words):
+    path = _batch(tmp_path, pixels, [0, 1])
+    with pytest.raises(ValueError, match="test_batch") as info:
+        _load(tmp_path)
+    assert str(path) in str(info.value) and words in str(info.value), str(info.value)
+
+
+def test_cifar_integer_pixels_in_range_load_exactly(tmp_path):
+    pixels = np.random.default_rng(1).integers(0, 256, (2, 3072))  # int64, 0..255
+    _batch(tmp_path, pixels, [9, 0])
+    ds = _load(tmp_path)
+    np.testing.assert_array_equal(np.rint(ds.X.reshape(2, -1) * 255), pixels)
+    np.testing.assert_array_equal(ds.y, [9, 0])
+
+
+@pytest.mark.parametrize("labels,words", [
+    ([0, 10], "labels in [0, 10], outside 0..9"), ([-1, 3], "labels in [-1, 3]"),
+    ([0, True], "not all integers"), ([0, 1, 2], "2 images but 3 labels"),
+    (np.zeros(2, np.float32), "list of ints")])
+def test_cifar_labels_are_checked(tmp_path, labels, words):
+    _batch(tmp_path, np.zeros((2, 3072), np.uint8), labels)
+    with pytest.raises(ValueError, match="test_batch") as info:
+        _load(tmp_path)
+    assert words in str(info.value), str(info.value)
+
+
+def test_cifar_binary_label_out_of_range_is_refused(tmp_path):
+    rec = np.zeros((2, 3073), np.uint8)
+    rec[1, 0] = 200
+    rec.tofile(tmp_path / "test_batch.bin")
+    with pytest.raises(ValueError, match=r"test_batch.bin: labels in \[0, 200\]"):
+        _load(tmp_path)
+
+
+def test_a_pickle_cannot_multiply_itself_with_memo_references(tmp_path):
+    """One list referenced 2000 times: 16 MB as an array from a 10 kB file."""
+    inner = list(range(1000))
+    path = _batch(tmp_path, np.zeros((2, 3072), np.uint8), [inner] * 2000)
+    assert path.stat().st_size < 20_000
+    with pytest.raises(ValueError, match="test_batch: one list is referenced twice"):
+        _load(tmp_path)
+
+
+def test_object_arrays_are_refused(tmp_path):
+    _batch(tmp_path, np.zeros((2, 3072), np.uint8), np.array([0, "x"], dtype=object))
+    with pytest.raises(ValueError, match="refusing dtype object"):
+        _load(tmp_path)
+
+
+def _idx_header(shape):
+    return bytes([0, 0, 8, len(shape)]) + struct.pack(f">{len(shape)}I", *shape)
+
+
+def test_an_mnist_gzip_bomb_is_read_only_as_far_as_its_header_says(tmp_path):
+    bomb = tmp_path / "bomb.gz"
+    with gzip.open(bomb, "wb") as f:
+        f.write(_idx_header((10,)))
+        for _ in range(64):
+            f.write(bytes(1 << 20))  # 64 MiB of zeros in a 64 kB file
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=r"bomb.gz: header says shape \(10,\) \(10 bytes\) "
+                                             "more than that many"):
+            data.read_idx(str(bomb))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20, f"{peak} bytes held to refuse a 64 MiB bomb"
+
+
+def test_an_mnist_header_declaring_too_much_is_refused_before_reading(tmp_path):
+    path = tmp_path / "huge.gz"
+    with gzip.open(path, "wb") as f:
+        f.write(_idx_header((60000, 60000, 28)) + bytes(100))
+    with pytest.raises(ValueError, match="huge.gz: header says shape .* more than the"):
+        data.read_idx(str(path))
