@@ -273,7 +273,8 @@ class _Arrays:
         arr = np.empty(row.nbytes // row.dtype.itemsize, dtype=row.dtype)
         self.f.seek(row.lo)
         if self.f.readinto(memoryview(arr.view(np.uint8))) != row.nbytes:
-            raise _fail(self.path, f"array {i} runs past the end of the file (truncated?)")
+            raise _fail(self.path, f"array {i}: the file ended while reading it (was it "
+                                   "changed during the load?)")
         if row.crc is not None and _crc(arr) != row.crc:
             raise CheckpointError(f"ndl.load: {self.path}: array {i} ({row.name}, "
                                   f"{row.dtype.name}{list(row.shape)}) does not match its "

@@ -26,7 +26,7 @@ def test_shape_that_disagrees_with_the_byte_count_is_refused(tmp_path):
     path = tmp_path / "c.ndl"
     ndl.save({"w": np.arange(6.0)}, path)
     _rewrite_entry(path, shape=[2, 2])  # 4 float64 = 32 bytes, the entry says 48
-    with pytest.raises(serialization.CheckpointError, match=r"shape \(2, 2\) x float64 != 48"):
+    with pytest.raises(serialization.CheckpointError, match=r"shape \[2, 2\] x float64 != 48"):
         ndl.load(path)
 
 
@@ -35,6 +35,16 @@ def test_a_file_one_byte_short_is_refused(tmp_path):
     ndl.save({"w": np.arange(6.0)}, path)
     path.write_bytes(path.read_bytes()[:-1])
     with pytest.raises(serialization.CheckpointError, match="runs past the end of the file"):
+        ndl.load(path)
+
+
+def test_a_header_one_byte_longer_than_the_file_is_refused_by_its_length(tmp_path):
+    path = tmp_path / "c.ndl"
+    ndl.save({"w": np.arange(6.0)}, path)
+    raw = path.read_bytes()
+    (hlen,) = struct.unpack("<Q", raw[8:16])
+    path.write_bytes(raw[:16 + hlen - 1])  # the header's last byte is missing
+    with pytest.raises(serialization.CheckpointError, match=f"header length {hlen} exceeds"):
         ndl.load(path)
 
 
