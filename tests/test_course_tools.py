@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from course import check_release, exercises, grading
+from course import check_release, exercises, grading, scoring
 from course.exercises import EXERCISES, UNTRACED, requirements, requires_problems
 from course.make_student import all_regions, find_regions, make_release, strip_solutions, stub_file
 from needle.backend_cuda import kernel_specs
@@ -125,11 +125,11 @@ def test_score_shares_points_over_tests_and_skips_do_not_count():
              "a::4": ("hw2.z", 1)}
     outcomes = {"a::1": ("passed", ""), "a::2": ("failed", "boom"), "a::3": ("passed", ""),
                 "a::4": ("skipped", "")}
-    rep = grading.score(tests, outcomes)
+    rep = scoring.score(tests, outcomes)
     assert rep["homeworks"] == {"hw1": {"earned": 1.0, "max": 2},
                                 "hw2": {"earned": 3.0, "max": 3}}
     assert rep["total"] == {"earned": 4.0, "max": 5}
-    table = grading.format_table(rep)
+    table = scoring.format_table(rep)
     assert "hw1.x" in table and "TOTAL 4/5" in table and "skipped" in table
 
 
@@ -347,13 +347,13 @@ def test_grade_report_names_the_missing_prerequisite():
     outcomes = {"t::a": ("failed", "NotImplementedError: hw1.ops.multiply: write "
                                    "EWiseMul.gradient in needle/ops/ops_mathematic.py"),
                 "t::b": ("failed", "NotImplementedError: hw2.optim.adam: write Adam.step")}
-    rep = grading.score(tests, outcomes)
+    rep = scoring.score(tests, outcomes)
     (ex,) = rep["exercises"]
     assert ex["needs"] == ["hw1.ops.multiply"] and ex["earned"] == 0
     messages = sorted(t["message"] for t in ex["tests"])
     assert messages[0].startswith("NotImplementedError: hw2.optim.adam")  # its own stub
     assert messages[1].startswith("needs hw1.ops.multiply first: ")
-    assert "needs hw1.ops.multiply first" in grading.format_table(rep)
+    assert "needs hw1.ops.multiply first" in scoring.format_table(rep)
 
 
 def test_cuda_cases_are_graded_only_by_the_cuda_exercises():

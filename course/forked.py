@@ -1,0 +1,87 @@
+"""Run one pytest test in a forked child, so that a crash or a hang fails that test only.
+
+The grader (``course/grade.py``) runs a test module this way once one of its tests has killed
+the test process (an abort, a segfault, a CUDA kernel writing out of bounds) or hung: the rest
+of that module then runs a fork per test (as pytest-forked does), and each crash or timeout
+becomes that test's failure, its signal or time limit named. Modules that never crash run in
+one process, which is faster (no fork, no per-test module setup).
+"""
+import faulthandler
+import json
+import os
+import signal
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, List, Optional
+
+import pytest
+from _pytest.runner import runtestprotocol
+
+from .scoring import crash_cause
+
+
+def fatal_error_summary(text: str) -> str:
+    """'Fatal Python error: Aborted, in compact (file.py:12)' from a faulthandler dump, or ''."""
+    lines = text.splitlines()
+    fatal = next((line.strip() for line in lines if line.startswith("Fatal Python error")), "")
+    frames = [line.strip() for line in lines if line.strip().startswith('File "')]
+    if not frames:
+        return fatal
+    # the innermost frame comes first ("most recent call first"): 'File "p", line 3 in f'
+    path, _, rest = frames[0][len('File "'):].partition('", line ')
+    line_no, _, func = rest.partition(" in ")
+    where = f"in {func} ({Path(path).name}:{line_no})"
+    return f"{fatal}, {where}" if fatal else where
+
+
+def _child(item: pytest.Item, nextitem: Optional[pytest.Item], out: Path, dump: Path) -> None:
+    """In the forked child: run the test, write its reports, never return."""
+    code = 0
+    try:
+        with open(dump, "w") as fh:
+            faulthandler.enable(file=fh)
+            reports = runtestprotocol(item, log=False, nextitem=nextitem)
+            hook = item.config.hook
+            data = [hook.pytest_report_to_serializable(config=item.config, report=r)
+                    for r in reports]
+            out.write_text(json.dumps(data))
+    except BaseException:  # noqa: BLE001 -- anything here must end the child, not pytest
+        code = 3
+    finally:
+        os._exit(code)
+
+
+def _wait(pid: int, timeout: float) -> Optional[int]:
+    """The child's return code (negative: killed by that signal), None if it timed out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return None
+        time.sleep(0.01)
+
+
+def run_forked(item: pytest.Item, nextitem: Optional[pytest.Item], timeout: float
+               ) -> List[Any]:
+    """The test's reports, run in a forked child; a crash or timeout is one failed report."""
+    with tempfile.TemporaryDirectory(prefix="grade-fork-") as tmp:
+        out, dump = Path(tmp) / "reports.json", Path(tmp) / "faulthandler.txt"
+        start = time.perf_counter()
+        pid = os.fork()
+        if pid == 0:
+            _child(item, nextitem, out, dump)
+        code = _wait(pid, timeout)
+        if code == 0 and out.exists():
+            hook = item.config.hook
+            return [hook.pytest_report_from_serializable(config=item.config, data=d)
+                    for d in json.loads(out.read_text())]
+        cause = (f"timed out after {timeout:g} s" if code is None else crash_cause(code))
+        detail = fatal_error_summary(dump.read_text()) if dump.exists() else ""
+        message = f"{cause}: {detail}" if detail else cause
+        return [pytest.TestReport(item.nodeid, item.location, dict(item.keywords), "failed",
+                                  message, "call", [], time.perf_counter() - start)]
