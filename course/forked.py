@@ -9,6 +9,7 @@ one process, which is faster (no fork, no per-test module setup).
 import faulthandler
 import json
 import os
+import re
 import signal
 import tempfile
 import time
@@ -20,19 +21,21 @@ from _pytest.runner import runtestprotocol
 
 from .scoring import crash_cause
 
+_FATAL = re.compile(r"Fatal Python error: [^\n]*")
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+) in (\S+)', re.M)
+
 
 def fatal_error_summary(text: str) -> str:
-    """'Fatal Python error: Aborted, in compact (file.py:12)' from a faulthandler dump, or ''."""
-    lines = text.splitlines()
-    fatal = next((line.strip() for line in lines if line.startswith("Fatal Python error")), "")
-    frames = [line.strip() for line in lines if line.strip().startswith('File "')]
+    """'Fatal Python error: Aborted in compact (file.py:12)' from a faulthandler dump: the
+    innermost named function (not a dunder, private or ``launch`` frame), or ''."""
+    fatal = next(iter(_FATAL.findall(text)), "")
+    frames = _FRAME.findall(text)  # innermost first ("most recent call first")
     if not frames:
         return fatal
-    # the innermost frame comes first ("most recent call first"): 'File "p", line 3 in f'
-    path, _, rest = frames[0][len('File "'):].partition('", line ')
-    line_no, _, func = rest.partition(" in ")
+    named = [f for f in frames if not f[2].startswith("_") and f[2] != "launch"] or frames
+    path, line_no, func = named[0]
     where = f"in {func} ({Path(path).name}:{line_no})"
-    return f"{fatal}, {where}" if fatal else where
+    return f"{fatal} {where}" if fatal else where
 
 
 def _child(item: pytest.Item, nextitem: Optional[pytest.Item], out: Path, dump: Path) -> None:

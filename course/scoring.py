@@ -133,7 +133,7 @@ def format_table(report: Dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def failure_lines(report: Dict[str, Any], width: int = 160) -> List[str]:
+def failure_lines(report: Dict[str, Any], width: int = 200) -> List[str]:
     """One line per exercise whose own code fails (its first failure), then one line counting
     the exercises not written yet or waiting on another one (the table names which)."""
     lines, waiting = [], 0
@@ -144,7 +144,9 @@ def failure_lines(report: Dict[str, Any], width: int = 160) -> List[str]:
         if status(ex) in ("not written",) or status(ex).startswith("needs "):
             waiting += 1
             continue
-        line = f"{ex['exercise']}: {first['test']}: {first['message']}".replace("\n", " ")
+        path, sep, name = first["test"].partition("::")  # the file's name is enough here
+        test = path.rsplit("/", 1)[-1] + sep + name
+        line = f"{ex['exercise']}: {test}: {first['message']}".replace("\n", " ")
         lines.append(line if len(line) <= width else line[:width - 3] + "...")
     if waiting:
         lines.append(f"{waiting} exercise(s) not written yet or waiting on another exercise "
