@@ -22,6 +22,8 @@ setup(
                 "nvidia-cuda-cccl-cu12",
                 "coverage>=7", "nbclient>=0.7", "nbformat>=5", "ipykernel>=6", "matplotlib>=3.5",
                 # the course's public tests take numerical gradients with numdifftools
-                "numdifftools>=0.9"],
+                "numdifftools>=0.9",
+                # `jupyter notebook notebooks/` (and `jupyter lab`): the homework notebooks
+                "notebook>=7"],
     },
 )
