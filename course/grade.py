@@ -18,6 +18,7 @@ Everything runs locally; nothing is sent anywhere.
 """
 import argparse
 import json
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -116,6 +117,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Grade; returns the exit status (see the module docstring)."""
     parser = _parser()
     args, extra = parser.parse_known_args(argv)
+    # SIGTERM ends the grader through Python (not at once), so its child is killed too
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     report_path = Path(args.report).resolve()
     _check_output_dir(parser, report_path)
     paths = _test_paths(parser, args)

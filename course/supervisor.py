@@ -83,16 +83,22 @@ def _run_child(cmd: List[str], output: Path, reader: _LogReader, graded: Graded,
     and, when it died inside a test, why (the test is ``reader.running``)."""
     with open(output, "ab") as out:
         start = out.tell()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+        # property tests: the examples of `make test`, a failure reported unshrunk (grading.py)
+        env = {**os.environ, "HYPOTHESIS_PROFILE": os.environ.get("HYPOTHESIS_PROFILE", "grade")}
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
         timed_out = False
-        while proc.poll() is None:
-            time.sleep(0.2)
-            reader.read(graded)
-            # a forked test has its own limit (course/forked.py): this one is for the rest
-            if reader.running is not None and time.monotonic() - reader.started > timeout + 5:
-                _kill(proc)
-                timed_out = True
+        try:
+            while proc.poll() is None:
+                time.sleep(0.2)
+                reader.read(graded)
+                # a forked test has its own limit (course/forked.py): this one is for the rest
+                if reader.running is not None and time.monotonic() - reader.started > timeout + 5:
+                    _kill(proc)
+                    timed_out = True
+        except BaseException:  # Ctrl-C or SIGTERM: the child (its own session) goes too
+            _kill(proc)
+            raise
     reader.read(graded)
     if reader.running is None:
         return proc.returncode, None

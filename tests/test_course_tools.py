@@ -211,6 +211,35 @@ def test_isolation_check_catches_a_shipped_answer(tmp_path):
     assert res == {"not_isolated": [], "no_region": [], "isolation_unchecked": []}
 
 
+# one test of each exercise made to pass with nothing written: the first of one exercise's
+# graded tests, the last of the other's (file order), so a check skipping any one is caught
+LEAKS = {"hw0.simple_ml.parse_mnist": ("tests/data/test_data.py",
+                                       "test_mnist_reader_on_written_files"),
+         "hw1.autograd.compute_gradient": ("tests/test_autograd.py",
+                                           "test_gradient_accumulates_over_uses_and_out_grad")}
+
+
+@pytest.mark.slow
+def test_isolation_check_flags_any_one_leaking_test(tmp_path):
+    """Each exercise's only leaking test (redefined to pass) is flagged, first or last."""
+    ref = tmp_path / "ref"
+    make_release(ref, only=())
+    for path, name in LEAKS.values():
+        with open(ref / path, "a") as f:
+            f.write(f"\n\ndef {name}():  # passes without the exercise written\n    pass\n")
+    work = tmp_path / "work"
+    res = check_release.check_isolation(work, root=ref, names=sorted(LEAKS))
+    assert len(res["not_isolated"]) == len(LEAKS), res["not_isolated"]
+    for exercise, (_, name) in LEAKS.items():
+        assert any(line.startswith(f"{exercise}: ") and f"::{name}: passed" in line
+                   for line in res["not_isolated"]), (exercise, res["not_isolated"])
+    order = {ex: [t["test"] for t in check_release._tests(
+        json.loads((work / f"isolation-{ex}.json").read_text()))] for ex in LEAKS}
+    first, last = sorted(LEAKS)  # the leak sits first in one exercise and last in the other
+    assert order[first][0].endswith(LEAKS[first][1]) and len(order[first]) > 1, order
+    assert order[last][-1].endswith(LEAKS[last][1]) and len(order[last]) > 1, order
+
+
 def test_isolation_copy_stubs_only_the_named_exercise(tmp_path):
     ref = tmp_path / "ref"
     regions = make_release(ref, only=["hw2.optim.adam"])
