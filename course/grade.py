@@ -28,7 +28,7 @@ import pytest
 
 from .exercises import EXERCISES, test_files
 from .grading import select_exercises
-from .scoring import failure_lines, format_table, score
+from .scoring import failure_lines, format_table, score, waiting_line
 from .supervisor import Graded, run_graded
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -150,6 +150,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if lines:
         print("failing exercises (the first failure of each):")
         print("\n".join(f"  {line}" for line in lines))
+    waiting = waiting_line(report)
+    if waiting:
+        print(waiting)
     if graded.problems:
         return 3
     ran = [t for ex in report["exercises"] for t in ex["tests"] if t["outcome"] != "skipped"]

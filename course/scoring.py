@@ -134,21 +134,25 @@ def format_table(report: Dict[str, Any]) -> str:
 
 
 def failure_lines(report: Dict[str, Any], width: int = 200) -> List[str]:
-    """One line per exercise whose own code fails (its first failure), then one line counting
-    the exercises not written yet or waiting on another one (the table names which)."""
-    lines, waiting = [], 0
+    """One line per exercise whose own code fails: its first failure."""
+    lines = []
     for ex in report["exercises"]:
         first = first_failure(ex)
-        if first is None:
-            continue
-        if status(ex) in ("not written",) or status(ex).startswith("needs "):
-            waiting += 1
+        if first is None or _waiting(ex):
             continue
         path, sep, name = first["test"].partition("::")  # the file's name is enough here
         test = path.rsplit("/", 1)[-1] + sep + name
         line = f"{ex['exercise']}: {test}: {first['message']}".replace("\n", " ")
         lines.append(line if len(line) <= width else line[:width - 3] + "...")
-    if waiting:
-        lines.append(f"{waiting} exercise(s) not written yet or waiting on another exercise "
-                     "(the status column says which one to write first)")
     return lines
+
+
+def waiting_line(report: Dict[str, Any]) -> Optional[str]:
+    """A line counting the exercises not written yet or waiting on another one, or None."""
+    waiting = sum(1 for ex in report["exercises"] if first_failure(ex) and _waiting(ex))
+    return (f"{waiting} exercise(s) not written yet or waiting on another exercise (the "
+            "status column says which one to write first)") if waiting else None
+
+
+def _waiting(ex: Dict[str, Any]) -> bool:
+    return status(ex) == "not written" or status(ex).startswith("needs ")

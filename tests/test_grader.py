@@ -141,9 +141,9 @@ def test_status_and_failure_lines_name_the_cause():
     assert status == {"hw1.x": "crashed: SIGSEGV", "hw1.y": "not written",
                       "hw1.z": "needs hw1.y first", "hw1.w": "failing"}
     lines = scoring.failure_lines(rep)
-    assert lines[0] == "hw1.w: a::5: AssertionError: 1 != 2"
+    assert len(lines) == 2 and lines[0] == "hw1.w: a::5: AssertionError: 1 != 2"
     assert lines[1].startswith("hw1.x: a::2: crashed: SIGSEGV")
-    assert lines[2].startswith("2 exercise(s) not written yet")
+    assert (scoring.waiting_line(rep) or "").startswith("2 exercise(s) not written yet")
     table = scoring.format_table(rep)
     assert table.splitlines()[-1].startswith("TOTAL") and "needs hw1.y first" in table
 
