@@ -178,8 +178,11 @@ def main(argv: Optional[List[str]] = None) -> None:
     args = parser.parse_args(argv)
     progress = False if args.no_progress else None
     start = time.perf_counter()
+    print(f"1/3: an MLP ResNet learns 8x8 digits ({args.epochs} epochs)", flush=True)
     digits_demo(args.epochs, progress)
+    print(f"2/3: a character Transformer learns Python source for {args.budget:g}s", flush=True)
     char_lm_demo(args.budget, progress)
+    print("3/3: the digits model on 2 processes with DistributedDataParallel", flush=True)
     data_parallel_demo()
     print(f"demo finished in {time.perf_counter() - start:.0f}s")
 
