@@ -25,7 +25,7 @@ import pytest
 
 from .exercises import EXERCISES
 from .forked import run_forked
-from .scoring import Outcome, format_table, score, test_outcome
+from .scoring import Outcome, format_table, outcome_of, score
 
 _KEY = pytest.StashKey[Dict[str, Any]]()
 
@@ -126,7 +126,7 @@ class _Recorder:
         reports = self.reports.pop(nodeid, [])
         if nodeid not in self.state["tests"]:
             return
-        outcome = test_outcome(reports)
+        outcome = outcome_of(reports)
         self.state["outcomes"][nodeid] = outcome
         details = "\n\n".join(f"[{r.when}] {r.longreprtext}" for r in reports if r.failed)
         _write(self.state["log"], {"done": nodeid, "outcome": outcome.outcome,

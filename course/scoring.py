@@ -23,7 +23,7 @@ def report_message(report: Any) -> str:
     return crash.message if crash is not None else str(report.longrepr)[-500:]
 
 
-def test_outcome(reports: Iterable[Any]) -> Outcome:
+def outcome_of(reports: Iterable[Any]) -> Outcome:
     """One test's outcome from its setup/call/teardown reports: failed if any phase failed
     (an error in setup or teardown is a failure), skipped if any skipped, passed only when its
     call phase ran and passed."""

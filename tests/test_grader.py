@@ -122,7 +122,7 @@ def _report(when: str, outcome: str, message: str = "boom") -> pytest.TestReport
     ([("setup", "passed"), ("call", "passed"), ("teardown", "passed")], "passed"),
 ])
 def test_a_test_passes_only_when_its_call_passed_and_no_phase_failed(phases, expected):
-    outcome = scoring.test_outcome([_report(when, o) for when, o in phases])
+    outcome = scoring.outcome_of([_report(when, o) for when, o in phases])
     assert outcome.outcome == expected, (phases, outcome)
     if phases[0] == ("setup", "failed"):
         assert outcome.message == "error in setup: boom"
