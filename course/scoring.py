@@ -129,7 +129,7 @@ def format_table(report: Dict[str, Any]) -> str:
             pts = f"{ex['earned']:>7g}/{ex['max']:<3}" if run else f"{'-':>7} {'':<3}"
             lines.append(f"  {ex['exercise']:<36}{tests:>13}{pts}  {status(ex)}")
     t = report["total"]
-    lines.append(f"{'TOTAL':<51}{t['earned']:>7g}/{t['max']}")
+    lines.append(f"TOTAL {t['earned']:g}/{t['max']} points")
     return "\n".join(lines)
 
 
