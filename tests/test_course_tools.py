@@ -111,6 +111,27 @@ def test_release_has_no_solution_left(tmp_path):
     assert (tmp_path / "student" / "tests" / "conftest.py").is_file()
 
 
+def test_release_is_made_for_students(tmp_path):
+    """The release's README is the students' (start, order, notebooks, grading, CUDA), names
+    only commands its Makefile has and notebooks it ships, and no instructor-only command."""
+    import re
+    release = tmp_path / "student"
+    make_release(release)
+    readme, makefile = (release / "README.md").read_text(), (release / "Makefile").read_text()
+    for needed in ("make install", "make grade", "jupyter notebook notebooks/", "--strict",
+                   "NEEDLE_CUDA_EMULATOR=1", "## The order of the homework"):
+        assert needed in readme, needed
+    for instructor in ("make student", "check_release", "make demo", "INSTRUCTOR ONLY"):
+        assert instructor not in readme + makefile, instructor
+    targets = set(re.findall(r"^([\w-]+):", makefile, re.M))
+    assert {"install", "grade", "test"} <= targets and not {"student", "demo"} & targets
+    assert set(re.findall(r"(?:^|`)make ([\w-]+)", readme, re.M)) <= targets
+    for notebook in re.findall(r"notebooks/(\w+\.ipynb)", readme):
+        assert (release / "notebooks" / notebook).is_file(), notebook
+    reference = (ROOT / "Makefile").read_text()  # the instructor's keeps both
+    assert "\nstudent:" in reference and "\ndemo: install" in reference
+
+
 def test_rubric_is_consistent():
     names = [ex.name for ex in EXERCISES]
     assert len(names) == len(set(names))
