@@ -126,12 +126,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error(f"--timeout {args.timeout:g}: must be a positive number of seconds")
     report_path.unlink(missing_ok=True)
     workdir = report_path.parent
-    base = ["-q", "-p", "no:cacheprovider", "--rootdir", str(ROOT), "-c", str(ROOT / "pytest.ini"),
-            "--graded", "--continue-on-collection-errors", "-o", "console_output_style=classic",
+    # -p course.grading: the plugin also where ROOT/conftest.py is not loaded (a rerun of
+    # hidden tests only, outside ROOT); the child runs in ROOT, so `course` is this one
+    base = ["-q", "-p", "no:cacheprovider", "-p", "course.grading", "--rootdir", str(ROOT),
+            "-c", str(ROOT / "pytest.ini"), "--graded", "--continue-on-collection-errors",
+            "-o", "console_output_style=classic",
             *[f"--exercise={e}" for e in args.exercise], *extra]
-    print(f"grading {len(paths)} test files in a child process (its output: "
-          f"{workdir / 'pytest-output.txt'})", flush=True)
-    graded = run_graded(base, paths, workdir, args.timeout, echo=lambda s: print(s, flush=True))
+    graded = run_graded(base, paths, workdir, args.timeout, echo=lambda s: print(s, flush=True),
+                        cwd=ROOT)
+    if not graded.tests and not graded.collect_errors:  # a pytest option it does not know,
+        # or -k matching nothing
+        said = (graded.problems[0] if graded.problems and graded.status != 5
+                else "no graded test matched the selection (--exercise, -k)")
+        print(f"{parser.prog}: error: {said}", file=sys.stderr)
+        return 2 if graded.status in (0, 4, 5) else 3
     tests = {n: (ex, pts) for n, (ex, pts, _) in graded.tests.items()}
     outcomes: Dict[str, Any] = {n: tuple(o) for n, o in graded.outcomes.items()}
     extra_tests, extra_outcomes = _unimportable(graded)
@@ -141,9 +149,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     details.write_text(_details(graded, report, workdir / "pytest-output.txt"))
     for problem in graded.problems:
         print(f"grading problem: {problem}")
-    if not report["exercises"]:
-        print("no graded test was collected (see the output file above)")
-        return 3
     print(f"report: {report_path}; every traceback: {details}\n")
     print(format_table(report))
     lines = failure_lines(report)

@@ -208,12 +208,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
     if state["skip"]:  # a resumed course.grade run: these were graded before a crash
         drop += [item for item in keep if item.nodeid in state["skip"]]
         keep = [item for item in keep if item.nodeid not in state["skip"]]
-    _write(state["log"], {"graded": {item.nodeid: [*state["tests"][item.nodeid],
-                                                   str(item.fspath)]
-                                     for item in keep if item.nodeid in state["tests"]}})
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Log the graded tests that will run (after every deselection, -k's included)."""
+    state = session.config.stash[_KEY]
+    _write(state["log"], {"graded": {item.nodeid: [*state["tests"][item.nodeid],
+                                                   str(item.fspath)]
+                                     for item in session.items if item.nodeid in state["tests"]}})
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config

@@ -32,6 +32,14 @@ class Graded:
     details: Dict[str, str] = field(default_factory=dict)
     collect_errors: Dict[str, str] = field(default_factory=dict)
     problems: List[str] = field(default_factory=list)
+    status: int = 0  # pytest's exit status when it graded nothing (4: a usage error)
+
+
+def _last_words(output: Path) -> str:
+    """What a child that graded nothing said: pytest's error line, else its last line."""
+    lines = [ln.strip() for ln in output.read_text(errors="replace").splitlines() if ln.strip()]
+    errors = [ln.split("error: ", 1)[1] for ln in lines if "error: " in ln]
+    return errors[-1] if errors else lines[-1] if lines else f"no output (see {output})"
 
 
 class _LogReader:
@@ -78,14 +86,14 @@ def _kill(proc: "subprocess.Popen[bytes]") -> None:
 
 
 def _run_child(cmd: List[str], output: Path, reader: _LogReader, graded: Graded,
-               timeout: float) -> Tuple[int, Optional[str]]:
+               timeout: float, cwd: Path) -> Tuple[int, Optional[str]]:
     """Run one child to its end (or kill it when a test passes ``timeout``): its return code
     and, when it died inside a test, why (the test is ``reader.running``)."""
     with open(output, "ab") as out:
         start = out.tell()
         # property tests: the examples of `make test`, a failure reported unshrunk (grading.py)
         env = {**os.environ, "HYPOTHESIS_PROFILE": os.environ.get("HYPOTHESIS_PROFILE", "grade")}
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd,
                                 start_new_session=True)
         timed_out = False
         try:
@@ -122,9 +130,10 @@ def _paths_holding(paths: Sequence[str], files: Set[str]) -> List[str]:
 
 
 def run_graded(base: Sequence[str], paths: Sequence[str], workdir: Path, timeout: float,
-               echo: Callable[[str], None], max_restarts: int = 50) -> Graded:
-    """Grade in child processes ``python -m pytest *base *paths`` until every graded test has
-    an outcome; a test that kills its child or passes ``timeout`` seconds fails with the cause."""
+               echo: Callable[[str], None], cwd: Path, max_restarts: int = 50) -> Graded:
+    """Grade in child processes ``python -m pytest *base *paths`` (run in ``cwd``) until every
+    graded test has an outcome; a test that kills its child or passes ``timeout`` seconds fails
+    with the cause."""
     log, output = workdir / "grade-log.jsonl", workdir / "pytest-output.txt"
     skip, forked = workdir / "grade-skip.txt", workdir / "grade-forked.txt"
     for path in (log, output, skip, forked):
@@ -138,11 +147,19 @@ def run_graded(base: Sequence[str], paths: Sequence[str], workdir: Path, timeout
             skip.write_text("\n".join(graded.outcomes) + "\n")
             forked.write_text("\n".join(forked_files) + "\n")
             cmd += ["--grade-skip", str(skip), "--grade-forked", str(forked)]
-        rc, cause = _run_child(cmd + list(paths), output, reader, graded, timeout)
+        rc, cause = _run_child(cmd + list(paths), output, reader, graded, timeout, cwd)
+        if run == 0 and graded.tests:
+            echo(f"grading {len(graded.tests)} graded tests of "
+                 f"{len({ex for ex, _, _ in graded.tests.values()})} exercises "
+                 f"(the test output: {output})")
         if cause is None:
-            if rc not in (0, 1) and not graded.tests:
-                graded.problems.append(f"the test run ended with status {rc} before any graded "
-                                       f"test ran; its output: {output}")
+            if rc not in (0, 1):  # it ended between tests: collecting, or pytest itself
+                graded.status = rc
+                graded.problems.append(_last_words(output))
+                for nodeid in graded.tests:
+                    graded.outcomes.setdefault(nodeid, Outcome(
+                        "failed", f"not run: the test run ended with status {rc} "
+                                  f"({graded.problems[-1]})"))
             return graded
         crashed = reader.running
         assert crashed is not None

@@ -154,6 +154,9 @@ def test_status_and_failure_lines_name_the_cause():
     (["--report", "{tmp}"], "is a folder"),
     (["--hidden", "{tmp}/absent"], "no such folder"),
     (["--timeout", "0"], "--timeout 0: must be a positive number"),
+    (["--exercise", "hw0.simple_ml.add", "--no-such-pytest-option"],
+     "unrecognized arguments: --no-such-pytest-option"),
+    (["--exercise", "hw0.simple_ml.add", "-k", "matches_nothing"], "no graded test matched"),
 ])
 def test_command_errors_are_one_line_before_any_test_runs(args, says, tmp_path):
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
@@ -164,4 +167,4 @@ def test_command_errors_are_one_line_before_any_test_runs(args, says, tmp_path):
     assert res.returncode == 2, res.stdout + res.stderr
     assert res.stdout == "" and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert says in res.stderr and "Traceback" not in res.stderr
-    assert time.perf_counter() - start < 30  # no test ran
+    assert time.perf_counter() - start < 60  # no test ran
