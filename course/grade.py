@@ -141,7 +141,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"{parser.prog}: error: {said}", file=sys.stderr)
         return 2 if graded.status in (0, 4, 5) else 3
     tests = {n: (ex, pts) for n, (ex, pts, _) in graded.tests.items()}
-    outcomes: Dict[str, Any] = {n: tuple(o) for n, o in graded.outcomes.items()}
+    outcomes: Dict[str, Any] = dict(graded.outcomes)
     extra_tests, extra_outcomes = _unimportable(graded)
     report = score({**tests, **extra_tests}, {**outcomes, **extra_outcomes})
     report_path.write_text(json.dumps(report, indent=1))

@@ -183,7 +183,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
     rubric = _rubric()
     wanted = [w for opt in config.getoption("--exercise") for w in opt.split(",") if w]
     graded_only = config.getoption("--graded") or bool(wanted)
-    keep, drop = [], []
+    keep: List[pytest.Item] = []
+    drop: List[pytest.Item] = []
     for item in items:
         marker = item.get_closest_marker("grade")
         if marker is not None:
@@ -228,7 +229,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         return
     state = config.stash[_KEY]
     outcomes: Dict[str, Outcome] = state["outcomes"]
-    report = score(state["tests"], {k: tuple(v) for k, v in outcomes.items()})
+    report = score(state["tests"], dict(outcomes))
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(report, indent=1))
     terminalreporter.write_sep("=", "grade")

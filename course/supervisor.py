@@ -46,19 +46,20 @@ class _LogReader:
     """Reads the child's JSON-lines log as it grows (whole lines only)."""
 
     def __init__(self, path: Path) -> None:
-        self.path, self.offset, self.running = path, 0, None  # type: ignore[var-annotated]
+        self.path, self.offset = path, 0
+        self.running: Optional[str] = None  # the test started and not finished
         self.started = 0.0
 
     def read(self, graded: Graded) -> None:
-        """Apply the new entries; ``running`` is the test started and not finished."""
+        """Apply the entries written since the last read."""
         if not self.path.exists():
             return
-        with open(self.path) as f:
+        with open(self.path, "rb") as f:
             f.seek(self.offset)
             chunk = f.read()
-        end = chunk.rfind("\n") + 1
-        self.offset += len(chunk[:end].encode())
-        for line in chunk[:end].splitlines():
+        end = chunk.rfind(b"\n") + 1
+        self.offset += end
+        for line in chunk[:end].decode().splitlines():
             self._apply(json.loads(line), graded)
 
     def _apply(self, entry: Dict[str, Any], graded: Graded) -> None:
