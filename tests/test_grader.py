@@ -63,6 +63,25 @@ CRASHING = textwrap.dedent('''\
 ''')
 
 
+# a hang in a file that never crashed: the grader's own watchdog kills the child (in
+# test_crashing.py the hang comes after two crashes, so it runs forked, with forked.py's limit)
+HANGING = textwrap.dedent('''\
+    import time
+
+    import pytest
+
+
+    @pytest.mark.grade("hw9.hang.alone", points=1)
+    def test_hang_alone():
+        time.sleep(120)
+
+
+    @pytest.mark.grade("hw9.hang.alone", points=1)
+    def test_after_the_hang():
+        assert True
+''')
+
+
 def _grade(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "course.grade", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)
@@ -76,10 +95,11 @@ def test_grading_survives_an_abort_a_segfault_and_a_hang(tmp_path):
     hidden = tmp_path / "hidden"
     hidden.mkdir()
     (hidden / "test_crashing.py").write_text(CRASHING)
+    (hidden / "test_hanging.py").write_text(HANGING)
     report = tmp_path / "out" / "report.json"
     # -k: only the hidden file's tests run (the rubric's files are still collected)
     res = _grade("--hidden", str(hidden), "--report", str(report), "--timeout", "3",
-                 "--strict", "-k", "test_crashing")
+                 "--strict", "-k", "test_crashing or test_hanging")
     out = res.stdout.splitlines()
     assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]
     rep = json.loads(report.read_text())
@@ -88,6 +108,8 @@ def test_grading_survives_an_abort_a_segfault_and_a_hang(tmp_path):
     assert by_test["test_segfault"]["message"].startswith("crashed: SIGSEGV"), by_test
     assert by_test["test_segfault_again"]["message"].startswith("crashed: SIGSEGV"), by_test
     assert by_test["test_hang"]["message"].startswith("timed out after 3 s"), by_test
+    assert by_test["test_hang_alone"]["message"].startswith("timed out after 3 s"), by_test
+    assert by_test["test_after_the_hang"]["outcome"] == "passed"
     assert by_test["test_setup_raises"]["outcome"] == "failed"
     assert "fixture boom" in by_test["test_setup_raises"]["message"]
     assert by_test["test_after_the_abort"]["outcome"] == "passed"
@@ -98,7 +120,7 @@ def test_grading_survives_an_abort_a_segfault_and_a_hang(tmp_path):
     assert tail[0].startswith("failing exercises"), out[-15:]
     named = {line.split(":")[0].strip() for line in tail[1:]}
     assert named == {"hw9.crash.abort", "hw9.crash.segv", "hw9.crash.hang",
-                     "hw9.crash.setup"}, tail
+                     "hw9.crash.setup", "hw9.hang.alone"}, tail
     assert any("SIGABRT" in line and "test_abort" in line for line in tail), tail
     assert any("timed out after 3 s" in line for line in tail), tail
     details = (report.parent / "details.txt").read_text()
