@@ -84,7 +84,9 @@ def run_forked(item: pytest.Item, nextitem: Optional[pytest.Item], timeout: floa
             return [hook.pytest_report_from_serializable(config=item.config, data=d)
                     for d in json.loads(out.read_text())]
         cause = (f"timed out after {timeout:g} s" if code is None else crash_cause(code))
-        detail = fatal_error_summary(dump.read_text()) if dump.exists() else ""
+        text = dump.read_text() if dump.exists() else ""
+        detail = fatal_error_summary(text)
         message = f"{cause}: {detail}" if detail else cause
         return [pytest.TestReport(item.nodeid, item.location, dict(item.keywords), "failed",
-                                  message, "call", [], time.perf_counter() - start)]
+                                  f"{message}\n\n{text}".strip(), "call", [],
+                                  time.perf_counter() - start)]

@@ -120,6 +120,9 @@ def _run_child(cmd: List[str], output: Path, reader: _LogReader, graded: Graded,
         tail = f.read().decode(errors="replace")[-20000:]
     detail = fatal_error_summary(tail)
     cause = crash_cause(proc.returncode)
+    # the dump (if any) goes to details.txt under the test
+    fatal = tail[tail.find("Fatal Python error"):] if "Fatal Python error" in tail else ""
+    graded.details[reader.running] = f"{cause}\n\n{fatal}".strip()
     return proc.returncode, f"{cause}: {detail}" if detail else cause
 
 
