@@ -162,7 +162,11 @@ def run_graded(base: Sequence[str], paths: Sequence[str], workdir: Path, timeout
         if cause is None:
             if rc not in (0, 1):  # it ended between tests: collecting, or pytest itself
                 graded.status = rc
-                graded.problems.append(_last_words(output))
+                said = _last_words(output)
+                if rc < 0:  # killed while importing the tests: name the signal and where
+                    said = (f"the test run {crash_cause(rc)} outside any test: "
+                            f"{fatal_error_summary(output.read_text(errors='replace')[-20000:])}")
+                graded.problems.append(said)
                 for nodeid in graded.tests:
                     graded.outcomes.setdefault(nodeid, Outcome(
                         "failed", f"not run: the test run ended with status {rc} "
