@@ -117,8 +117,10 @@ def char_lm_demo(budget_s: float = 35.0, progress: Optional[bool] = None) -> flo
     prompt = "def "
     text = _sample(model, corpus, prompt, 240, seq_len, 0.7, rng)
     print(f"[char-lm] a sample after the prompt {prompt!r} (temperature 0.7):")
-    print(_note("char-lm", "expect Python's look (indentation, keywords, self., quotes), not "
-                           "working code: the model is small and trained for seconds"))
+    print(_note("char-lm", f"after {steps} steps of a small model expect Python's surface, "
+                           "not Python: spaces and indentation, brackets, fragments such as "
+                           "self. or def, and mostly made-up words; more steps (--budget) give "
+                           "more real-looking code"))
     print("-" * 60 + "\n" + text + "\n" + "-" * 60)
     return held_out
 

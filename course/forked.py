@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -22,17 +23,21 @@ from _pytest.runner import runtestprotocol
 from .scoring import crash_cause
 
 _FATAL = re.compile(r"Fatal Python error: [^\n]*")
+_LIBRARIES = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib")})
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+) in (\S+)', re.M)
 
 
 def fatal_error_summary(text: str) -> str:
     """'Fatal Python error: Aborted in compact (file.py:12)' from a faulthandler dump: the
-    innermost named function (not a dunder, private or ``launch`` frame), or ''."""
+    innermost named function (not a dunder, private or ``launch`` frame) outside Python's and
+    the installed packages' files, or ''."""
     fatal = next(iter(_FATAL.findall(text)), "")
     frames = _FRAME.findall(text)  # innermost first ("most recent call first")
     if not frames:
         return fatal
-    named = [f for f in frames if not f[2].startswith("_") and f[2] != "launch"] or frames
+    # the code being graded, not the library a corrupted heap happened to abort in
+    ours = [f for f in frames if not f[0].startswith(_LIBRARIES)] or frames
+    named = [f for f in ours if not f[2].startswith("_") and f[2] != "launch"] or ours
     path, line_no, func = named[0]
     where = f"in {func} ({Path(path).name}:{line_no})"
     return f"{fatal} {where}" if fatal else where
