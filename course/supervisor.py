@@ -156,8 +156,8 @@ def run_graded(base: Sequence[str], paths: Sequence[str], workdir: Path, timeout
             cmd += ["--grade-skip", str(skip), "--grade-forked", str(forked)]
         rc, cause = _run_child(cmd + list(paths), output, reader, graded, timeout, cwd)
         if run == 0 and graded.tests:
-            echo(f"grading {len(graded.tests)} graded tests of "
-                 f"{len({ex for ex, _, _ in graded.tests.values()})} exercises "
+            n = len({ex for ex, _, _ in graded.tests.values()})
+            echo(f"grading {len(graded.tests)} graded tests of {n} exercise{'s' * (n != 1)} "
                  f"(the test output: {output})")
         if cause is None:
             if rc not in (0, 1):  # it ended between tests: collecting, or pytest itself
@@ -185,5 +185,8 @@ def run_graded(base: Sequence[str], paths: Sequence[str], workdir: Path, timeout
         # restart costs a few seconds; a fork per test costs 0.1-0.6 s per test, measured)
         forked_files = sorted(f for f, n in crashes.items() if n >= 2)
         paths = _paths_holding(paths, {graded.tests[n][2] for n in remaining})
-    graded.problems.append(f"stopped after {max_restarts} restarts; tests not run count as failed")
+    graded.problems.append(f"stopped after {max_restarts} restarts")
+    for nodeid in graded.tests:
+        graded.outcomes.setdefault(nodeid, Outcome("failed", f"not run: {max_restarts} crashes "
+                                                             "before it"))
     return graded
