@@ -161,16 +161,7 @@ def run_graded(base: Sequence[str], paths: Sequence[str], workdir: Path, timeout
                  f"(the test output: {output})")
         if cause is None:
             if rc not in (0, 1):  # it ended between tests: collecting, or pytest itself
-                graded.status = rc
-                said = _last_words(output)
-                if rc < 0:  # killed while importing the tests: name the signal and where
-                    said = (f"the test run {crash_cause(rc)} outside any test: "
-                            f"{fatal_error_summary(output.read_text(errors='replace')[-20000:])}")
-                graded.problems.append(said)
-                for nodeid in graded.tests:
-                    graded.outcomes.setdefault(nodeid, Outcome(
-                        "failed", f"not run: the test run ended with status {rc} "
-                                  f"({graded.problems[-1]})"))
+                _ended_early(graded, rc, output)
             return graded
         crashed = reader.running
         assert crashed is not None
@@ -186,7 +177,22 @@ def run_graded(base: Sequence[str], paths: Sequence[str], workdir: Path, timeout
         forked_files = sorted(f for f, n in crashes.items() if n >= 2)
         paths = _paths_holding(paths, {graded.tests[n][2] for n in remaining})
     graded.problems.append(f"stopped after {max_restarts} restarts")
-    for nodeid in graded.tests:
-        graded.outcomes.setdefault(nodeid, Outcome("failed", f"not run: {max_restarts} crashes "
-                                                             "before it"))
+    _fail_the_rest(graded, f"not run: {max_restarts} crashes before it")
     return graded
+
+
+def _ended_early(graded: Graded, rc: int, output: Path) -> None:
+    """A child that ended outside any test with status ``rc``: say why, fail what it left."""
+    graded.status = rc
+    said = _last_words(output)
+    if rc < 0:  # killed while importing the tests: name the signal and where
+        said = (f"the test run {crash_cause(rc)} outside any test: "
+                f"{fatal_error_summary(output.read_text(errors='replace')[-20000:])}")
+    graded.problems.append(said)
+    _fail_the_rest(graded, f"not run: the test run ended with status {rc} ({said})")
+
+
+def _fail_the_rest(graded: Graded, message: str) -> None:
+    """Every graded test without an outcome fails with ``message``."""
+    for nodeid in graded.tests:
+        graded.outcomes.setdefault(nodeid, Outcome("failed", message))
