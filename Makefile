@@ -1,24 +1,35 @@
+# BEGIN INSTRUCTOR ONLY (course/make_student.py leaves these lines out of the student release)
 # The two commands a newcomer needs: `make demo` and `make test`.
+# END INSTRUCTOR ONLY
 PYTHON ?= python3
 PIP := $(PYTHON) -m pip
 # PyTorch is only an optional reference for tests and benchmarks; set WITH_TORCH=0 to skip it.
 WITH_TORCH ?= 1
 PYTEST_ARGS ?=
 
-# The course: `make student` writes the student release to build/student; `make grade` scores
-# the graded tests (HIDDEN=dir adds an instructor's hidden tests).
+# BEGIN INSTRUCTOR ONLY
+# The course: `make student` writes the student release to build/student.
+# END INSTRUCTOR ONLY
+# `make grade` scores the graded tests (HIDDEN=dir adds an instructor's hidden tests;
+# GRADE_ARGS=--strict exits 1 unless every graded test passes).
 HIDDEN ?=
+GRADE_ARGS ?=
 
-.PHONY: install demo lint test test-cuda-sanitize bench clean student grade gpu-check
+.PHONY: install lint test test-cuda-sanitize bench clean grade
 
 install:
+	@echo "make install (1/2): needle and its dev tools (pip, a few minutes the first time)"
 	$(PIP) install -q -e ".[dev]"
 	@if [ "$(WITH_TORCH)" = "1" ]; then \
+		echo "make install (2/2): CPU PyTorch, a reference for tests (WITH_TORCH=0 skips it)"; \
 		$(PIP) install -q torch==2.13.0 || echo "torch not installed: torch comparisons will skip"; \
 	fi
 
+# BEGIN INSTRUCTOR ONLY
+.PHONY: demo
 demo: install
 	$(PYTHON) -m apps.demo
+# END INSTRUCTOR ONLY
 
 # pyflakes, pycodestyle and import order (ruff.toml), then types (mypy.ini); `make test` runs
 # it first.
@@ -56,24 +67,26 @@ bench: install
 	$(PYTHON) benchmarks/bench_multihost.py  # needs root (network namespaces); else says why
 	cd benchmarks && $(PYTHON) bench_compile.py --steps 9
 
+# BEGIN INSTRUCTOR ONLY
 # On a machine with a GPU: the CUDA tests, the hw3 notebook, compute-sanitizer, kernel and
 # training-step benchmarks beside PyTorch, the emulator against the GPU; at most 8 minutes on
 # one H100; report in $$OUT or build/gpu-check (tools/gpu_check.py; benchmarks/README.md "GPU
 # check"). No install step: the lent GPU machines have no network.
+.PHONY: gpu-check mutate student
 gpu-check:
 	PYTHONPATH=$(CURDIR) $(PYTHON) tools/gpu_check.py
 
 # Plant each bug of tools/mutate.py's list in a copy of the tree, run that module's tests,
 # print caught/survived per mutant and the score (minutes; not part of `make test`).
-.PHONY: mutate
 mutate:
 	$(PYTHON) tools/mutate.py
 
 student:
 	$(PYTHON) -m course.make_student --out build/student
+# END INSTRUCTOR ONLY
 
 grade: install
-	$(PYTHON) -m course.grade $(if $(HIDDEN),--hidden $(HIDDEN))
+	$(PYTHON) -m course.grade $(if $(HIDDEN),--hidden $(HIDDEN)) $(GRADE_ARGS)
 
 clean:
 	rm -rf build *.egg-info .pytest_cache

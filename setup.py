@@ -25,6 +25,8 @@ setup(
                 "numdifftools>=0.9",
                 # real CuPy imports without a GPU: tests/backend_cuda/test_cupy_contract.py
                 # checks the backend's and the emulator's CuPy calls against it
-                "cupy-cuda12x>=13"],
+                "cupy-cuda12x>=13",
+                # `jupyter notebook notebooks/` (and `jupyter lab`): the homework notebooks
+                "notebook>=7"],
     },
 )

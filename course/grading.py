@@ -10,15 +10,22 @@ from the rubric (``course/exercises.py``). Options:
     --grade-report PATH    print the score per exercise and homework, and write it as JSON
     --coverage-contexts    under ``coverage run``, record each test's lines under its node id
                            (the release check reads which exercises' regions a test runs)
+
+and, for ``course/grade.py``, which runs this plugin in a child process and survives it:
+``--grade-log PATH`` (one JSON line per graded test started and finished), ``--grade-skip PATH``
+(node ids already graded), ``--grade-forked PATH`` (test files whose tests each run in a forked
+child, ``course/forked.py``) and ``--grade-timeout S`` (the time limit of a forked test).
 """
 import json
 import re
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import IO, Any, Dict, List, Optional, Tuple
 
 import pytest
 
 from .exercises import EXERCISES, backend_of
+from .forked import run_forked
+from .scoring import Outcome, format_table, outcome_of, score
 
 _KEY = pytest.StashKey[Dict[str, Any]]()
 
@@ -29,6 +36,13 @@ try:  # HYPOTHESIS_PROFILE=grade-failfast: a failing property test fails at once
                               derandomize=True, database=None, report_multiple_bugs=False,
                               phases=(Phase.explicit, Phase.reuse, Phase.generate),
                               suppress_health_check=list(HealthCheck))
+    # `make grade` (course/grade.py): the examples of tests/conftest.py's "needle" profile, so a
+    # solution passes here as under `make test`, but a failure is reported as found, unshrunk
+    # (shrinking a stub's failure took minutes per property test)
+    settings.register_profile("grade", max_examples=50, deadline=None, derandomize=True,
+                              database=None, report_multiple_bugs=False,
+                              phases=(Phase.explicit, Phase.reuse, Phase.generate),
+                              suppress_health_check=[HealthCheck.too_slow])
 except ImportError:  # hypothesis is a dev dependency
     pass
 
@@ -60,23 +74,76 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="print the score table and write it as JSON to PATH")
     group.addoption("--coverage-contexts", action="store_true",
                     help="under coverage run: one coverage context per test (its node id)")
+    group.addoption("--grade-log", default=None, metavar="PATH",
+                    help="(course.grade) write each graded test's start and outcome to PATH")
+    group.addoption("--grade-skip", default=None, metavar="PATH",
+                    help="(course.grade) a file of node ids already graded: deselect them")
+    group.addoption("--grade-forked", default=None, metavar="PATH",
+                    help="(course.grade) a file of test files whose tests each run forked")
+    group.addoption("--grade-timeout", type=float, default=300.0, metavar="S",
+                    help="(course.grade) time limit of a forked test, seconds")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "grade(exercise, points=1): a graded test of `exercise`")
-    config.stash[_KEY] = {"tests": {}, "reports": []}
-    config.pluginmanager.register(_Recorder(config.stash[_KEY]["reports"]), "grade-recorder")
+    path = config.getoption("--grade-log")
+    log = open(path, "a", buffering=1) if path else None
+    forked = {str(Path(f).resolve()) for f in _lines(config.getoption("--grade-forked"))}
+    config.stash[_KEY] = {"tests": {}, "outcomes": {}, "log": log, "forked": forked,
+                          "skip": set(_lines(config.getoption("--grade-skip")))}
+    config.pluginmanager.register(_Recorder(config.stash[_KEY]), "grade-recorder")
     config.pluginmanager.register(_HomeworkBackend(), "grade-homework-backend")
 
 
-class _Recorder:
-    """Keeps every test report (the summary hook reads them back)."""
+def _lines(path: Optional[str]) -> List[str]:
+    return Path(path).read_text().splitlines() if path else []
 
-    def __init__(self, reports: List[pytest.TestReport]) -> None:
-        self.reports = reports
+
+def _write(log: Optional[IO[str]], entry: Dict[str, Any]) -> None:
+    if log is not None:
+        log.write(json.dumps(entry) + "\n")
+
+
+class _Recorder:
+    """Gathers each graded test's reports into one outcome (and logs it for course.grade)."""
+
+    def __init__(self, state: Dict[str, Any]) -> None:
+        self.state = state
+        self.reports: Dict[str, List[pytest.TestReport]] = {}
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            _write(self.state["log"], {"collect_error": report.nodeid,
+                                       "message": str(report.longrepr)[-2000:]})
+
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        if nodeid in self.state["tests"]:
+            _write(self.state["log"], {"start": nodeid})
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self.reports.append(report)
+        self.reports.setdefault(report.nodeid, []).append(report)
+
+    def pytest_runtest_logfinish(self, nodeid: str) -> None:
+        reports = self.reports.pop(nodeid, [])
+        if nodeid not in self.state["tests"]:
+            return
+        outcome = outcome_of(reports)
+        self.state["outcomes"][nodeid] = outcome
+        details = "\n\n".join(f"[{r.when}] {r.longreprtext}" for r in reports if r.failed)
+        _write(self.state["log"], {"done": nodeid, "outcome": outcome.outcome,
+                                   "message": outcome.message, "details": details})
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: Optional[pytest.Item]
+                                ) -> Optional[bool]:
+        """A test of a file listed by --grade-forked runs in a forked child (forked.py)."""
+        if str(item.fspath) not in self.state["forked"]:
+            return None
+        item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+        for report in run_forked(item, nextitem, item.config.getoption("--grade-timeout")):
+            item.ihook.pytest_runtest_logreport(report=report)
+        item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+        return True
 
 
 class _HomeworkBackend:
@@ -113,6 +180,12 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Optional[pytest.Item]) 
         cov.switch_context("")
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    log = session.config.stash[_KEY]["log"]
+    if log is not None:
+        log.close()
+
+
 def select_exercises(wanted: List[str], names: List[str]) -> List[str]:
     """The exercises of ``names`` that ``wanted`` (ids or dotted prefixes) picks; an entry
     picking none is an error naming the exercises there are."""
@@ -131,7 +204,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
     rubric = _rubric()
     wanted = [w for opt in config.getoption("--exercise") for w in opt.split(",") if w]
     graded_only = config.getoption("--graded") or bool(wanted)
-    keep, drop = [], []
+    keep: List[pytest.Item] = []
+    drop: List[pytest.Item] = []
     for item in items:
         marker = item.get_closest_marker("grade")
         if marker is not None:
@@ -153,88 +227,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
         drop += [item for item in keep if state["tests"][item.nodeid][0] not in picked]
         keep = [item for item in keep if state["tests"][item.nodeid][0] in picked]
         state["tests"] = {k: v for k, v in state["tests"].items() if v[0] in picked}
+    if state["skip"]:  # a resumed course.grade run: these were graded before a crash
+        drop += [item for item in keep if item.nodeid in state["skip"]]
+        keep = [item for item in keep if item.nodeid not in state["skip"]]
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
 
 
-def _outcomes(tests: Dict[str, Tuple[str, int]], reports: List[pytest.TestReport]
-              ) -> Dict[str, Tuple[str, str]]:
-    """nodeid -> (passed | failed | skipped, first line of the failure)."""
-    res: Dict[str, Tuple[str, str]] = {}
-    for rep in reports:
-        if rep.nodeid not in tests:
-            continue
-        if rep.failed:
-            crash = getattr(rep.longrepr, "reprcrash", None)
-            message = crash.message if crash is not None else str(rep.longrepr)[-500:]
-            res[rep.nodeid] = ("failed", message)
-        elif rep.skipped and rep.nodeid not in res:
-            res[rep.nodeid] = ("skipped", "")
-        elif rep.when == "call" and rep.passed and rep.nodeid not in res:
-            res[rep.nodeid] = ("passed", "")
-    return res
-
-
-_STUB = re.compile(r"NotImplementedError: ([\w.]+): write ")
-
-
-def missing_prerequisite(message: str, exercise: str) -> Optional[str]:
-    """The other exercise whose stub a failure of ``exercise``'s test hit, or None."""
-    match = _STUB.search(message)
-    return match[1] if match is not None and match[1] != exercise else None
-
-
-def score(tests: Dict[str, Tuple[str, int]], outcomes: Dict[str, Tuple[str, str]]
-          ) -> Dict[str, Any]:
-    """The report: per exercise (points x passed / run) and per homework."""
-    exercises: Dict[str, Dict[str, Any]] = {}
-    for nodeid, (name, points) in tests.items():
-        ex = exercises.setdefault(name, {"exercise": name, "points": points, "passed": 0,
-                                         "failed": 0, "skipped": 0, "tests": []})
-        outcome, message = outcomes.get(nodeid, ("skipped", "not run"))
-        ex[outcome] += 1
-        needs = missing_prerequisite(message, name) if outcome == "failed" else None
-        if needs is not None:
-            message = f"needs {needs} first: {message}"
-            ex.setdefault("needs", [])
-            ex["needs"] += [needs] if needs not in ex["needs"] else []
-        ex["tests"].append({"test": nodeid, "outcome": outcome, "message": message})
-    homeworks: Dict[str, Dict[str, float]] = {}
-    for ex in exercises.values():
-        run = ex["passed"] + ex["failed"]
-        ex["earned"] = round(ex["points"] * ex["passed"] / run, 2) if run else 0.0
-        ex["max"] = ex["points"] if run else 0
-        hw = homeworks.setdefault(ex["exercise"].split(".")[0], {"earned": 0.0, "max": 0})
-        hw["earned"] = round(hw["earned"] + ex["earned"], 2)
-        hw["max"] += ex["max"]
-    total = {"earned": round(sum(h["earned"] for h in homeworks.values()), 2),
-             "max": sum(h["max"] for h in homeworks.values())}
-    return {"total": total, "homeworks": homeworks,
-            "exercises": sorted(exercises.values(), key=lambda e: e["exercise"])}
-
-
-def format_table(report: Dict[str, Any]) -> str:
-    """The score table, one block per homework."""
-    lines = []
-    by_hw: Dict[str, List[Dict[str, Any]]] = {}
-    for ex in report["exercises"]:
-        by_hw.setdefault(ex["exercise"].split(".")[0], []).append(ex)
-    for hw in sorted(by_hw):
-        lines.append(f"{hw:<44}{'tests':>12}{'points':>12}")
-        for ex in by_hw[hw]:
-            run = ex["passed"] + ex["failed"]
-            tests = f"{ex['passed']}/{run}" + (f" ({ex['skipped']} skip)" if ex["skipped"]
-                                               else "")
-            pts = f"{ex['earned']:>9g}/{ex['max']:<2}" if run else f"{'skipped':>12}"
-            lines.append(f"  {ex['exercise']:<42}{tests:>12}{pts}")
-            lines += [f"      needs {n} first" for n in ex.get("needs", ())]
-        h = report["homeworks"][hw]
-        lines.append(f"  {'total ' + hw:<42}{'':>12}{h['earned']:>9g}/{h['max']:<2}")
-        lines.append("")
-    t = report["total"]
-    lines.append(f"TOTAL {t['earned']:g}/{t['max']}")
-    return "\n".join(lines)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Log the graded tests that will run (after every deselection, -k's included)."""
+    state = session.config.stash[_KEY]
+    _write(state["log"], {"graded": {item.nodeid: [*state["tests"][item.nodeid],
+                                                   str(item.fspath)]
+                                     for item in session.items if item.nodeid in state["tests"]}})
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config
@@ -243,7 +249,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if not path:
         return
     state = config.stash[_KEY]
-    report = score(state["tests"], _outcomes(state["tests"], state["reports"]))
+    outcomes: Dict[str, Outcome] = state["outcomes"]
+    report = score(state["tests"], dict(outcomes))
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(report, indent=1))
     terminalreporter.write_sep("=", "grade")

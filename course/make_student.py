@@ -5,7 +5,10 @@ reference code is replaced by ``raise NotImplementedError("<exercise>: ...")`` n
 of ``course/exercises.py`` (by ``pass`` where the region sits at module or class level, so the
 release still imports). Everything outside the regions, docstrings and comments included, is kept
 as it is: the spec of each exercise is the docstring of the function or class holding it.
-Notebooks, tests, apps, benchmarks and this course/ folder are copied as they are.
+Notebooks, tests, apps, benchmarks and this course/ folder are copied as they are. The release's
+README is the students' own (``course/README_student.md``), and its Makefile leaves out the
+lines between ``# BEGIN INSTRUCTOR ONLY`` and ``# END INSTRUCTOR ONLY`` (``make student``,
+``make demo``, which needs every exercise written).
 
     python -m course.make_student [--out build/student]
 """
@@ -36,6 +39,8 @@ SHIPPED_FILES = ("Makefile", "setup.py", "pytest.ini", "ruff.toml", "conftest.py
                  ".gitignore")
 SOLUTION_DIRS = ("needle", "apps")  # where exercises live (tests may quote the markers)
 SKIPPED = ("__pycache__", ".pytest_cache", ".hypothesis", ".ipynb_checkpoints")
+STUDENT_README = Path("course") / "README_student.md"  # the release's README.md
+INSTRUCTOR_ONLY = ("# BEGIN INSTRUCTOR ONLY", "# END INSTRUCTOR ONLY")
 
 
 @dataclass(frozen=True)
@@ -195,6 +200,29 @@ def _files(root: Path) -> Iterator[Path]:
                 yield path
 
 
+def without_instructor_lines(text: str) -> str:
+    """``text`` without its ``# BEGIN INSTRUCTOR ONLY`` ... ``# END INSTRUCTOR ONLY`` blocks."""
+    out, skipping = [], False
+    for line in text.splitlines(keepends=True):
+        if line.startswith(INSTRUCTOR_ONLY[0]):
+            skipping = True
+        elif line.startswith(INSTRUCTOR_ONLY[1]):
+            skipping = False
+        elif not skipping:
+            out.append(line)
+    return "".join(out)
+
+
+def _student_text(path: Path, root: Path) -> Optional[str]:
+    """What a shipped file becomes for students when not copied as is: README, Makefile."""
+    rel = path.relative_to(root)
+    if rel == Path("README.md") and (root / STUDENT_README).is_file():
+        return (root / STUDENT_README).read_text()
+    if rel == Path("Makefile"):
+        return without_instructor_lines(path.read_text())
+    return None
+
+
 def make_release(out: Path, root: Path = ROOT, only: Optional[Sequence[str]] = None
                  ) -> List[Region]:
     """Write the release to ``out`` (replaced if present); returns the regions stubbed.
@@ -210,6 +238,8 @@ def make_release(out: Path, root: Path = ROOT, only: Optional[Sequence[str]] = N
             text, regions = stub_file(path, root, only)
             dest.write_text(text)
             stubbed.extend(regions)
+        elif only is None and _student_text(path, root) is not None:
+            dest.write_text(_student_text(path, root) or "")
         else:
             shutil.copy2(path, dest)
     return stubbed

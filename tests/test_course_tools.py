@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from course import check_release, exercises, grading
+from course import check_release, exercises, grading, scoring
 from course.exercises import EXERCISES, UNTRACED, requirements, requires_problems
 from course.make_student import all_regions, find_regions, make_release, strip_solutions, stub_file
 from needle.backend_cuda import kernel_specs
@@ -111,6 +111,27 @@ def test_release_has_no_solution_left(tmp_path):
     assert (tmp_path / "student" / "tests" / "conftest.py").is_file()
 
 
+def test_release_is_made_for_students(tmp_path):
+    """The release's README is the students' (start, order, notebooks, grading, CUDA), names
+    only commands its Makefile has and notebooks it ships, and no instructor-only command."""
+    import re
+    release = tmp_path / "student"
+    make_release(release)
+    readme, makefile = (release / "README.md").read_text(), (release / "Makefile").read_text()
+    for needed in ("make install", "make grade", "jupyter notebook notebooks/", "--strict",
+                   "NEEDLE_CUDA_EMULATOR=1", "## The order of the homework"):
+        assert needed in readme, needed
+    for instructor in ("make student", "check_release", "make demo", "INSTRUCTOR ONLY"):
+        assert instructor not in readme + makefile, instructor
+    targets = set(re.findall(r"^([\w-]+):", makefile, re.M))
+    assert {"install", "grade", "test"} <= targets and not {"student", "demo"} & targets
+    assert set(re.findall(r"(?:^|`)make ([\w-]+)", readme, re.M)) <= targets
+    for notebook in re.findall(r"notebooks/(\w+\.ipynb)", readme):
+        assert (release / "notebooks" / notebook).is_file(), notebook
+    reference = (ROOT / "Makefile").read_text()  # the instructor's keeps both
+    assert "\nstudent:" in reference and "\ndemo: install" in reference
+
+
 def test_rubric_is_consistent():
     names = [ex.name for ex in EXERCISES]
     assert len(names) == len(set(names))
@@ -125,11 +146,11 @@ def test_score_shares_points_over_tests_and_skips_do_not_count():
              "a::4": ("hw2.z", 1)}
     outcomes = {"a::1": ("passed", ""), "a::2": ("failed", "boom"), "a::3": ("passed", ""),
                 "a::4": ("skipped", "")}
-    rep = grading.score(tests, outcomes)
+    rep = scoring.score(tests, outcomes)
     assert rep["homeworks"] == {"hw1": {"earned": 1.0, "max": 2},
                                 "hw2": {"earned": 3.0, "max": 3}}
     assert rep["total"] == {"earned": 4.0, "max": 5}
-    table = grading.format_table(rep)
+    table = scoring.format_table(rep)
     assert "hw1.x" in table and "TOTAL 4/5" in table and "skipped" in table
 
 
@@ -209,6 +230,35 @@ def test_isolation_check_catches_a_shipped_answer(tmp_path):
     assert any("test_optimizers_match_torch[adam-" in line for line in res["not_isolated"]), res
     res = check_release.check_isolation(tmp_path / "work", names=["hw2.optim.adam"])
     assert res == {"not_isolated": [], "no_region": [], "isolation_unchecked": []}
+
+
+# one test of each exercise made to pass with nothing written: the first of one exercise's
+# graded tests, the last of the other's (file order), so a check skipping any one is caught
+LEAKS = {"hw0.simple_ml.parse_mnist": ("tests/data/test_data.py",
+                                       "test_mnist_reader_on_written_files"),
+         "hw1.autograd.compute_gradient": ("tests/test_autograd.py",
+                                           "test_gradient_accumulates_over_uses_and_out_grad")}
+
+
+@pytest.mark.slow
+def test_isolation_check_flags_any_one_leaking_test(tmp_path):
+    """Each exercise's only leaking test (redefined to pass) is flagged, first or last."""
+    ref = tmp_path / "ref"
+    make_release(ref, only=())
+    for path, name in LEAKS.values():
+        with open(ref / path, "a") as f:
+            f.write(f"\n\ndef {name}():  # passes without the exercise written\n    pass\n")
+    work = tmp_path / "work"
+    res = check_release.check_isolation(work, root=ref, names=sorted(LEAKS))
+    assert len(res["not_isolated"]) == len(LEAKS), res["not_isolated"]
+    for exercise, (_, name) in LEAKS.items():
+        assert any(line.startswith(f"{exercise}: ") and f"::{name}: passed" in line
+                   for line in res["not_isolated"]), (exercise, res["not_isolated"])
+    order = {ex: [t["test"] for t in check_release._tests(
+        json.loads((work / f"isolation-{ex}.json").read_text()))] for ex in LEAKS}
+    first, last = sorted(LEAKS)  # the leak sits first in one exercise and last in the other
+    assert order[first][0].endswith(LEAKS[first][1]) and len(order[first]) > 1, order
+    assert order[last][-1].endswith(LEAKS[last][1]) and len(order[last]) > 1, order
 
 
 def test_isolation_copy_stubs_only_the_named_exercise(tmp_path):
@@ -367,13 +417,13 @@ def test_grade_report_names_the_missing_prerequisite():
     outcomes = {"t::a": ("failed", "NotImplementedError: hw1.ops.multiply: write "
                                    "EWiseMul.gradient in needle/ops/ops_mathematic.py"),
                 "t::b": ("failed", "NotImplementedError: hw2.optim.adam: write Adam.step")}
-    rep = grading.score(tests, outcomes)
+    rep = scoring.score(tests, outcomes)
     (ex,) = rep["exercises"]
     assert ex["needs"] == ["hw1.ops.multiply"] and ex["earned"] == 0
     messages = sorted(t["message"] for t in ex["tests"])
     assert messages[0].startswith("NotImplementedError: hw2.optim.adam")  # its own stub
     assert messages[1].startswith("needs hw1.ops.multiply first: ")
-    assert "needs hw1.ops.multiply first" in grading.format_table(rep)
+    assert "needs hw1.ops.multiply first" in scoring.format_table(rep)
 
 
 def test_cuda_cases_are_graded_only_by_the_cuda_exercises():

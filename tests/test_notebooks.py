@@ -1,6 +1,9 @@
 """Every notebook in notebooks/ runs top to bottom through a real Jupyter kernel (its code cells
 hold their own asserts), and is committed without outputs."""
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -75,3 +78,30 @@ def test_notebook_is_committed_without_outputs(path: Path) -> None:
 
 def test_notebooks_exist() -> None:
     assert NOTEBOOKS, "notebooks/ should hold at least one homework notebook"
+
+
+@pytest.mark.slow
+def test_each_demonstration_uses_only_what_its_question_needs(tmp_path):
+    """Run in the release after its grading cell passes, a question's demonstration may use
+    only the exercises written by then: its own, those its question names (graded tests' needs,
+    demonstration's needs) and those of the questions before it. Traced on the reference
+    (tests/notebook_demo_regions.py): which exercises' solution regions each demonstration
+    runs."""
+    names = sorted(FIRST_QUESTION)
+    out = tmp_path / "demos.json"
+    res = subprocess.run([sys.executable, str(ROOT / "tests" / "notebook_demo_regions.py"),
+                          str(out), *names], cwd=ROOT / "notebooks", capture_output=True,
+                         text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": str(ROOT), "NEEDLE_CUDA_EMULATOR": "1",
+                              "MPLBACKEND": "Agg"})
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    gaps = []
+    for name, questions in json.loads(out.read_text()).items():
+        assert questions, f"{name}: no questions found"
+        written = set()
+        for q in questions:
+            written |= {q["exercise"], *q["needs"]}  # what the notebook says
+            extra = sorted(set(q["ran"]) - written)
+            if extra:
+                gaps.append(f"{name}: the demonstration of {q['exercise']} also runs {extra}")
+    assert not gaps, "\n".join(gaps)

@@ -1,0 +1,192 @@
+"""`make grade` (course/grade.py, course/supervisor.py, course/forked.py, course/scoring.py):
+a crashing or hanging test fails alone with its cause named, the table comes last, a setup
+error is a failure, and command-line mistakes are one line before any test runs."""
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from course import scoring
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CRASHING = textwrap.dedent('''\
+    import ctypes
+    import os
+    import time
+
+    import pytest
+
+
+    @pytest.mark.grade("hw9.crash.abort", points=2)
+    def test_abort():
+        os.abort()
+
+
+    @pytest.mark.grade("hw9.crash.abort", points=2)
+    def test_after_the_abort():
+        assert True
+
+
+    @pytest.mark.grade("hw9.crash.segv", points=1)
+    def test_segfault():
+        ctypes.string_at(0)
+
+
+    @pytest.mark.grade("hw9.crash.segv", points=1)
+    def test_segfault_again():
+        ctypes.string_at(0)
+
+
+    @pytest.mark.grade("hw9.crash.hang", points=1)
+    def test_hang():
+        time.sleep(120)
+
+
+    @pytest.fixture
+    def broken():
+        raise RuntimeError("fixture boom")
+
+
+    @pytest.mark.grade("hw9.crash.setup", points=1)
+    def test_setup_raises(broken):
+        pass
+
+
+    @pytest.mark.grade("hw9.crash.ok", points=1)
+    def test_ok():
+        assert True
+''')
+
+
+# a hang in a file that never crashed: the grader's own watchdog kills the child (in
+# test_crashing.py the hang comes after two crashes, so it runs forked, with forked.py's limit)
+HANGING = textwrap.dedent('''\
+    import time
+
+    import pytest
+
+
+    @pytest.mark.grade("hw9.hang.alone", points=1)
+    def test_hang_alone():
+        time.sleep(120)
+
+
+    @pytest.mark.grade("hw9.hang.alone", points=1)
+    def test_after_the_hang():
+        assert True
+''')
+
+
+def _grade(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "course.grade", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_grading_survives_an_abort_a_segfault_and_a_hang(tmp_path):
+    """A graded test that aborts, segfaults or hangs fails alone, its cause named; the rest is
+    graded (one file: the child restarts after each crash, then forks per test there); the
+    score table comes last, then one line per failing exercise; --strict exits 1."""
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    (hidden / "test_crashing.py").write_text(CRASHING)
+    (hidden / "test_hanging.py").write_text(HANGING)
+    report = tmp_path / "out" / "report.json"
+    # -k: only the hidden file's tests run (the rubric's files are still collected)
+    res = _grade("--hidden", str(hidden), "--report", str(report), "--timeout", "3",
+                 "--strict", "-k", "test_crashing or test_hanging")
+    out = res.stdout.splitlines()
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]
+    rep = json.loads(report.read_text())
+    by_test = {t["test"].split("::")[-1]: t for ex in rep["exercises"] for t in ex["tests"]}
+    assert by_test["test_abort"]["message"].startswith("crashed: SIGABRT"), by_test
+    assert by_test["test_segfault"]["message"].startswith("crashed: SIGSEGV"), by_test
+    assert by_test["test_segfault_again"]["message"].startswith("crashed: SIGSEGV"), by_test
+    assert by_test["test_hang"]["message"].startswith("timed out after 3 s"), by_test
+    assert by_test["test_hang_alone"]["message"].startswith("timed out after 3 s"), by_test
+    assert by_test["test_after_the_hang"]["outcome"] == "passed"
+    assert by_test["test_setup_raises"]["outcome"] == "failed"
+    assert "fixture boom" in by_test["test_setup_raises"]["message"]
+    assert by_test["test_after_the_abort"]["outcome"] == "passed"
+    assert by_test["test_ok"]["outcome"] == "passed"
+    # the table, then only the failing exercises' lines
+    total = max(i for i, line in enumerate(out) if line.startswith("TOTAL"))
+    tail = out[total + 1:]
+    assert tail[0].startswith("failing exercises"), out[-15:]
+    named = {line.split(":")[0].strip() for line in tail[1:]}
+    assert named == {"hw9.crash.abort", "hw9.crash.segv", "hw9.crash.hang",
+                     "hw9.crash.setup", "hw9.hang.alone"}, tail
+    assert any("SIGABRT" in line and "test_abort" in line for line in tail), tail
+    assert any("timed out after 3 s" in line for line in tail), tail
+    details = (report.parent / "details.txt").read_text()
+    assert "fixture boom" in details and "Fatal Python error" not in res.stdout[:200]
+
+
+def _report(when: str, outcome: str, message: str = "boom") -> pytest.TestReport:
+    longrepr = None if outcome != "failed" else message
+    if outcome == "skipped":
+        longrepr = ("f.py", 1, "Skipped: no GPU")
+    return pytest.TestReport("t.py::test", ("t.py", 1, "test"), {}, outcome, longrepr, when, [])
+
+
+@pytest.mark.parametrize("phases, expected", [
+    ([("setup", "failed")], "failed"),
+    ([("setup", "failed"), ("teardown", "passed")], "failed"),
+    ([("setup", "passed"), ("call", "passed"), ("teardown", "failed")], "failed"),
+    ([("setup", "passed"), ("call", "failed"), ("teardown", "passed")], "failed"),
+    ([("setup", "passed"), ("teardown", "passed")], "failed"),  # no call phase ran
+    ([("setup", "skipped"), ("teardown", "passed")], "skipped"),
+    ([("setup", "passed"), ("call", "passed"), ("teardown", "passed")], "passed"),
+])
+def test_a_test_passes_only_when_its_call_passed_and_no_phase_failed(phases, expected):
+    outcome = scoring.outcome_of([_report(when, o) for when, o in phases])
+    assert outcome.outcome == expected, (phases, outcome)
+    if phases[0] == ("setup", "failed"):
+        assert outcome.message == "error in setup: boom"
+
+
+def test_status_and_failure_lines_name_the_cause():
+    tests = {"a::1": ("hw1.x", 2), "a::2": ("hw1.x", 2), "a::3": ("hw1.y", 1),
+             "a::4": ("hw1.z", 1), "a::5": ("hw1.w", 1)}
+    outcomes = {"a::1": ("passed", ""), "a::2": ("failed", "crashed: SIGSEGV (Segmentation "
+                                                           "fault): in compact (x.py:3)"),
+                "a::3": ("failed", "NotImplementedError: hw1.y: write f in y.py"),
+                "a::4": ("failed", "NotImplementedError: hw1.y: write f in y.py"),
+                "a::5": ("failed", "AssertionError: 1 != 2")}
+    rep = scoring.score(tests, outcomes)
+    status = {ex["exercise"]: ex["status"] for ex in rep["exercises"]}
+    assert status == {"hw1.x": "crashed: SIGSEGV", "hw1.y": "not written",
+                      "hw1.z": "needs hw1.y first", "hw1.w": "failing"}
+    lines = scoring.failure_lines(rep)
+    assert len(lines) == 2 and lines[0] == "hw1.w: a::5: AssertionError: 1 != 2"
+    assert lines[1].startswith("hw1.x: a::2: crashed: SIGSEGV")
+    assert (scoring.waiting_line(rep) or "").startswith("2 exercise(s) not written yet")
+    table = scoring.format_table(rep)
+    assert table.splitlines()[-1].startswith("TOTAL") and "needs hw1.y first" in table
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--exercise", "nope"], "--exercise nope: no such exercise or prefix"),
+    (["--report", "/proc/no/such/report.json"], "--report /proc/no/such/report.json: cannot"),
+    (["--report", "{tmp}"], "is a folder"),
+    (["--hidden", "{tmp}/absent"], "no such folder"),
+    (["--timeout", "0"], "--timeout 0: must be a positive number"),
+    (["--exercise", "hw0.simple_ml.add", "--no-such-pytest-option"],
+     "unrecognized arguments: --no-such-pytest-option"),
+    (["--exercise", "hw0.simple_ml.add", "-k", "matches_nothing"], "no graded test matched"),
+])
+def test_command_errors_are_one_line_before_any_test_runs(args, says, tmp_path):
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    if "--report" not in args:
+        args += ["--report", str(tmp_path / "r" / "report.json")]
+    start = time.perf_counter()
+    res = _grade(*args, timeout=120)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert res.stdout == "" and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert says in res.stderr and "Traceback" not in res.stderr
+    assert time.perf_counter() - start < 60  # no test ran
