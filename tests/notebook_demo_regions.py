@@ -9,6 +9,7 @@ exercise, the exercises its text names as also needed, and the exercises whose r
 demonstration ran (``tests/test_notebooks.py`` compares them).
 """
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any, Dict, List, Set, Tuple
 
 from course.make_student import all_regions
 from course.notebook_questions import MARK
+from needle.backend_selection import set_backend
 
 ROOT = Path(__file__).resolve().parents[1]
 _QUESTION = re.compile(r"### Question \d+: .*\((?P<exercise>[\w.]+)\)")
@@ -59,8 +61,11 @@ def demo_exercises(path: Path) -> List[Dict[str, Any]]:
     regions = all_regions(ROOT)
     setup, questions = _questions(path)
     scope: Dict[str, Any] = {"__name__": "__main__"}
+    os.environ.pop("NEEDLE_BACKEND", None)  # each notebook's path cell picks its own
     for code in setup:
         exec(compile(code, f"{path.name}:setup", "exec"), scope)  # noqa: S102
+    # needle reads NEEDLE_BACKEND once, at its first import (an earlier notebook's here)
+    set_backend(os.environ.get("NEEDLE_BACKEND", "nd"))
     for q in questions:
         hit: Set[Tuple[str, int]] = set()
         sys.settrace(_line_tracer(hit))
