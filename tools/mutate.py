@@ -31,7 +31,8 @@ TIMEOUT = 300.0  # seconds per mutant's test run
 
 # The tests that cover each module (fast ones; slow and multi-process tests are left out).
 TESTS: Dict[str, Tuple[str, ...]] = {
-    "grading": ("tests/test_course_tools.py", "tests/test_grading_rules.py"),
+    "grading": ("tests/test_course_tools.py", "tests/test_grading_rules.py",
+                "tests/test_grader.py"),
     "serialization": ("tests/test_serialization.py", "tests/test_serialization_edges.py"),
     "fusion": ("tests/compiler/test_fusion.py", "tests/compiler/test_capture.py",
                "tests/compiler/test_compile.py"),
@@ -58,20 +59,23 @@ class Mutant(NamedTuple):
 
 
 GRADING, SERIAL = "course/grading.py", "needle/serialization.py"
+SCORING = "course/scoring.py"
 FUSION, COMM = "needle/compiler/fusion.py", "needle/parallel/comm/communicator.py"
 ARGS = "needle/parallel/comm/args.py"
 
 MUTANTS: List[Mutant] = [
-    Mutant("grading.earned-off-by-one", GRADING,
+    Mutant("grading.earned-off-by-one", SCORING,
            'ex["points"] * ex["passed"] / run, 2)', 'ex["points"] * ex["passed"] / (run + 1), 2)'),
-    Mutant("grading.homework-max-overwritten", GRADING,
+    Mutant("grading.homework-max-overwritten", SCORING,
            'hw["max"] += ex["max"]', 'hw["max"] = ex["max"]'),
-    Mutant("grading.prerequisite-flipped", GRADING,
+    Mutant("grading.prerequisite-flipped", SCORING,
            "match[1] != exercise else None", "match[1] == exercise else None"),
     Mutant("grading.cuda-cases-graded-anywhere", GRADING,
            'and not name.startswith("hw3.cuda.")', 'and name.startswith("hw3.cuda.")'),
-    Mutant("grading.skip-overrides-failure", GRADING,
-           "elif rep.skipped and rep.nodeid not in res:", "elif rep.skipped:"),
+    Mutant("grading.skip-overrides-failure", SCORING,
+           "for rep in reports:\n        if rep.failed:",
+           "for rep in reports:\n        if rep.skipped:\n            return Outcome(\"skipped\")"
+           "\n        if rep.failed:"),
     Mutant("grading.prefix-not-whole-parts", GRADING,
            'n.startswith(want.rstrip(".") + ".")', "n.startswith(want)"),
     Mutant("serialization.crc-dropped", SERIAL,
