@@ -118,10 +118,11 @@ class EWisePow(TensorOp):
         ``unbroadcast`` to its input's shape; Tensor ops only, so it is differentiable again."""
         ### BEGIN YOUR SOLUTION (hw1.ops.power)
         a, b = node.inputs
-        grad_a = out_grad * b * a ** (b - 1)
-        # log(a) in the result's dtype: a float32 base with a float64 exponent gets b's
-        # gradient in float64, as PyTorch computes it
-        grad_b = out_grad * node * log(cast(a, node.dtype))
+        # both in the result's dtype, as PyTorch computes them: with a float32 operand and a
+        # float64 one, b - 1 and log(a) are not rounded to float32 first
+        wide_a, wide_b = cast(a, node.dtype), cast(b, node.dtype)
+        grad_a = out_grad * wide_b * wide_a ** (wide_b - 1)
+        grad_b = out_grad * node * log(wide_a)
         return unbroadcast(grad_a, a.shape), unbroadcast(grad_b, b.shape)
         ### END YOUR SOLUTION
 

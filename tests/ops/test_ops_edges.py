@@ -47,17 +47,19 @@ def test_logsoftmax_over_a_zero_size_axis_is_empty(device: Any, op: str) -> None
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_power_exponent_gradient_in_the_promoted_dtype(device: Any) -> None:
-    """float32 base, float64 exponent: d(a**b)/db = a**b * log(a) computed in float64."""
-    a_np = np.array([1.5, 2.5, 0.75, 3.25], dtype=np.float32)  # exact in float32 and float64
-    b_np = np.array([1.1, 2.3, -0.7, 0.4])
-    a = ndl.Tensor(a_np, device=device)
-    b = ndl.Tensor(b_np, device=device)
+@pytest.mark.parametrize("a_dtype,b_dtype", [("float32", "float64"), ("float64", "float32")])
+def test_power_gradients_in_the_promoted_dtype(device: Any, a_dtype: str, b_dtype: str) -> None:
+    """d(a**b)/db = a**b * log(a) and d(a**b)/da = b * a**(b-1) computed in float64 when one
+    operand is float64 (then cast to each input's dtype), as PyTorch computes them."""
+    a_np = np.array([1.5, 2.5, 0.75, 3.25])  # exact in float32 and float64
+    b_np = np.array([1.1, 2.3, -0.7, 0.4]).astype(b_dtype).astype(np.float64)
+    a = ndl.Tensor(a_np, device=device, dtype=a_dtype)
+    b = ndl.Tensor(b_np, device=device, dtype=b_dtype)
     (a ** b).sum().backward()
-    assert b.grad.dtype == "float64" and a.grad.dtype == "float32"
-    a64 = a_np.astype(np.float64)
-    np.testing.assert_allclose(b.grad.numpy(), a64 ** b_np * np.log(a64), rtol=1e-13)
-    np.testing.assert_allclose(a.grad.numpy(), b_np * a64 ** (b_np - 1), rtol=1e-6)
+    assert a.grad.dtype == a_dtype and b.grad.dtype == b_dtype
+    tol = {"float32": 1e-7, "float64": 1e-13}
+    np.testing.assert_allclose(b.grad.numpy(), a_np ** b_np * np.log(a_np), rtol=tol[b_dtype])
+    np.testing.assert_allclose(a.grad.numpy(), b_np * a_np ** (b_np - 1), rtol=tol[a_dtype])
 
 
 @pytest.fixture
