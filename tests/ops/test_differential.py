@@ -4,8 +4,8 @@ backward and result dtypes, float32 and float64 (mixed in binary ops), inputs th
 ``ndl.cpu()`` and ``ndl.cuda()`` (the emulator where there is no GPU). The device primitives
 (``primitives.TABLE``) are checked the same way in ``test_differential_primitives.py``.
 
-Budget: ``NEEDLE_FUZZ_CASES`` cases per op on the CPU (default 12), ``NEEDLE_FUZZ_CUDA_CASES``
-on CUDA (default 3: the emulator is slow), from ``NEEDLE_FUZZ_SEED`` (default 0, so ``make
+Budget: ``NEEDLE_FUZZ_CASES`` cases per op on the CPU (default 200), ``NEEDLE_FUZZ_CUDA_CASES``
+on CUDA (default 40: the emulator is slow), from ``NEEDLE_FUZZ_SEED`` (default 0, so ``make
 test`` runs the same cases every time); ``make fuzz`` runs many more from a new seed. A
 failure names the op, seed and case, and prints the case (dtypes, shapes, views, arguments).
 
@@ -48,8 +48,8 @@ T = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
 SEED = int(os.environ.get("NEEDLE_FUZZ_SEED", "0"))
-CASES = {"cpu": int(os.environ.get("NEEDLE_FUZZ_CASES", "12")),
-         "cuda": int(os.environ.get("NEEDLE_FUZZ_CUDA_CASES", "3"))}
+CASES = {"cpu": int(os.environ.get("NEEDLE_FUZZ_CASES", "200")),
+         "cuda": int(os.environ.get("NEEDLE_FUZZ_CUDA_CASES", "40"))}
 TOL = {"float32": (2e-4, 2e-5), "float64": (1e-9, 1e-11)}  # (rtol, atol per unit of scale)
 View = Tuple[Any, ...]  # ("T", i, j) | ("S", axis, start, stop, step) | ("B", shape) | ("R", shape)
 
