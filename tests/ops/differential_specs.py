@@ -3,8 +3,12 @@
 ``SPECS`` maps a name to a ``Spec``: ``draw(d)`` returns the inputs' shapes and the op's
 keyword arguments for one random case (``d`` is a ``Draw`` over a seeded generator), ``nd``
 applies needle's op and ``th`` PyTorch's (``th(torch, *tensors, **kw)``). ``classes`` names
-the needle op classes a spec exercises, so the test can check that every op is listed.
+the needle op classes a spec exercises, so the test can check that every op is listed. Also
+what both differential tests share: the seed and budget (``NEEDLE_FUZZ_*``, described in
+``test_differential.py``), per-case generators, random view chains and input values.
 """
+import os
+import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -72,6 +76,51 @@ class Draw:
         if self.rng.random() < 0.3:
             out[self.int(0, len(out) - 1)] = -1
         return tuple(out)
+
+
+SEED = int(os.environ.get("NEEDLE_FUZZ_SEED", "0"))
+CASES = {"cpu": int(os.environ.get("NEEDLE_FUZZ_CASES", "200")),
+         "cuda": int(os.environ.get("NEEDLE_FUZZ_CUDA_CASES", "40"))}
+View = Tuple[Any, ...]  # ("T", i, j) | ("S", axis, start, stop, step) | ("B", shape) | ("R", shape)
+
+
+def case_rng(*key: Any) -> np.random.Generator:
+    """A generator for one case, the same on every device (a stable hash of ``key``)."""
+    return np.random.default_rng([SEED, zlib.crc32(repr(key).encode())])
+
+
+def view_chain(d: Draw, shape: Shape, depth: int = 2) -> Tuple[Shape, List[View]]:
+    """A base shape and up to ``depth`` view steps that turn it into an array of ``shape``."""
+    kinds = ["plain", "slice", "broadcast", "reshape"] + (["transpose"] if len(shape) > 1 else [])
+    kind = d.pick(kinds) if depth and d.rng.random() < 0.7 else "plain"
+    if kind == "plain" or (kind == "slice" and not shape):
+        return shape, []
+    if kind == "transpose":
+        i, j = (int(a) for a in d.rng.permutation(len(shape))[:2])
+        src = list(shape)
+        src[i], src[j] = src[j], src[i]
+        step: View = ("T", i, j)
+    elif kind == "slice":
+        axis, start, stride = d.int(0, len(shape) - 1), d.int(0, 2), d.int(1, 3)
+        src = list(shape)
+        src[axis] = start + max(shape[axis] - 1, 0) * stride + (shape[axis] > 0) + d.int(0, 1)
+        step = ("S", axis, start, start + shape[axis] * stride, stride)
+    elif kind == "broadcast":
+        src, step = list(d.broadcastable(shape)), ("B", shape)
+    else:
+        src, step = list(d.same_size(shape)), ("R", shape)
+        src = [int(np.prod(shape)) // -int(np.prod(src)) if s == -1 else s for s in src]
+    base, steps = view_chain(d, tuple(src), depth - 1)
+    return base, steps + [step]
+
+
+def draw_values(rng: np.random.Generator, kind: str, shape: Shape) -> np.ndarray:
+    """Float64 values: "normal", "positive" (in [0.5, 2]) or "away" (|x| in [0.5, 2])."""
+    if kind == "positive":
+        return rng.uniform(0.5, 2.0, shape)
+    if kind == "away":
+        return rng.uniform(0.5, 2.0, shape) * rng.choice([-1.0, 1.0], shape)
+    return rng.standard_normal(shape)
 
 
 @dataclass

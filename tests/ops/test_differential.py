@@ -33,13 +33,21 @@ PyTorch's kernel, about 1e-7 in needle's), so the gradient of an exact 0 comes o
 Where both refuse a case (``max`` over an empty axis), that is agreement; one refusing alone
 is a failure.
 """
-import os
-import zlib
 from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 import pytest
-from differential_specs import SPECS, Draw, Shape, Spec
+from differential_specs import (
+    CASES,
+    SEED,
+    SPECS,
+    Draw,
+    Spec,
+    View,
+    case_rng,
+    draw_values,
+    view_chain,
+)
 from helpers import DEVICES, as_list
 
 import needle as ndl
@@ -47,41 +55,7 @@ import needle as ndl
 T = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
-SEED = int(os.environ.get("NEEDLE_FUZZ_SEED", "0"))
-CASES = {"cpu": int(os.environ.get("NEEDLE_FUZZ_CASES", "200")),
-         "cuda": int(os.environ.get("NEEDLE_FUZZ_CUDA_CASES", "40"))}
 TOL = {"float32": (2e-4, 2e-5), "float64": (1e-9, 1e-11)}  # (rtol, atol per unit of scale)
-View = Tuple[Any, ...]  # ("T", i, j) | ("S", axis, start, stop, step) | ("B", shape) | ("R", shape)
-
-
-def case_rng(*key: Any) -> np.random.Generator:
-    """A generator for one case, the same on every device (a stable hash of ``key``)."""
-    return np.random.default_rng([SEED, zlib.crc32(repr(key).encode())])
-
-
-def view_chain(d: Draw, shape: Shape, depth: int = 2) -> Tuple[Shape, List[View]]:
-    """A base shape and up to ``depth`` view steps that turn it into an array of ``shape``."""
-    kinds = ["plain", "slice", "broadcast", "reshape"] + (["transpose"] if len(shape) > 1 else [])
-    kind = d.pick(kinds) if depth and d.rng.random() < 0.7 else "plain"
-    if kind == "plain" or (kind == "slice" and not shape):
-        return shape, []
-    if kind == "transpose":
-        i, j = (int(a) for a in d.rng.permutation(len(shape))[:2])
-        src = list(shape)
-        src[i], src[j] = src[j], src[i]
-        step: View = ("T", i, j)
-    elif kind == "slice":
-        axis, start, stride = d.int(0, len(shape) - 1), d.int(0, 2), d.int(1, 3)
-        src = list(shape)
-        src[axis] = start + max(shape[axis] - 1, 0) * stride + (shape[axis] > 0) + d.int(0, 1)
-        step = ("S", axis, start, start + shape[axis] * stride, stride)
-    elif kind == "broadcast":
-        src, step = list(d.broadcastable(shape)), ("B", shape)
-    else:
-        src, step = list(d.same_size(shape)), ("R", shape)
-        src = [int(np.prod(shape)) // -int(np.prod(src)) if s == -1 else s for s in src]
-    base, steps = view_chain(d, tuple(src), depth - 1)
-    return base, steps + [step]
 
 
 def apply_views(x: Any, steps: Sequence[View], torch_side: bool) -> Any:
@@ -96,15 +70,6 @@ def apply_views(x: Any, steps: Sequence[View], torch_side: bool) -> Any:
         else:
             x = x.reshape(step[1])
     return x
-
-
-def draw_values(rng: np.random.Generator, kind: str, shape: Shape) -> np.ndarray:
-    """Float64 values: "normal", "positive" (in [0.5, 2]) or "away" (|x| in [0.5, 2])."""
-    if kind == "positive":
-        return rng.uniform(0.5, 2.0, shape)
-    if kind == "away":
-        return rng.uniform(0.5, 2.0, shape) * rng.choice([-1.0, 1.0], shape)
-    return rng.standard_normal(shape)
 
 
 def draw_case(name: str, index: int) -> Dict[str, Any]:

@@ -10,9 +10,8 @@ from typing import Any, Callable, Dict, Sequence, Tuple
 
 import numpy as np
 import pytest
-from differential_specs import Draw, Shape
+from differential_specs import CASES, Draw, Shape, case_rng, draw_values, view_chain
 from helpers import DEVICES
-from test_differential import CASES, case_rng, draw_values, view_chain
 
 import needle as ndl
 from needle.backend_ndarray import functions as F
