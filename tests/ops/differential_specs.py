@@ -115,9 +115,13 @@ def view_chain(d: Draw, shape: Shape, depth: int = 2) -> Tuple[Shape, List[View]
 
 
 def draw_values(rng: np.random.Generator, kind: str, shape: Shape) -> np.ndarray:
-    """Float64 values: "normal", "positive" (in [0.5, 2]) or "away" (|x| in [0.5, 2])."""
+    """Float64 values: "normal", "positive" (in [0.5, 2]), "away" (|x| in [0.5, 2]) or
+    "spread" (pairwise at least 0.3 apart)."""
     if kind == "positive":
         return rng.uniform(0.5, 2.0, shape)
+    if kind == "spread":  # distinct values 0.3 apart, shuffled: no two nearly equal
+        size = int(np.prod(shape))
+        return (rng.permutation(size).reshape(shape) - size / 2) * 0.3 + rng.uniform(0, 0.1)
     if kind == "away":
         return rng.uniform(0.5, 2.0, shape) * rng.choice([-1.0, 1.0], shape)
     return rng.standard_normal(shape)
@@ -130,7 +134,7 @@ class Spec:
     nd: Callable[..., Any]
     th: Callable[..., Any]
     classes: Tuple[str, ...]
-    values: Tuple[str, ...] = ()  # per input: "normal" (default), "positive", "away"
+    values: Tuple[str, ...] = ()  # per input: "normal" (default), "positive", "away", "spread"
     mixed: bool = True            # inputs may have different dtypes
     plain: Tuple[int, ...] = ()   # positions of inputs drawn without views
     # the reference casts the operands to the wider dtype first (needle's rule where
@@ -401,7 +405,8 @@ SPECS: Dict[str, Spec] = {
     "conv": Spec(_conv, ops.conv, _th_conv, ("Conv",), th_cast=True),
     "layer_norm": Spec(_layer_norm, lambda x, w, b: ops.layer_norm(x, w, b),
                        lambda T, x, w, b: T.nn.functional.layer_norm(x, x.shape[-1:], w, b),
-                       ("LayerNorm", "LayerNormBackward"), mixed=False, plain=(0,)),
+                       ("LayerNorm", "LayerNormBackward"), ("spread",), mixed=False,
+                       plain=(0,)),
     "dropout": Spec(lambda d: ([d.shape()], {"p": d.pick([0.0, 0.5])}), _dropout, _dropout_th,
                     ("Dropout",), ("away",), th_kw=_dropout_mask),
 }

@@ -27,9 +27,12 @@ Where needle differs from PyTorch on purpose, the test follows needle's rule:
   ``Tensor(1.5)`` (a Python float) are float32 and float64 (the course's hw3 and hw1 rules;
   PyTorch: float32 and float32), and layers (``nn.Linear``) cast their input to the weight's
   dtype (PyTorch raises), so they are not ops to compare; the inputs here are typed arrays.
-``layer_norm``'s input is drawn without views: a broadcast along the normalized axis makes
-rows of zero variance, where 1 / sqrt(eps) magnifies the float32 rounding of the mean (zero in
-PyTorch's kernel, about 1e-7 in needle's), so the gradient of an exact 0 comes out near 1e-5.
+``layer_norm``'s input is drawn without views and with values at least 0.3 apart: rows whose
+variance is near eps are ill-conditioned, and there needle's composed float32 backward (the
+course's formula, ``fused_ops.layer_norm_backward_naive``) loses more digits than PyTorch's
+kernel (relative error 4.6e-4 against PyTorch's 2.7e-5 at a variance near eps; a broadcast
+along the normalized axis gives variance 0, where the gradient of an exact 0 comes out near
+1e-5 against PyTorch's 0). A known gap, not a tolerance.
 Where both refuse a case (``max`` over an empty axis), that is agreement; one refusing alone
 is a failure.
 """
