@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 HIDDEN ?=
 GRADE_ARGS ?=
 
-.PHONY: install lint test test-cuda-sanitize bench clean grade
+.PHONY: install lint test test-cuda-sanitize fuzz bench clean grade
 
 install:
 	@echo "make install (1/2): needle and its dev tools (pip, a few minutes the first time)"
@@ -39,6 +39,20 @@ lint:
 
 test: install lint
 	$(PYTHON) -m pytest -q $(PYTEST_ARGS) tests
+
+# The differential test against PyTorch (tests/ops/test_differential*.py) with FUZZ_CASES cases
+# per op (a fifth of them on the emulated GPU) from a new seed, printed first; FUZZ_SEED=n
+# replays a run. `make test` runs the same test with few cases from seed 0.
+FUZZ_CASES ?= 2000
+ifeq ($(FUZZ_SEED),)
+FUZZ_SEED := $(shell date +%s)
+endif
+fuzz: install
+	@echo "make fuzz: FUZZ_SEED=$(FUZZ_SEED) FUZZ_CASES=$(FUZZ_CASES)"
+	NEEDLE_FUZZ_SEED=$(FUZZ_SEED) NEEDLE_FUZZ_CASES=$(FUZZ_CASES) \
+		NEEDLE_FUZZ_CUDA_CASES=$$(( $(FUZZ_CASES) / 5 )) NEEDLE_CUDA_TEST_TIMEOUT=7200 \
+		$(PYTHON) -m pytest -q $(PYTEST_ARGS) tests/ops/test_differential.py \
+		tests/ops/test_differential_primitives.py
 
 # Every CUDA kernel test on the emulator's thread engine under ThreadSanitizer, then
 # AddressSanitizer (needle/backend_cuda/emulator/sanitize.py): fails on a data race, an

@@ -688,17 +688,23 @@ def compute_gradient_of_variables(output_tensor: Value, out_grad: Value) -> None
       ``_run_post_accumulate_hooks(node)`` (``register_post_accumulate_grad_hook``);
     - ``.grad`` is *overwritten* (not accumulated) on leaves (``node.op is None``) and on
       tensors marked by ``retain_grad()`` (``node._retain_grad``); leaves stop there;
+    - a ``tuple_get_item`` node's adjoint may instead be kept for its one element of the
+      tuple (what the library does, with ``_tuple_adjoint``: a split into n pieces then costs
+      n, not n^2; ``TupleGetItem.gradient``, a whole tuple of zeros but one, gives the same);
     - otherwise ``node.op.gradient_as_tuple(grad, node)`` gives one partial per input; only
       inputs with ``requires_grad`` collect theirs. The partials are Tensors built from ops, so
       the gradient of a gradient works (``backward`` runs this under grad mode).
     """
     ### BEGIN YOUR SOLUTION (hw1.autograd.compute_gradient)
-    grads: Dict[int, List[Tensor]] = {id(output_tensor): [out_grad]}
+    grads: Dict[int, List[Value]] = {id(output_tensor): [out_grad]}
+    # a tuple's adjoint element by element: tuple_get_item's partial touches one element, so
+    # n pieces of a split cost n (its gradient as a whole tuple would cost n each)
+    items: Dict[int, Dict[int, List[Value]]] = {}
     for node in reversed(find_topo_sort([output_tensor])):
         node_grads = grads.pop(id(node), None)
         if node_grads is None:
             continue
-        grad = sum_node_list(node_grads)
+        grad = _tuple_adjoint(node, node_grads, items.pop(id(node), None))
         if isinstance(node, Tensor) and grad.dtype != node.dtype:
             grad = ops.cast(grad, node.dtype)  # after type promotion: grads keep their dtype
         if node._hooks is not None:
@@ -706,14 +712,34 @@ def compute_gradient_of_variables(output_tensor: Value, out_grad: Value) -> None
         if node.op is None or getattr(node, "_retain_grad", False):
             node.grad = grad  # overwritten, not accumulated, as in the course
             if node.op is None:
-                if node._hooks is not None:
-                    _run_post_accumulate_hooks(node)  # this leaf's .grad is now final
+                _run_post_accumulate_hooks(node)  # this leaf's .grad is now final
                 continue
+        if isinstance(node.op, ops.TupleGetItem):
+            source = node.inputs[0]
+            items.setdefault(id(source), {}).setdefault(node.op.index, []).append(grad)
+            grads.setdefault(id(source), [])
+            continue
         partials = node.op.gradient_as_tuple(grad, node)
         for inp, partial in zip(node.inputs, partials):
             if inp.requires_grad:
                 grads.setdefault(id(inp), []).append(partial)
     ### END YOUR SOLUTION
+
+
+def _tuple_adjoint(node: Value, whole: List[Value],
+                   items: Optional[Dict[int, List[Value]]]) -> Value:
+    """A node's adjoint: the sum of ``whole``, its partials; for a TensorTuple with partials
+    of single elements (``items``, from ``tuple_get_item``) each element summed apart, with
+    zeros only for elements no partial reaches: linear in the tuple's length plus the number
+    of partials."""
+    if items is None:
+        return sum_node_list(whole)
+    elements = []
+    for i, value in enumerate(node.realize_cached_data()):
+        terms = [tup[i] for tup in whole] + items.get(i, [])
+        elements.append(sum_node_list(terms) if terms else Tensor.make_const(
+            array_api.full(value.shape, 0, value.dtype, value.device)))
+    return ops.make_tuple(*elements)
 
 
 V = TypeVar("V", bound=Value)  # a graph of Tensors sorts into Tensors

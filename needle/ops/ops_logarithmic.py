@@ -3,8 +3,10 @@
 Over one axis on a device offering the ``logsumexp_rows``/``softmax_rows`` primitives
 (``ndl.cuda()``), the forward is one kernel; elsewhere it is composed from NDArray ops.
 """
-from typing import Optional
+import math
+from typing import Optional, Tuple
 
+from .. import backend_ndarray as array_api
 from ..autograd import NDArray, Tensor, TensorOp
 from ..backend_ndarray import fused_ops as fused
 from ..backend_ndarray.axes import Axes, keepdims_shape, normalize_axes
@@ -12,6 +14,17 @@ from .ops_mathematic import broadcast_to, exp, reshape
 from .ops_reduce import summation
 
 __all__ = ["LogSumExp", "logsumexp", "LogSoftmax", "logsoftmax", "Softmax", "softmax"]
+
+
+def _reduced_shape(shape: Tuple[int, ...], axes: Axes) -> Tuple[int, ...]:
+    """``shape`` with ``axes`` (None: all) removed."""
+    reduced = normalize_axes(axes, len(shape))
+    return tuple(s for i, s in enumerate(shape) if i not in reduced)
+
+
+def _reduces_an_empty_axis(Z: NDArray, axes: Axes) -> bool:
+    """True when one of the reduced ``axes`` of ``Z`` has size 0."""
+    return any(Z.shape[i] == 0 for i in normalize_axes(axes, Z.ndim))
 
 
 def _one_kernel_logsumexp(Z: NDArray, axes: Axes) -> Optional[NDArray]:
@@ -39,6 +52,9 @@ class LogSumExp(TensorOp):
     def compute(self, Z: NDArray) -> NDArray:
         """Exercise hw2.ops.logsumexp: max + log(sum(exp(Z - max))) over ``self.axes`` (None: all),
         max taken with keepdims; the reduced axes are removed from the result."""
+        if _reduces_an_empty_axis(Z, self.axes):  # log(0): -inf, as PyTorch gives
+            return array_api.full(_reduced_shape(Z.shape, self.axes), -math.inf, Z.dtype,
+                                  Z.device)
         out = _one_kernel_logsumexp(Z, self.axes) if self.use_kernel else None
         if out is not None:
             return out
@@ -55,6 +71,8 @@ class LogSumExp(TensorOp):
         exp(Z - max) / sum(exp(Z - max)); not exp(Z - lse), which rounds badly for large Z."""
         ### BEGIN YOUR SOLUTION (hw2.ops.logsumexp)
         Z = node.inputs[0]
+        if Z.size == 0:  # nothing to differentiate (and no max to shift by)
+            return Tensor.make_const(array_api.full(Z.shape, 0, Z.dtype, Z.device))
         keep = keepdims_shape(Z.shape, self.axes)
         axes = normalize_axes(self.axes, Z.ndim)
         # softmax as exp(z - max) / sum(exp(z - max)), not exp(z - lse): in float32 near 1e9
@@ -81,6 +99,8 @@ class LogSoftmax(TensorOp):
     def compute(self, Z: NDArray) -> NDArray:
         """Exercise hw2.ops.logsoftmax: Z - logsumexp(Z) along ``self.axis`` (with LogSumExp's
         compute)."""
+        if Z.size == 0:  # an empty result (no max over a zero-size axis)
+            return array_api.full(Z.shape, 0, Z.dtype, Z.device)
         ### BEGIN YOUR SOLUTION (hw2.ops.logsoftmax)
         # (z - max) - log(sum(exp(z - max))), not z - lse: lse near 1e9 in float32 loses the
         # log(sum) term (tied maxima would give log-probabilities 0).

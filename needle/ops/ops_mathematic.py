@@ -2,6 +2,7 @@
 
 Binary ops broadcast by NumPy's rules; their gradients are summed back to each input's shape.
 """
+import math
 from numbers import Number
 from typing import Any, Optional, Tuple
 
@@ -117,8 +118,11 @@ class EWisePow(TensorOp):
         ``unbroadcast`` to its input's shape; Tensor ops only, so it is differentiable again."""
         ### BEGIN YOUR SOLUTION (hw1.ops.power)
         a, b = node.inputs
-        grad_a = out_grad * b * a ** (b - 1)
-        grad_b = out_grad * node * log(a)
+        # both in the result's dtype, as PyTorch computes them: with a float32 operand and a
+        # float64 one, b - 1 and log(a) are not rounded to float32 first
+        wide_a, wide_b = cast(a, node.dtype), cast(b, node.dtype)
+        grad_a = out_grad * wide_b * wide_a ** (wide_b - 1)
+        grad_b = out_grad * node * log(wide_a)
         return unbroadcast(grad_a, a.shape), unbroadcast(grad_b, b.shape)
         ### END YOUR SOLUTION
 
@@ -386,8 +390,10 @@ class MatMul(TensorOp):
         if b.requires_grad:
             if b.ndim == 2 and a.ndim > 2:
                 # fold the batch into rows: one (n, B*m) @ (B*m, p) product instead of B
+                # rows counted, not -1: a zero-size axis leaves -1 undetermined
                 n, p = b.shape
-                grad_b = transpose(reshape(a, (-1, n))) @ reshape(out_grad, (-1, p))
+                rows = math.prod(a.shape[:-1])
+                grad_b = transpose(reshape(a, (rows, n))) @ reshape(out_grad, (rows, p))
             else:
                 grad_b = unbroadcast(transpose(a) @ out_grad, b.shape)
         return grad_a, grad_b
