@@ -167,7 +167,8 @@ def static_shared(so_path: str) -> Dict[str, object]:
     """Function-local statics (the __shared__ variables) and function offsets, from objdump.
 
     Returns {"functions": {offset: name}, "statics": {owner function: bytes},
-    "anchor": offset of cuda_emu_count, "shared": [[offset, bytes, name], ...]}.
+    "anchor": offset of cuda_emu_count,
+    "shared": [[offset, bytes, short name, owner function], ...]}.
     """
     out = subprocess.run(["objdump", "-t", "-C", so_path], capture_output=True, text=True,
                          check=False, env=_tool_env()).stdout
@@ -194,11 +195,11 @@ def static_shared(so_path: str) -> Dict[str, object]:
         owner = name.rsplit("::", 1)[0]
         if owner.endswith(")") or owner in names:
             statics[owner] = statics.get(owner, 0) + size
-            shared.append((addr, size, _short_static_name(name)))
+            shared.append((addr, size, short_static_name(name), owner))
     return {"functions": funcs, "statics": statics, "anchor": anchor, "shared": shared}
 
 
-def _short_static_name(name: str) -> str:
+def short_static_name(name: str) -> str:
     """``void ndl::row_stats<float, float>(float const*, ...)::sm`` -> ``sm (in row_stats)``."""
     owner, var = name.rsplit("::", 1)
     depth, head = 0, owner

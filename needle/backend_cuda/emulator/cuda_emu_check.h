@@ -35,7 +35,10 @@ namespace cuda_emu {
 struct SharedVar {
   uintptr_t lo, hi;
   std::string name;
+  int kernel;  // the kernel (table index) owning it; -1: a __device__ function, legal anywhere
 };
+// Past the first and last __shared__ variable, this many bytes are an overrun, not other data.
+static const uintptr_t SHARED_GUARD = 256;
 
 // One byte of shared memory in full mode. Epochs count barrier intervals over the module's
 // life; a block starts a new one, so stale entries of earlier blocks never match.
@@ -55,6 +58,7 @@ struct Pending {  // the first read of uninitialised shared memory in this barri
 
 struct Checker {
   const CheckSpec* spec = nullptr;
+  int entry = -1;  // the kernel launched
   uintptr_t dyn_lo = 0, dyn_hi = 0;
   uint32_t epoch = 1, block_epoch = 1;
   std::vector<Cell> dyn_cells;
@@ -95,11 +99,12 @@ static void init_image() {
 }
 
 static void set_shared(int n, const unsigned long long* offsets, const unsigned long long* sizes,
-                       const char* const* names) {
+                       const char* const* names, const int* owners) {
   init_image();
   g_shared.clear();
   for (int i = 0; i < n; ++i)
-    g_shared.push_back(SharedVar{g_base + offsets[i], g_base + offsets[i] + sizes[i], names[i]});
+    g_shared.push_back(SharedVar{g_base + offsets[i], g_base + offsets[i] + sizes[i], names[i],
+                                 owners[i]});
   std::sort(g_shared.begin(), g_shared.end(),
             [](const SharedVar& x, const SharedVar& y) { return x.lo < y.lo; });
   g_shared_lo = g_shared.empty() ? 0 : g_shared.front().lo;
@@ -144,6 +149,7 @@ static const char* access_kind(bool write) { return write ? "write" : "read"; }
     }
   }
   for (const SharedVar& v : g_shared) {
+    if (v.kernel != -1 && v.kernel != c->entry) continue;
     const uint64_t d = a < v.lo ? v.lo - a : (a >= v.hi ? a - v.hi : 0);
     if (d < best) {
       best = d;
@@ -160,24 +166,27 @@ static const char* access_kind(bool write) { return write ? "write" : "read"; }
                        access_kind(write), size, what.c_str(), (size_t)a) + pc_token(pc));
 }
 
-static std::string shared_name(const Checker* c, uintptr_t a) {
+// "__shared__ smem (in reduce_rows_block)[3] (byte 12 of 128)" for an access of `size` bytes.
+static std::string shared_name(const Checker* c, uintptr_t a, size_t size) {
   if (a >= c->dyn_lo && a < c->dyn_hi)
-    return format("extern __shared__ byte %zu", (size_t)(a - c->dyn_lo));
+    return format("extern __shared__ [%zu] (byte %zu of %zu)", (size_t)(a - c->dyn_lo) / size,
+                  (size_t)(a - c->dyn_lo), (size_t)(c->dyn_hi - c->dyn_lo));
   for (const SharedVar& v : g_shared)
-    if (a >= v.lo && a < v.hi) return format("__shared__ %s byte %zu", v.name.c_str(),
-                                             (size_t)(a - v.lo));
+    if (a >= v.lo && a < v.hi)
+      return format("__shared__ %s[%zu] (byte %zu of %zu)", v.name.c_str(),
+                    (size_t)(a - v.lo) / size, (size_t)(a - v.lo), (size_t)(v.hi - v.lo));
   return "__shared__ memory";
 }
 
 // Full mode: record one byte's access; fail on a race.
-static void track_byte(Thread* t, Checker* c, Cell& cell, uintptr_t a, bool write,
+static void track_byte(Thread* t, Checker* c, Cell& cell, uintptr_t a, size_t size, bool write,
                        uintptr_t pc) {
   const Block* b = t->block;
   const unsigned me = t->linear;
   const uint32_t e = c->epoch;
   auto race = [&](const char* kind, unsigned other, uintptr_t other_pc, const char* other_did) {
     check_fail(t, format("shared-memory race (%s hazard) on %s: ", kind,
-                         shared_name(c, a).c_str()) + thread_name(b, me) + " " +
+                         shared_name(c, a, size).c_str()) + thread_name(b, me) + " " +
                       access_kind(write) + "s it at " + pc_token(pc) + " after " +
                       thread_name(b, other) + " " + other_did + " it at " + pc_token(other_pc) +
                       " with no __syncthreads() between (missing barrier)");
@@ -196,7 +205,7 @@ static void track_byte(Thread* t, Checker* c, Cell& cell, uintptr_t a, bool writ
     c->pending.set = true;
     c->pending.tid = me;
     c->pending.pc = pc;
-    c->pending.what = shared_name(c, a);
+    c->pending.what = shared_name(c, a, size);
   }
   if (cell.r_epoch == e) {
     cell.r_many |= cell.r_tid != me;
@@ -211,7 +220,8 @@ static void track_byte(Thread* t, Checker* c, Cell& cell, uintptr_t a, bool writ
 static void track_shared(Thread* t, Checker* c, Cell* cells, uintptr_t base, uintptr_t a,
                          size_t size, bool write, uintptr_t pc) {
   std::unique_lock<std::mutex> lock(c->mu);
-  for (size_t i = 0; i < size; ++i) track_byte(t, c, cells[a - base + i], a + i, write, pc);
+  // a race or uninitialised read is reported at the access's first byte
+  for (size_t i = 0; i < size; ++i) track_byte(t, c, cells[a - base + i], a, size, write, pc);
 }
 
 // Inside a __shared__ variable (bounds), and its shadow in full mode.
@@ -223,14 +233,15 @@ static bool shared_access(Thread* t, Checker* c, uintptr_t a, size_t size, bool 
     if (track) track_shared(t, c, c->dyn_cells.data(), c->dyn_lo, a, size, write, pc);
     return true;
   }
-  if (a < g_shared_lo || a >= g_shared_hi) return false;
+  if (a + SHARED_GUARD < g_shared_lo || a >= g_shared_hi + SHARED_GUARD) return false;
   for (const SharedVar& v : g_shared) {
-    if (a < v.lo || a >= v.hi) continue;
+    // another kernel's variable is not this block's shared memory
+    if (a < v.lo || a >= v.hi || (v.kernel != -1 && v.kernel != c->entry)) continue;
     if (a + size > v.hi) out_of_bounds(t, c, a, size, write, pc);
     if (track) track_shared(t, c, g_shared_cells.data(), g_shared_lo, a, size, write, pc);
     return true;
   }
-  out_of_bounds(t, c, a, size, write, pc);  // between two variables (alignment padding)
+  out_of_bounds(t, c, a, size, write, pc);  // padding, another kernel's, or just outside
 }
 
 static void slow_access(Thread* t, Checker* c, uintptr_t a, size_t size, bool write,

@@ -372,9 +372,9 @@ static void run_block(Block* b, const Launch& l, FiberEngine* fibers, ThreadEngi
 }
 
 // Run every block of the grid; returns 0, or 1 with the error message in err.
-static int run_launch(const char* kernel, const Launch& l, const unsigned* g3, const unsigned* b3,
-                      size_t dyn_bytes, int engine, const CheckSpec* spec, char* err,
-                      size_t errlen) {
+static int run_launch(int entry, const char* kernel, const Launch& l, const unsigned* g3,
+                      const unsigned* b3, size_t dyn_bytes, int engine, const CheckSpec* spec,
+                      char* err, size_t errlen) {
   static std::mutex module_mu;  // one launch at a time: __shared__ storage is per module
   std::lock_guard<std::mutex> guard(module_mu);
   const dim3 grid(g3[0], g3[1], g3[2]), block(b3[0], b3[1], b3[2]);
@@ -387,6 +387,7 @@ static int run_launch(const char* kernel, const Launch& l, const unsigned* g3, c
 #if defined(CUDA_EMU_MEMCHECK)
   Checker checker;
   checker.spec = spec;
+  checker.entry = entry;
   checker.dyn_lo = reinterpret_cast<uintptr_t>(dyn);
   checker.dyn_hi = checker.dyn_lo + dyn_bytes;
   init_image();
@@ -463,8 +464,8 @@ template <typename... A> static Entry entry(const char* name, void (*f)(A...)) {
 #define CUDA_EMU_SHARED_API                                                                   \
   extern "C" __attribute__((visibility("default"))) void cuda_emu_set_shared(                 \
       int n, const unsigned long long* offsets, const unsigned long long* sizes,               \
-      const char* const* names) {                                                             \
-    ::cuda_emu::set_shared(n, offsets, sizes, names);                                         \
+      const char* const* names, const int* owners) {                                          \
+    ::cuda_emu::set_shared(n, offsets, sizes, names, owners);                                 \
   }
 #else
 #define CUDA_EMU_SHARED_API
@@ -488,7 +489,7 @@ template <typename... A> static Entry entry(const char* name, void (*f)(A...)) {
       int i, const unsigned* grid, const unsigned* block, size_t dyn_shared, void** args,      \
       int engine, const ::cuda_emu::CheckSpec* spec, char* err, size_t errlen) {              \
     const ::cuda_emu::Launch l{entries[i].invoke, entries[i].fn, args};                       \
-    return ::cuda_emu::run_launch(entries[i].name, l, grid, block, dyn_shared, engine, spec,  \
-                                  err, errlen);                                               \
+    return ::cuda_emu::run_launch(i, entries[i].name, l, grid, block, dyn_shared, engine,     \
+                                  spec, err, errlen);                                         \
   }                                                                                           \
   CUDA_EMU_SHARED_API

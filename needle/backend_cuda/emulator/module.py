@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import build as _build
-from .build import EmulatorBuildError, EmulatorUnavailable
+from .build import EmulatorBuildError, EmulatorUnavailable, short_static_name
 from .errors import EmulatorError, EmulatorKernelError
 
 from .memcheck import CHECK_LEVELS, EmulatorMemoryError, check_level, describe_errors
@@ -240,12 +240,12 @@ class Module:
                                         ctypes.c_size_t, ctypes.c_void_p, ctypes.c_int,
                                         ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
         self.lib = lib
-        if hasattr(lib, "cuda_emu_set_shared"):
-            _set_shared(lib, info.get("shared", []))
         base = ctypes.cast(lib.cuda_emu_count, ctypes.c_void_p).value - int(info["anchor"])
         count = lib.cuda_emu_count()
         funcs = [info["functions"].get(str(lib.cuda_emu_address(i) - base), "")
                  for i in range(count)]
+        if hasattr(lib, "cuda_emu_set_shared"):
+            _set_shared(lib, info.get("shared", []), funcs, _global_names(code))
         # __shared__ variables of __device__ functions count for every kernel: an upper bound,
         # since which kernel calls which function is not in the symbol table
         elsewhere = sum(v for owner, v in info["statics"].items() if owner not in funcs)
@@ -312,13 +312,25 @@ def _load(code: str, names: Tuple[str, ...], options: Tuple[str, ...], engine: s
     return Module(path, info, engine, check, code)
 
 
-def _set_shared(lib: ctypes.CDLL, shared: Sequence[Sequence[Any]]) -> None:
-    """Tell a memory-checked library where its __shared__ variables are."""
+def _set_shared(lib: ctypes.CDLL, shared: Sequence[Sequence[Any]], kernels: List[str],
+                globals_: Sequence[str]) -> None:
+    """Tell a memory-checked library where its __shared__ variables are, and which kernel owns
+    each (-1: a __device__ function's, legal in every kernel; -2: a kernel's not in the table)."""
+    def owner(name: str) -> int:
+        if name in kernels:
+            return kernels.index(name)
+        return -2 if short_static_name(name + "::x").split(" (in ")[1][:-1] in globals_ else -1
     n = len(shared)
+    owners = (ctypes.c_int * max(n, 1))(*[owner(s[3]) for s in shared])
     offsets = (ctypes.c_ulonglong * max(n, 1))(*[int(s[0]) for s in shared])
     sizes = (ctypes.c_ulonglong * max(n, 1))(*[int(s[1]) for s in shared])
     names = (ctypes.c_char_p * max(n, 1))(*[str(s[2]).encode() for s in shared])
-    lib.cuda_emu_set_shared(n, offsets, sizes, names)  # copies the names
+    lib.cuda_emu_set_shared(n, offsets, sizes, names, owners)  # copies the names
+
+
+def _global_names(code: str) -> List[str]:
+    """The names of the source's __global__ functions."""
+    return re.findall(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)", code)
 
 
 @functools.lru_cache(maxsize=None)
