@@ -23,9 +23,15 @@ import numpy as np
 from . import build as _build
 from .build import EmulatorBuildError, EmulatorUnavailable, short_static_name
 from .errors import EmulatorError, EmulatorKernelError
-
-from .memcheck import CHECK_LEVELS, EmulatorMemoryError, check_level, describe_errors
-from .memcheck import CheckSpec, block_seed, pointer_region
+from .memcheck import (
+    CHECK_LEVELS,
+    CheckSpec,
+    EmulatorMemoryError,
+    block_seed,
+    check_level,
+    describe_errors,
+    pointer_region,
+)
 
 __all__ = ["load_module", "Module", "Kernel", "EmulatorError", "EmulatorLaunchError",
            "EmulatorKernelError", "EmulatorMemoryError", "EmulatorBuildError",

@@ -15,10 +15,11 @@ from needle.backend_cuda import kernel_specs as K
 from needle.backend_cuda.emulator.module import load_module
 
 
-def run_reduce(code: str) -> bool:
+def run_reduce(code: str, path: str) -> bool:
     """reduce_rows_block<float, float, SumOp>: 4 rows of 300 over 8 warps of one block."""
     name = K.reduce_name("block", "sum", "float32", "float32")
-    k = load_module(code, [name], K.NVRTC_OPTIONS + K.include_options()).get_function(name)
+    k = load_module(code, [name], K.NVRTC_OPTIONS + K.include_options(),
+                    filename=path).get_function(name)
     rows, size = 4, 300
     a = np.random.default_rng(0).random((rows, size)).astype(np.float32)
     out = np.zeros(rows, np.float32)
@@ -27,10 +28,11 @@ def run_reduce(code: str) -> bool:
     return bool(np.allclose(out, a.sum(1), rtol=1e-5))
 
 
-def run_unary(code: str) -> bool:
+def run_unary(code: str, path: str) -> bool:
     """ewise_unary<float, Exp> over 700 elements (3 blocks of 256 threads)."""
     name = K.unary_name("exp", "float32")
-    k = load_module(code, [name], K.NVRTC_OPTIONS + K.include_options()).get_function(name)
+    k = load_module(code, [name], K.NVRTC_OPTIONS + K.include_options(),
+                    filename=path).get_function(name)
     n = 700
     a = np.random.default_rng(1).random(n).astype(np.float32)
     out = np.zeros(n, np.float32)
@@ -40,7 +42,7 @@ def run_unary(code: str) -> bool:
 
 
 if __name__ == "__main__":
-    case, source = sys.argv[1], Path(sys.argv[2]).read_text()
-    ok = {"reduce": run_reduce, "unary": run_unary}[case](source)
+    case, path = sys.argv[1], str(Path(sys.argv[2]).resolve())
+    ok = {"reduce": run_reduce, "unary": run_unary}[case](Path(path).read_text(), path)
     print("result ok" if ok else "result WRONG")
     sys.exit(0 if ok else 1)

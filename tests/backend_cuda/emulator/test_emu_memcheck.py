@@ -10,8 +10,11 @@ import pytest
 
 from needle.backend_cuda import kernel_specs as K
 from needle.backend_cuda.emulator import fake_cupy as cp
-from needle.backend_cuda.emulator.module import (EmulatorKernelError, EmulatorMemoryError,
-                                                 load_module)
+from needle.backend_cuda.emulator.module import (
+    EmulatorKernelError,
+    EmulatorMemoryError,
+    load_module,
+)
 
 OPTIONS = K.NVRTC_OPTIONS + K.include_options()
 COMPACT_LOOP = ("  for (long long i = ndl::global_id(); i < n; i += ndl::grid_stride())\n"
