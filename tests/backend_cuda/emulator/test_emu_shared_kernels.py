@@ -82,7 +82,7 @@ def test_layernorm_forward_many_warps(engine):
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_tiled_matmul_many_tiles(engine):
-    m, n, p = 40, 37, 70  # several output tiles and several k-steps of shared tiles
+    m, n, p = 130, 20, 140  # 2 x 2 tiles of 128 x 128, three k-steps of 8 through shared
     a, b = rand(1, m, n, seed=6), rand(1, n, p, seed=7)
     c = dev(np.zeros((1, m, p), np.float32))
     grid, block = K.matmul_launch(1, m, p, "tiled")
