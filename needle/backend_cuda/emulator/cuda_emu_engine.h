@@ -33,12 +33,18 @@ namespace cuda_emu {
 // order every CUDA thread after every other and hide the kernel's races. The kernel sees only
 // the orderings CUDA gives: __syncthreads() for the block and __syncwarp() for a warp (shuffles
 // and votes exchange values but do not order memory).
-struct Quiet {
+// Emulator code called from a kernel (barriers, warp operations) is not kernel memory traffic:
+// the memory checker (cuda_emu_check.h) is off inside it and back on the way out.
+struct Unchecked {
 #if defined(CUDA_EMU_MEMCHECK)
-  Thread* checking;  // the memory checker is off in emulator code too (restored on the way out)
-  CUDA_EMU_NOCHECK_FN Quiet();
-  CUDA_EMU_NOCHECK_FN ~Quiet();
-#elif defined(__SANITIZE_THREAD__)
+  Thread* checking;
+  CUDA_EMU_NOCHECK_FN Unchecked();
+  CUDA_EMU_NOCHECK_FN ~Unchecked();
+#endif
+};
+
+struct Quiet : Unchecked {
+#if defined(__SANITIZE_THREAD__)
   Quiet() {
     AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
     AnnotateIgnoreWritesBegin(__FILE__, __LINE__);
@@ -190,7 +196,7 @@ static void barrier_arrive(const char* file, int line);
 static void check_barrier(Block* b);
 
 static void syncthreads_at(const char* file, int line) {
-  Quiet quiet;
+  Unchecked unchecked;  // not Quiet: TSan must see the happens-before edges below
   Block* b = tls_thread->block;
   happens_before(&b->bar_count);  // everything before the barrier ...
   barrier_arrive(file, line);
@@ -278,7 +284,7 @@ static unsigned warp_arrive(int kind, unsigned mask, const void* v, size_t size,
 
 template <typename T> static T warp_op(int kind, unsigned mask, T v, int arg, int width,
                                        const char* file, int line) {
-  Quiet outer;
+  Unchecked unchecked;
   static_assert(sizeof(T) <= 16, "warp shuffles move at most 16 bytes");
   if (width <= 0 || width > 32 || (width & (width - 1)))
     fail("shuffle width must be a power of two in [1, 32]", file, line);
@@ -302,7 +308,7 @@ template <typename T> static T warp_op(int kind, unsigned mask, T v, int arg, in
 }
 
 static unsigned vote_op(int kind, unsigned mask, int pred, const char* file, int line) {
-  Quiet outer;
+  Unchecked unchecked;
   Thread* t = tls_thread;
   WarpGroup& g = t->block->warps[t->linear >> 5];
   if (kind == VOTE_SYNC) happens_before(&g);
@@ -372,8 +378,8 @@ struct CheckSpec {  // module.py's _CheckSpec
 #if defined(CUDA_EMU_MEMCHECK)
 #include "cuda_emu_check.h"
 namespace cuda_emu {
-Quiet::Quiet() : checking(tls_check) { tls_check = nullptr; }
-Quiet::~Quiet() { tls_check = checking; }
+Unchecked::Unchecked() : checking(tls_check) { tls_check = nullptr; }
+Unchecked::~Unchecked() { tls_check = checking; }
 }  // namespace cuda_emu
 #else
 namespace cuda_emu {
