@@ -253,14 +253,39 @@ static void slow_access(Thread* t, Checker* c, uintptr_t a, size_t size, bool wr
 }
 
 // Every load and store of kernel code comes here first; the common cases return at once.
+// Full mode, an allocation of cupy.empty: a write initialises its bytes, a read of a byte never
+// written (by a kernel or the host) fails the launch (compute-sanitizer's initcheck).
+static void device_init(Thread* t, const Region& r, uintptr_t a, size_t size, bool write,
+                        uintptr_t pc) {
+  uint8_t* init = r.init + (a - r.lo);
+  if (write) {
+    std::memset(init, 1, size);
+    return;
+  }
+  for (size_t i = 0; i < size; ++i)
+    if (!init[i])
+      check_fail(t, format("read of uninitialised device memory: %s at index %lld (allocated "
+                           "by cupy.empty, written by no kernel and not by the host) at ",
+                           r.label, ((long long)a - (long long)r.ptr) / (long long)size) +
+                        pc_token(pc));
+}
+
 CUDA_EMU_NOCHECK static inline void on_access(uintptr_t a, size_t size, bool write,
                                               uintptr_t pc, bool atomic = false) {
   Thread* t = tls_check;
   if (t == nullptr) return;
   Checker* c = static_cast<Checker*>(t->block->checker);
   const CheckSpec* s = c->spec;
-  for (int i = 0; i < s->nregions; ++i)
-    if (a >= s->regions[i].lo && a + size <= s->regions[i].hi) return;
+  for (int i = 0; i < s->nregions; ++i) {
+    const Region& r = s->regions[i];
+    if (a >= r.lo && a + size <= r.hi) {
+      if (r.init == nullptr) return;
+      tls_check = nullptr;
+      device_init(t, r, a, size, write || atomic, pc);
+      tls_check = t;
+      return;
+    }
+  }
   if (a >= t->stack_lo && a < t->stack_hi) return;
   tls_check = nullptr;  // the slow path's own accesses are the emulator's
   slow_access(t, c, a, size, write, pc, atomic);

@@ -363,12 +363,13 @@ enum CheckLevel { CHECK_OFF = 0, CHECK_BOUNDS = 1, CHECK_FULL = 2 };
 struct Region {
   uint64_t lo, hi, ptr;  // allocation [lo, hi); the pointer the kernel received
   const char* label;     // "argument 1 'out' (float32, 240 bytes)"
+  uint8_t* init;         // full mode, an allocation from cupy.empty: 1 per byte written
 };
 struct CheckSpec {  // module.py's _CheckSpec
   int32_t level;
   int32_t nregions;
   int32_t unbounded;  // a pointer argument without known bounds (a bare int address)
-  int32_t pad;
+  int32_t concurrent; // threads engine: up to this many CUDA threads of several blocks at once
   uint64_t seed;      // block order: 0 = in order, else a seeded shuffle
   const Region* regions;
 };

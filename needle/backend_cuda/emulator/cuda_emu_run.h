@@ -14,6 +14,7 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <exception>
 #include <memory>
@@ -287,15 +288,19 @@ struct ThreadEngine : Engine {
     return nullptr;
   }
 
-  void run(Block* b, const Launch* l) {
+  std::vector<pthread_t> ids;
+  std::vector<Arg> args;
+  unsigned started = 0;
+
+  // Start the block's OS threads; join() waits for them (blocks may run side by side).
+  void start(Block* b, const Launch* l) {
     launch = l;
-    std::vector<pthread_t> ids(b->n);
-    std::vector<Arg> args(b->n);
+    ids.resize(b->n);
+    args.resize(b->n);
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 1 << 20);
-    unsigned started = 0;
-    for (; started < b->n; ++started) {
+    for (started = 0; started < b->n; ++started) {
       args[started] = Arg{this, &b->threads[started]};
       if (pthread_create(&ids[started], &attr, &ThreadEngine::main, &args[started]) != 0) {
         std::unique_lock<std::mutex> lock(b->mu);
@@ -305,8 +310,14 @@ struct ThreadEngine : Engine {
         break;
       }
     }
-    for (unsigned i = 0; i < started; ++i) pthread_join(ids[i], nullptr);
     pthread_attr_destroy(&attr);
+  }
+  void join() {
+    for (unsigned i = 0; i < started; ++i) pthread_join(ids[i], nullptr);
+  }
+  void run(Block* b, const Launch* l) {
+    start(b, l);
+    join();
   }
 };
 
@@ -371,6 +382,53 @@ static void run_block(Block* b, const Launch& l, FiberEngine* fibers, ThreadEngi
 #endif
 }
 
+// One block with its own threads, warps and OS-thread engine (blocks that run side by side).
+struct BlockRun {
+  Block b;
+  std::vector<Thread> threads;
+  std::vector<WarpGroup> warps;
+  ThreadEngine engine;
+};
+
+// The threads engine with blocks side by side, spec.concurrent CUDA threads at most at once, so
+// that ThreadSanitizer sees races between blocks (only for kernels without __shared__ memory,
+// whose one static copy would be shared by the blocks: module.py decides).
+static int run_concurrent(const char* kernel, const Launch& l, const dim3& grid,
+                          const dim3& block, const std::vector<unsigned long long>& order,
+                          const CheckSpec* spec, char* err, size_t errlen) {
+  const unsigned n = block.x * block.y * block.z;
+  const size_t per_group = std::max<size_t>(1, (size_t)spec->concurrent / n);
+  for (size_t first = 0; first < order.size(); first += per_group) {
+    const size_t count = std::min(per_group, order.size() - first);
+    std::vector<std::unique_ptr<BlockRun>> runs;
+    for (size_t j = 0; j < count; ++j) {
+      const unsigned long long id = order[first + j];
+      runs.emplace_back(new BlockRun);
+      BlockRun& r = *runs.back();
+      r.threads.resize(n);
+      r.warps.resize((n + 31) / 32);
+      init_block(&r.b, kernel, (unsigned)(id % grid.x), (unsigned)(id / grid.x % grid.y),
+                 (unsigned)(id / grid.x / grid.y), grid, block, r.threads.data(),
+                 r.warps.data(), nullptr);
+      r.b.engine = &r.engine;
+    }
+#if defined(CUDA_EMU_MEMCHECK)
+    Checker checker;
+    checker.spec = spec;
+    init_image();
+    for (auto& r : runs) r->b.checker = &checker;
+#endif
+    for (auto& r : runs) r->engine.start(&r->b, &l);
+    for (auto& r : runs) r->engine.join();
+    for (auto& r : runs)
+      if (r->b.failed) {
+        std::snprintf(err, errlen, "%s", r->b.error.c_str());
+        return 1;
+      }
+  }
+  return 0;
+}
+
 // Run every block of the grid; returns 0, or 1 with the error message in err.
 static int run_launch(int entry, const char* kernel, const Launch& l, const unsigned* g3,
                       const unsigned* b3, size_t dyn_bytes, int engine, const CheckSpec* spec,
@@ -394,8 +452,11 @@ static int run_launch(int entry, const char* kernel, const Launch& l, const unsi
   if (spec->level == CHECK_FULL) checker.dyn_cells.resize(dyn_bytes);
 #endif
   const unsigned long long nblocks = (unsigned long long)grid.x * grid.y * grid.z;
+  const std::vector<unsigned long long> order = block_order(nblocks, spec->seed);
+  if (oss && (unsigned long long)spec->concurrent >= 2ull * n && nblocks > 1)
+    return run_concurrent(kernel, l, grid, block, order, spec, err, errlen);
   int rc = 0;
-  for (unsigned long long id : block_order(nblocks, spec->seed)) {
+  for (unsigned long long id : order) {
     Block b;
     init_block(&b, kernel, (unsigned)(id % grid.x), (unsigned)(id / grid.x % grid.y),
                (unsigned)(id / grid.x / grid.y), grid, block, threads.data(), warps.data(), dyn);

@@ -7,10 +7,12 @@
   the thread's stack and the module's constants. An access outside them fails the launch at
   that access, before it happens, with ``EmulatorMemoryError`` naming the kernel, block,
   thread, buffer, index and file:line (compute-sanitizer's memcheck).
-- ``full``: also uninitialised ``__shared__`` reads (initcheck) and shared-memory races, a write
-  and a read or write of one address by two threads of a block with no ``__syncthreads()``
-  between (racecheck: a missing barrier). Blocks run in a seeded random order
-  (``NEEDLE_CUDA_EMULATOR_SEED``, default 1; 0 is the grid's order).
+- ``full``: also reads of uninitialised memory (initcheck): ``__shared__`` memory no thread of
+  the block wrote, and device memory from ``cupy.empty`` that no kernel and not the host wrote
+  (``empty`` fills it with a poison byte; a buffer whose bytes the host changed counts as
+  written); and shared-memory races, a write and a read or write of one address by two threads
+  of a block with no ``__syncthreads()`` between (racecheck: a missing barrier). Blocks run in
+  a seeded random order (``NEEDLE_CUDA_EMULATOR_SEED``, default 1; 0 is the grid's order).
 - ``off``: the unchecked build (no instrumentation): an out-of-bounds write corrupts the heap.
 
 Bounds are known for arguments with ``.data.mem`` (the emulator's CuPy arrays); a bare int
@@ -22,18 +24,24 @@ import os
 import re
 import shutil
 import subprocess
+import weakref
 from pathlib import Path
-from typing import Any, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
 
 from .errors import EmulatorKernelError, EmulatorMemoryError
 
 __all__ = ["CHECK_LEVELS", "check_level", "block_seed", "pointer_region", "CheckSpec",
-           "describe_errors", "EmulatorMemoryError"]
+           "describe_errors", "EmulatorMemoryError", "on_empty"]
 
 CHECK_ENV = "NEEDLE_CUDA_EMULATOR_CHECK"
 SEED_ENV = "NEEDLE_CUDA_EMULATOR_SEED"
 CHECK_LEVELS = {"off": 0, "bounds": 1, "full": 2}  # cuda_emu_engine.h's CheckLevel
 _MEMORY_ERRORS = ("out-of-bounds", "shared-memory race", "uninitialised")
+POISON = 0xA5  # what cupy.empty's bytes hold in full mode until something writes them
+# full mode: allocation address -> one byte per byte of it, 1 once a kernel wrote it
+_UNWRITTEN: Dict[int, np.ndarray] = {}
 
 
 def check_level() -> str:
@@ -64,22 +72,50 @@ def block_seed(level: str) -> int:
 class Region(ctypes.Structure):
     """One pointer argument's allocation (cuda_emu_engine.h's Region)."""
     _fields_ = [("lo", ctypes.c_uint64), ("hi", ctypes.c_uint64), ("ptr", ctypes.c_uint64),
-                ("label", ctypes.c_char_p)]
+                ("label", ctypes.c_char_p), ("init", ctypes.c_void_p)]
+
+
+def on_empty(arr: np.ndarray) -> None:
+    """Full mode: poison a new ``cupy.empty`` allocation and track which bytes get written."""
+    if check_level() != "full" or arr.nbytes == 0:
+        return
+    raw = arr.view(np.ndarray).reshape(-1).view(np.uint8)
+    raw[...] = POISON
+    addr = int(arr.__array_interface__["data"][0])
+    _UNWRITTEN[addr] = np.zeros(arr.nbytes, np.uint8)
+    weakref.finalize(arr, _UNWRITTEN.pop, addr, None)
+
+
+def _init_shadow(mem: Any, lo: int) -> Optional[np.ndarray]:
+    """The written-bytes map of a tracked allocation, or None once it counts as initialised
+    (every byte written, or the host changed a byte the kernels did not write)."""
+    shadow = _UNWRITTEN.get(lo)
+    if shadow is None:
+        return None
+    raw = np.asarray(mem).reshape(-1).view(np.uint8)
+    unwritten = shadow == 0
+    if not unwritten.any() or (raw[unwritten] != POISON).any():
+        _UNWRITTEN.pop(lo, None)
+        return None
+    return shadow
 
 
 class CheckSpec(ctypes.Structure):
     """What one launch checks (cuda_emu_engine.h's CheckSpec)."""
     _fields_ = [("level", ctypes.c_int32), ("nregions", ctypes.c_int32),
-                ("unbounded", ctypes.c_int32), ("pad", ctypes.c_int32),
+                ("unbounded", ctypes.c_int32), ("concurrent", ctypes.c_int32),
                 ("seed", ctypes.c_uint64), ("regions", ctypes.POINTER(Region))]
 
     @classmethod
-    def make(cls, level: int, seed: int, regions: Sequence[Optional[Region]]) -> "CheckSpec":
-        """A spec over ``regions`` (None: a pointer argument without known bounds)."""
+    def make(cls, level: int, seed: int, regions: Sequence[Optional[Region]],
+             concurrent: int = 0) -> "CheckSpec":
+        """A spec over ``regions`` (None: a pointer argument without known bounds); with
+        ``concurrent``, the threads engine runs that many CUDA threads of several blocks at
+        once."""
         known = [r for r in regions if r is not None]
         array = (Region * max(len(known), 1))(*known)
-        spec = cls(level, len(known), int(len(known) < len(regions)), 0, seed, array)
-        spec._keep = array  # the array (and its labels) must outlive the launch
+        spec = cls(level, len(known), int(len(known) < len(regions)), concurrent, seed, array)
+        spec._keep = (array, known)  # the array and its labels must outlive the launch
         return spec
 
 
@@ -95,7 +131,10 @@ def pointer_region(index: int, name: str, value: Any) -> Optional[Region]:
     dtype = getattr(value, "dtype", None)
     kind = f"{dtype}, " if dtype is not None else ""
     label = f"argument {index}" + (f" '{name}'" if name else "") + f" ({kind}{nbytes} bytes)"
-    return Region(lo, lo + nbytes, int(ptr), label.encode())
+    shadow = _init_shadow(mem, lo) if _UNWRITTEN else None
+    region = Region(lo, lo + nbytes, int(ptr), label.encode(),
+                    None if shadow is None else shadow.ctypes.data)
+    return region
 
 
 def describe_errors(message: str, library: Path) -> EmulatorKernelError:

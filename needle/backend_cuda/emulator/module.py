@@ -43,6 +43,9 @@ MAX_BLOCK = (1024, 1024, 64)
 MAX_GRID = (2 ** 31 - 1, 65535, 65535)
 MAX_SHARED = 48 * 1024
 _ERRBUF = 4096
+# The threads engine runs blocks of a kernel without __shared__ memory side by side, this many
+# CUDA threads (OS threads) at most at once, so that ThreadSanitizer sees races between blocks.
+CONCURRENT_THREADS = 2048
 
 
 class EmulatorLaunchError(EmulatorError):
@@ -214,7 +217,7 @@ class Kernel:
                  enumerate(zip(self.param_types, args))]
         bufs = [ctypes.create_string_buffer(s, max(len(s), 16)) for s in slots]
         argv = (ctypes.c_void_p * max(len(bufs), 1))(*[ctypes.addressof(x) for x in bufs])
-        spec = self._check_spec(args)
+        spec = self._check_spec(args, int(shared_mem))
         err = ctypes.create_string_buffer(_ERRBUF)
         rc = self.module.lib.cuda_emu_launch(self.index, (ctypes.c_uint * 3)(*g),
                                              (ctypes.c_uint * 3)(*b), int(shared_mem), argv,
@@ -223,13 +226,18 @@ class Kernel:
         if rc != 0:
             raise describe_errors(err.value.decode(errors="replace"), self.module.path)
 
-    def _check_spec(self, args: Sequence[Any]) -> CheckSpec:
-        """What the launch checks: each pointer argument's allocation, and the block order."""
+    def _check_spec(self, args: Sequence[Any], shared_mem: int) -> CheckSpec:
+        """What the launch checks (each pointer argument's allocation), the block order, and
+        whether the threads engine runs blocks side by side: only without __shared__ memory,
+        of which there is one static copy per module."""
         level = self.module.check
         names = self.module.param_names(self.name)
         regions = [pointer_region(i, names[i] if i < len(names) else "", a)
                    for i, (c, a) in enumerate(zip(self.param_types, args)) if c == "p"]
-        return CheckSpec.make(CHECK_LEVELS[level], block_seed(level), regions)
+        side_by_side = self.module.engine == "threads" and shared_mem == 0 \
+            and self.static_shared_bytes == 0
+        return CheckSpec.make(CHECK_LEVELS[level], block_seed(level), regions,
+                              CONCURRENT_THREADS if side_by_side else 0)
 
 
 class Module:

@@ -1,7 +1,7 @@
 """Run one kernel from a (possibly mutated) kernels/*.cu copy; launched by test_emu_sanitize.py
 in a child process with a sanitizer's runtime preloaded.
 
-    python sanitize_worker.py reduce|unary SOURCE_FILE
+    python sanitize_worker.py reduce|unary|blocks SOURCE_FILE
 
 Exits 0 when the kernel ran and matched NumPy, 1 on a wrong result; a sanitizer report makes
 the process exit with sanitize.SANITIZER_EXIT.
@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from needle.backend_cuda import kernel_specs as K
+from needle.backend_cuda.emulator import fake_cupy
 from needle.backend_cuda.emulator.module import load_module
 
 
@@ -41,8 +42,17 @@ def run_unary(code: str, path: str) -> bool:
     return bool(np.allclose(out, np.exp(a), rtol=1e-6))
 
 
+def run_blocks(code: str, path: str) -> bool:
+    """count_blocks(float* out): 4 blocks of 32 threads (a test kernel without __shared__)."""
+    k = load_module(code, ["count_blocks"], filename=path).get_function("count_blocks")
+    out = np.zeros(1, np.float32)
+    k((4,), (32,), (out.view(fake_cupy.ndarray),))
+    return True  # the sum is whatever the interleaving gave: ThreadSanitizer is the judge
+
+
 if __name__ == "__main__":
     case, path = sys.argv[1], str(Path(sys.argv[2]).resolve())
-    ok = {"reduce": run_reduce, "unary": run_unary}[case](Path(path).read_text(), path)
+    ok = {"reduce": run_reduce, "unary": run_unary,
+          "blocks": run_blocks}[case](Path(path).read_text(), path)
     print("result ok" if ok else "result WRONG")
     sys.exit(0 if ok else 1)

@@ -172,3 +172,25 @@ def test_off_mode_builds_without_checks(monkeypatch):
     k((1,), (32,), (out,))
     assert out.get().tolist() == [1.0 + i for i in range(32)]
     assert issubclass(EmulatorMemoryError, EmulatorKernelError)
+
+
+def test_full_mode_reports_a_read_of_device_memory_nothing_wrote(monkeypatch):
+    """cupy.empty's bytes are poisoned and tracked: a kernel reading elements no kernel and not
+    the host wrote is an error; elements the host or a kernel wrote are fine."""
+    monkeypatch.setenv("NEEDLE_CUDA_EMULATOR_CHECK", "full")
+    name = K.unary_name("exp", "float32")
+    k = load_module(K.source("ewise.cu"), K.name_expressions("ewise.cu", "float32"),
+                    OPTIONS).get_function(name)
+    n = 100
+    out = cp.empty(n, np.float32)
+    src = cp.asarray(np.linspace(0, 1, n, dtype=np.float32))  # written by the host
+    k((1,), (128,), (src, out, np.int64(n)))
+    k((1,), (128,), (out, src, np.int64(n)))  # reads what the first launch wrote
+    np.testing.assert_allclose(src.get(), np.exp(np.exp(np.linspace(0, 1, n))), rtol=1e-5)
+    half = cp.empty(n, np.float32)
+    k((1,), (128,), (src, half, np.int64(n // 2)))  # writes only the first half
+    with pytest.raises(EmulatorMemoryError) as err:
+        k((1,), (128,), (half, out, np.int64(n)))
+    msg = str(err.value)
+    assert "read of uninitialised device memory: argument 0 'a' (float32, 400 bytes)" in msg
+    assert f"at index {n // 2}" in msg and "ewise.cu:" in msg

@@ -6,6 +6,7 @@ a copy with an off-by-one loop bound must make AddressSanitizer report a heap ov
 unmutated kernels run clean under both; ``make test-cuda-sanitize`` runs the whole kernel test
 file that way. Every child process has a wall-clock bound.
 """
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -53,6 +54,19 @@ def test_tsan_passes_reduce_and_flags_a_removed_syncthreads(tmp_path):
     write = lines.index("    if (lane == 0) smem[warp] = acc;") + 1
     assert f"{tmp_path / 'reduce.cu'}:{write}" in res.stderr, res.stderr[-3000:]
     assert "'B0 T" in res.stderr or "'B1 T" in res.stderr, res.stderr[-3000:]
+
+
+def test_tsan_sees_a_race_between_blocks(tmp_path):
+    """Blocks of a kernel without __shared__ memory run side by side on the thread engine, so a
+    missing atomic between blocks is a data race between threads of two blocks."""
+    code = ("__global__ void count_blocks(float* out) {\n"
+            "  if (threadIdx.x == 0) out[0] += 1.0f;  // needs atomicAdd\n"
+            "}\n")
+    res = run_child("thread", "blocks", code, tmp_path)
+    assert res.returncode == sanitize.SANITIZER_EXIT, res.stdout + res.stderr[-3000:]
+    assert "ThreadSanitizer: data race" in res.stderr
+    assert f"{tmp_path / 'blocks.cu'}:2" in res.stderr
+    assert len(set(re.findall(r"'B(\d+) T0'", res.stderr))) >= 2, res.stderr[-3000:]
 
 
 def test_asan_passes_ewise_and_flags_an_off_by_one(tmp_path):
