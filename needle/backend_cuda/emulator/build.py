@@ -15,6 +15,7 @@ import functools
 import hashlib
 import json
 import os
+import platform
 import re
 import shutil
 import site
@@ -33,8 +34,10 @@ BASE_FLAGS = ("-fPIC", "-shared", "-fvisibility=hidden", "-fno-gnu-unique", "-w"
 OPT_FLAGS = ("-O1",)
 # Memory checking (cuda_emu_check.h): g++ calls __asan_loadN/storeN_noabort before every access
 # (call mode, no shadow memory: the emulator defines those functions); -g1 keeps the line table
-# that turns a faulting access's code address into file:line.
+# that turns a faulting access's code address into file:line. TLS descriptors (gnu2) make the
+# checker's per-access thread-local read a load instead of a call to __tls_get_addr.
 CHECK_FLAGS = ("-O1", "-g1", "-DCUDA_EMU_MEMCHECK=1", "-fsanitize=kernel-address",
+               *(("-mtls-dialect=gnu2",) if platform.machine() == "x86_64" else ()),
                "--param", "asan-instrumentation-with-call-threshold=0", "--param", "asan-stack=0",
                "--param", "asan-globals=0", "-fno-sanitize-address-use-after-scope")
 SANITIZE_FLAGS = {

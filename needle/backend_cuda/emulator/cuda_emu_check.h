@@ -59,6 +59,11 @@ struct Pending {  // the first read of uninitialised shared memory in this barri
 struct Checker {
   const CheckSpec* spec = nullptr;
   int entry = -1;  // the kernel launched
+  // bounds mode's fast path: this kernel's __shared__ variables and the dynamic buffer, read
+  // through a plain pointer (on_access may call no instrumented code, vector's included)
+  std::vector<std::pair<uintptr_t, uintptr_t>> shared_fast;
+  const std::pair<uintptr_t, uintptr_t>* fast = nullptr;
+  size_t nfast = 0;
   uintptr_t dyn_lo = 0, dyn_hi = 0;
   uint32_t epoch = 1, block_epoch = 1;
   std::vector<Cell> dyn_cells;
@@ -274,6 +279,7 @@ CUDA_EMU_NOCHECK static inline void on_access(uintptr_t a, size_t size, bool wri
                                               uintptr_t pc, bool atomic = false) {
   Thread* t = tls_check;
   if (t == nullptr) return;
+  if (a >= t->stack_lo && a < t->stack_hi) return;  // locals (the cheapest test first)
   Checker* c = static_cast<Checker*>(t->block->checker);
   const CheckSpec* s = c->spec;
   for (int i = 0; i < s->nregions; ++i) {
@@ -286,7 +292,9 @@ CUDA_EMU_NOCHECK static inline void on_access(uintptr_t a, size_t size, bool wri
       return;
     }
   }
-  if (a >= t->stack_lo && a < t->stack_hi) return;
+  if (s->level == CHECK_BOUNDS)
+    for (size_t i = 0; i < c->nfast; ++i)
+      if (a >= c->fast[i].first && a + size <= c->fast[i].second) return;
   tls_check = nullptr;  // the slow path's own accesses are the emulator's
   slow_access(t, c, a, size, write, pc, atomic);
   tls_check = t;
@@ -310,6 +318,22 @@ static void check_barrier(Block* b) {
                      " (no thread of this block wrote it) at " + pc_token(c->pending.pc));
   c->pending = Pending();
   c->epoch = ++g_epoch;
+}
+
+// The launch's legal shared ranges, for the fast path.
+static void init_checker(Checker* c, const CheckSpec* spec, int entry, uintptr_t dyn,
+                         size_t dyn_bytes) {
+  init_image();
+  c->spec = spec;
+  c->entry = entry;
+  c->dyn_lo = dyn;
+  c->dyn_hi = dyn + dyn_bytes;
+  if (spec->level == CHECK_FULL) c->dyn_cells.resize(dyn_bytes);
+  for (const SharedVar& v : g_shared)
+    if (v.kernel == -1 || v.kernel == entry) c->shared_fast.emplace_back(v.lo, v.hi);
+  if (dyn_bytes) c->shared_fast.emplace_back(c->dyn_lo, c->dyn_hi);
+  c->fast = c->shared_fast.data();
+  c->nfast = c->shared_fast.size();
 }
 
 static void check_block_end(Block* b) {

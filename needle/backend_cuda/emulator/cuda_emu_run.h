@@ -393,7 +393,7 @@ struct BlockRun {
 // The threads engine with blocks side by side, spec.concurrent CUDA threads at most at once, so
 // that ThreadSanitizer sees races between blocks (only for kernels without __shared__ memory,
 // whose one static copy would be shared by the blocks: module.py decides).
-static int run_concurrent(const char* kernel, const Launch& l, const dim3& grid,
+static int run_concurrent(int entry, const char* kernel, const Launch& l, const dim3& grid,
                           const dim3& block, const std::vector<unsigned long long>& order,
                           const CheckSpec* spec, char* err, size_t errlen) {
   const unsigned n = block.x * block.y * block.z;
@@ -414,8 +414,7 @@ static int run_concurrent(const char* kernel, const Launch& l, const dim3& grid,
     }
 #if defined(CUDA_EMU_MEMCHECK)
     Checker checker;
-    checker.spec = spec;
-    init_image();
+    init_checker(&checker, spec, entry, 0, 0);
     for (auto& r : runs) r->b.checker = &checker;
 #endif
     for (auto& r : runs) r->engine.start(&r->b, &l);
@@ -444,17 +443,12 @@ static int run_launch(int entry, const char* kernel, const Launch& l, const unsi
   std::unique_ptr<ThreadEngine> oss(engine == ENGINE_FIBER ? nullptr : new ThreadEngine);
 #if defined(CUDA_EMU_MEMCHECK)
   Checker checker;
-  checker.spec = spec;
-  checker.entry = entry;
-  checker.dyn_lo = reinterpret_cast<uintptr_t>(dyn);
-  checker.dyn_hi = checker.dyn_lo + dyn_bytes;
-  init_image();
-  if (spec->level == CHECK_FULL) checker.dyn_cells.resize(dyn_bytes);
+  init_checker(&checker, spec, entry, reinterpret_cast<uintptr_t>(dyn), dyn_bytes);
 #endif
   const unsigned long long nblocks = (unsigned long long)grid.x * grid.y * grid.z;
   const std::vector<unsigned long long> order = block_order(nblocks, spec->seed);
   if (oss && (unsigned long long)spec->concurrent >= 2ull * n && nblocks > 1)
-    return run_concurrent(kernel, l, grid, block, order, spec, err, errlen);
+    return run_concurrent(entry, kernel, l, grid, block, order, spec, err, errlen);
   int rc = 0;
   for (unsigned long long id : order) {
     Block b;
