@@ -44,8 +44,8 @@ static const uintptr_t SHARED_GUARD = 256;
 // life; a block starts a new one, so stale entries of earlier blocks never match.
 struct Cell {
   uint32_t w_epoch = 0, r_epoch = 0;
-  uintptr_t w_pc = 0, r_pc = 0;
-  uint16_t w_tid = 0, r_tid = 0;
+  uintptr_t w_pc = 0, r_pc = 0, r2_pc = 0;
+  uint16_t w_tid = 0, r_tid = 0, r2_tid = 0;  // r2: a second reader (r_many)
   uint8_t r_many = 0;
 };
 
@@ -183,28 +183,31 @@ static std::string shared_name(const Checker* c, uintptr_t a, size_t size) {
   return "__shared__ memory";
 }
 
-// Full mode: record one byte's access; fail on a race.
-static void track_byte(Thread* t, Checker* c, Cell& cell, uintptr_t a, size_t size, bool write,
-                       uintptr_t pc) {
+// Full mode: record one byte's access; returns the race it completes ("" if none).
+static std::string track_byte(Thread* t, Checker* c, Cell& cell, uintptr_t a, size_t size,
+                              bool write, uintptr_t pc) {
   const Block* b = t->block;
   const unsigned me = t->linear;
   const uint32_t e = c->epoch;
   auto race = [&](const char* kind, unsigned other, uintptr_t other_pc, const char* other_did) {
-    check_fail(t, format("shared-memory race (%s hazard) on %s: ", kind,
-                         shared_name(c, a, size).c_str()) + thread_name(b, me) + " " +
-                      access_kind(write) + "s it at " + pc_token(pc) + " after " +
-                      thread_name(b, other) + " " + other_did + " it at " + pc_token(other_pc) +
-                      " with no __syncthreads() between (missing barrier)");
+    return format("shared-memory race (%s hazard) on %s: ", kind,
+                  shared_name(c, a, size).c_str()) + thread_name(b, me) + " " +
+           access_kind(write) + "s it at " + pc_token(pc) + " after " + thread_name(b, other) +
+           " " + other_did + " it at " + pc_token(other_pc) +
+           " with no __syncthreads() between (missing barrier)";
   };
   if (cell.w_epoch == e && cell.w_tid != me)
-    race(write ? "write-after-write" : "read-after-write", cell.w_tid, cell.w_pc, "wrote");
+    return race(write ? "write-after-write" : "read-after-write", cell.w_tid, cell.w_pc,
+                "wrote");
   if (write) {
-    if (cell.r_epoch == e && (cell.r_tid != me || cell.r_many))
-      race("write-after-read", cell.r_tid, cell.r_pc, "read");
+    if (cell.r_epoch == e && cell.r_tid != me)
+      return race("write-after-read", cell.r_tid, cell.r_pc, "read");
+    if (cell.r_epoch == e && cell.r_many)  // I read it too, and so did r2
+      return race("write-after-read", cell.r2_tid, cell.r2_pc, "read");
     cell.w_epoch = e;
     cell.w_tid = (uint16_t)me;
     cell.w_pc = pc;
-    return;
+    return "";
   }
   if (cell.w_epoch < c->block_epoch && !c->pending.set) {  // never written by this block
     c->pending.set = true;
@@ -212,21 +215,29 @@ static void track_byte(Thread* t, Checker* c, Cell& cell, uintptr_t a, size_t si
     c->pending.pc = pc;
     c->pending.what = shared_name(c, a, size);
   }
-  if (cell.r_epoch == e) {
-    cell.r_many |= cell.r_tid != me;
-  } else {
+  if (cell.r_epoch != e) {
     cell.r_epoch = e;
     cell.r_tid = (uint16_t)me;
     cell.r_many = 0;
     cell.r_pc = pc;
+  } else if (cell.r_tid != me && !cell.r_many) {
+    cell.r_many = 1;
+    cell.r2_tid = (uint16_t)me;
+    cell.r2_pc = pc;
   }
+  return "";
 }
 
 static void track_shared(Thread* t, Checker* c, Cell* cells, uintptr_t base, uintptr_t a,
                          size_t size, bool write, uintptr_t pc) {
-  std::unique_lock<std::mutex> lock(c->mu);
-  // a race or uninitialised read is reported at the access's first byte
-  for (size_t i = 0; i < size; ++i) track_byte(t, c, cells[a - base + i], a, size, write, pc);
+  std::string err;
+  {
+    std::unique_lock<std::mutex> lock(c->mu);  // released before check_fail leaves the kernel
+    // a race or uninitialised read is reported at the access's first byte
+    for (size_t i = 0; i < size && err.empty(); ++i)
+      err = track_byte(t, c, cells[a - base + i], a, size, write, pc);
+  }
+  if (!err.empty()) check_fail(t, err);
 }
 
 // Inside a __shared__ variable (bounds), and its shadow in full mode.

@@ -6,8 +6,9 @@
 //   barriers touches one hot stack. Deterministic, and fast enough for the test suite.
 // ThreadEngine: one OS thread per CUDA thread, meeting under a mutex and condition variable.
 //   Slow (~10x), but ThreadSanitizer and AddressSanitizer see every CUDA thread's accesses.
-// Blocks run one after another, which is why one static copy of each __shared__ variable is
-// enough (a block's shared memory is uninitialized on a GPU too).
+// Blocks run one after another (in a seeded order under full memory checking), which is why one
+// static copy of each __shared__ variable is enough (a block's shared memory is uninitialized
+// on a GPU too); the threads engine runs blocks side by side only for kernels without any.
 #pragma once
 #include <pthread.h>
 #include <sys/mman.h>

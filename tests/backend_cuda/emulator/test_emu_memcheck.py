@@ -103,12 +103,14 @@ def test_bounds_mode_needs_known_bounds_for_bare_addresses():
     assert out[:32].tolist() == [1.0 + i for i in range(32)]
 
 
-def test_full_mode_reports_a_missing_syncthreads_as_a_race(monkeypatch, tmp_path):
+@pytest.mark.parametrize("engine", ["fiber", "threads"])
+def test_full_mode_reports_a_missing_syncthreads_as_a_race(monkeypatch, tmp_path, engine):
+    """On either engine, whichever of the write and the read comes first."""
     monkeypatch.setenv("NEEDLE_CUDA_EMULATOR_CHECK", "full")
     path = str(tmp_path / "reduce.cu")
     code = mutated("reduce.cu", REDUCE_BARRIER, "    if (lane == 0) smem[warp] = acc;\n")
     name = K.reduce_name("block", "sum", "float32", "float32")
-    k = load_module(code, [name], OPTIONS, filename=path).get_function(name)
+    k = load_module(code, [name], OPTIONS, filename=path, engine=engine).get_function(name)
     a = cp.asarray(np.random.default_rng(0).random((4, 300)).astype(np.float32))
     out = cp.asarray(np.zeros(4, np.float32))
     with pytest.raises(EmulatorMemoryError) as err:
@@ -119,7 +121,7 @@ def test_full_mode_reports_a_missing_syncthreads_as_a_race(monkeypatch, tmp_path
     assert line_of(code, "acc = (lane < nwarps) ? smem[lane]", path) in msg
     assert "no __syncthreads() between" in msg
     # the unmutated kernel is clean under the same checks
-    good = load_module(K.source("reduce.cu"), [name], OPTIONS).get_function(name)
+    good = load_module(K.source("reduce.cu"), [name], OPTIONS, engine=engine).get_function(name)
     good((2, 1), (256,), (a, out, np.int64(4), np.int64(300), np.int64(300)))
     np.testing.assert_allclose(out.get(), a.get().sum(1), rtol=1e-5)
 
