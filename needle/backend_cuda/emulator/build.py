@@ -205,19 +205,24 @@ def static_shared(so_path: str) -> Dict[str, object]:
 def short_static_name(name: str) -> str:
     """``void ndl::row_stats<float, float>(float const*, ...)::sm`` -> ``sm (in row_stats)``."""
     owner, var = name.rsplit("::", 1)
-    depth, head = 0, owner
-    for i, ch in enumerate(owner):  # the name ends at the first '(' outside template brackets
+    func = function_base_name(owner)
+    return f"{var} (in {func})"
+
+
+def function_base_name(signature: str) -> str:
+    """``void ndl::row_stats<float, float>(float const*, ...)`` -> ``row_stats``."""
+    depth, head = 0, signature
+    for i, ch in enumerate(signature):  # the name ends at the first '(' outside <>
         depth += {"<": 1, ">": -1}.get(ch, 0)
         if ch == "(" and depth == 0:
-            head = owner[:i]
+            head = signature[:i]
             break
     depth, start = 0, 0
-    for i, ch in enumerate(head):  # drop a return type: the last space outside brackets
+    for i, ch in enumerate(head):  # drop a return type: the last space outside <>
         depth += {"<": 1, ">": -1}.get(ch, 0)
         if ch == " " and depth == 0:
             start = i + 1
-    func = head[start:].split("<", 1)[0].rsplit("::", 1)[-1]
-    return f"{var} (in {func})"
+    return head[start:].split("<", 1)[0].rsplit("::", 1)[-1]
 
 
 def build(code: str, name_expressions: Sequence[str], options: Sequence[str] = (),

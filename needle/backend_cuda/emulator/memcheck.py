@@ -30,10 +30,12 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from .build import function_base_name
 from .errors import EmulatorKernelError, EmulatorMemoryError
 
 __all__ = ["CHECK_LEVELS", "check_level", "block_seed", "pointer_region", "CheckSpec",
-           "describe_errors", "EmulatorMemoryError", "on_empty"]
+           "describe_errors", "EmulatorMemoryError", "on_empty", "set_shared_table",
+           "param_names"]
 
 CHECK_ENV = "NEEDLE_CUDA_EMULATOR_CHECK"
 SEED_ENV = "NEEDLE_CUDA_EMULATOR_SEED"
@@ -183,3 +185,38 @@ def _short(func: str) -> str:
         if ch == "(" and depth == 0:
             return func[:i]
     return func
+
+
+# ---------------------------------------------------------------------- names
+def set_shared_table(lib: ctypes.CDLL, shared: Sequence[Sequence[Any]], kernels: List[str],
+                     code: str) -> None:
+    """Tell a memory-checked library where its __shared__ variables are, and which kernel owns
+    each (-1: a __device__ function's, legal in every kernel; -2: a kernel's not in the table)."""
+    globals_ = _global_names(code)
+
+    def owner(name: str) -> int:
+        if name in kernels:
+            return kernels.index(name)
+        return -2 if function_base_name(name) in globals_ else -1
+    n = len(shared)
+    owners = (ctypes.c_int * max(n, 1))(*[owner(s[3]) for s in shared])
+    offsets = (ctypes.c_ulonglong * max(n, 1))(*[int(s[0]) for s in shared])
+    sizes = (ctypes.c_ulonglong * max(n, 1))(*[int(s[1]) for s in shared])
+    names = (ctypes.c_char_p * max(n, 1))(*[str(s[2]).encode() for s in shared])
+    lib.cuda_emu_set_shared(n, offsets, sizes, names, owners)  # copies the names
+
+
+def _global_names(code: str) -> List[str]:
+    """The names of the source's __global__ functions."""
+    return re.findall(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)", code)
+
+
+@functools.lru_cache(maxsize=None)
+def param_names(code: str, kernel: str) -> List[str]:
+    """The parameter names of the __global__ function ``kernel`` in ``code`` ([] if absent)."""
+    m = re.search(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?" + re.escape(kernel)
+                  + r"\s*\(([^)]*)\)", code)
+    if not m:
+        return []
+    return [re.findall(r"\w+", p)[-1] if re.findall(r"\w+", p) else ""
+            for p in m.group(1).split(",")]

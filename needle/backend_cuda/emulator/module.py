@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import build as _build
-from .build import EmulatorBuildError, EmulatorUnavailable, short_static_name
+from .build import EmulatorBuildError, EmulatorUnavailable
 from .errors import EmulatorError, EmulatorKernelError
 from .memcheck import (
     CHECK_LEVELS,
@@ -30,7 +30,9 @@ from .memcheck import (
     block_seed,
     check_level,
     describe_errors,
+    param_names,
     pointer_region,
+    set_shared_table,
 )
 
 __all__ = ["load_module", "Module", "Kernel", "EmulatorError", "EmulatorLaunchError",
@@ -259,7 +261,7 @@ class Module:
         funcs = [info["functions"].get(str(lib.cuda_emu_address(i) - base), "")
                  for i in range(count)]
         if hasattr(lib, "cuda_emu_set_shared"):
-            _set_shared(lib, info.get("shared", []), funcs, _global_names(code))
+            set_shared_table(lib, info.get("shared", []), funcs, code)
         # __shared__ variables of __device__ functions count for every kernel: an upper bound,
         # since which kernel calls which function is not in the symbol table
         elsewhere = sum(v for owner, v in info["statics"].items() if owner not in funcs)
@@ -272,7 +274,7 @@ class Module:
 
     def param_names(self, kernel: str) -> List[str]:
         """The parameter names of ``kernel`` in the source (for messages; [] if not found)."""
-        return _param_names(self.code, kernel.split("<", 1)[0])
+        return param_names(self.code, kernel.split("<", 1)[0])
 
     def get_function(self, name: str) -> Kernel:
         """The kernel for a name expression given to ``load_module``."""
@@ -324,34 +326,3 @@ def _load(code: str, names: Tuple[str, ...], options: Tuple[str, ...], engine: s
           filename: str, sanitize: str, check: str) -> Module:
     path, info = _build.build(code, names, options, filename, sanitize, check != "off")
     return Module(path, info, engine, check, code)
-
-
-def _set_shared(lib: ctypes.CDLL, shared: Sequence[Sequence[Any]], kernels: List[str],
-                globals_: Sequence[str]) -> None:
-    """Tell a memory-checked library where its __shared__ variables are, and which kernel owns
-    each (-1: a __device__ function's, legal in every kernel; -2: a kernel's not in the table)."""
-    def owner(name: str) -> int:
-        if name in kernels:
-            return kernels.index(name)
-        return -2 if short_static_name(name + "::x").split(" (in ")[1][:-1] in globals_ else -1
-    n = len(shared)
-    owners = (ctypes.c_int * max(n, 1))(*[owner(s[3]) for s in shared])
-    offsets = (ctypes.c_ulonglong * max(n, 1))(*[int(s[0]) for s in shared])
-    sizes = (ctypes.c_ulonglong * max(n, 1))(*[int(s[1]) for s in shared])
-    names = (ctypes.c_char_p * max(n, 1))(*[str(s[2]).encode() for s in shared])
-    lib.cuda_emu_set_shared(n, offsets, sizes, names, owners)  # copies the names
-
-
-def _global_names(code: str) -> List[str]:
-    """The names of the source's __global__ functions."""
-    return re.findall(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)", code)
-
-
-@functools.lru_cache(maxsize=None)
-def _param_names(code: str, kernel: str) -> List[str]:
-    m = re.search(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?" + re.escape(kernel)
-                  + r"\s*\(([^)]*)\)", code)
-    if not m:
-        return []
-    return [re.findall(r"\w+", p)[-1] if re.findall(r"\w+", p) else ""
-            for p in m.group(1).split(",")]
