@@ -58,6 +58,9 @@ fuzz: install
 # AddressSanitizer (needle/backend_cuda/emulator/sanitize.py): fails on a data race, an
 # out-of-bounds access or a divergent barrier. `make test` runs the float32 part of it
 # (tests/backend_cuda/emulator/test_emu_sanitize.py). Installs gcc's runtimes when missing.
+# Prints each report in full (OS threads named "B<block> T<thread>"); pytest arguments after
+# --: `python -m needle.backend_cuda.emulator.sanitize --mode thread -- -k float32`. Without a
+# sanitizer, NEEDLE_CUDA_EMULATOR_CHECK=full catches shared-memory races and uninitialised reads.
 test-cuda-sanitize: install
 	@for lib in libtsan.so libasan.so; do \
 		p=$$($(CXX) -print-file-name=$$lib); \

@@ -2,6 +2,7 @@
 
     python benchmarks/bench_cuda_emulator.py            # sets NEEDLE_CUDA_EMULATOR=force
     python benchmarks/bench_cuda_emulator.py --quick    # smaller sizes
+    python benchmarks/bench_cuda_emulator.py --memcheck # per-launch cost of memory checking
 
 These are CPU timings of needle's CUDA kernels run by the emulator (every CUDA thread of a
 block a fiber on one core), NOT GPU figures: they say what a test or a homework costs on a
@@ -142,10 +143,71 @@ def bench_launches(q: bool, reps: int) -> None:
               f"ratio {emu / ref:8.1f}x", flush=True)
 
 
+CHECK_LEVELS = ("off", "bounds", "full")  # off: the build before the memory checker
+
+
+def _kernel_cases(q: bool) -> Dict[str, Tuple[str, str, str, tuple, tuple, Callable]]:
+    """name -> (file, kernel, dtype, grid, block, make(cp) -> args): launches as the backend
+    makes them, on the emulator's CuPy arrays (whose bounds the checker knows)."""
+    n, side, (rows, cols), k = (10 ** 5, 256, (64, 1024), 128) if q else \
+        (10 ** 6, 512, (256, 1024), 256)
+    rng = np.random.default_rng(0)
+
+    def arr(cp, *shape):
+        return cp.asarray(rng.standard_normal(shape).astype(np.float32))
+    meta = np.array(K.view_meta((side, side), (1, side), 0), np.int64)
+    grid_mm, block_mm = K.matmul_launch(1, k, k, "tiled")
+    return {
+        f"ewise add {n:.0e}": ("ewise.cu", K.binary_name("add", "float32"), "float32",
+                               (K.ewise_launch(n)[0],), (K.ewise_launch(n)[1],),
+                               lambda cp: (arr(cp, n), arr(cp, n), arr(cp, n), np.int64(n))),
+        f"compact transpose {side}^2": (
+            "strided.cu", K.strided_name("compact", 4), "", (K.ewise_launch(side ** 2)[0],),
+            (K.ewise_launch(side ** 2)[1],),
+            lambda cp: (arr(cp, side, side), arr(cp, side * side), cp.asarray(meta),
+                        np.int64(side * side))),
+        f"softmax rows {rows}x{cols}": (
+            "softmax.cu", K.typed_name("softmax_rows", "float32"), "float32", (rows,),
+            (K.row_block(cols),), lambda cp: (arr(cp, rows, cols), arr(cp, rows, cols),
+                                              np.int64(rows), np.int64(cols))),
+        f"matmul tiled {k}^3": (
+            "matmul.cu", K.typed_name("matmul_tiled", "float32"), "float32", grid_mm, block_mm,
+            lambda cp: (arr(cp, k, k), arr(cp, k, k), arr(cp, k, k), np.int32(k), np.int32(k),
+                        np.int32(k))),
+    }
+
+
+def bench_memcheck(q: bool, reps: int) -> None:
+    """Time per launch under each NEEDLE_CUDA_EMULATOR_CHECK level, levels interleaved."""
+    from needle.backend_cuda.emulator import fake_cupy as cp
+    from needle.backend_cuda.emulator import module
+    for name, (filename, kname, dtype, grid, block, make) in _kernel_cases(q).items():
+        args = make(cp)
+        kernels = []
+        for level in CHECK_LEVELS:
+            os.environ["NEEDLE_CUDA_EMULATOR_CHECK"] = level
+            mod = module.load_module(K.source(filename), K.name_expressions(filename, dtype),
+                                     K.NVRTC_OPTIONS + K.include_options())
+            kernels.append(mod.get_function(kname))
+        times: List[List[float]] = [[] for _ in CHECK_LEVELS]
+        for _ in range(reps):
+            for i, kern in enumerate(kernels):
+                t0 = time.perf_counter()
+                kern(grid, block, args)
+                times[i].append(time.perf_counter() - t0)
+        med = [float(np.median(t)) for t in times]
+        cells = "  ".join(f"{lv} {m * 1e3:9.2f} ms ({m / med[0]:4.1f}x)"
+                          for lv, m in zip(CHECK_LEVELS, med))
+        print(f"{name:<26} {cells}", flush=True)
+    os.environ.pop("NEEDLE_CUDA_EMULATOR_CHECK", None)
+
+
 def main() -> None:
     """Print the build and launch figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
+    parser.add_argument("--memcheck", action="store_true",
+                        help="only the per-launch cost of each memory-checking level")
     args = parser.parse_args()
     try:  # the emulator runs a launch on one core: give the NumPy reference one BLAS thread too
         from threadpoolctl import threadpool_limits
@@ -154,6 +216,9 @@ def main() -> None:
         pass
     print(f"CUDA emulator (CPU timings, not GPU figures) on {machine()}", flush=True)
     print(f"device {ndl.cuda()}, engine {os.environ.get('NEEDLE_CUDA_EMULATOR_ENGINE', 'fiber')}")
+    if args.memcheck:
+        bench_memcheck(args.quick, 3 if args.quick else 7)
+        return
     bench_build()
     bench_launches(args.quick, 3 if args.quick else 7)
 

@@ -15,6 +15,7 @@ import functools
 import hashlib
 import json
 import os
+import platform
 import re
 import shutil
 import site
@@ -25,12 +26,20 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 EMU_DIR = Path(__file__).resolve().parent
-HEADERS = ("cuda_emu.h", "cuda_emu_engine.h", "cuda_emu_run.h")
+HEADERS = ("cuda_emu.h", "cuda_emu_engine.h", "cuda_emu_run.h", "cuda_emu_check.h")
 WHEELS = {"cuda_runtime": "nvidia-cuda-runtime-cu12", "cuda_nvcc": "nvidia-cuda-nvcc-cu12",
           "cuda_cccl": "nvidia-cuda-cccl-cu12"}
 BASE_FLAGS = ("-fPIC", "-shared", "-fvisibility=hidden", "-fno-gnu-unique", "-w", "-pthread")
 # -O1: the kernels are short and mostly memory bound; -O2 roughly doubles compile time.
 OPT_FLAGS = ("-O1",)
+# Memory checking (cuda_emu_check.h): g++ calls __asan_loadN/storeN_noabort before every access
+# (call mode, no shadow memory: the emulator defines those functions); -g1 keeps the line table
+# that turns a faulting access's code address into file:line. TLS descriptors (gnu2) make the
+# checker's per-access thread-local read a load instead of a call to __tls_get_addr.
+CHECK_FLAGS = ("-O1", "-g1", "-DCUDA_EMU_MEMCHECK=1", "-fsanitize=kernel-address",
+               *(("-mtls-dialect=gnu2",) if platform.machine() == "x86_64" else ()),
+               "--param", "asan-instrumentation-with-call-threshold=0", "--param", "asan-stack=0",
+               "--param", "asan-globals=0", "-fno-sanitize-address-use-after-scope")
 SANITIZE_FLAGS = {
     "thread": ("-fsanitize=thread", "-g", "-O1"),
     "address": ("-fsanitize=address", "-fno-omit-frame-pointer", "-g", "-O1"),
@@ -150,9 +159,9 @@ def _headers_digest(include_dirs: Sequence[str]) -> str:
 
 
 def build_command(cxx: str, flags: Sequence[str], include_dirs: Sequence[str], sanitize: str,
-                  src: str, out: str) -> List[str]:
-    """The compiler command line for one module."""
-    extra = SANITIZE_FLAGS[sanitize] if sanitize else OPT_FLAGS
+                  src: str, out: str, check: bool = False) -> List[str]:
+    """The compiler command line for one module (``check``: memory-checked, cuda_emu_check.h)."""
+    extra = SANITIZE_FLAGS[sanitize] if sanitize else (CHECK_FLAGS if check else OPT_FLAGS)
     incs = [str(EMU_DIR), *include_dirs, *cuda_include_dirs()]
     return [cxx, *flags, *BASE_FLAGS, *extra, *[f"-I{d}" for d in incs], src, "-o", out]
 
@@ -161,12 +170,13 @@ def static_shared(so_path: str) -> Dict[str, object]:
     """Function-local statics (the __shared__ variables) and function offsets, from objdump.
 
     Returns {"functions": {offset: name}, "statics": {owner function: bytes},
-    "anchor": offset of cuda_emu_count}.
+    "anchor": offset of cuda_emu_count,
+    "shared": [[offset, bytes, short name, owner function], ...]}.
     """
     out = subprocess.run(["objdump", "-t", "-C", so_path], capture_output=True, text=True,
                          check=False, env=_tool_env()).stdout
     funcs: Dict[str, str] = {}
-    objects: List[Tuple[str, int]] = []
+    objects: List[Tuple[str, int, int]] = []
     anchor = None
     sym = re.compile(r"^([0-9a-f]+)\s+\S+\s+([FO ])\s+(\S+)\s+([0-9a-f]+)\s+(.*)$")
     for line in out.splitlines():
@@ -180,25 +190,55 @@ def static_shared(so_path: str) -> Dict[str, object]:
             funcs[str(int(addr, 16))] = re.sub(r"^void ", "", name)
         elif kind == "O" and section in (".bss", ".data") and "::" in name \
                 and not name.startswith(("cuda_emu::", "guard variable")):
-            objects.append((name, int(size, 16)))
+            objects.append((name, int(size, 16), int(addr, 16)))
     names = set(funcs.values())
     statics: Dict[str, int] = {}
-    for name, size in objects:  # function-local statics: C++ "f(args)::x", extern "C" "f::x"
+    shared: List[Tuple[int, int, str]] = []
+    for name, size, addr in objects:  # function-local statics: C++ "f(args)::x", "f::x"
         owner = name.rsplit("::", 1)[0]
         if owner.endswith(")") or owner in names:
             statics[owner] = statics.get(owner, 0) + size
-    return {"functions": funcs, "statics": statics, "anchor": anchor}
+            shared.append((addr, size, short_static_name(name), owner))
+    return {"functions": funcs, "statics": statics, "anchor": anchor, "shared": shared}
+
+
+def short_static_name(name: str) -> str:
+    """``void ndl::row_stats<float, float>(float const*, ...)::sm`` -> ``sm (in row_stats)``."""
+    owner, var = name.rsplit("::", 1)
+    func = function_base_name(owner)
+    return f"{var} (in {func})"
+
+
+def function_base_name(signature: str) -> str:
+    """``void ndl::row_stats<float, float>(float const*, ...)`` -> ``row_stats``."""
+    depth, head = 0, signature
+    for i, ch in enumerate(signature):  # the name ends at the first '(' outside <>
+        depth += {"<": 1, ">": -1}.get(ch, 0)
+        if ch == "(" and depth == 0:
+            head = signature[:i]
+            break
+    depth, start = 0, 0
+    for i, ch in enumerate(head):  # drop a return type: the last space outside <>
+        depth += {"<": 1, ">": -1}.get(ch, 0)
+        if ch == " " and depth == 0:
+            start = i + 1
+    return head[start:].split("<", 1)[0].rsplit("::", 1)[-1]
 
 
 def build(code: str, name_expressions: Sequence[str], options: Sequence[str] = (),
-          filename: str = "kernel.cu", sanitize: str = "") -> Tuple[Path, Dict[str, object]]:
-    """Compile (or find in the cache) the library; returns (path, static shared info)."""
+          filename: str = "kernel.cu", sanitize: str = "", check: bool = False
+          ) -> Tuple[Path, Dict[str, object]]:
+    """Compile (or find in the cache) the library; returns (path, static shared info).
+
+    ``check`` builds the memory-checked variant (ignored under a sanitizer, which checks
+    memory its own way)."""
     if sanitize and sanitize not in SANITIZE_FLAGS:
         raise ValueError(f"sanitize={sanitize!r}; expected '', 'thread' or 'address'")
     cxx = compiler()
     flags, incs = translate_options(options)
     src = wrapper_source(code, name_expressions, filename)
-    cmd = build_command(cxx, flags, incs, sanitize, "SRC", "OUT")
+    check = check and not sanitize
+    cmd = build_command(cxx, flags, incs, sanitize, "SRC", "OUT", check)
     key = hashlib.sha256("\0".join([src, " ".join(cmd), compiler_version(cxx),
                                     _headers_digest(incs)]).encode()).hexdigest()[:32]
     root = cache_dir()
@@ -211,7 +251,7 @@ def build(code: str, name_expressions: Sequence[str], options: Sequence[str] = (
     try:
         (tmp / "module.cpp").write_text(src)
         cmd = build_command(cxx, flags, incs, sanitize, str(tmp / "module.cpp"),
-                            str(tmp / "module.so"))
+                            str(tmp / "module.so"), check)
         res = subprocess.run(cmd, capture_output=True, text=True, check=False, env=_tool_env())
         if res.returncode != 0:
             raise EmulatorBuildError(f"{filename} failed to compile for the CUDA emulator:\n"

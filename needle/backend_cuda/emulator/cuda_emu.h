@@ -45,10 +45,24 @@ struct Thread {
   const char* file;    // call site of the barrier / warp op it waits at
   int line;
   void* engine_data;   // fiber or OS thread bookkeeping
+  uintptr_t stack_lo, stack_hi;  // its stack: legal memory for the memory checker
+  void* escape;        // jmp_buf to leave the kernel body after a memory error
 };
 
 // The current CUDA thread of this OS thread (a fiber engine switches it).
 static thread_local Thread* tls_thread = nullptr;
+
+#if defined(CUDA_EMU_MEMCHECK)
+// Kernel code is instrumented (cuda_emu_check.h); these helpers read emulator state, which is
+// not kernel memory, so they are not (and not inlined into kernel code).
+#define CUDA_EMU_NOCHECK_FN __attribute__((no_sanitize_address, noinline))
+static void atomic_access(const void* a, size_t size, uintptr_t pc);
+#define CUDA_EMU_ATOMIC_CHECK(a) \
+  ::cuda_emu::atomic_access(a, sizeof(*(a)), (uintptr_t)__builtin_return_address(0))
+#else
+#define CUDA_EMU_NOCHECK_FN inline
+#define CUDA_EMU_ATOMIC_CHECK(a) ((void)0)
+#endif
 
 [[noreturn]] static void fail(const char* what, const char* file, int line);
 static void syncthreads_at(const char* file, int line);
@@ -56,9 +70,10 @@ template <typename T> static T warp_op(int kind, unsigned mask, T v, int arg, in
                                        const char* file, int line);
 static unsigned vote_op(int kind, unsigned mask, int pred, const char* file, int line);
 static void* dynamic_shared();
-static const uint3& block_idx();
-static const dim3& block_dim();
-static const dim3& grid_dim();
+static uint3 thread_idx();
+static uint3 block_idx();
+static dim3 block_dim();
+static dim3 grid_dim();
 
 enum WarpKind { SHFL_IDX, SHFL_UP, SHFL_DOWN, SHFL_XOR, VOTE_BALLOT, VOTE_ANY, VOTE_ALL, VOTE_SYNC };
 
@@ -72,7 +87,7 @@ template <typename To, typename From> static inline To bit_cast(From f) {
 }  // namespace cuda_emu
 
 // ------------------------------------------------------------------ built-in variables
-#define threadIdx (static_cast<const uint3&>(::cuda_emu::tls_thread->idx))
+#define threadIdx (::cuda_emu::thread_idx())
 #define blockIdx (::cuda_emu::block_idx())
 #define blockDim (::cuda_emu::block_dim())
 #define gridDim (::cuda_emu::grid_dim())
@@ -113,14 +128,15 @@ static inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CS
 template <typename T> static inline T __ldg(const T* p) { return *p; }
 
 // ------------------------------------------------------------------ atomics (seq_cst)
-template <typename T> static inline T atomic_rmw(T* addr, T (*f)(T, T), T v) {
+template <typename T> CUDA_EMU_NOCHECK_FN static T atomic_rmw(T* addr, T (*f)(T, T), T v) {
   T old = __atomic_load_n(addr, __ATOMIC_SEQ_CST);
   while (!__atomic_compare_exchange_n(addr, &old, f(old, v), false, __ATOMIC_SEQ_CST,
                                       __ATOMIC_SEQ_CST)) {
   }
   return old;
 }
-template <typename T> static inline T atomicAdd(T* a, T v) {
+template <typename T> CUDA_EMU_NOCHECK_FN static T atomicAdd(T* a, T v) {
+  CUDA_EMU_ATOMIC_CHECK(a);
   if constexpr (std::is_integral<T>::value) {
     return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST);
   } else {  // floats: compare-and-swap on the bits
@@ -135,20 +151,25 @@ template <typename T> static inline T atomicAdd(T* a, T v) {
     return cuda_emu::bit_cast<T>(old);
   }
 }
-template <typename T> static inline T atomicSub(T* a, T v) {
+template <typename T> CUDA_EMU_NOCHECK_FN static T atomicSub(T* a, T v) {
+  CUDA_EMU_ATOMIC_CHECK(a);
   return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST);
 }
-template <typename T> static inline T atomicExch(T* a, T v) {
+template <typename T> CUDA_EMU_NOCHECK_FN static T atomicExch(T* a, T v) {
+  CUDA_EMU_ATOMIC_CHECK(a);
   return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST);
 }
-template <typename T> static inline T atomicCAS(T* a, T cmp, T v) {
+template <typename T> CUDA_EMU_NOCHECK_FN static T atomicCAS(T* a, T cmp, T v) {
+  CUDA_EMU_ATOMIC_CHECK(a);
   __atomic_compare_exchange_n(a, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
   return cmp;
 }
-template <typename T> static inline T atomicMax(T* a, T v) {
+template <typename T> CUDA_EMU_NOCHECK_FN static T atomicMax(T* a, T v) {
+  CUDA_EMU_ATOMIC_CHECK(a);
   return atomic_rmw<T>(a, [](T x, T y) { return x > y ? x : y; }, v);
 }
-template <typename T> static inline T atomicMin(T* a, T v) {
+template <typename T> CUDA_EMU_NOCHECK_FN static T atomicMin(T* a, T v) {
+  CUDA_EMU_ATOMIC_CHECK(a);
   return atomic_rmw<T>(a, [](T x, T y) { return x < y ? x : y; }, v);
 }
 

@@ -33,7 +33,17 @@ namespace cuda_emu {
 // order every CUDA thread after every other and hide the kernel's races. The kernel sees only
 // the orderings CUDA gives: __syncthreads() for the block and __syncwarp() for a warp (shuffles
 // and votes exchange values but do not order memory).
-struct Quiet {
+// Emulator code called from a kernel (barriers, warp operations) is not kernel memory traffic:
+// the memory checker (cuda_emu_check.h) is off inside it and back on the way out.
+struct Unchecked {
+#if defined(CUDA_EMU_MEMCHECK)
+  Thread* checking;
+  CUDA_EMU_NOCHECK_FN Unchecked();
+  CUDA_EMU_NOCHECK_FN ~Unchecked();
+#endif
+};
+
+struct Quiet : Unchecked {
 #if defined(__SANITIZE_THREAD__)
   Quiet() {
     AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
@@ -94,6 +104,7 @@ struct Block {
   int bar_line = 0;
   bool failed = false;
   std::string error;
+  void* checker = nullptr;  // cuda_emu_check.h's Checker of this launch (memory-checked builds)
   std::mutex mu;  // the threads engine's lock; uncontended under fibers
   Engine* engine = nullptr;
   void* dyn_shared = nullptr;
@@ -182,8 +193,10 @@ static void release(Block* b, int kind, unsigned first, unsigned last) {
 }
 
 static void barrier_arrive(const char* file, int line);
+static void check_barrier(Block* b);
 
 static void syncthreads_at(const char* file, int line) {
+  Unchecked unchecked;  // not Quiet: TSan must see the happens-before edges below
   Block* b = tls_thread->block;
   happens_before(&b->bar_count);  // everything before the barrier ...
   barrier_arrive(file, line);
@@ -210,6 +223,8 @@ static void barrier_arrive(const char* file, int line) {
   }
   if (++b->bar_count == b->n) {
     b->bar_count = 0;
+    check_barrier(b);
+    if (b->failed) throw KernelAbort();
     release(b, AT_BARRIER, 0, b->n);
     return;
   }
@@ -269,6 +284,7 @@ static unsigned warp_arrive(int kind, unsigned mask, const void* v, size_t size,
 
 template <typename T> static T warp_op(int kind, unsigned mask, T v, int arg, int width,
                                        const char* file, int line) {
+  Unchecked unchecked;
   static_assert(sizeof(T) <= 16, "warp shuffles move at most 16 bytes");
   if (width <= 0 || width > 32 || (width & (width - 1)))
     fail("shuffle width must be a power of two in [1, 32]", file, line);
@@ -292,6 +308,7 @@ template <typename T> static T warp_op(int kind, unsigned mask, T v, int arg, in
 }
 
 static unsigned vote_op(int kind, unsigned mask, int pred, const char* file, int line) {
+  Unchecked unchecked;
   Thread* t = tls_thread;
   WarpGroup& g = t->block->warps[t->linear >> 5];
   if (kind == VOTE_SYNC) happens_before(&g);
@@ -333,11 +350,42 @@ static void thread_exit(Thread* t) {
   }
 }
 
-static const uint3& block_idx() { return tls_thread->block->bidx; }
-static const dim3& block_dim() { return tls_thread->block->bdim; }
-static const dim3& grid_dim() { return tls_thread->block->gdim; }
-static void* dynamic_shared() { return tls_thread->block->dyn_shared; }
+CUDA_EMU_NOCHECK_FN static uint3 thread_idx() { return tls_thread->idx; }
+CUDA_EMU_NOCHECK_FN static uint3 block_idx() { return tls_thread->block->bidx; }
+CUDA_EMU_NOCHECK_FN static dim3 block_dim() { return tls_thread->block->bdim; }
+CUDA_EMU_NOCHECK_FN static dim3 grid_dim() { return tls_thread->block->gdim; }
+CUDA_EMU_NOCHECK_FN static void* dynamic_shared() { return tls_thread->block->dyn_shared; }
+
+// What Python asks of a launch: memory checking and block order.
+enum CheckLevel { CHECK_OFF = 0, CHECK_BOUNDS = 1, CHECK_FULL = 2 };
+
+// One pointer argument's allocation (module.py's _Region). Layout shared with ctypes.
+struct Region {
+  uint64_t lo, hi, ptr;  // allocation [lo, hi); the pointer the kernel received
+  const char* label;     // "argument 1 'out' (float32, 240 bytes)"
+  uint8_t* init;         // full mode, an allocation from cupy.empty: 1 per byte written
+};
+struct CheckSpec {  // module.py's _CheckSpec
+  int32_t level;
+  int32_t nregions;
+  int32_t unbounded;  // a pointer argument without known bounds (a bare int address)
+  int32_t concurrent; // threads engine: up to this many CUDA threads of several blocks at once
+  uint64_t seed;      // block order: 0 = in order, else a seeded shuffle
+  const Region* regions;
+};
 
 }  // namespace cuda_emu
+
+#if defined(CUDA_EMU_MEMCHECK)
+#include "cuda_emu_check.h"
+namespace cuda_emu {
+Unchecked::Unchecked() : checking(tls_check) { tls_check = nullptr; }
+Unchecked::~Unchecked() { tls_check = checking; }
+}  // namespace cuda_emu
+#else
+namespace cuda_emu {
+static void check_barrier(Block*) {}
+}  // namespace cuda_emu
+#endif
 
 #include "cuda_emu_run.h"

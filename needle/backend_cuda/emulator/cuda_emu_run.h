@@ -6,14 +6,16 @@
 //   barriers touches one hot stack. Deterministic, and fast enough for the test suite.
 // ThreadEngine: one OS thread per CUDA thread, meeting under a mutex and condition variable.
 //   Slow (~10x), but ThreadSanitizer and AddressSanitizer see every CUDA thread's accesses.
-// Blocks run one after another, which is why one static copy of each __shared__ variable is
-// enough (a block's shared memory is uninitialized on a GPU too).
+// Blocks run one after another (in a seeded order under full memory checking), which is why one
+// static copy of each __shared__ variable is enough (a block's shared memory is uninitialized
+// on a GPU too); the threads engine runs blocks side by side only for kernels without any.
 #pragma once
 #include <pthread.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <exception>
 #include <memory>
@@ -23,6 +25,17 @@ namespace cuda_emu {
 
 typedef void (*Invoker)(void* fn, void** args);
 
+#if defined(CUDA_EMU_MEMCHECK)
+static void check_enter(Thread* t) {
+  const Checker* c = static_cast<const Checker*>(t->block->checker);
+  if (c->spec->level != CHECK_OFF) tls_check = t;
+}
+static void check_leave() { tls_check = nullptr; }
+#else
+static void check_enter(Thread*) {}
+static void check_leave() {}
+#endif
+
 struct Launch {
   Invoker invoke;
   void* fn;
@@ -30,16 +43,30 @@ struct Launch {
 };
 
 // Run one CUDA thread's kernel body, then account for its exit.
-static void run_thread(Thread* t, const Launch* l) {
+CUDA_EMU_NOCHECK_FN static void run_thread(Thread* t, const Launch* l) {
   Block* b = t->block;
+#if defined(CUDA_EMU_MEMCHECK)
+  jmp_buf escape;  // a memory error leaves the kernel body here (cuda_emu_check.h)
+  t->escape = &escape;
+  if (setjmp(escape) != 0) {
+    tls_check = nullptr;
+    thread_exit(t);
+    return;
+  }
+#endif
   try {
+    check_enter(t);
     l->invoke(l->fn, l->args);
+    check_leave();
   } catch (KernelAbort&) {
+    check_leave();
   } catch (std::exception& e) {
+    check_leave();
     Quiet quiet;
     std::unique_lock<std::mutex> lock(b->mu);
     set_error(b, where(b, t) + " threw " + e.what());
   } catch (...) {
+    check_leave();
     Quiet quiet;
     std::unique_lock<std::mutex> lock(b->mu);
     set_error(b, where(b, t) + " threw an exception");
@@ -169,6 +196,8 @@ struct FiberEngine : Engine {
       return false;
     }
     stack[t->linear] = s;
+    t->stack_lo = reinterpret_cast<uintptr_t>(s);
+    t->stack_hi = t->stack_lo + FIBER_STACK;
     make_context(&ctx[t->linear], s, FIBER_STACK);
     resume(t);
     return true;
@@ -215,6 +244,19 @@ struct FiberEngine : Engine {
 };
 
 // ------------------------------------------------------------------ OS threads
+// Name the OS thread after its CUDA block and thread ("B3 T17", "B1,2,0 T5,1,0"): sanitizer
+// reports and debuggers show it beside their own thread numbers. Names are cut at 15 chars.
+static void name_os_thread(const Thread* t) {
+  const uint3 b = t->block->bidx, i = t->idx;
+  char name[64];
+  if (b.y == 0 && b.z == 0 && i.y == 0 && i.z == 0)
+    std::snprintf(name, sizeof name, "B%u T%u", b.x, i.x);
+  else
+    std::snprintf(name, sizeof name, "B%u,%u,%u T%u,%u,%u", b.x, b.y, b.z, i.x, i.y, i.z);
+  name[15] = 0;
+  pthread_setname_np(pthread_self(), name);
+}
+
 struct ThreadEngine : Engine {
   std::condition_variable cv;
   const Launch* launch = nullptr;
@@ -232,20 +274,34 @@ struct ThreadEngine : Engine {
   static void* main(void* p) {
     Arg* a = static_cast<Arg*>(p);
     tls_thread = a->t;  // its state stays NOT_STARTED until it first waits (under the lock)
+    pthread_attr_t attr;
+    void* lo = nullptr;
+    size_t size = 0;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+      pthread_attr_getstack(&attr, &lo, &size);
+      pthread_attr_destroy(&attr);
+    }
+    a->t->stack_lo = reinterpret_cast<uintptr_t>(lo);
+    a->t->stack_hi = a->t->stack_lo + size;
+    name_os_thread(a->t);
     run_thread(a->t, a->self->launch);
     tls_thread = nullptr;
     return nullptr;
   }
 
-  void run(Block* b, const Launch* l) {
+  std::vector<pthread_t> ids;
+  std::vector<Arg> args;
+  unsigned started = 0;
+
+  // Start the block's OS threads; join() waits for them (blocks may run side by side).
+  void start(Block* b, const Launch* l) {
     launch = l;
-    std::vector<pthread_t> ids(b->n);
-    std::vector<Arg> args(b->n);
+    ids.resize(b->n);
+    args.resize(b->n);
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 1 << 20);
-    unsigned started = 0;
-    for (; started < b->n; ++started) {
+    for (started = 0; started < b->n; ++started) {
       args[started] = Arg{this, &b->threads[started]};
       if (pthread_create(&ids[started], &attr, &ThreadEngine::main, &args[started]) != 0) {
         std::unique_lock<std::mutex> lock(b->mu);
@@ -255,8 +311,14 @@ struct ThreadEngine : Engine {
         break;
       }
     }
-    for (unsigned i = 0; i < started; ++i) pthread_join(ids[i], nullptr);
     pthread_attr_destroy(&attr);
+  }
+  void join() {
+    for (unsigned i = 0; i < started; ++i) pthread_join(ids[i], nullptr);
+  }
+  void run(Block* b, const Launch* l) {
+    start(b, l);
+    join();
   }
 };
 
@@ -288,9 +350,89 @@ static void init_block(Block* b, const char* kernel, unsigned x, unsigned y, uns
   }
 }
 
+// The order blocks run in: the grid's order, or a permutation seeded by spec.seed (SplitMix64
+// and Fisher-Yates), so that a kernel relying on block order fails reproducibly.
+static std::vector<unsigned long long> block_order(unsigned long long count,
+                                                   unsigned long long seed) {
+  std::vector<unsigned long long> order(count);
+  for (unsigned long long i = 0; i < count; ++i) order[i] = i;
+  unsigned long long s = seed;
+  for (unsigned long long i = count; seed && i > 1; --i) {
+    unsigned long long z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    std::swap(order[i - 1], order[(z ^ (z >> 31)) % i]);
+  }
+  return order;
+}
+
+// Run one block on the chosen engine.
+static void run_block(Block* b, const Launch& l, FiberEngine* fibers, ThreadEngine* oss) {
+#if defined(CUDA_EMU_MEMCHECK)
+  check_block_begin(b);
+#endif
+  if (fibers) {
+    b->engine = fibers;
+    fibers->run(b, &l);
+  } else {
+    b->engine = oss;
+    oss->run(b, &l);
+  }
+#if defined(CUDA_EMU_MEMCHECK)
+  check_block_end(b);
+#endif
+}
+
+// One block with its own threads, warps and OS-thread engine (blocks that run side by side).
+struct BlockRun {
+  Block b;
+  std::vector<Thread> threads;
+  std::vector<WarpGroup> warps;
+  ThreadEngine engine;
+};
+
+// The threads engine with blocks side by side, spec.concurrent CUDA threads at most at once, so
+// that ThreadSanitizer sees races between blocks (only for kernels without __shared__ memory,
+// whose one static copy would be shared by the blocks: module.py decides).
+static int run_concurrent(int entry, const char* kernel, const Launch& l, const dim3& grid,
+                          const dim3& block, const std::vector<unsigned long long>& order,
+                          const CheckSpec* spec, char* err, size_t errlen) {
+  const unsigned n = block.x * block.y * block.z;
+  const size_t per_group = std::max<size_t>(1, (size_t)spec->concurrent / n);
+  for (size_t first = 0; first < order.size(); first += per_group) {
+    const size_t count = std::min(per_group, order.size() - first);
+    std::vector<std::unique_ptr<BlockRun>> runs;
+    for (size_t j = 0; j < count; ++j) {
+      const unsigned long long id = order[first + j];
+      runs.emplace_back(new BlockRun);
+      BlockRun& r = *runs.back();
+      r.threads.resize(n);
+      r.warps.resize((n + 31) / 32);
+      init_block(&r.b, kernel, (unsigned)(id % grid.x), (unsigned)(id / grid.x % grid.y),
+                 (unsigned)(id / grid.x / grid.y), grid, block, r.threads.data(),
+                 r.warps.data(), nullptr);
+      r.b.engine = &r.engine;
+    }
+#if defined(CUDA_EMU_MEMCHECK)
+    Checker checker;
+    init_checker(&checker, spec, entry, 0, 0);
+    for (auto& r : runs) r->b.checker = &checker;
+#endif
+    for (auto& r : runs) r->engine.start(&r->b, &l);
+    for (auto& r : runs) r->engine.join();
+    for (auto& r : runs)
+      if (r->b.failed) {
+        std::snprintf(err, errlen, "%s", r->b.error.c_str());
+        return 1;
+      }
+  }
+  return 0;
+}
+
 // Run every block of the grid; returns 0, or 1 with the error message in err.
-static int run_launch(const char* kernel, const Launch& l, const unsigned* g3, const unsigned* b3,
-                      size_t dyn_bytes, int engine, char* err, size_t errlen) {
+static int run_launch(int entry, const char* kernel, const Launch& l, const unsigned* g3,
+                      const unsigned* b3, size_t dyn_bytes, int engine, const CheckSpec* spec,
+                      char* err, size_t errlen) {
   static std::mutex module_mu;  // one launch at a time: __shared__ storage is per module
   std::lock_guard<std::mutex> guard(module_mu);
   const dim3 grid(g3[0], g3[1], g3[2]), block(b3[0], b3[1], b3[2]);
@@ -300,24 +442,29 @@ static int run_launch(const char* kernel, const Launch& l, const unsigned* g3, c
   void* dyn = dyn_bytes ? std::malloc(dyn_bytes) : nullptr;  // exact size: ASan sees overruns
   std::unique_ptr<FiberEngine> fibers(engine == ENGINE_FIBER ? new FiberEngine : nullptr);
   std::unique_ptr<ThreadEngine> oss(engine == ENGINE_FIBER ? nullptr : new ThreadEngine);
+#if defined(CUDA_EMU_MEMCHECK)
+  Checker checker;
+  init_checker(&checker, spec, entry, reinterpret_cast<uintptr_t>(dyn), dyn_bytes);
+#endif
+  const unsigned long long nblocks = (unsigned long long)grid.x * grid.y * grid.z;
+  const std::vector<unsigned long long> order = block_order(nblocks, spec->seed);
+  if (oss && (unsigned long long)spec->concurrent >= 2ull * n && nblocks > 1)
+    return run_concurrent(entry, kernel, l, grid, block, order, spec, err, errlen);
   int rc = 0;
-  for (unsigned z = 0; z < grid.z && !rc; ++z)
-    for (unsigned y = 0; y < grid.y && !rc; ++y)
-      for (unsigned x = 0; x < grid.x && !rc; ++x) {
-        Block b;
-        init_block(&b, kernel, x, y, z, grid, block, threads.data(), warps.data(), dyn);
-        if (fibers) {
-          b.engine = fibers.get();
-          fibers->run(&b, &l);
-        } else {
-          b.engine = oss.get();
-          oss->run(&b, &l);
-        }
-        if (b.failed) {
-          std::snprintf(err, errlen, "%s", b.error.c_str());
-          rc = 1;
-        }
-      }
+  for (unsigned long long id : order) {
+    Block b;
+    init_block(&b, kernel, (unsigned)(id % grid.x), (unsigned)(id / grid.x % grid.y),
+               (unsigned)(id / grid.x / grid.y), grid, block, threads.data(), warps.data(), dyn);
+#if defined(CUDA_EMU_MEMCHECK)
+    b.checker = &checker;
+#endif
+    run_block(&b, l, fibers.get(), oss.get());
+    if (b.failed) {
+      std::snprintf(err, errlen, "%s", b.error.c_str());
+      rc = 1;
+      break;
+    }
+  }
   std::free(dyn);
   return rc;
 }
@@ -352,7 +499,7 @@ template <typename... A> static const char* signature() {
 }
 
 template <typename... A, size_t... I>
-static void invoke_impl(void* fn, void** args, std::index_sequence<I...>) {
+CUDA_EMU_NOCHECK_FN static void invoke_impl(void* fn, void** args, std::index_sequence<I...>) {
   (void)args;
   reinterpret_cast<void (*)(A...)>(fn)(*static_cast<A*>(args[I])...);
 }
@@ -366,6 +513,19 @@ template <typename... A> static Entry entry(const char* name, void (*f)(A...)) {
 }
 
 }  // namespace cuda_emu
+
+#if defined(CUDA_EMU_MEMCHECK)
+// Where the module's __shared__ variables are (offsets from the library's base, from build.py's
+// symbol table): the checker's legal shared ranges and their names in messages.
+#define CUDA_EMU_SHARED_API                                                                   \
+  extern "C" __attribute__((visibility("default"))) void cuda_emu_set_shared(                 \
+      int n, const unsigned long long* offsets, const unsigned long long* sizes,               \
+      const char* const* names, const int* owners) {                                          \
+    ::cuda_emu::set_shared(n, offsets, sizes, names, owners);                                 \
+  }
+#else
+#define CUDA_EMU_SHARED_API
+#endif
 
 // The C API build.py's wrapper exports after its table `cuda_emu_entries`.
 #define CUDA_EMU_API(entries)                                                                 \
@@ -383,8 +543,9 @@ template <typename... A> static Entry entry(const char* name, void (*f)(A...)) {
   }                                                                                           \
   extern "C" __attribute__((visibility("default"))) int cuda_emu_launch(                      \
       int i, const unsigned* grid, const unsigned* block, size_t dyn_shared, void** args,      \
-      int engine, char* err, size_t errlen) {                                                 \
+      int engine, const ::cuda_emu::CheckSpec* spec, char* err, size_t errlen) {              \
     const ::cuda_emu::Launch l{entries[i].invoke, entries[i].fn, args};                       \
-    return ::cuda_emu::run_launch(entries[i].name, l, grid, block, dyn_shared, engine, err,   \
-                                  errlen);                                                    \
-  }
+    return ::cuda_emu::run_launch(i, entries[i].name, l, grid, block, dyn_shared, engine,     \
+                                  spec, err, errlen);                                         \
+  }                                                                                           \
+  CUDA_EMU_SHARED_API

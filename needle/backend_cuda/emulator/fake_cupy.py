@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from . import memcheck
 from .elementwise import ElementwiseKernel  # noqa: F401
 
 # CuPy's ufuncs and reductions are NumPy's (``ndarray.__array_ufunc__`` checks the operands)
@@ -194,8 +195,10 @@ def _to_device(res: Any) -> Any:
 
 
 def empty(shape: Any, dtype: Any = float) -> ndarray:
-    """An uninitialised device array."""
-    return ndarray(shape, dtype)
+    """An uninitialised device array (poisoned and tracked under full memory checking)."""
+    out = ndarray(shape, dtype)
+    memcheck.on_empty(out)
+    return out
 
 
 def asarray(a: Any, dtype: Any = None) -> ndarray:

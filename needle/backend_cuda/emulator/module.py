@@ -22,10 +22,22 @@ import numpy as np
 
 from . import build as _build
 from .build import EmulatorBuildError, EmulatorUnavailable
+from .errors import EmulatorError, EmulatorKernelError
+from .memcheck import (
+    CHECK_LEVELS,
+    CheckSpec,
+    EmulatorMemoryError,
+    block_seed,
+    check_level,
+    describe_errors,
+    param_names,
+    pointer_region,
+    set_shared_table,
+)
 
 __all__ = ["load_module", "Module", "Kernel", "EmulatorError", "EmulatorLaunchError",
-           "EmulatorKernelError", "EmulatorBuildError", "EmulatorUnavailable",
-           "default_engine", "ENGINES"]
+           "EmulatorKernelError", "EmulatorMemoryError", "EmulatorBuildError",
+           "EmulatorUnavailable", "default_engine", "check_level", "ENGINES"]
 
 ENGINES = {"fiber": 0, "threads": 1}
 MAX_THREADS = 1024
@@ -33,10 +45,9 @@ MAX_BLOCK = (1024, 1024, 64)
 MAX_GRID = (2 ** 31 - 1, 65535, 65535)
 MAX_SHARED = 48 * 1024
 _ERRBUF = 4096
-
-
-class EmulatorError(RuntimeError):
-    """Base class of the emulator's runtime errors."""
+# The threads engine runs blocks of a kernel without __shared__ memory side by side, this many
+# CUDA threads (OS threads) at most at once, so that ThreadSanitizer sees races between blocks.
+CONCURRENT_THREADS = 2048
 
 
 class EmulatorLaunchError(EmulatorError):
@@ -45,10 +56,6 @@ class EmulatorLaunchError(EmulatorError):
     def __init__(self, status: str, message: str):
         super().__init__(f"{status}: {message}")
         self.status = status
-
-
-class EmulatorKernelError(EmulatorError):
-    """A kernel broke CUDA's rules while running (divergent barrier, deadlock, bad mask)."""
 
 
 def default_engine() -> str:
@@ -212,31 +219,49 @@ class Kernel:
                  enumerate(zip(self.param_types, args))]
         bufs = [ctypes.create_string_buffer(s, max(len(s), 16)) for s in slots]
         argv = (ctypes.c_void_p * max(len(bufs), 1))(*[ctypes.addressof(x) for x in bufs])
+        spec = self._check_spec(args, int(shared_mem))
         err = ctypes.create_string_buffer(_ERRBUF)
         rc = self.module.lib.cuda_emu_launch(self.index, (ctypes.c_uint * 3)(*g),
                                              (ctypes.c_uint * 3)(*b), int(shared_mem), argv,
-                                             ENGINES[self.module.engine], err, _ERRBUF)
+                                             ENGINES[self.module.engine], ctypes.byref(spec),
+                                             err, _ERRBUF)
         if rc != 0:
-            raise EmulatorKernelError(err.value.decode(errors="replace"))
+            raise describe_errors(err.value.decode(errors="replace"), self.module.path)
+
+    def _check_spec(self, args: Sequence[Any], shared_mem: int) -> CheckSpec:
+        """What the launch checks (each pointer argument's allocation), the block order, and
+        whether the threads engine runs blocks side by side: only without __shared__ memory,
+        of which there is one static copy per module."""
+        level = self.module.check
+        names = self.module.param_names(self.name)
+        regions = [pointer_region(i, names[i] if i < len(names) else "", a)
+                   for i, (c, a) in enumerate(zip(self.param_types, args)) if c == "p"]
+        side_by_side = self.module.engine == "threads" and shared_mem == 0 \
+            and self.static_shared_bytes == 0
+        return CheckSpec.make(CHECK_LEVELS[level], block_seed(level), regions,
+                              CONCURRENT_THREADS if side_by_side else 0)
 
 
 class Module:
     """A compiled source's kernels (like ``cupy.RawModule``)."""
 
-    def __init__(self, path: Path, info: Dict[str, Any], engine: str):
-        self.path, self.engine = path, engine
+    def __init__(self, path: Path, info: Dict[str, Any], engine: str, check: str = "off",
+                 code: str = ""):
+        self.path, self.engine, self.check, self.code = path, engine, check, code
         lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_LOCAL)
         lib.cuda_emu_name.restype = ctypes.c_char_p
         lib.cuda_emu_signature.restype = ctypes.c_char_p
         lib.cuda_emu_address.restype = ctypes.c_void_p
         lib.cuda_emu_launch.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
                                         ctypes.c_size_t, ctypes.c_void_p, ctypes.c_int,
-                                        ctypes.c_char_p, ctypes.c_size_t]
+                                        ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
         self.lib = lib
         base = ctypes.cast(lib.cuda_emu_count, ctypes.c_void_p).value - int(info["anchor"])
         count = lib.cuda_emu_count()
         funcs = [info["functions"].get(str(lib.cuda_emu_address(i) - base), "")
                  for i in range(count)]
+        if hasattr(lib, "cuda_emu_set_shared"):
+            set_shared_table(lib, info.get("shared", []), funcs, code)
         # __shared__ variables of __device__ functions count for every kernel: an upper bound,
         # since which kernel calls which function is not in the symbol table
         elsewhere = sum(v for owner, v in info["statics"].items() if owner not in funcs)
@@ -246,6 +271,10 @@ class Module:
             sig = lib.cuda_emu_signature(i).decode()
             shared = info["statics"].get(funcs[i], 0) + elsewhere
             self.kernels[name] = Kernel(self, i, name, sig.split(",") if sig else [], shared)
+
+    def param_names(self, kernel: str) -> List[str]:
+        """The parameter names of ``kernel`` in the source (for messages; [] if not found)."""
+        return param_names(self.code, kernel.split("<", 1)[0])
 
     def get_function(self, name: str) -> Kernel:
         """The kernel for a name expression given to ``load_module``."""
@@ -267,16 +296,21 @@ def load_module(code: str, name_expressions: Sequence[str], options: Sequence[st
     if engine not in ENGINES:
         raise ValueError(f"engine={engine!r}; expected one of {sorted(ENGINES)}")
     filename = filename or source_name(code)
-    return _load(code, tuple(name_expressions), tuple(options), engine, filename,
-                 sanitize_mode())
+    sanitize = sanitize_mode()
+    return _load(code, tuple(name_expressions), tuple(options), engine, filename, sanitize,
+                 "off" if sanitize else check_level())
 
 
 def source_name(code: str) -> str:
-    """A name for ``code`` in messages: its kernels/*.cu file name, or its first kernel's."""
+    """A name for ``code`` in messages: the path of its kernels/*.cu file (so sanitizer reports
+    and memory errors point at a file that exists), or its first kernel's name."""
     from .. import kernel_specs
     for f in kernel_specs.KERNEL_FILES:
-        if _kernel_file_text(f) == code:
-            return f
+        try:
+            if _kernel_file_text(f) == code:
+                return str(kernel_specs.KERNEL_DIR / f)
+        except NotImplementedError:  # a student-release stub: not this file
+            continue
     m = re.search(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)", code)
     return f"{m.group(1)}.cu" if m else "kernel.cu"
 
@@ -289,6 +323,6 @@ def _kernel_file_text(filename: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _load(code: str, names: Tuple[str, ...], options: Tuple[str, ...], engine: str,
-          filename: str, sanitize: str) -> Module:
-    path, info = _build.build(code, names, options, filename, sanitize)
-    return Module(path, info, engine)
+          filename: str, sanitize: str, check: str) -> Module:
+    path, info = _build.build(code, names, options, filename, sanitize, check != "off")
+    return Module(path, info, engine, check, code)

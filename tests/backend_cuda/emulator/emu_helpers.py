@@ -23,6 +23,8 @@ def kernel(filename: str, name: str, dtype: str = ""):
     return kernel_module(filename, dtype).get_function(name)
 
 
-def ptr(a: np.ndarray) -> int:
-    """Host address of ``a``'s first element (what a pointer parameter receives)."""
-    return a.ctypes.data
+def ptr(a: np.ndarray):
+    """``a`` as the emulator's device array: a pointer parameter receives its first element's
+    address, and the memory checker knows the allocation's bounds."""
+    from needle.backend_cuda.emulator import fake_cupy
+    return a.view(fake_cupy.ndarray)

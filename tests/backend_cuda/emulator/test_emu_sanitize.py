@@ -1,4 +1,4 @@
-"""The sanitizer check (issue 20 item 4): it passes on the real kernels and fails on mutants.
+"""The sanitizer check: it passes on the real kernels and fails on mutants.
 
 A kernel copy with one ``__syncthreads()`` removed must make ThreadSanitizer report a data
 race (the fiber engine only returns wrong sums, silently), and
@@ -6,6 +6,7 @@ a copy with an off-by-one loop bound must make AddressSanitizer report a heap ov
 unmutated kernels run clean under both; ``make test-cuda-sanitize`` runs the whole kernel test
 file that way. Every child process has a wall-clock bound.
 """
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -48,6 +49,24 @@ def test_tsan_passes_reduce_and_flags_a_removed_syncthreads(tmp_path):
     res = run_child("thread", "reduce", code, tmp_path)
     assert res.returncode == sanitize.SANITIZER_EXIT, res.stdout + res.stderr[-3000:]
     assert "ThreadSanitizer: data race" in res.stderr and "reduce_rows_block" in res.stderr
+    # the report points at the mutated file's lines and names CUDA blocks and threads
+    lines = code.splitlines()
+    write = lines.index("    if (lane == 0) smem[warp] = acc;") + 1
+    assert f"{tmp_path / 'reduce.cu'}:{write}" in res.stderr, res.stderr[-3000:]
+    assert "'B0 T" in res.stderr or "'B1 T" in res.stderr, res.stderr[-3000:]
+
+
+def test_tsan_sees_a_race_between_blocks(tmp_path):
+    """Blocks of a kernel without __shared__ memory run side by side on the thread engine, so a
+    missing atomic between blocks is a data race between threads of two blocks."""
+    code = ("__global__ void count_blocks(float* out) {\n"
+            "  if (threadIdx.x == 0) out[0] += 1.0f;  // needs atomicAdd\n"
+            "}\n")
+    res = run_child("thread", "blocks", code, tmp_path)
+    assert res.returncode == sanitize.SANITIZER_EXIT, res.stdout + res.stderr[-3000:]
+    assert "ThreadSanitizer: data race" in res.stderr
+    assert f"{tmp_path / 'blocks.cu'}:2" in res.stderr
+    assert len(set(re.findall(r"'B(\d+) T0'", res.stderr))) >= 2, res.stderr[-3000:]
 
 
 def test_asan_passes_ewise_and_flags_an_off_by_one(tmp_path):
@@ -58,6 +77,7 @@ def test_asan_passes_ewise_and_flags_an_off_by_one(tmp_path):
     assert res.returncode == sanitize.SANITIZER_EXIT, res.stdout + res.stderr[-3000:]
     assert "AddressSanitizer: heap-buffer-overflow" in res.stderr
     assert "ewise_unary" in res.stderr
+    assert f"{tmp_path / 'unary.cu'}:" in res.stderr, res.stderr[-3000:]
 
 
 @pytest.mark.slow
@@ -72,3 +92,29 @@ def test_sanitizer_pass_over_the_float32_kernels(mode):
     res = sanitize.run_pytest(mode, ["tests/backend_cuda/emulator/test_emu_kernels.py",
                                      "-k", select], timeout=CHILD_TIMEOUT, cwd=str(ROOT))
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-5000:]
+
+
+def test_command_line_splits_test_paths_from_pytest_args():
+    """``--mode thread -- -k float32``: -k float32 goes to pytest over the default tests."""
+    assert sanitize.split_args(["--mode", "thread", "--", "-k", "float32"]) == \
+        (["--mode", "thread"], ["-k", "float32"])
+    assert sanitize.split_args(["t.py::x"]) == (["t.py::x"], [])
+
+
+def test_a_report_is_printed_in_full(tmp_path, capsys, monkeypatch):
+    """A sanitizer report raised inside a pytest child (which captures stderr) reaches the
+    caller through the sanitizer's log file."""
+    if build.find_runtime("address") is None:
+        pytest.skip("gcc's address sanitizer runtime is not installed")
+    code = mutated("ewise.cu", UNARY_BOUND, UNARY_BOUND.replace("i < n", "i <= n"))
+    (tmp_path / "unary.cu").write_text(code)
+    (tmp_path / "test_child.py").write_text(
+        "import subprocess, sys\n"
+        "def test_child():\n"
+        f"    sys.argv = ['w', 'unary', {str(tmp_path / 'unary.cu')!r}]\n"
+        f"    exec(open({str(HERE / 'sanitize_worker.py')!r}).read(), "
+        "{'__name__': '__main__'})\n")
+    status = sanitize.main(["--mode", "address", str(tmp_path / "test_child.py")])
+    err = capsys.readouterr().err
+    assert status == 1
+    assert "AddressSanitizer: heap-buffer-overflow" in err and f"{tmp_path / 'unary.cu'}:" in err
