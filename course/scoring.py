@@ -146,9 +146,23 @@ def failure_lines(report: Dict[str, Any], width: int = 200) -> List[str]:
             continue
         path, sep, name = first["test"].partition("::")  # the file's name is enough here
         test = path.rsplit("/", 1)[-1] + sep + name
-        line = f"{ex['exercise']}: {test}: {first['message']}".replace("\n", " ")
-        lines.append(line if len(line) <= width else line[:width - 3] + "...")
+        lines.append(_one_line(f"{ex['exercise']}: {test}: {first['message']}", width))
     return lines
+
+
+_MODULE_PREFIX = re.compile(r"\b(?:[a-z_][a-z0-9_]*\.)+(?=[A-Z]\w*(?:Error|Exception)\b)")
+_LOCATION = re.compile(r"([\w.-]+\.(?:cu|cuh|h|py)):(\d+)")
+
+
+def _one_line(text: str, width: int) -> str:
+    """``text`` on one line of at most ``width`` characters: exception names without their
+    module path, and the first source location (``strided.cu:52``) kept when cut."""
+    line = _MODULE_PREFIX.sub("", text.replace("\n", " "))
+    if len(line) <= width:
+        return line
+    where = _LOCATION.search(line)
+    tail = f" ... at {where[1]}:{where[2]}" if where and where.end() > width - 3 else " ..."
+    return line[:width - len(tail)] + tail
 
 
 def waiting_line(report: Dict[str, Any]) -> Optional[str]:

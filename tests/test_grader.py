@@ -190,3 +190,15 @@ def test_command_errors_are_one_line_before_any_test_runs(args, says, tmp_path):
     assert res.stdout == "" and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert says in res.stderr and "Traceback" not in res.stderr
     assert time.perf_counter() - start < 60  # no test ran
+
+
+def test_a_long_failure_line_keeps_its_source_location():
+    """The line after the score table names the kernel's file:line even when the message is
+    cut to the width, and an exception's module path is dropped."""
+    message = ("needle.backend_cuda.emulator.errors.EmulatorMemoryError: kernel 'compact': "
+               "block (0, 0, 0) thread (12, 0, 0): out-of-bounds write " + "x" * 200
+               + " at /tmp/t/needle/backend_cuda/kernels/strided.cu:52 (in compact)")
+    line = scoring._one_line("hw3.cuda.backend: t.py::test: " + message, 160)
+    assert len(line) <= 160
+    assert line.endswith("at strided.cu:52")
+    assert ": EmulatorMemoryError: kernel 'compact': block (0, 0, 0) thread (12, 0, 0)" in line
