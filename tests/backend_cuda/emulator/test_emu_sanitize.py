@@ -1,4 +1,4 @@
-"""The sanitizer check (issue 20 item 4): it passes on the real kernels and fails on mutants.
+"""The sanitizer check: it passes on the real kernels and fails on mutants.
 
 A kernel copy with one ``__syncthreads()`` removed must make ThreadSanitizer report a data
 race (the fiber engine only returns wrong sums, silently), and
