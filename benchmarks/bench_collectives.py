@@ -20,7 +20,7 @@ alike; on a shared machine the slower batches measure other people's processes.
 
 Then the alpha-beta model (``needle.parallel.comm.cost_model``) is fitted to the ``Sendrecv``
 times and predicts the ring allreduce from the message trace of the same call on the virtual
-cluster; the targets of the communicator issue are printed with PASS/FAIL.
+cluster; the collectives' targets are printed with PASS/FAIL.
 """
 import argparse
 import os
@@ -183,7 +183,7 @@ OURS = {"allreduce": "auto", "allgather": "auto", "reduce_scatter": "auto",
 
 
 def targets(results: Results, p: int) -> List[str]:
-    """The issue's target table, each row with its numbers and PASS/FAIL."""
+    """The collectives' target table, each row with its numbers and PASS/FAIL."""
     lines = [f"targets ({p} ranks):"]
 
     def row(name: str, value: float, ok: bool, need: str) -> None:

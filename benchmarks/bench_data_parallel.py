@@ -232,7 +232,7 @@ def torch_ddp_step(comm: Any, dist: Any, batch: int,
 
 
 # -- plain mpiexec: needle's default thread placement vs torch DDP ------------------------------
-ISSUE_MLP = (784, 1024, 1024, 10)  # the issue's case: 128 samples per rank, Adam
+DDP_MLP = (784, 1024, 1024, 10)  # the compared case: 128 samples per rank, Adam
 
 
 def blas_report() -> str:
@@ -251,15 +251,15 @@ def bench_default_threads(comm: Any, args: Any) -> List[str]:
         return ["torch not installed: no comparison"]
     np.random.seed(comm.rank)
     layers: List[Any] = []
-    for a, b in zip(ISSUE_MLP[:-1], ISSUE_MLP[1:]):
+    for a, b in zip(DDP_MLP[:-1], DDP_MLP[1:]):
         layers += [nn.Linear(a, b), nn.ReLU()]
     net = DistributedDataParallel(nn.Sequential(*layers[:-1]), comm)
     rng = np.random.default_rng(comm.rank)
-    x = ndl.Tensor(rng.standard_normal((128, ISSUE_MLP[0])), dtype="float32", requires_grad=False)
-    y = ndl.Tensor(rng.integers(0, ISSUE_MLP[-1], 128), dtype="int64", requires_grad=False)
+    x = ndl.Tensor(rng.standard_normal((128, DDP_MLP[0])), dtype="float32", requires_grad=False)
+    y = ndl.Tensor(rng.integers(0, DDP_MLP[-1], 128), dtype="int64", requires_grad=False)
     cases = {"needle_ddp": train_step(net, ndl.optim.Adam(net.parameters(), lr=1e-3), x, y,
                                       lambda m, x, y: nn.SoftmaxLoss()(m(x), y)),
-             "torch_ddp": torch_ddp_step(comm, dist, 128, ISSUE_MLP, adam=True)}
+             "torch_ddp": torch_ddp_step(comm, dist, 128, DDP_MLP, adam=True)}
     t = timed(comm, cases, args.blocks, args.steps)
     r = t["needle_ddp"] / t["torch_ddp"]
     return [f"needle BLAS: {blas_report()}",

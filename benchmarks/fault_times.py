@@ -1,4 +1,4 @@
-"""How long each injected fault takes to end the job, and how it ends: the README's table.
+"""How long each injected fault takes to end the job, and how: docs/reliability.md's table.
 
     python benchmarks/fault_times.py [--timeout 3]
 

@@ -9,7 +9,7 @@ An exercise's points are shared by its tests: the score is points x (passed / ru
 the cuda device (a test id naming ``cuda`` as a parameter) is graded only by ``hw3.cuda.*``: no
 other exercise's score depends on the CUDA backend or on a GPU being there.
 
-The rubric rule (issue 21): a student who writes nothing scores 0, and one who writes exercise E
+The rubric rule: a student who writes nothing scores 0, and one who writes exercise E
 and the exercises E ``requires`` (transitively) scores exactly the points of those exercises.
 The course orders homework so that later exercises build on earlier ones (every op goes through
 ``make_from_op``; Adam is written in hw1's ops; a training loop needs nn), and ``requires``

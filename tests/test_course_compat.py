@@ -241,7 +241,7 @@ def test_tensor_matmul_gradient_matches_numpy_bit_for_bit():
     np.testing.assert_array_equal(gb.numpy(), np.ascontiguousarray(x.T) @ g)
 
 
-# ------------------------------------------------------------------ issue 21 (a): dtypes
+# ------------------------------------------------------------------ dtypes
 def test_numpy_float64_data_stays_float64_gradients_included():
     """hw1's needle is NumPy-backed: float64 data stays float64 (its 1e-6 checks need it)."""
     a = ndl.Tensor(np.random.randn(4, 3))
@@ -304,7 +304,7 @@ def test_batchnorm_buffers_keep_their_dtype_on_float64_input():
     assert bn.running_mean.dtype == "float32" and bn.running_var.dtype == "float32"
 
 
-# ------------------------------------------------------------------ issue 21 (b): logsumexp
+# ------------------------------------------------------------------ logsumexp
 def test_logsumexp_gradient_splits_tied_maxima_in_float32():
     """exp(x - lse) gives each tied maximum weight 1 when lse rounds to max (near 1e9)."""
     x = ndl.Tensor(np.array([[1e9, 1e9, 0.0], [1e9, 1e9 - 256, 1e9]], dtype=np.float32))
@@ -333,7 +333,7 @@ def test_logsumexp_gradient_is_still_differentiable():
                                rtol=1e-10, atol=1e-12)
 
 
-# ------------------------------------------------------------------ issue 21 (c): modules
+# ------------------------------------------------------------------ modules
 def test_sequential_modules_is_the_courses_list():
     inner = ndl.nn.Sequential(ndl.nn.Linear(2, 3), ndl.nn.ReLU())
     model = ndl.nn.Sequential(ndl.nn.Flatten(), inner)

@@ -202,7 +202,7 @@ def test_student_release_against_reference(tmp_path):
 
 def _ship_answer(root: Path, exercise: str, keep: str) -> int:
     """Turn every region of ``exercise`` in ``root`` except the one in ``keep`` into plain code
-    (markers made comments): its copies of the answer ship, as before issue 21."""
+    (markers made comments): its copies of the answer ship, as they once did."""
     shipped = 0
     for region in all_regions(root):
         if region.exercise != exercise or region.qualname == keep:
@@ -219,7 +219,7 @@ def _ship_answer(root: Path, exercise: str, keep: str) -> int:
 
 @pytest.mark.slow
 def test_isolation_check_catches_a_shipped_answer(tmp_path):
-    """Issue 21's case: Adam.tuned=True by default outside any region, with the tuned step, the
+    """A shipped answer: Adam.tuned=True by default outside any region, with the tuned step, the
     fused naive step and the numba kernel shipped, Adam's graded tests pass although Adam.step is
     stubbed. The isolation check must flag it, and must pass on the tree as it is."""
     ref = tmp_path / "ref"
@@ -272,7 +272,7 @@ def test_isolation_copy_stubs_only_the_named_exercise(tmp_path):
 
 @pytest.mark.slow
 def test_every_exercise_is_isolated(tmp_path):
-    """Issue 21, item 2 (`python -m course.check_release` runs the same): for each exercise,
+    """The isolation check (`python -m course.check_release` runs the same): for each exercise,
     the reference with only its regions stubbed fails every graded test of it with the
     NotImplementedError naming it. Only each exercise's graded tests run (about 2 CPU-minutes;
     CUDA exercises are reported unchecked where no GPU runs them)."""
@@ -345,7 +345,7 @@ def test_release_run_that_runs_nothing_is_flagged(tmp_path):
     assert check_release.not_run_in_release(tmp_path / "ref.json", tmp_path / "rel.json") == []
 
 
-# ---------------------------------------------------------------------- issue 21 (b): CUDA C
+# ---------------------------------------------------------------------- CUDA C
 def test_cuda_kernels_ship_stubbed_with_their_exercise(tmp_path, monkeypatch):
     """The kernels of hw3's CUDA exercise (strided copies, matmul, reductions) are regions:
     the release ships them stubbed, and loading a stubbed kernel file raises the
@@ -378,7 +378,7 @@ def test_cuda_stub_keeps_the_markers_and_only_the_named_exercise():
     assert stub_file(path, ROOT, only=["hw2.optim.adam"])[0] == path.read_text()
 
 
-# ---------------------------------------------------------------------- issue 21 (a): requires
+# ---------------------------------------------------------------------- requires
 def test_requires_graph_is_acyclic_and_names_real_exercises(monkeypatch):
     assert requires_problems() == []
     assert all(r in {e.name for e in EXERCISES} for ex in EXERCISES for r in ex.requires)
@@ -435,7 +435,7 @@ def test_cuda_cases_are_graded_only_by_the_cuda_exercises():
 
 @pytest.mark.slow
 def test_release_with_an_exercise_and_its_requirements_scores_exactly_their_points(tmp_path):
-    """Issue 21 (a), the rubric rule, for representative exercises (all of them take a graded
+    """The rubric rule, for representative exercises (all of them take a graded
     run each, about 30 min on 2 cores: `python -m course.check_release --restore-each`):
     one with no requirement (hw3.ndarray.views), a hw1 op on NumPy with hw1's ops it needs and
     no hw3 exercise (hw1.ops.matmul), and an optimizer that needs hw1's ops, autograd and nn

@@ -63,7 +63,7 @@ class Communicator(PointToPoint):
 
     ANY_SOURCE = ANY_SOURCE
     ANY_TAG = ANY_TAG
-    # False: finish the argument check before the first message (as before issue 25; kept so
+    # False: finish the argument check before the first message (the older order; kept so
     # that the benchmark can measure what overlapping saves).
     overlap_check = True
 

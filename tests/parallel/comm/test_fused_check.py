@@ -1,4 +1,4 @@
-"""The argument check carried inside the data messages (issue 25): recursive-doubling allgather
+"""The argument check carried inside the data messages: recursive-doubling allgather
 and allreduce and recursive-halving reduce-scatter send no message but their own, and still
 raise on every rank on a mismatch."""
 import numpy as np
