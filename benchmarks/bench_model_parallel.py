@@ -14,7 +14,6 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, Dict, List
@@ -147,10 +146,10 @@ def sp_memory(t: int, s: int = 64, b: int = 2, h: int = 256, a: int = 8) -> Dict
 # ----------------------------------------------------------------------------- driver
 def launch(n: int, *worker_args: str, timeout: int = 600) -> Dict[str, Any]:
     """Run this file's worker on n ranks; rank 0's JSON result."""
-    from needle.parallel.launch import find_mpiexec
+    from needle.parallel import mpiexec
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    cmd = [find_mpiexec(), "-n", str(n), sys.executable, __file__, "--worker", *worker_args]
+    cmd = mpiexec.python_command(n, __file__, "--worker", *worker_args)
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
                          cwd=ROOT, stdin=subprocess.DEVNULL)
     for line in res.stdout.splitlines():

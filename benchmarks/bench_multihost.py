@@ -3,7 +3,7 @@ hierarchical allreduce against the flat ring.
 
     python benchmarks/bench_multihost.py [--rate 1gbit] [--sizes 4K,64K,1M,16M,64M] [--reps 3]
 
-Makes a test cluster (``needle.parallel.testcluster``: 2 hosts x 2 ranks, network namespaces
+Makes a test cluster (``tools/testcluster``: 2 hosts x 2 ranks, network namespaces
 with each host link shaped to ``--rate`` by ``tc tbf``; needs root), runs itself on its 4 ranks
 with mpiexec over TCP, and removes the cluster.  The ranks first fit alpha and beta of each link
 class by ping-pong (ranks 0-1 share host 0, ranks 0-2 cross the host link), then time each
@@ -24,6 +24,9 @@ from typing import Callable, Dict, List
 
 import numpy as np
 
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script: the checkout's needle and tools/
+    sys.path.insert(0, str(ROOT))
 ALGORITHMS = ["ring", "recursive_doubling", "tree", "hierarchical"]
 NODES = [0, 0, 1, 1]
 
@@ -142,9 +145,9 @@ def main() -> int:
     if args.worker:
         worker(args)
         return 0
-    from needle.parallel.launch import find_mpiexec
-    from needle.parallel.testcluster import Cluster, available
-    from needle.parallel.testcluster.mpirun import mpiexec_command
+    from needle.parallel import mpiexec
+    from tools.testcluster import Cluster, available
+    from tools.testcluster.mpirun import mpiexec_command
     reason = available()
     if reason:
         print(f"bench_multihost: no test cluster here: {reason}", file=sys.stderr)
@@ -153,11 +156,9 @@ def main() -> int:
                 if line.startswith("model name")), "?")
     print(f"2 hosts x 2 ranks, host links {args.rate} (tc tbf); CPU {cpu}; "
           f"load average {os.getloadavg()[0]:.1f} at start")
-    root = str(Path(__file__).resolve().parent.parent)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [root] + [q for q in os.environ.get("PYTHONPATH", "").split(os.pathsep) if q]))
+    env = mpiexec.pythonpath_env(ROOT)
     with Cluster(2, 2, args.rate) as cluster:
-        cmd = mpiexec_command(find_mpiexec(), str(cluster.hostfile), 4) + [
+        cmd = mpiexec_command(mpiexec.find(), str(cluster.hostfile), 4) + [
             sys.executable, str(Path(__file__).resolve()), "--worker", "--sizes", args.sizes,
             "--reps", str(args.reps)]
         before = [cluster.link_bytes(i) for i in range(2)]

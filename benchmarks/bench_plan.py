@@ -24,7 +24,7 @@ pp 2) on the character transformer). Predictions, made here without running the 
   char transformer's one-rank step at batch 16 and 4 fits per-op and per-byte costs
   (``fit_step_cost``: the same ops, 4x fewer bytes), applied to each rank's own forward graph
   (ops, bytes), per microbatch for a stage, backward twice the forward, times the factor. The
-  factor is measured, not cores / p: ``needle.plan.core_sharing``, synchronised needle work
+  factor is measured, not cores / p: ``needle/plan/core_sharing.py``, synchronised needle work
   (a small MLP's steps, then an allreduce) at p ranks against one rank, in every round (1.0
   at 2 ranks, 2.2-2.4 for 4 ranks on 2 cores). Plus the alpha-beta time of the predicted
   collectives (alpha, beta by ping-pong with that many ranks running; no overlap: shared
@@ -52,7 +52,7 @@ import needle as ndl  # noqa: E402
 from needle import nn  # noqa: E402
 from needle.autograd import find_topo_sort  # noqa: E402
 from needle.memory.estimator import estimate_module  # noqa: E402
-from needle.parallel import virtual  # noqa: E402
+from needle.parallel import mpiexec, virtual  # noqa: E402
 from needle.parallel.comm.threads import ENV_VARS, threads_per_rank  # noqa: E402
 from needle.plan.bubble import pipeline_seconds  # noqa: E402
 from needle.plan.cluster import (  # noqa: E402
@@ -89,16 +89,14 @@ def run_worker(strategy: str, ranks: int, steps: int, timeout: float,
                blas_threads: int = 0, extra: Sequence[str] = ()) -> Dict[str, Any]:
     """Launch plan_worker.py under mpiexec; its JSON figures. ``blas_threads``: fix the
     BLAS/OpenMP threads per rank (0: needle's own choice, ``comm.threads``)."""
-    exe = Path(sys.executable).parent / "mpiexec"
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         if blas_threads:
             env.update(dict.fromkeys(ENV_VARS, str(blas_threads)))
-        subprocess.run([str(exe if exe.exists() else "mpiexec"), "-n", str(ranks),
-                        sys.executable, str(ROOT / "benchmarks" / "plan_worker.py"), strategy,
-                        str(out), "--steps", str(steps), *extra], check=True,
-                       timeout=timeout, env=env, capture_output=True, cwd=ROOT)
+        cmd = mpiexec.python_command(ranks, str(ROOT / "benchmarks" / "plan_worker.py"),
+                                     strategy, str(out), "--steps", str(steps), *extra)
+        subprocess.run(cmd, check=True, timeout=timeout, env=env, capture_output=True, cwd=ROOT)
         return json.loads(out.read_text())
 
 

@@ -126,8 +126,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--timeout", type=float, default=3.0)
     t = ap.parse_args().timeout
-    from mpi4py import __file__ as _  # noqa: F401  (mpiexec comes with the mpich wheel)
-    mpiexec = str(Path(sys.executable).parent / "mpiexec")
+    from needle.parallel import mpiexec as mpiexec_tool
+    mpiexec = mpiexec_tool.find()
     py, launch = sys.executable, [sys.executable, "-m", "needle.parallel.launch", "-n", "2"]
     rows = []
     for mode in ("raise", "exit0", "exit3", "kill"):

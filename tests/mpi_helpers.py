@@ -1,7 +1,6 @@
 """Launching multi-rank workers under mpiexec from ordinary pytest tests (``run_mpi``)."""
 import os
 import pickle
-import shutil
 import signal
 import subprocess
 import sys
@@ -12,17 +11,18 @@ from typing import Any, Callable, List, Optional, Tuple
 
 import pytest
 
+from needle.parallel import mpiexec as mpiexec_tool
+
 ROOT = Path(__file__).resolve().parent.parent
 PARALLEL_TESTS = ROOT / "tests" / "parallel"
 
 
 def mpiexec() -> str:
     """The mpiexec beside this Python (the mpich wheel's), else the one on PATH."""
-    beside = Path(sys.executable).parent / "mpiexec"
-    found = str(beside) if beside.exists() else shutil.which("mpiexec")
-    if found is None:
+    try:
+        return mpiexec_tool.find()
+    except FileNotFoundError:
         pytest.skip("mpiexec not found (pip install mpich)")
-    return found
 
 
 def _session_members(sid: int) -> List[int]:
@@ -72,7 +72,8 @@ def make_run_mpi() -> Callable[..., Tuple[subprocess.CompletedProcess, float]]:
     the worker path is relative to tests/parallel/, and ``timeout`` bounds the whole job."""
     def run(k: int, worker: str, *args: str, timeout: float = 120,
             env: dict = None) -> Tuple[subprocess.CompletedProcess, float]:
-        cmd = [mpiexec(), "-n", str(k), sys.executable, str(PARALLEL_TESTS / worker), *args]
+        cmd = mpiexec_tool.command(k, exe=mpiexec()) + [
+            sys.executable, str(PARALLEL_TESTS / worker), *args]
         start = time.monotonic()
         res = run_bounded(cmd, timeout, cwd=ROOT, env=worker_env(**(env or {})),
                           stdin=subprocess.DEVNULL)
@@ -99,8 +100,8 @@ def run_ranks(backend: str, k: int, fn: Callable, *args: Any, timeout: float = 1
         spec = Path(tmp) / "call.pkl"
         source = Path(sys.modules[fn.__module__].__file__).resolve()
         spec.write_bytes(pickle.dumps((str(source), fn.__name__, args)))
-        cmd = [mpiexec(), "-n", str(k), sys.executable, str(ROOT / "tests" / "rank_main.py"),
-               str(spec)]
+        cmd = mpiexec_tool.command(k, exe=mpiexec()) + [
+            sys.executable, str(ROOT / "tests" / "rank_main.py"), str(spec)]
         env = worker_env(PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]),
                          **(env or {}))
         res = run_bounded(cmd, timeout, cwd=ROOT, env=env, stdin=subprocess.DEVNULL)

@@ -16,9 +16,9 @@ from typing import Any, Callable, Iterator, List, Optional
 import pytest
 from mpi_helpers import ROOT, mpiexec, worker_env
 
-from needle.parallel.testcluster import Cluster, available, sweep
-from needle.parallel.testcluster.mpirun import mpiexec_command
-from needle.parallel.testcluster.netns import leftovers
+from tools.testcluster import Cluster, available, sweep
+from tools.testcluster.mpirun import mpiexec_command
+from tools.testcluster.netns import leftovers
 
 
 def make_cluster(hosts: int = 2, slots: int = 2, rate: Optional[str] = None) -> Iterator[Cluster]:

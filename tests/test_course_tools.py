@@ -109,6 +109,8 @@ def test_release_has_no_solution_left(tmp_path):
         assert len(out.splitlines()) < len(ref.splitlines())
     assert (tmp_path / "student" / "notebooks").is_dir()
     assert (tmp_path / "student" / "tests" / "conftest.py").is_file()
+    for tool in ("__init__.py", "testcluster/netns.py", "measure/pingpong.py"):  # tests use them
+        assert (tmp_path / "student" / "tools" / tool).is_file(), tool
 
 
 def test_release_is_made_for_students(tmp_path):

@@ -5,6 +5,8 @@ the mpiexec of the ``mpich`` wheel beside this Python, prefixes every output lin
 runs the script under ``python -m mpi4py`` so that an uncaught exception on any rank aborts the
 whole job, and exits with the job's status.  ``-m module`` runs a module instead of a file, and
 ``-f hostfile`` is passed to mpiexec for multi-host runs (MPI's own host file format).
+A tool that must start mpiexec its own way (the test cluster of ``tools/testcluster``) calls
+``main(argv, wrap=...)`` with a function that rewrites mpiexec's command line.
 
 When a rank dies, mpiexec ends the job with a bare exit code.  So each rank runs under a small
 *supervisor* process (the one mpiexec starts): it runs the rank as its child, copies the child's
@@ -17,7 +19,6 @@ import argparse
 import atexit
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,9 +26,9 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, List, NoReturn, Optional
+from typing import Any, Callable, List, NoReturn, Optional
 
-from . import hostfile
+from . import hostfile, mpiexec
 from .comm.faults import (
     CONSEQUENCES,
     install_abort_hook,
@@ -36,26 +37,16 @@ from .comm.faults import (
     write_status,
 )
 from .comm.faults import REPORT_DIR_ENV as DIR_ENV
-from .testcluster.mpirun import mpiexec_command
 
 SUPERVISE = "--rank-supervise"  # internal: how mpiexec starts each rank
 CHILD = "--rank-child"  # internal: the rank itself, under its supervisor
 TAIL_LINES = 12
+Wrap = Callable[[List[str]], List[str]]  # mpiexec's command line -> the one to run
 
 
-def find_mpiexec() -> str:
-    """The mpiexec installed beside this Python (the mpich wheel), else the first on PATH."""
-    beside = Path(sys.executable).parent / "mpiexec"
-    if beside.exists():
-        return str(beside)
-    found = shutil.which("mpiexec")
-    if found is None:
-        raise FileNotFoundError("mpiexec not found: pip install mpich (or install an MPI)")
-    return found
-
-
-def build_command(argv: Optional[List[str]] = None) -> List[str]:
-    """The mpiexec command line for the launcher's arguments."""
+def build_command(argv: Optional[List[str]] = None, wrap: Optional[Wrap] = None) -> List[str]:
+    """The mpiexec command line for the launcher's arguments (``wrap``: rewrites mpiexec's
+    own part, before the program)."""
     parser = argparse.ArgumentParser(prog="python -m needle.parallel.launch",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("-n", "--nproc", type=int, default=2, help="number of ranks")
@@ -79,9 +70,9 @@ def build_command(argv: Optional[List[str]] = None) -> List[str]:
             _refuse(parser, str(err))
     if args.module is None and not Path(args.rest[0]).is_file():  # not a traceback per rank
         _refuse(parser, f"no such script: {args.rest[0]}")
-    cmd = [find_mpiexec(), "-n", str(args.nproc)]
-    if args.hostfile:  # real hosts, or a test cluster's (needle.parallel.testcluster)
-        cmd = mpiexec_command(cmd[0], args.hostfile, args.nproc)
+    cmd = mpiexec.command(args.nproc, args.hostfile)
+    if wrap is not None:
+        cmd = wrap(cmd)
     shim = ["-m", "needle.parallel.launch", SUPERVISE, "0" if args.no_prefix else "1"]
     target = ["-m", args.module] if args.module else []
     return cmd + [sys.executable] + shim + target + args.rest
@@ -273,11 +264,11 @@ def first_failure(folder: Path) -> Optional[str]:
     return "\n".join(lines)
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: Optional[List[str]] = None, wrap: Optional[Wrap] = None) -> int:
     """Run the job, name the rank that ended first if it failed, return the job's status."""
     with tempfile.TemporaryDirectory(prefix="needle-launch-") as folder:
         env = dict(os.environ, **{DIR_ENV: folder})
-        code = subprocess.call(build_command(argv), env=env)
+        code = subprocess.call(build_command(argv, wrap), env=env)
         report = first_failure(Path(folder))
         if report:
             code = code or 1  # mpiexec says 0 when a rank's os._exit(0) tore the job down

@@ -10,19 +10,23 @@ typical NCCL figures: a few microseconds over NVLink, about ten over InfiniBand.
 and on every one of ``n`` ranks at once (they share the cores), and the alpha and beta of MPI
 point-to-point messages between two of them (a ping-pong as in
 ``benchmarks/bench_collectives.py``, fitted by ``CostModel.fit``), launched under ``mpiexec``.
+Its workers are tools of the repository checkout, not of the package (``tools/measure/``), so
+``--cluster here`` needs needle run from a clone (it says so when they are missing).
 """
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
+from ..parallel import mpiexec
 from ..parallel.comm.cost_model import ALPHA, BETA
+from .core_sharing import sharing_factor, slowdown_curve
 
 __all__ = ["ClusterSpec", "PRESETS", "preset", "measure_gemm_flops", "measure_here"]
 
@@ -102,29 +106,38 @@ def measure_gemm_flops(n: int = 256, dtype: str = "float32", seconds: float = 0.
     return 2.0 * n ** 3 / best
 
 
-def _run_json(script: str, ranks: int, timeout: float, threads: int = 0) -> Any:
-    """Run ``script out.json`` under ``mpiexec -n ranks`` (``threads``: BLAS/OpenMP threads
-    per rank, 0 for needle's choice); the JSON it wrote."""
-    exe = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    exe = exe if os.path.exists(exe) else "mpiexec"
-    root = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+CHECKOUT = Path(__file__).resolve().parents[2]  # the clone holding needle/ and tools/
+
+
+def worker_module(name: str) -> str:
+    """``tools.measure.<name>``, checked to be in the checkout beside this needle."""
+    if not (CHECKOUT / "tools" / "measure" / f"{name}.py").is_file():
+        raise FileNotFoundError(
+            f"measuring this machine runs tools/measure/{name}.py of needle's repository "
+            f"checkout, not found beside needle at {CHECKOUT}: run from a clone of needle")
+    return f"tools.measure.{name}"
+
+
+def _run_json(worker: str, ranks: int, timeout: float, threads: int = 0) -> Any:
+    """Run ``python -m tools.measure.<worker> out.json`` under ``mpiexec -n ranks``
+    (``threads``: BLAS/OpenMP threads per rank, 0 for needle's choice); the JSON it wrote."""
+    module = worker_module(worker)
+    env = mpiexec.pythonpath_env(CHECKOUT)
     if threads:
         env.update(dict.fromkeys(("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                                   "MKL_NUM_THREADS"), str(threads)))
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "fit.json")
-        subprocess.run([exe, "-n", str(ranks), sys.executable, script, out],
-                       check=True, timeout=timeout, capture_output=True, env=env)
+        subprocess.run(mpiexec.python_command(ranks, "-m", module, out),
+                       check=True, timeout=timeout, capture_output=True, env=env,
+                       cwd=CHECKOUT)  # its tools/, whatever the caller's folder holds
         with open(out) as f:
             return json.load(f)
 
 
 def measure_alpha_beta(ranks: int, timeout: float = 60.0) -> Dict[str, float]:
     """alpha, beta of MPI messages and the per-rank GEMM FLOP/s of ``ranks`` processes."""
-    from . import pingpong
-    return _run_json(pingpong.__file__, ranks, timeout)
+    return _run_json("pingpong", ranks, timeout)
 
 
 def measure_core_sharing(ranks: int, threads: int = 1, timeout: float = 120.0
@@ -132,10 +145,9 @@ def measure_core_sharing(ranks: int, threads: int = 1, timeout: float = 120.0
     """(w, factor) pairs: how much longer a compute chunk of w seconds followed by a wait
     for every rank takes at ``ranks`` ranks than at one (``core_sharing``); the one-rank run
     with ``threads`` BLAS threads, as each of the ranks gets."""
-    from . import core_sharing
-    one = _run_json(core_sharing.__file__, 1, timeout, threads)["seconds"]
-    many = _run_json(core_sharing.__file__, ranks, timeout)["seconds"]
-    return core_sharing.slowdown_curve(one, many)
+    one = _run_json("core_sharing", 1, timeout, threads)["seconds"]
+    many = _run_json("core_sharing", ranks, timeout)["seconds"]
+    return slowdown_curve(one, many)
 
 
 def measure_here(ranks: int = 2, mpi: bool = True) -> ClusterSpec:
@@ -145,7 +157,6 @@ def measure_here(ranks: int = 2, mpi: bool = True) -> ClusterSpec:
     overlap (the ranks share the cores that would compute meanwhile), and efficiency 1, or,
     with more ranks than cores, 1 / the measured slowdown of synchronised work at ``ranks``
     ranks (``core_sharing``; 2.2-2.4x for 4 ranks on 2 cores, where cores / p says 2x)."""
-    from .core_sharing import sharing_factor
     flops = measure_gemm_flops()
     ab = measure_alpha_beta(ranks) if mpi and ranks > 1 else {"alpha": ALPHA, "beta": BETA}
     flops = min(flops, ab.get("gemm_flops", flops))  # per rank, with every rank running

@@ -2,9 +2,8 @@
 from dataclasses import asdict, dataclass
 from typing import Any, Dict
 
-__all__ = ["Layout", "Setup", "SCHEDULES", "RECOMPUTE", "PRECISIONS", "OPTIMIZERS"]
+__all__ = ["Layout", "Setup", "RECOMPUTE", "PRECISIONS", "OPTIMIZERS"]
 
-SCHEDULES = ("1f1b", "gpipe", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("fp32", "mixed")
 OPTIMIZERS = ("sgd", "adam", "adamw", "adafactor")
@@ -38,7 +37,7 @@ class Layout:
     pp: int = 1
     zero: int = 0                # 0 = DDP, 1/2 = ZeRO-1/2, 3 = ZeRO-3 / FSDP
     sp: bool = False             # sequence parallel (with tp > 1)
-    schedule: str = "1f1b"       # with pp > 1
+    schedule: str = "1f1b"       # with pp > 1: a name of parallel.pipeline's SCHEDULES
     chunks: int = 1              # model chunks per stage (interleaved)
     recompute: str = "none"
     microbatch: int = 1          # sequences per microbatch

@@ -11,6 +11,7 @@ enumerates fp32 and mixed both).
 """
 from typing import Iterator, List, Optional, Tuple
 
+from ..parallel.pipeline.schedules import SCHEDULES
 from .cluster import ClusterSpec
 from .layout import RECOMPUTE, Layout, Setup
 from .model import ModelSpec
@@ -67,13 +68,20 @@ def _model_grid(spec: ModelSpec, gpus: int, gpn: int) -> Iterator[Tuple[int, int
                 yield gpus // (tp * pp), tp, pp
 
 
+def _schedules() -> List[str]:
+    """The pipeline's schedules, the default first (of equally good layouts, the ranking keeps
+    the first)."""
+    return sorted(SCHEDULES, key=lambda name: name != Layout.schedule)
+
+
 def _choices(spec: ModelSpec, dp: int, tp: int, pp: int, setup: Setup,
              microbatch: Optional[int]) -> Iterator[Layout]:
     per = setup.batch // dp if setup.batch % dp == 0 else 0
     mbs = [microbatch] if microbatch else [b for b in (1, 2, 4, 8) if per and per % b == 0]
     mbs = mbs if spec.is_transformer else mbs[:1]
     zeros = ([0, 1] if pp > 1 else [0, 1, 2, 3]) if dp > 1 else [0]
-    scheds = [("1f1b", 1), ("gpipe", 1), ("interleaved", 2)] if pp > 1 else [("1f1b", 1)]
+    scheds = [(s, 2 if s == "interleaved" else 1) for s in _schedules()] if pp > 1 \
+        else [(Layout.schedule, 1)]
     recs = RECOMPUTE if spec.is_transformer else ("none",)
     for mb in mbs or [microbatch or 1]:
         for z in zeros:

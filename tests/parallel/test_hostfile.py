@@ -51,7 +51,7 @@ def test_good_lines_parse(tmp_path):
 
 def test_the_launcher_refuses_a_bad_host_file_before_mpiexec(tmp_path, capsys, monkeypatch):
     started = []
-    monkeypatch.setattr("needle.parallel.launch.find_mpiexec", lambda: started.append(1) or "x")
+    monkeypatch.setattr("needle.parallel.mpiexec.find", lambda: started.append(1) or "x")
     hosts, script = tmp_path / "hosts", tmp_path / "s.py"
     hosts.write_text("localhost:-2\n")
     script.write_text("")

@@ -24,8 +24,8 @@ from mpi_helpers import ROOT, run_ranks, worker_env
 from multihost_helpers import make_cluster, run_on_hosts
 
 from needle.parallel import DistributedDataParallel, FullyShardedDataParallel
-from needle.parallel.testcluster import Cluster, ClusterUnavailable, netns
-from needle.parallel.testcluster.netns import leftovers
+from tools.testcluster import Cluster, ClusterUnavailable, netns
+from tools.testcluster.netns import leftovers
 
 pytestmark = [pytest.mark.mpi, pytest.mark.multihost]
 MIB = 1 << 20
@@ -127,7 +127,7 @@ def test_launcher_runs_across_hosts_with_rank_prefixes(cluster, tmp_path):
     script = tmp_path / "where.py"
     script.write_text("from mpi4py import MPI\n"
                       "print('on', MPI.Get_processor_name())\n")
-    cmd = [sys.executable, "-m", "needle.parallel.launch", "--hostfile", str(cluster.hostfile),
+    cmd = [sys.executable, "-m", "tools.testcluster", "launch", str(cluster.folder),
            "-n", "4", str(script)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=90, cwd=ROOT,
                          env=worker_env(), stdin=subprocess.DEVNULL)
@@ -168,7 +168,7 @@ def test_command_line_up_and_down():
     reason = netns.available()
     if reason is not None:
         pytest.skip(f"no test cluster here: {reason}")
-    cli = [sys.executable, "-m", "needle.parallel.testcluster"]
+    cli = [sys.executable, "-m", "tools.testcluster"]
     up = subprocess.run(cli + ["up", "--hosts", "2", "--slots", "3"], capture_output=True,
                         text=True, timeout=60, cwd=ROOT, env=worker_env())
     folder = up.stdout.strip()

@@ -16,7 +16,7 @@ import pytest
 from mpi_helpers import ROOT, mpiexec, worker_env
 from multihost_helpers import make_cluster
 
-from needle.parallel.testcluster.mpirun import mpiexec_command
+from tools.testcluster.mpirun import mpiexec_command
 
 pytestmark = [pytest.mark.mpi, pytest.mark.multihost]
 TIMEOUT = 5  # NEEDLE_COMM_TIMEOUT of the ranks
@@ -59,7 +59,7 @@ def _errors(tmp_path: Path) -> dict:
 
 
 def test_link_down_mid_allreduce_every_rank_raises_naming_the_other_host(cluster, tmp_path):
-    cmd = [sys.executable, "-m", "needle.parallel.launch", "--hostfile", str(cluster.hostfile),
+    cmd = [sys.executable, "-m", "tools.testcluster", "launch", str(cluster.folder),
            "-n", "4", str(WORKER), str(tmp_path)]
     proc = _start(cmd, tmp_path)
     t_fault = time.time()
@@ -99,7 +99,7 @@ def _kill_ranks_of_host(cluster, i: int, marker: bytes) -> list:
 
 def test_host_killed_launcher_names_rank_and_host(cluster, tmp_path):
     """mpiexec's default: a rank killed by a signal ends the job at once."""
-    cmd = [sys.executable, "-m", "needle.parallel.launch", "--hostfile", str(cluster.hostfile),
+    cmd = [sys.executable, "-m", "tools.testcluster", "launch", str(cluster.folder),
            "-n", "4", str(WORKER), str(tmp_path)]
     proc = _start(cmd, tmp_path)
     t_fault = time.time()

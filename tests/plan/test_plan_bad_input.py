@@ -31,7 +31,7 @@ GPT2 = model.preset("gpt2-small")
 def test_cli_names_the_field_and_the_rule(argv, words, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: ")
+    assert err.startswith("python -m needle.plan: error: ")
     for w in words:
         assert w in err, (w, err)
 

@@ -17,7 +17,7 @@ this project's 2-core machine (``mpiexec -n 2``, shared memory).
 ``TwoLevelModel`` extends the model to ranks on several hosts: one (alpha, beta) between ranks
 of a host and one across hosts, with the ranks of a host sharing its link; it prices the
 textbook schedules of ``allreduce_steps`` (``benchmarks/bench_multihost.py`` compares them with
-measured times on the namespace test cluster, ``needle.parallel.testcluster``).
+measured times on the namespace test cluster, ``tools/testcluster``).
 """
 from typing import Any, Dict, Iterable, List, NamedTuple, Sequence, Tuple
 

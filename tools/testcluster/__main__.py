@@ -1,16 +1,34 @@
-"""``python -m needle.parallel.testcluster up|down|sweep|run``: the test cluster by hand."""
+"""``python -m tools.testcluster up|down|sweep|command|launch``: the test cluster by hand."""
 import argparse
 import subprocess
 import sys
+from pathlib import Path
 from typing import List, Optional
 
-from .mpirun import mpiexec_command, shell_line
+from needle.parallel import launch
+
+from .mpirun import in_cluster, mpiexec_command, shell_line
 from .netns import Cluster, ClusterUnavailable, _remove, sweep
+
+
+def launch_on(folder: str, launcher_args: List[str]) -> int:
+    """``python -m needle.parallel.launch -f FOLDER/hostfile launcher_args...`` with mpiexec
+    started inside the cluster (the launcher itself knows nothing of namespaces)."""
+    hostfile = str(Path(folder) / "hostfile")
+    return launch.main(["-f", hostfile] + launcher_args,
+                       wrap=lambda cmd: in_cluster(cmd, hostfile))
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Parse the command line and do it."""
-    p = argparse.ArgumentParser(prog="python -m needle.parallel.testcluster",
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["launch"]:  # the rest is the launcher's, script arguments included
+        if len(argv) < 2:
+            sys.stderr.write("python -m tools.testcluster launch: give the cluster's folder, "
+                             "then the launcher's arguments (-n 4 script.py)\n")
+            return 2
+        return launch_on(argv[1], argv[2:])
+    p = argparse.ArgumentParser(prog="python -m tools.testcluster",
                                 description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     up = sub.add_parser("up", help="make a cluster and print its folder (holds the hostfile)")
@@ -24,6 +42,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     show = sub.add_parser("command", help="print the mpiexec command for a hostfile")
     show.add_argument("hostfile")
     show.add_argument("-n", type=int, default=2)
+    sub.add_parser("launch", help="FOLDER [launcher arguments]: needle.parallel.launch across "
+                   "the cluster's hosts")
     args = p.parse_args(argv)
     if args.cmd == "up":
         return _up(args)

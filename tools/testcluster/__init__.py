@@ -1,8 +1,10 @@
 """A cluster of "hosts" on one machine: network namespaces joined by a bridge, for multi-host tests.
 
-    python -m needle.parallel.testcluster up --hosts 2 --slots 2 --rate 1gbit   # prints its folder
-    python -m needle.parallel.launch --hostfile FOLDER/hostfile -n 4 script.py
-    python -m needle.parallel.testcluster down FOLDER      # or: down --all (every cluster of ours)
+    python -m tools.testcluster up --hosts 2 --slots 2 --rate 1gbit   # prints its folder
+    python -m tools.testcluster launch FOLDER -n 4 script.py   # needle.parallel.launch across it
+    python -m tools.testcluster down FOLDER      # or: down --all (every cluster of ours)
+
+Run from the repository root (a tool of the checkout, not of the installed package).
 
 Each host is a network namespace with one interface, ``eth0``, holding its own address; the hosts'
 links meet at a bridge in a namespace of its own, so the machine's own network is never touched

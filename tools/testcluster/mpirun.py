@@ -13,6 +13,8 @@ import shlex
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from needle.parallel import mpiexec
+
 LAUNCHER = "launcher.sh"
 IFACE = "eth0"
 
@@ -52,11 +54,16 @@ def netmod_env() -> Dict[str, str]:
     return {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "FI_TCP_IFACE": IFACE}
 
 
-def mpiexec_command(mpiexec: str, hostfile: str, nproc: int) -> List[str]:
+def mpiexec_command(exe: str, hostfile: str, nproc: int) -> List[str]:
     """``mpiexec -n nproc -f hostfile`` and, for a test cluster, what makes it reach the hosts
     (the program and its arguments follow)."""
+    return in_cluster(mpiexec.command(nproc, hostfile, exe), hostfile)
+
+
+def in_cluster(cmd: List[str], hostfile: str) -> List[str]:
+    """mpiexec's command line ``cmd`` run so that it reaches the test cluster's hosts (``cmd``
+    itself for real hosts): the launcher's ``wrap``."""
     meta = cluster_of(hostfile)
-    cmd = [mpiexec, "-n", str(nproc), "-f", str(hostfile)]
     if meta is None:
         return cmd
     folder = Path(hostfile).resolve().parent
@@ -72,4 +79,5 @@ def shell_line(cmd: List[str]) -> str:
     return " ".join(shlex.quote(c) for c in cmd)
 
 
-__all__ = ["write_launcher", "cluster_of", "mpiexec_command", "netmod_env", "shell_line"]
+__all__ = ["write_launcher", "cluster_of", "mpiexec_command", "in_cluster", "netmod_env",
+           "shell_line"]

@@ -1,0 +1,2 @@
+"""The planner's measuring workers, run under mpiexec by ``python -m needle.plan --cluster here``
+(``needle/plan/cluster.py``) as ``python -m tools.measure.<worker> out.json`` from the checkout."""
