@@ -11,7 +11,7 @@ only the question order and the demonstrations. The notebooks' own cells after t
 import hashlib
 import json
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 from .exercises import requirements
 from .region_docs import Asked, asked_functions
@@ -219,8 +219,9 @@ DEMO_NEEDS = {
 
 
 def _cell(kind: str, text: str) -> dict:
-    cell = {"cell_type": kind, "id": "q" + hashlib.sha1(text.encode()).hexdigest()[:10],
-            "metadata": {"tags": [MARK]}, "source": text.splitlines(True)}
+    cell: Dict[str, Any] = {"cell_type": kind,
+                            "id": "q" + hashlib.sha1(text.encode()).hexdigest()[:10],
+                            "metadata": {"tags": [MARK]}, "source": text.splitlines(True)}
     if kind == "code":
         cell.update(outputs=[], execution_count=None)
     return cell

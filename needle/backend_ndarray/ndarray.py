@@ -284,7 +284,10 @@ class NDArray:
         ### END YOUR SOLUTION
 
     def flip(self, axes: Union[None, int, Sequence[int]] = None) -> "NDArray":
-        """A compact copy with the order of elements reversed along ``axes`` (all when None)."""
+        """A compact copy with the order of elements reversed along ``axes`` (all when None).
+
+        Made from a view: a negative stride on each flipped axis, the offset moved to that
+        axis's last element; then compacted."""
         axes = normalize_axes(axes, self.ndim, "flip")
         ### BEGIN YOUR SOLUTION (hw3.ndarray.flip)
         strides = list(self._strides)
