@@ -268,8 +268,8 @@ def statement(n: int, ex: str, asked: List[Asked]) -> str:
         if i == 0 or asked[i - 1].path != a.path:
             parts.append(f"File: `{a.path}`")
         owner = a.qualname.rpartition(".")[0]
-        if a.class_doc and owner not in classes:
-            classes.add(owner)
+        if a.class_doc and (a.path, owner) not in classes:
+            classes.add((a.path, owner))
             parts.append(f"`{owner}`:\n\n{_quote(a.class_doc)}")
         parts.append(f"`{a.qualname}`:" + (f"\n\n{_quote(a.doc)}" if a.doc else ""))
     if ex in NOTES:
