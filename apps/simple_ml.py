@@ -108,7 +108,10 @@ def _numpy_calls_go_to(numpy_fn: Callable, arg: int, name: str) -> Callable:
 
 @_numpy_calls_go_to(softmax_loss_numpy, 0, "Z")
 def softmax_loss(Z: ndl.Tensor, y_one_hot: ndl.Tensor) -> ndl.Tensor:
-    """Mean cross-entropy of logits Z (B, k) against one-hot labels, as a needle Tensor."""
+    """Mean cross-entropy of logits Z (B, k) against one-hot labels, as a needle Tensor.
+
+    Exercise hw1.simple_ml.softmax_loss, in needle ops: (log(exp(Z).sum(1)).sum() -
+    (y_one_hot * Z).sum()) / B, a scalar Tensor."""
     ### BEGIN YOUR SOLUTION (hw1.simple_ml.softmax_loss)
     return (ndl.log(ndl.exp(Z).sum((1,))).sum() - (y_one_hot * Z).sum()) / Z.shape[0]
     ### END YOUR SOLUTION

@@ -2,6 +2,7 @@
 hold their own asserts), and is committed without outputs."""
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,8 +32,8 @@ def test_notebook_runs(path: Path) -> None:
 
 
 # the assignments: in the student release each stops at its first question, naming it
-FIRST_QUESTION = {"hw1_autograd.ipynb": "hw1.ops.multiply",
-                  "hw2_nn_training.ipynb": "hw2.ops.logsumexp",
+FIRST_QUESTION = {"hw1_autograd.ipynb": "hw1.autograd.make_from_op",
+                  "hw2_nn_training.ipynb": "hw2.ops.logsoftmax",
                   "hw3_ndarray.ipynb": "hw3.ndarray.views",
                   "hw4_cnn_rnn_transformer.ipynb": "hw4.ops.dilate",
                   "hw_collectives.ipynb": "collectives.reference",
@@ -105,3 +106,43 @@ def test_each_demonstration_uses_only_what_its_question_needs(tmp_path):
             if extra:
                 gaps.append(f"{name}: the demonstration of {q['exercise']} also runs {extra}")
     assert not gaps, "\n".join(gaps)
+
+
+def _generated(cells: list) -> list:
+    from course.notebook_questions import MARK
+    return [c for c in cells if MARK in c.get("metadata", {}).get("tags", [])]
+
+
+def _asked(path: Path) -> list:
+    """The exercises of a notebook's questions, in the order the notebook asks them."""
+    titles = ["".join(c["source"]) for c in _generated(json.loads(path.read_text())["cells"])]
+    return [m["exercise"] for t in titles
+            for m in [re.match(r"### Question \d+: .*\((?P<exercise>[\w.]+)\)", t)] if m]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_questions_come_after_the_questions_they_require(path: Path) -> None:
+    """Answered in order, every grading cell can pass: an exercise's requirements (course/
+    exercises.py, transitively) of the same notebook are asked before it."""
+    from course.exercises import requirements
+    asked = _asked(path)
+    late = [f"{ex} (question {i + 1}) needs {req} (question {asked.index(req) + 1})"
+            for i, ex in enumerate(asked) for req in sorted(requirements(ex))
+            if req in asked[i + 1:]]
+    assert not late, f"{path.name}: " + "; ".join(late)
+
+
+def test_first_question_is_the_notebooks_first() -> None:
+    assert {name: _asked(ROOT / "notebooks" / name)[0] for name in FIRST_QUESTION} == FIRST_QUESTION
+
+
+@pytest.mark.parametrize("name", sorted(FIRST_QUESTION))
+def test_question_cells_say_what_the_code_says(name: str) -> None:
+    """The generated cells are those ``python -m course.notebook_questions`` writes today from
+    the docstrings beside the solution regions (a docstring changed: regenerate)."""
+    from course.notebook_questions import NOTEBOOKS, questions
+    qs, path_cell = NOTEBOOKS[name]
+    committed = _generated(json.loads((ROOT / "notebooks" / name).read_text())["cells"])
+    fresh = questions(qs, path_cell)
+    assert ["".join(c["source"]) for c in committed] == ["".join(c["source"]) for c in fresh], (
+        f"{name} is stale: run `python -m course.notebook_questions`")

@@ -341,6 +341,8 @@ def _reduce_rows(src: Any, src_dt: str, dst: Any, dst_dt: str, rows: int, size: 
 
 
 def _reduce(op: str, a: Array, out: Array, reduce_size: int) -> None:
+    """out[r] = op ('sum' or 'max') of block r of compact ``a`` (``reduce_size`` consecutive
+    elements), by the reduce.cu kernels for float dtypes (CuPy for the others)."""
     rows = out.size
     if rows == 0:
         return

@@ -284,7 +284,10 @@ class NDArray:
         ### END YOUR SOLUTION
 
     def flip(self, axes: Union[None, int, Sequence[int]] = None) -> "NDArray":
-        """A compact copy with the order of elements reversed along ``axes`` (all when None)."""
+        """A compact copy with the order of elements reversed along ``axes`` (all when None).
+
+        Made from a view: a negative stride on each flipped axis, the offset moved to that
+        axis's last element; then compacted."""
         axes = normalize_axes(axes, self.ndim, "flip")
         ### BEGIN YOUR SOLUTION (hw3.ndarray.flip)
         strides = list(self._strides)
@@ -595,7 +598,10 @@ class NDArray:
         return self.as_strided((rows // t, cols // t, t, t), (rs * t, cs * t, rs, cs)).compact()
 
     def _matmul_tiled(self, other: "NDArray", t: int) -> "NDArray":
-        """2-D matmul through the device's ``matmul_tiled`` (the course's route)."""
+        """2-D matmul through the device's ``matmul_tiled`` (the course's route).
+
+        ``__matmul__`` takes it when the device offers it and m, n, p are all multiples of the
+        tile size ``t``: each operand laid out as (rows/t, cols/t, t, t) tiles (``_tiled``)."""
         (m, n), p = self._shape, other._shape[1]
         ### BEGIN YOUR SOLUTION (hw3.ndarray.matmul_tiled)
         out = NDArray.make((m // t, p // t, t, t), device=self._device, dtype=self._np_dtype)
@@ -621,9 +627,8 @@ class NDArray:
     def _reduce(self, axis: Union[None, int, Sequence[int]], keepdims: bool, name: str
                 ) -> "NDArray":
         """Exercise hw3.ndarray.reductions (the general case): ``name`` ('sum' or 'max') over
-        ``axes``
-        into ``out``: permute the reduced axes last, compact, and let the device primitive reduce
-        each contiguous block; an empty input gives zeros (sum)."""
+        ``axes`` into ``out``: permute the reduced axes last, compact, and let the device
+        primitive reduce each contiguous block; an empty input gives zeros (sum)."""
         shape = self._shape
         ndim = len(shape)
         if type(axis) is tuple and len(axis) == 1:

@@ -235,7 +235,8 @@ def reduce_sum(a: Array, out: Array, reduce_size: int, inner_size: int = 1) -> N
 
 
 def reduce_max(a: Array, out: Array, reduce_size: int, inner_size: int = 1) -> None:
-    """Max of compact ``a``, viewed as (outer, reduce_size, inner_size), over its middle axis."""
+    """Max of compact ``a``, viewed as (outer, reduce_size, inner_size), over its middle axis
+    (ValueError when reduce_size is 0: an empty max has no identity)."""
     ### BEGIN YOUR SOLUTION (hw3.ndarray.reductions)
     if reduce_size == 0:
         raise ValueError("max over an empty axis has no identity")

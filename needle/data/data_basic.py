@@ -97,9 +97,8 @@ class DataLoader:
 
     def _new_ordering(self) -> List[np.ndarray]:
         """Exercise hw2.data.dataloader: the epoch's batches of indices: ``order`` (a permutation
-        when
-        shuffling, else arange) split every ``batch_size`` (np.array_split; the last may be short,
-        and is dropped with drop_last)."""
+        when shuffling, else arange) split every ``batch_size`` (np.array_split; the last may be
+        short, and is dropped with drop_last)."""
         n = len(self.dataset)
         if self.sampler is not None:  # e.g. a DistributedSampler: this rank's indices
             order = np.fromiter(iter(self.sampler), dtype=np.int64)

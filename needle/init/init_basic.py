@@ -32,7 +32,10 @@ def _sample_dtype(dtype: Any) -> str:
 
 def rand(*shape: int, low: float = 0.0, high: float = 1.0, device: Optional[BackendDevice] = None,
          dtype: str = "float32", requires_grad: bool = False) -> Tensor:
-    """Uniform samples in [low, high)."""
+    """Uniform samples in [low, high).
+
+    Drawn with the device's ``rand`` (NumPy's global RNG, ``np.random.rand``), so seeded
+    results match the course's; scaled and shifted from [0, 1)."""
     ### BEGIN YOUR SOLUTION (hw2.init.rand)
     device = _device(device)
     array = device.rand(*shape, dtype=_sample_dtype(dtype)) * (high - low) + low
@@ -42,7 +45,10 @@ def rand(*shape: int, low: float = 0.0, high: float = 1.0, device: Optional[Back
 
 def randn(*shape: int, mean: float = 0.0, std: float = 1.0, device: Optional[BackendDevice] = None,
           dtype: str = "float32", requires_grad: bool = False) -> Tensor:
-    """Normal samples with the given mean and standard deviation."""
+    """Normal samples with the given mean and standard deviation.
+
+    Drawn with the device's ``randn`` (NumPy's global RNG, ``np.random.randn``), so seeded
+    results match the course's."""
     ### BEGIN YOUR SOLUTION (hw2.init.rand)
     device = _device(device)
     array = device.randn(*shape, dtype=_sample_dtype(dtype)) * std + mean
@@ -74,7 +80,7 @@ def zeros(*shape: int, device: Optional[BackendDevice] = None, dtype: str = "flo
 
 def randb(*shape: int, p: float = 0.5, device: Optional[BackendDevice] = None,
           dtype: str = "bool", requires_grad: bool = False) -> Tensor:
-    """Bernoulli samples: True (1) with probability ``p``."""
+    """Bernoulli samples: True (1) with probability ``p``: the device's ``rand`` <= p."""
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"randb: p must lie in [0, 1], got {p}")
     ### BEGIN YOUR SOLUTION (hw2.init.rand)

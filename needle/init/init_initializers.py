@@ -49,7 +49,8 @@ def _fans(fan_in: Optional[int], fan_out: Optional[int],
 
 def xavier_uniform(fan_in: int, fan_out: int, gain: float = 1.0,
                    shape: Optional[Tuple[int, ...]] = None, **kwargs: Any) -> Tensor:
-    """U(-a, a) with a = gain * sqrt(6 / (fan_in + fan_out))."""
+    """U(-a, a) with a = gain * sqrt(6 / (fan_in + fan_out)) (Glorot & Bengio, 2010), drawn
+    with ``rand``."""
     fan_in, fan_out, shape = _fans(fan_in, fan_out, shape)
     ### BEGIN YOUR SOLUTION (hw2.init.fan)
     a = gain * math.sqrt(6.0 / (fan_in + fan_out))
@@ -59,7 +60,8 @@ def xavier_uniform(fan_in: int, fan_out: int, gain: float = 1.0,
 
 def xavier_normal(fan_in: int, fan_out: int, gain: float = 1.0,
                   shape: Optional[Tuple[int, ...]] = None, **kwargs: Any) -> Tensor:
-    """N(0, std^2) with std = gain * sqrt(2 / (fan_in + fan_out))."""
+    """N(0, std^2) with std = gain * sqrt(2 / (fan_in + fan_out)) (Glorot & Bengio, 2010),
+    drawn with ``randn``."""
     fan_in, fan_out, shape = _fans(fan_in, fan_out, shape)
     ### BEGIN YOUR SOLUTION (hw2.init.fan)
     std = gain * math.sqrt(2.0 / (fan_in + fan_out))
@@ -69,7 +71,9 @@ def xavier_normal(fan_in: int, fan_out: int, gain: float = 1.0,
 
 def kaiming_uniform(fan_in: int, fan_out: int, nonlinearity: str = "relu",
                     shape: Optional[Tuple[int, ...]] = None, **kwargs: Any) -> Tensor:
-    """U(-b, b) with b = gain * sqrt(3 / fan_in)."""
+    """U(-b, b) with b = gain * sqrt(3 / fan_in) (He et al., 2015), drawn with ``rand``.
+
+    gain = ``calculate_gain(nonlinearity)``: sqrt(2) for the course's default, relu."""
     fan_in, fan_out, shape = _fans(fan_in, fan_out, shape)
     ### BEGIN YOUR SOLUTION (hw2.init.fan)
     bound = calculate_gain(nonlinearity) * math.sqrt(3.0 / fan_in)
@@ -79,7 +83,9 @@ def kaiming_uniform(fan_in: int, fan_out: int, nonlinearity: str = "relu",
 
 def kaiming_normal(fan_in: int, fan_out: int, nonlinearity: str = "relu",
                    shape: Optional[Tuple[int, ...]] = None, **kwargs: Any) -> Tensor:
-    """N(0, std^2) with std = gain / sqrt(fan_in)."""
+    """N(0, std^2) with std = gain / sqrt(fan_in) (He et al., 2015), drawn with ``randn``.
+
+    gain = ``calculate_gain(nonlinearity)``: sqrt(2) for the course's default, relu."""
     fan_in, fan_out, shape = _fans(fan_in, fan_out, shape)
     ### BEGIN YOUR SOLUTION (hw2.init.fan)
     std = calculate_gain(nonlinearity) / math.sqrt(fan_in)

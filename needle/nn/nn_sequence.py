@@ -128,7 +128,7 @@ class RNN(Module):
 
     def forward(self, X: Tensor, h0: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         """X (seq_len, bs, input), h0 (num_layers, bs, hidden) -> (output (seq_len, bs,
-        hidden), h_n (num_layers, bs, hidden))."""
+        hidden), h_n (num_layers, bs, hidden)); h0 None means zeros."""
         _check_seq(X, self.input_size, "RNN")
         bs = X.shape[1]
         hs = [None] * self.num_layers if h0 is None else list(ops.split(h0, axis=0))
@@ -161,7 +161,7 @@ class LSTM(Module):
     def forward(self, X: Tensor, h: Optional[Tuple[Tensor, Tensor]] = None
                 ) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
         """X (seq_len, bs, input), h = (h0, c0) each (num_layers, bs, hidden) ->
-        (output (seq_len, bs, hidden), (h_n, c_n))."""
+        (output (seq_len, bs, hidden), (h_n, c_n)); h None means zeros."""
         _check_seq(X, self.input_size, "LSTM")
         bs = X.shape[1]
         if h is None:

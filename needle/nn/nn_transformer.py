@@ -19,7 +19,10 @@ __all__ = ["MultiHeadAttention", "AttentionLayer", "TransformerLayer", "Transfor
 
 
 class MultiHeadAttention(Module):
-    """softmax(Q K^T / sqrt(d) + mask) V for q, k, v of shape (B, heads, T, d) (eq. 1)."""
+    """softmax(Q K^T / sqrt(d) + mask) V for q, k, v of shape (B, heads, T, d) (eq. 1).
+
+    The mask is ``create_causal_mask`` when ``causal`` (no query attends to a later key),
+    else none."""
 
     def __init__(self, *, dropout: float = 0.0, causal: bool = False,
                  device: Optional[BackendDevice] = None, dtype: str = "float32") -> None:

@@ -38,8 +38,8 @@ class Dilate(TensorOp):
 
     def compute(self, a: NDArray) -> NDArray:
         """Exercise hw4.ops.dilate: a zero array with each axis of ``self.axes`` (dilation + 1)
-        times
-        longer, ``a`` written at every (dilation + 1)-th position (setitem on a strided view)."""
+        times longer, ``a`` written at every (dilation + 1)-th position (setitem on a strided
+        view)."""
         ### BEGIN YOUR SOLUTION (hw4.ops.dilate)
         axes = normalize_axes(self.axes, a.ndim)
         step = self.dilation + 1

@@ -97,8 +97,8 @@ class LogSoftmax(TensorOp):
         self.axis = axis
 
     def compute(self, Z: NDArray) -> NDArray:
-        """Exercise hw2.ops.logsoftmax: Z - logsumexp(Z) along ``self.axis`` (with LogSumExp's
-        compute)."""
+        """Exercise hw2.ops.logsoftmax: Z - logsumexp(Z) along ``self.axis``, written as
+        (Z - max) - log(sum(exp(Z - max))) with the max taken with keepdims (stable)."""
         if Z.size == 0:  # an empty result (no max over a zero-size axis)
             return array_api.full(Z.shape, 0, Z.dtype, Z.device)
         ### BEGIN YOUR SOLUTION (hw2.ops.logsoftmax)

@@ -169,8 +169,7 @@ class EWiseDiv(TensorOp):
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tuple[Tensor, Tensor]:
         """Exercise hw1.ops.divide: (out_grad / b, -out_grad * a / b ** 2), each ``unbroadcast`` to
-        its
-        input's shape."""
+        its input's shape."""
         ### BEGIN YOUR SOLUTION (hw1.ops.divide)
         a, b = node.inputs
         grad_a = out_grad / b
@@ -379,9 +378,8 @@ class MatMul(TensorOp):
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tuple[Tensor, Tensor]:
         """Exercise hw1.ops.matmul: (out_grad @ b^T, a^T @ out_grad) with ``transpose`` of the last
-        two
-        axes, each ``unbroadcast`` to its input's shape (batched operands broadcast their leading
-        axes); an input with requires_grad False gets None instead of a product."""
+        two axes, each ``unbroadcast`` to its input's shape (batched operands broadcast their
+        leading axes); an input with requires_grad False gets None instead of a product."""
         ### BEGIN YOUR SOLUTION (hw1.ops.matmul)
         a, b = node.inputs
         grad_a = grad_b = None  # an input that needs no gradient costs no matmul

@@ -18,8 +18,8 @@ class Summation(TensorOp):
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
         """Exercise hw1.ops.summation: out_grad reshaped to ``keepdims_shape(input shape, axes)``
-        (1 on
-        the summed axes) and broadcast back to the input's shape (Max's gradient uses this too)."""
+        (1 on the summed axes) and broadcast back to the input's shape (Max's gradient uses this
+        too)."""
         ### BEGIN YOUR SOLUTION (hw1.ops.summation)
         shape = node.inputs[0].shape
         kept = keepdims_shape(shape, self.axes)

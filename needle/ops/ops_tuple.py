@@ -109,8 +109,7 @@ class Split(TensorTupleOp):
 
     def compute(self, A: NDArray) -> Tuple[NDArray, ...]:
         """Exercise hw4.ops.stack_split: the slices of ``A`` along ``self.axis`` (that axis
-        removed), a
-        tuple; axis out of range: ValueError."""
+        removed), a tuple; axis out of range: ValueError."""
         ### BEGIN YOUR SOLUTION (hw4.ops.stack_split)
         if not -A.ndim <= self.axis < A.ndim:
             raise ValueError(f"split: axis {self.axis} out of range for shape {A.shape}")

@@ -17,6 +17,8 @@
 #define TN 8
 // (BM / TM) * (BN / TN) = 256 threads per block.
 
+// C[b] = A[b] @ B[b] for batch b = blockIdx.z: one thread per element C[b][row][col] (row from
+// the y, col from the x dimension of the grid), accumulating in Acc<T> from global memory.
 template <typename T>
 __global__ void matmul_naive(const T* A, const T* B, T* C, int m, int n, int p) {
   // BEGIN YOUR SOLUTION (hw3.cuda.backend)
@@ -35,6 +37,8 @@ __global__ void matmul_naive(const T* A, const T* B, T* C, int m, int n, int p) 
   // END YOUR SOLUTION
 }
 
+// The same product, a BM x BN tile of C per block of 256 threads, each thread a TM x TN sub-tile
+// in registers, stepping through n in BK-wide slices of A and B staged in shared memory.
 template <typename T>
 __global__ void __launch_bounds__(256) matmul_tiled(const T* A, const T* B, T* C, int m, int n,
                                                     int p) {
