@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from needle.cli import Parser, check_output_path, fail
+from needle.parallel import Comm
 
 if __package__:
     from . import data_parallel_strategies as dp
@@ -212,7 +213,7 @@ def world_problem(args: argparse.Namespace, size: int) -> Optional[str]:
     return None
 
 
-def pick_device(kind: str, comm: Any) -> Any:
+def pick_device(kind: str, comm: Comm) -> Any:
     """The CPU, or GPU ``local_rank % gpus`` (ranks share GPUs when there are fewer GPUs);
     the local rank from the launcher's environment or MPI's shared-memory split."""
     from needle.parallel import devices
@@ -313,7 +314,7 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
 DONE_TAG = 77
 
 
-def wait_quietly(comm: Any) -> None:
+def wait_quietly(comm: Comm) -> None:
     """Wait for rank 0's word, sleeping between polls instead of spinning on a core.  A long
     poll (rank 0 may time a single-process run for longer than the timeout); a rank 0 that
     fails aborts the job, so this cannot wait forever."""

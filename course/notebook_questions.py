@@ -9,7 +9,7 @@ cells after the questions (the walkthrough) are kept.
 import hashlib
 import json
 from pathlib import Path
-from typing import List, Tuple
+from typing import Any, Dict, List, Tuple
 
 from .exercises import requirements
 
@@ -331,6 +331,7 @@ DEMO_NEEDS = {
 
 
 def _cell(kind: str, text: str) -> dict:
+    cell: Dict[str, Any]  # a notebook cell: nbformat's keys, values of several types
     cell = {"cell_type": kind, "id": "q" + hashlib.sha1(text.encode()).hexdigest()[:10],
             "metadata": {"tags": [MARK]}, "source": text.splitlines(True)}
     if kind == "code":

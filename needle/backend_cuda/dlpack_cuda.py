@@ -34,7 +34,7 @@ def wrap_dlpack(obj: Any, bfloat16: bool, index: int) -> Tuple[Any, tuple, tuple
         view = view.view(np.uint16)
     strides = element_strides(view)
     offset, size = buffer_span(view.shape, strides)
-    arr = object.__new__(for_device(index).Array)
+    arr: Any = object.__new__(for_device(index).Array)
     item = view.dtype.itemsize
     # MemoryPointer + (-n), as CuPy's own __sub__ does (the emulator's pointer has only __add__)
     base = view.data + (-offset * item) if size else view.data
