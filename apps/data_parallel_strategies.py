@@ -138,7 +138,7 @@ class CharLM:
         return {}
 
 
-TASKS = {"digits": Digits, "charlm": CharLM}
+TASKS: Dict[str, Any] = {"digits": Digits, "charlm": CharLM}  # name -> task class
 
 
 # -- wrappers: (model, comm, args) -> (what forward runs on, optimizer) --------------------------
@@ -173,7 +173,7 @@ def _fsdp(model: nn.Module, comm: Comm, args: Any) -> Tuple[Any, Any]:
 
 
 # name -> (model, comm, args) -> (what forward runs on, its optimizer)
-WRAPPERS: Dict[str, Callable[[nn.Module, Any, Any], Tuple[Any, Any]]] = {
+WRAPPERS: Dict[str, Callable[[nn.Module, Comm, Any], Tuple[Any, Any]]] = {
     "naive": _naive, "ddp": _ddp, "zero1": _zero1, "zero2": _zero2, "fsdp": _fsdp}
 
 
@@ -191,7 +191,8 @@ def run_data_parallel(comm: Comm, args: Any) -> Dict[str, Any]:
         net, opt = WRAPPERS[args.strategy](model, comm, args)
         batches = task.batches(comm.rank, comm.size)
         comm.reset_stats()
-        losses, times = [], []
+        losses: List[float] = []
+        times: List[float] = []
         bar = Progress(range(args.steps), total=args.steps, desc=f"{args.strategy} x{comm.size}",
                        disable=True if comm.rank != 0 or args.no_progress else None)
         for _ in bar:
@@ -244,7 +245,7 @@ def _check_single_process(task: Any, args: Any, state: Dict[str, np.ndarray],
     opt = _adam(model.parameters(), args)
     streams = [task.batches(r, world) for r in range(world)]
     axis = 0 if args.task == "digits" else 1  # examples are rows (digits), columns (charlm)
-    times = []
+    times: List[float] = []
     for _ in range(args.steps):
         parts = [next(s) for s in streams]
         x = np.concatenate([p[0].numpy() for p in parts], axis=axis)
@@ -265,7 +266,7 @@ def run_ps(comm: Comm, args: Any) -> Dict[str, Any]:
     ps = ParameterServer(comm, model, ndl.optim.SGD, consistency=args.consistency,
                          staleness=args.staleness if args.consistency == "ssp" else None,
                          timeout=60.0, lr=args.ps_lr, momentum=0.9)
-    slow = dict(tuple(map(float, s.split(":"))) for s in args.straggler.split(",") if s)
+    slow = {float(r): float(f) for r, f in (s.split(":") for s in args.straggler.split(",") if s)}
     comm.reset_stats()
     start = time.perf_counter()
     if ps.is_server:
@@ -303,6 +304,6 @@ def _gather_histories(comm: Comm, history: List[Tuple[float, float]],
             for r in range(comm.size) if everyone[r, 1] > 0}
 
 
-STRATEGIES: Dict[str, Callable[[Any, Any], Dict[str, Any]]] = {
+STRATEGIES: Dict[str, Callable[[Comm, Any], Dict[str, Any]]] = {
     name: run_data_parallel for name in WRAPPERS}
 STRATEGIES["ps"] = run_ps

@@ -14,7 +14,7 @@ it; this file also runs alone:
 """
 import argparse
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, cast
 
 import numpy as np
 
@@ -241,7 +241,7 @@ def run_moe(comm: Comm, args: Any) -> Dict[str, Any]:
     """Expert parallelism: each rank its own tokens, experts sharded, replicated rest averaged."""
     get, vocab = batches(args, 1)
     np.random.seed(0)
-    model = _placed([MoEModel(vocab, args, comm)], args)[0]
+    model = cast(MoEModel, _placed([MoEModel(vocab, args, comm)], args)[0])
     dev = _device(args)
     experts = {id(q) for e in model.moe.experts for q in e.parameters()}
     p, r = comm.size, comm.rank
@@ -252,7 +252,9 @@ def run_moe(comm: Comm, args: Any) -> Dict[str, Any]:
         logits = model(x[rows])
         loss = nn.SoftmaxLoss()(logits, ndl.Tensor(y[rows].reshape(-1), device=dev,
                                                    dtype="int64"))
-        (loss + model.moe.aux_loss * 0.01).backward(create_graph=False)
+        aux = model.moe.aux_loss
+        assert aux is not None, "the MoE layer sets its auxiliary loss in forward"
+        (loss + aux * 0.01).backward(create_graph=False)
         for q in model.parameters():     # global loss = mean over ranks of the local losses
             if q.grad is None:
                 continue
@@ -265,7 +267,7 @@ def run_moe(comm: Comm, args: Any) -> Dict[str, Any]:
     return out
 
 
-STRATEGIES: Dict[str, Callable[[Any, Any], Dict[str, Any]]] = {
+STRATEGIES: Dict[str, Callable[[Comm, Any], Dict[str, Any]]] = {
     "tp": run_tp, "pp": run_pp, "3d": run_3d, "moe": run_moe}
 
 

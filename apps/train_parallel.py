@@ -23,7 +23,7 @@ import argparse
 import contextlib
 import json
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, cast
 
 import numpy as np
 
@@ -37,8 +37,8 @@ else:
     import data_parallel_strategies as dp
     import model_parallel_strategies as mp
 
-STRATEGIES: Dict[str, Callable[[Any, Any], Dict[str, Any]]] = {**dp.STRATEGIES,
-                                                                **mp.STRATEGIES}
+STRATEGIES: Dict[str, Callable[[Comm, Any], Dict[str, Any]]] = {**dp.STRATEGIES,
+                                                                 **mp.STRATEGIES}
 
 
 DP, MP = sorted(dp.STRATEGIES), sorted(mp.STRATEGIES)
@@ -87,8 +87,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--blas-threads", type=int, default=None,
                    help="BLAS threads per rank (default: the node's cores shared among its "
                         "ranks, or OMP_NUM_THREADS when set; see needle/parallel/comm/threads.py)")
-    mp.add_arguments(_Family(p, DEFAULTS["mp"]))
-    dp.add_arguments(_Family(p, DEFAULTS["dp"]))
+    # a _Family takes the add_argument calls a parser would
+    mp.add_arguments(cast(argparse.ArgumentParser, _Family(p, DEFAULTS["mp"])))
+    dp.add_arguments(cast(argparse.ArgumentParser, _Family(p, DEFAULTS["dp"])))
     return p
 
 
@@ -249,8 +250,8 @@ def plot(out: Dict[str, Any], path: str) -> bool:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     n = int(bool(curves)) + len(panels)
-    fig, axes = plt.subplots(1, n, figsize=(4.3 * n, 3.6), squeeze=False)
-    axes = list(axes[0])
+    fig, grid = plt.subplots(1, n, figsize=(4.3 * n, 3.6), squeeze=False)
+    axes = list(grid[0])
     title = f"{out.get('strategy')} on {out.get('ranks')} ranks"
     if curves:
         ax = axes.pop(0)
