@@ -20,10 +20,15 @@ _ABOVE_ARRAYS = frozenset({"autograd", "ops", "nn", "optim", "init", "data", "pa
 FORBIDDEN: Dict[str, FrozenSet[str]] = {
     "backend_ndarray": _ABOVE_ARRAYS | {"backend_cuda"},  # arrays know no graph, no GPU backend
     "backend_numpy": _ABOVE_ARRAYS | {"backend_cuda"},  # the "np" arrays (NEEDLE_BACKEND=np)
+    "backend_selection": _ABOVE_ARRAYS | {"backend_cuda"},
     "backend_cuda": _ABOVE_ARRAYS,  # a backend implements primitives; it knows no graph
     "autograd": frozenset({"ops", "nn", "optim", "data", "parallel"}),  # the engine: no layers
     "ops": frozenset({"nn", "optim", "data", "parallel"}),
     "nn": frozenset({"parallel"}),  # layers know no distribution
+    # nn's siblings (the layers' building blocks) know neither the layers nor the tools above
+    "optim": frozenset({"nn", "data", "parallel", "memory", "plan"}),
+    "data": frozenset({"nn", "optim", "parallel", "memory", "plan"}),  # told its rank, not MPI
+    "init": frozenset({"nn", "optim", "data", "parallel", "memory", "plan"}),
 }
 # Packages beside needle that the library never imports (the library knows no apps).
 OUTSIDE = frozenset({"apps", "course", "tests", "tools", "benchmarks"})
@@ -139,6 +144,7 @@ def test_the_scan_sees_imports_down_the_layers():
     ("needle/autograd.py", "from .nn import Module\n", "autograd imports nn"),
     ("needle/optim/x.py", "from apps.train import main\n",
      "needle imports apps (outside the library)"),
+    ("needle/data/x.py", "from needle.parallel import devices\n", "data imports parallel"),
 ])
 def test_the_scan_catches_an_upward_import(where, source, why):
     found = [w for a in arrows(source, ROOT / where) for w in violations(a)]
