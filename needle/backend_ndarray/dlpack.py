@@ -6,7 +6,8 @@ DLPack producer like every array library: ``torch.from_dlpack(a)``, ``np.from_dl
 any DLPack consumer takes without a copy: ``torch.from_dlpack(to_dlpack(a))``.
 ``from_dlpack(obj)`` wraps any producer's memory (``__dlpack__``) as an NDArray. bfloat16
 travels as its uint16 bits through NumPy (which has no bfloat16 in DLPack); ``export`` marks
-the capsule's dtype kDLBfloat again, and ``to_torch`` reinterprets the bits.
+the capsule's dtype kDLBfloat again, and ``to_torch`` reinterprets the bits. A CUDA array's
+side is the device's own (``dlpack_view``, ``wrap_dlpack``: ``backend_cuda/dlpack_cuda.py``).
 """
 import ctypes
 from typing import Any, Optional, Tuple
