@@ -19,6 +19,7 @@ import needle as ndl
 from needle import nn
 from needle.memory import MemoryTracker
 from needle.parallel import (
+    Comm,
     DataParallelNaive,
     DistributedDataParallel,
     FullyShardedDataParallel,
@@ -137,7 +138,7 @@ class CharLM:
         return {}
 
 
-TASKS = {"digits": Digits, "charlm": CharLM}
+TASKS: Dict[str, Any] = {"digits": Digits, "charlm": CharLM}  # name -> task class
 
 
 # -- wrappers: (model, comm, args) -> (what forward runs on, optimizer) --------------------------
@@ -145,34 +146,34 @@ def _adam(params: List[Any], args: Any) -> Any:
     return ndl.optim.Adam(params, lr=args.lr)
 
 
-def _naive(model: nn.Module, comm: Any, args: Any) -> Tuple[Any, Any]:
+def _naive(model: nn.Module, comm: Comm, args: Any) -> Tuple[Any, Any]:
     net = DataParallelNaive(model, comm)
     return net, _adam(net.parameters(), args)
 
 
-def _ddp(model: nn.Module, comm: Any, args: Any) -> Tuple[Any, Any]:
+def _ddp(model: nn.Module, comm: Comm, args: Any) -> Tuple[Any, Any]:
     net = DistributedDataParallel(model, comm, bucket_cap_mb=args.bucket_mb)
     return net, _adam(net.parameters(), args)
 
 
-def _zero1(model: nn.Module, comm: Any, args: Any) -> Tuple[Any, Any]:
+def _zero1(model: nn.Module, comm: Comm, args: Any) -> Tuple[Any, Any]:
     net = DistributedDataParallel(model, comm, bucket_cap_mb=args.bucket_mb)
     return net, ZeroRedundancyOptimizer(model.parameters(), ndl.optim.Adam, comm, stage=1,
                                         bucket_cap_mb=args.bucket_mb, lr=args.lr)
 
 
-def _zero2(model: nn.Module, comm: Any, args: Any) -> Tuple[Any, Any]:
+def _zero2(model: nn.Module, comm: Comm, args: Any) -> Tuple[Any, Any]:
     return model, ZeroRedundancyOptimizer(model.parameters(), ndl.optim.Adam, comm, stage=2,
                                           bucket_cap_mb=args.bucket_mb, lr=args.lr)
 
 
-def _fsdp(model: nn.Module, comm: Any, args: Any) -> Tuple[Any, Any]:
+def _fsdp(model: nn.Module, comm: Comm, args: Any) -> Tuple[Any, Any]:
     net = FullyShardedDataParallel(model, comm, mixed_precision=args.mixed_precision)
     return net, _adam(net.parameters(), args)
 
 
 # name -> (model, comm, args) -> (what forward runs on, its optimizer)
-WRAPPERS: Dict[str, Callable[[nn.Module, Any, Any], Tuple[Any, Any]]] = {
+WRAPPERS: Dict[str, Callable[[nn.Module, Comm, Any], Tuple[Any, Any]]] = {
     "naive": _naive, "ddp": _ddp, "zero1": _zero1, "zero2": _zero2, "fsdp": _fsdp}
 
 
@@ -181,7 +182,7 @@ def _plain_state(net: Any, model: nn.Module) -> Dict[str, np.ndarray]:
         else model.state_dict()
 
 
-def run_data_parallel(comm: Any, args: Any) -> Dict[str, Any]:
+def run_data_parallel(comm: Comm, args: Any) -> Dict[str, Any]:
     """Train with ``args.strategy``; figures for this rank (rank 0 adds the checks)."""
     task = TASKS[args.task](args, args.device)
     tracker = MemoryTracker(args.device)
@@ -190,7 +191,8 @@ def run_data_parallel(comm: Any, args: Any) -> Dict[str, Any]:
         net, opt = WRAPPERS[args.strategy](model, comm, args)
         batches = task.batches(comm.rank, comm.size)
         comm.reset_stats()
-        losses, times = [], []
+        losses: List[float] = []
+        times: List[float] = []
         bar = Progress(range(args.steps), total=args.steps, desc=f"{args.strategy} x{comm.size}",
                        disable=True if comm.rank != 0 or args.no_progress else None)
         for _ in bar:
@@ -222,7 +224,7 @@ def _timed_step(task: Any, model: Any, opt: Any, x: Any, y: Any, times: List[flo
     return loss
 
 
-def _figures(comm: Any, args: Any, losses: List[float], times: List[float], peak: int,
+def _figures(comm: Comm, args: Any, losses: List[float], times: List[float], peak: int,
              sent_per_step: float) -> Dict[str, Any]:
     """Losses averaged over ranks; per-rank memory, bytes and step time gathered to all."""
     mean_losses = comm.allreduce(np.array(losses), op="avg")
@@ -243,7 +245,7 @@ def _check_single_process(task: Any, args: Any, state: Dict[str, np.ndarray],
     opt = _adam(model.parameters(), args)
     streams = [task.batches(r, world) for r in range(world)]
     axis = 0 if args.task == "digits" else 1  # examples are rows (digits), columns (charlm)
-    times = []
+    times: List[float] = []
     for _ in range(args.steps):
         parts = [next(s) for s in streams]
         x = np.concatenate([p[0].numpy() for p in parts], axis=axis)
@@ -257,14 +259,14 @@ def _check_single_process(task: Any, args: Any, state: Dict[str, np.ndarray],
             "single_process_step_ms": 1000 * float(np.median(times[1:] or times))}
 
 
-def run_ps(comm: Any, args: Any) -> Dict[str, Any]:
+def run_ps(comm: Comm, args: Any) -> Dict[str, Any]:
     """Rank 0 serves, the others train (``--consistency``, ``--straggler RANK:FACTOR``)."""
     task = TASKS[args.task](args, args.device)
     model = task.model(args.seed + comm.rank)
     ps = ParameterServer(comm, model, ndl.optim.SGD, consistency=args.consistency,
                          staleness=args.staleness if args.consistency == "ssp" else None,
                          timeout=60.0, lr=args.ps_lr, momentum=0.9)
-    slow = dict(tuple(map(float, s.split(":"))) for s in args.straggler.split(",") if s)
+    slow = {float(r): float(f) for r, f in (s.split(":") for s in args.straggler.split(",") if s)}
     comm.reset_stats()
     start = time.perf_counter()
     if ps.is_server:
@@ -290,7 +292,7 @@ def run_ps(comm: Any, args: Any) -> Dict[str, Any]:
             "max_staleness_read": max((e.clock - e.min_clock for e in reads), default=0)}
 
 
-def _gather_histories(comm: Any, history: List[Tuple[float, float]],
+def _gather_histories(comm: Comm, history: List[Tuple[float, float]],
                       everyone: np.ndarray) -> Dict[int, List[Tuple[float, float]]]:
     """Every worker's (seconds, loss) history, on every rank (padded to the longest)."""
     longest = int(everyone[:, 1].max())
@@ -302,6 +304,6 @@ def _gather_histories(comm: Any, history: List[Tuple[float, float]],
             for r in range(comm.size) if everyone[r, 1] > 0}
 
 
-STRATEGIES: Dict[str, Callable[[Any, Any], Dict[str, Any]]] = {
+STRATEGIES: Dict[str, Callable[[Comm, Any], Dict[str, Any]]] = {
     name: run_data_parallel for name in WRAPPERS}
 STRATEGIES["ps"] = run_ps

@@ -14,13 +14,14 @@ it; this file also runs alone:
 """
 import argparse
 import time
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, cast
 
 import numpy as np
 
 import needle as ndl
 from needle import nn
 from needle.data.datasets.builtin import CharCorpus
+from needle.parallel import Comm
 from needle.parallel.mesh import ProcessMesh
 from needle.parallel.moe import ExpertParallelMoE
 from needle.parallel.pipeline import PipelineParallel, partition
@@ -76,7 +77,7 @@ def batches(args: Any, vocab_multiple: int) -> Tuple[Callable[[int], Tuple[np.nd
 class Embed(nn.Module):
     """Token (vocab-parallel) plus learned position embeddings: ids (B, T) -> (B, T, D)."""
 
-    def __init__(self, vocab: int, d: int, seq_len: int, comm: Any) -> None:
+    def __init__(self, vocab: int, d: int, seq_len: int, comm: Comm) -> None:
         super().__init__()
         self.tok = VocabParallelEmbedding(vocab, d, comm)
         self.pos = nn.Embedding(seq_len, d, gather=True)
@@ -90,7 +91,7 @@ class Embed(nn.Module):
 class Head(nn.Module):
     """Final LayerNorm and a column-parallel projection to this rank's vocabulary slice."""
 
-    def __init__(self, d: int, vocab: int, comm: Any) -> None:
+    def __init__(self, d: int, vocab: int, comm: Comm) -> None:
         super().__init__()
         self.norm = nn.LayerNorm1d(d, fused=True)
         self.proj = ColumnParallelLinear(d, vocab, comm, bias=False)
@@ -100,7 +101,7 @@ class Head(nn.Module):
         return self.proj(self.norm(h.reshape((b * t, d))))          # (B*T, V/tp)
 
 
-def char_transformer(args: Any, vocab: int, tp_comm: Any) -> List[nn.Module]:
+def char_transformer(args: Any, vocab: int, tp_comm: Comm) -> List[nn.Module]:
     """Embed, the transformer blocks, Head: a list to run in order (or to cut into stages)."""
     d = args.d_model
     blocks = [ParallelTransformerBlock(d, args.heads, d // args.heads, 4 * d, tp_comm,
@@ -119,14 +120,14 @@ def _placed(modules: List[nn.Module], args: Any) -> List[nn.Module]:
     return modules if dev == ndl.cpu() else [m.to(dev) for m in modules]
 
 
-def _loss_fn(tp_comm: Any) -> Callable[[ndl.Tensor, ndl.Tensor], ndl.Tensor]:
+def _loss_fn(tp_comm: Comm) -> Callable[[ndl.Tensor, ndl.Tensor], ndl.Tensor]:
     def loss(logits: ndl.Tensor, y: ndl.Tensor) -> ndl.Tensor:
         return vocab_parallel_cross_entropy(logits, y.numpy().reshape(-1), tp_comm)
     return loss
 
 
-def _train(comm: Any, args: Any, step_fn: Callable[[int], float], params: List[Any],
-           dp_comm: Any = None) -> Dict[str, Any]:
+def _train(comm: Comm, args: Any, step_fn: Callable[[int], float], params: List[Any],
+           dp_comm: Optional[Comm] = None) -> Dict[str, Any]:
     opt = ndl.optim.Adam(params, lr=args.lr)
     losses, start = [], time.perf_counter()
     for step in range(args.steps):
@@ -148,7 +149,7 @@ def _train(comm: Any, args: Any, step_fn: Callable[[int], float], params: List[A
             "seconds": secs, "tokens_per_s": tokens / secs}
 
 
-def run_tp(comm: Any, args: Any) -> Dict[str, Any]:
+def run_tp(comm: Comm, args: Any) -> Dict[str, Any]:
     """Megatron tensor parallelism over all ranks."""
     get, vocab = batches(args, comm.size)
     np.random.seed(0)
@@ -166,7 +167,7 @@ def run_tp(comm: Any, args: Any) -> Dict[str, Any]:
     return _train(comm, args, step, model.parameters())
 
 
-def _pipeline(comm: Any, args: Any, mesh: ProcessMesh) -> Tuple[PipelineParallel, Callable]:
+def _pipeline(comm: Comm, args: Any, mesh: ProcessMesh) -> Tuple[PipelineParallel, Callable]:
     get, vocab = batches(args, mesh.tp.size)
     np.random.seed(0)
     layers = nn.Sequential(*_placed(char_transformer(args, vocab, mesh.tp), args))
@@ -198,7 +199,7 @@ def _write_timeline(pipe: PipelineParallel, path: str) -> None:
         print(f"timeline written to {path}", flush=True)
 
 
-def run_pp(comm: Any, args: Any) -> Dict[str, Any]:
+def run_pp(comm: Comm, args: Any) -> Dict[str, Any]:
     """Pipeline parallelism over all ranks (GPipe, 1F1B or interleaved)."""
     mesh = ProcessMesh(comm, dp=1, pp=comm.size, tp=1)
     pipe, step = _pipeline(comm, args, mesh)
@@ -207,7 +208,7 @@ def run_pp(comm: Any, args: Any) -> Dict[str, Any]:
     return out
 
 
-def run_3d(comm: Any, args: Any) -> Dict[str, Any]:
+def run_3d(comm: Comm, args: Any) -> Dict[str, Any]:
     """Data x pipeline x tensor parallelism on one (dp, pp, tp) mesh."""
     mesh = ProcessMesh(comm, dp=args.dp, pp=args.pp, tp=args.tp)
     pipe, step = _pipeline(comm, args, mesh)
@@ -219,7 +220,7 @@ def run_3d(comm: Any, args: Any) -> Dict[str, Any]:
 class MoEModel(nn.Module):
     """Embedding, one attention layer, an expert-parallel MoE FFN, and the output projection."""
 
-    def __init__(self, vocab: int, args: Any, comm: Any) -> None:
+    def __init__(self, vocab: int, args: Any, comm: Comm) -> None:
         super().__init__()
         d = args.d_model
         self.emb = nn.Embedding(vocab, d, gather=True)
@@ -236,11 +237,11 @@ class MoEModel(nn.Module):
         return self.head(h.reshape((b * t, h.shape[2])))
 
 
-def run_moe(comm: Any, args: Any) -> Dict[str, Any]:
+def run_moe(comm: Comm, args: Any) -> Dict[str, Any]:
     """Expert parallelism: each rank its own tokens, experts sharded, replicated rest averaged."""
     get, vocab = batches(args, 1)
     np.random.seed(0)
-    model = _placed([MoEModel(vocab, args, comm)], args)[0]
+    model = cast(MoEModel, _placed([MoEModel(vocab, args, comm)], args)[0])
     dev = _device(args)
     experts = {id(q) for e in model.moe.experts for q in e.parameters()}
     p, r = comm.size, comm.rank
@@ -251,7 +252,9 @@ def run_moe(comm: Any, args: Any) -> Dict[str, Any]:
         logits = model(x[rows])
         loss = nn.SoftmaxLoss()(logits, ndl.Tensor(y[rows].reshape(-1), device=dev,
                                                    dtype="int64"))
-        (loss + model.moe.aux_loss * 0.01).backward(create_graph=False)
+        aux = model.moe.aux_loss
+        assert aux is not None, "the MoE layer sets its auxiliary loss in forward"
+        (loss + aux * 0.01).backward(create_graph=False)
         for q in model.parameters():     # global loss = mean over ranks of the local losses
             if q.grad is None:
                 continue
@@ -264,7 +267,7 @@ def run_moe(comm: Any, args: Any) -> Dict[str, Any]:
     return out
 
 
-STRATEGIES: Dict[str, Callable[[Any, Any], Dict[str, Any]]] = {
+STRATEGIES: Dict[str, Callable[[Comm, Any], Dict[str, Any]]] = {
     "tp": run_tp, "pp": run_pp, "3d": run_3d, "moe": run_moe}
 
 

@@ -23,11 +23,12 @@ import argparse
 import contextlib
 import json
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, cast
 
 import numpy as np
 
 from needle.cli import Parser, check_output_path, fail
+from needle.parallel import Comm
 
 if __package__:
     from . import data_parallel_strategies as dp
@@ -36,8 +37,8 @@ else:
     import data_parallel_strategies as dp
     import model_parallel_strategies as mp
 
-STRATEGIES: Dict[str, Callable[[Any, Any], Dict[str, Any]]] = {**dp.STRATEGIES,
-                                                                **mp.STRATEGIES}
+STRATEGIES: Dict[str, Callable[[Comm, Any], Dict[str, Any]]] = {**dp.STRATEGIES,
+                                                                 **mp.STRATEGIES}
 
 
 DP, MP = sorted(dp.STRATEGIES), sorted(mp.STRATEGIES)
@@ -86,8 +87,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--blas-threads", type=int, default=None,
                    help="BLAS threads per rank (default: the node's cores shared among its "
                         "ranks, or OMP_NUM_THREADS when set; see needle/parallel/comm/threads.py)")
-    mp.add_arguments(_Family(p, DEFAULTS["mp"]))
-    dp.add_arguments(_Family(p, DEFAULTS["dp"]))
+    # a _Family takes the add_argument calls a parser would
+    mp.add_arguments(cast(argparse.ArgumentParser, _Family(p, DEFAULTS["mp"])))
+    dp.add_arguments(cast(argparse.ArgumentParser, _Family(p, DEFAULTS["dp"])))
     return p
 
 
@@ -212,7 +214,7 @@ def world_problem(args: argparse.Namespace, size: int) -> Optional[str]:
     return None
 
 
-def pick_device(kind: str, comm: Any) -> Any:
+def pick_device(kind: str, comm: Comm) -> Any:
     """The CPU, or GPU ``local_rank % gpus`` (ranks share GPUs when there are fewer GPUs);
     the local rank from the launcher's environment or MPI's shared-memory split."""
     from needle.parallel import devices
@@ -248,8 +250,8 @@ def plot(out: Dict[str, Any], path: str) -> bool:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     n = int(bool(curves)) + len(panels)
-    fig, axes = plt.subplots(1, n, figsize=(4.3 * n, 3.6), squeeze=False)
-    axes = list(axes[0])
+    fig, grid = plt.subplots(1, n, figsize=(4.3 * n, 3.6), squeeze=False)
+    axes = list(grid[0])
     title = f"{out.get('strategy')} on {out.get('ranks')} ranks"
     if curves:
         ax = axes.pop(0)
@@ -313,7 +315,7 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
 DONE_TAG = 77
 
 
-def wait_quietly(comm: Any) -> None:
+def wait_quietly(comm: Comm) -> None:
     """Wait for rank 0's word, sleeping between polls instead of spinning on a core.  A long
     poll (rank 0 may time a single-process run for longer than the timeout); a rank 0 that
     fails aborts the job, so this cannot wait forever."""

@@ -1,5 +1,19 @@
 """needle: a small, readable deep learning systems framework (CMU 10-414/714 style)."""
-from . import autograd, backend_ndarray, data, init, metrics, nn, ops, optim, profiler, quant
+# backend_cuda registers the "cuda" device kind with backend_ndarray (cheap: CuPy loads on the
+# first cuda()), so the array layer need not know it
+from . import (
+    autograd,
+    backend_cuda,
+    backend_ndarray,
+    data,
+    init,
+    metrics,
+    nn,
+    ops,
+    optim,
+    profiler,
+    quant,
+)
 from .autograd import (
     Tensor,
     TensorTuple,

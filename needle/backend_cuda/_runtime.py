@@ -27,7 +27,7 @@ _LAUNCH_HOOK: Any = None
 
 
 @functools.lru_cache(maxsize=None)
-def device(index: int) -> "cp.cuda.Device":
+def device(index: int) -> Any:
     """The CuPy device object for GPU ``index`` (usable as a context manager)."""
     return cp.cuda.Device(index)
 
@@ -67,7 +67,7 @@ def storage_dtype(dtype: np.dtype) -> np.dtype:
 
 
 @functools.lru_cache(maxsize=None)
-def _module(filename: str, dtype: str, index: int) -> "cp.RawModule":
+def _module(filename: str, dtype: str, index: int) -> Any:
     with device(index):
         return cp.RawModule(code=kernel_specs.source(filename),
                             options=kernel_specs.NVRTC_OPTIONS + kernel_specs.include_options(),
@@ -75,7 +75,7 @@ def _module(filename: str, dtype: str, index: int) -> "cp.RawModule":
 
 
 @functools.lru_cache(maxsize=None)
-def kernel(filename: str, name: str, dtype: str, index: int) -> "cp.RawKernel":
+def kernel(filename: str, name: str, dtype: str, index: int) -> Any:
     """The compiled kernel ``name`` (a name expression) from ``filename`` on GPU ``index``.
 
     ``dtype`` selects which instantiations the module holds ("" for all of the file's).
@@ -84,16 +84,16 @@ def kernel(filename: str, name: str, dtype: str, index: int) -> "cp.RawKernel":
         return _module(filename, dtype, index).get_function(name)
 
 
-def launch(k: "cp.RawKernel", grid: Sequence[int], block: Sequence[int], args: Sequence[Any],
+def launch(k: Any, grid: Sequence[int], block: Sequence[int], args: Sequence[Any],
            index: int) -> None:
-    """Launch ``k`` on GPU ``index`` on CuPy's current stream."""
+    """Launch ``k`` (a ``cupy.RawKernel``) on GPU ``index`` on CuPy's current stream."""
     if _LAUNCH_HOOK is not None:
         _LAUNCH_HOOK(_launch, k, grid, block, args, index)
         return
     _launch(k, grid, block, args, index)
 
 
-def _launch(k: "cp.RawKernel", grid: Sequence[int], block: Sequence[int], args: Sequence[Any],
+def _launch(k: Any, grid: Sequence[int], block: Sequence[int], args: Sequence[Any],
             index: int) -> None:
     with device(index):
         k(tuple(grid), tuple(block), tuple(args))

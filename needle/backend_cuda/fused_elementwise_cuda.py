@@ -10,7 +10,7 @@ arrays, which CI compiles with NVRTC (tests/backend_cuda/test_cuda_compile_fused
 """
 import ast
 import math
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
@@ -41,9 +41,10 @@ def to_c(node: ast.AST) -> str:
         return f"({to_c(node.left)} {_CMPS[type(node.ops[0])]} {to_c(node.comparators[0])})"
     if isinstance(node, ast.Call):
         args = [to_c(a) for a in node.args]
-        if node.func.id == "where":
+        func = cast(ast.Name, node.func).id  # the expressions call names only
+        if func == "where":
             return f"({args[0]} ? {args[1]} : {args[2]})"
-        return f"{_FUNCS[node.func.id]}({args[0]})"
+        return f"{_FUNCS[func]}({args[0]})"
     raise ValueError(f"fused_elementwise: unsupported expression {ast.dump(node)}")
 
 
@@ -51,8 +52,9 @@ def body_lines(expr: str) -> List[str]:
     """The statements as CUDA C lines (temporaries as ``auto``; ``out`` assigned last)."""
     lines = []
     for stmt in ast.parse(expr.replace("; ", "\n")).body:
-        name = stmt.targets[0].id
-        rhs = to_c(stmt.value)
+        assign = cast(ast.Assign, stmt)  # every statement is ``name = expression``
+        name = cast(ast.Name, assign.targets[0]).id
+        rhs = to_c(assign.value)
         lines.append(f"out = {rhs};" if name == "out" else f"auto {name} = {rhs};")
     return lines
 

@@ -6,7 +6,7 @@ compile check use) and how each kernel is launched, so both can be tested withou
 """
 import math
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import List, Tuple, TypedDict
 
 # pure data (the primitive table), the one module of backend_ndarray this backend reads
 from ..backend_ndarray import primitives as P
@@ -140,7 +140,17 @@ def row_block(cols: int, per_thread: int = 4) -> int:
     return max(32, min(1024, next_pow2(math.ceil(max(cols, 1) / per_thread))))
 
 
-def reduce_plan(rows: int, size: int, num_sms: int = 132) -> Dict[str, int]:
+class ReducePlan(TypedDict):
+    """``reduce_plan``'s answer (its docstring says what each field means)."""
+
+    kind: str
+    block: int
+    grid_rows: int
+    chunks: int
+    chunk: int
+
+
+def reduce_plan(rows: int, size: int, num_sms: int = 132) -> ReducePlan:
     """How to reduce ``rows`` rows of ``size`` elements.
 
     Returns ``kind`` ("thread" or "block"), ``block`` threads, ``grid_rows`` blocks along rows,

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..backend_ndarray import primitives as P
 from . import _runtime as rt
-from . import emulator
+from . import dlpack_cuda, emulator
 from . import fused_ops_cuda as fused
 from . import kernel_specs as K
 from ._runtime import cp, memory_stats, reset_peak_memory  # noqa: F401
@@ -496,5 +496,7 @@ _PRIMITIVES.update({name: getattr(fused, name) for name in (
     "dropout", "dropout_backward")})
 # needle.compile's fused kernels: the CPU primitive's expressions as ElementwiseKernels
 _PRIMITIVES.update(fused_elementwise=fused_elementwise)
+# DLPack exchange (needle.backend_ndarray.dlpack calls these for a CUDA array)
+_PRIMITIVES.update(dlpack_view=dlpack_cuda.dlpack_view, wrap_dlpack=dlpack_cuda.wrap_dlpack)
 _PRIMITIVES.update(__device_name__=__device_name__, EMULATED=EMULATED, EWISE_BINARY=EWISE_BINARY,
                    EWISE_UNARY=EWISE_UNARY)

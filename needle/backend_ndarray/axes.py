@@ -3,7 +3,7 @@
 NDArray's reductions, ``flip`` and ``permute`` and the reduction-like ops all read axes here.
 """
 import operator
-from typing import Sequence, Tuple, Union
+from typing import Sequence, Tuple, Union, cast
 
 Axes = Union[None, int, Sequence[int]]
 
@@ -25,11 +25,11 @@ def normalize_axes(axes: Axes, ndim: int, what: str = "axis") -> Tuple[int, ...]
     """``axes`` as sorted, distinct, non-negative ints (all axes for None; none for a 0-d array)."""
     if axes is None:
         return tuple(range(ndim))
-    if not isinstance(axes, (tuple, list)):
-        axes = (axes,)
-    out = tuple(check_axis(a, ndim, what) for a in axes)
+    # a single axis (an int, or anything else check_axis names in its error) becomes a 1-tuple
+    seq = axes if isinstance(axes, (tuple, list)) else (cast(int, axes),)
+    out = tuple(check_axis(a, ndim, what) for a in seq)
     if len(set(out)) != len(out):
-        raise ValueError(f"{what}: repeated axis in {tuple(axes)}")
+        raise ValueError(f"{what}: repeated axis in {tuple(seq)}")
     return tuple(sorted(out)) if ndim else ()
 
 

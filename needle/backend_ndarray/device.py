@@ -1,5 +1,10 @@
-"""Devices: a ``BackendDevice`` pairs a name with the backend module implementing the primitives."""
-from typing import Any, List, Optional
+"""Devices: a ``BackendDevice`` pairs a name with the backend module implementing the primitives.
+
+``cpu()`` is built in; other kinds are registered by their backend (``register_device_kind``:
+``needle.backend_cuda`` registers ``"cuda"`` when needle is imported), so this layer never
+imports a backend above it.
+"""
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -78,7 +83,42 @@ class BackendDevice:
 
 
 _CPU = BackendDevice("cpu", ndarray_backend_numpy)
-_CUDA = {}
+# Backends above this package (``needle.backend_cuda``) register a kind here: the array layer
+# knows devices by name only, never the modules implementing them. A factory returns the
+# backend for one device index, or None where that device cannot run here.
+BackendFactory = Callable[[int], Optional[Any]]
+_FACTORIES: Dict[str, BackendFactory] = {}
+_DEVICES: Dict[Tuple[str, int], BackendDevice] = {}
+
+
+def register_device_kind(name: str, factory: BackendFactory) -> None:
+    """Make ``device(name, i)`` build its backend with ``factory(i)`` (replacing any before)."""
+    if name == "cpu":
+        raise ValueError("register_device_kind: 'cpu' is built in (the NumPy backend)")
+    _FACTORIES[name] = factory
+    for key in [k for k in _DEVICES if k[0] == name]:
+        del _DEVICES[key]  # devices made before registering were disabled: build them again
+
+
+def device_kinds() -> List[str]:
+    """The device kinds registered besides ``cpu``."""
+    return sorted(_FACTORIES)
+
+
+def device(name: str, index: int = 0) -> BackendDevice:
+    """Device ``index`` of kind ``name``; disabled (``enabled()`` False) where it cannot run."""
+    if name == "cpu":
+        return _CPU
+    key = (name, index)
+    if key not in _DEVICES:
+        _DEVICES[key] = BackendDevice(name, _load_backend(name, index), index)
+    return _DEVICES[key]
+
+
+def _load_backend(name: str, index: int) -> Optional[Any]:
+    factory = _FACTORIES.get(name)
+    # no factory: nobody registered the kind (needle.backend_cuda registers "cuda")
+    return None if factory is None else factory(index)
 
 
 def cpu() -> BackendDevice:
@@ -93,17 +133,7 @@ def cpu_numpy() -> BackendDevice:
 
 def cuda(index: int = 0) -> BackendDevice:
     """CUDA GPU ``index`` (CuPy backend); ``enabled()`` is False where no GPU/CuPy is present."""
-    if index not in _CUDA:
-        _CUDA[index] = BackendDevice("cuda", _load_cuda_backend(index), index)
-    return _CUDA[index]
-
-
-def _load_cuda_backend(index: int) -> Optional[Any]:
-    try:
-        from needle.backend_cuda import ndarray_backend_cuda as mod
-    except Exception:  # CuPy missing or broken: the device exists but is disabled
-        return None
-    return mod.for_device(index) if mod.available(index) else None  # allocates on GPU index
+    return device("cuda", index)
 
 
 def default_device() -> BackendDevice:

@@ -6,7 +6,8 @@ DLPack producer like every array library: ``torch.from_dlpack(a)``, ``np.from_dl
 any DLPack consumer takes without a copy: ``torch.from_dlpack(to_dlpack(a))``.
 ``from_dlpack(obj)`` wraps any producer's memory (``__dlpack__``) as an NDArray. bfloat16
 travels as its uint16 bits through NumPy (which has no bfloat16 in DLPack); ``export`` marks
-the capsule's dtype kDLBfloat again, and ``to_torch`` reinterprets the bits.
+the capsule's dtype kDLBfloat again, and ``to_torch`` reinterprets the bits. A CUDA array's
+side is the device's own (``dlpack_view``, ``wrap_dlpack``: ``backend_cuda/dlpack_cuda.py``).
 """
 import ctypes
 from typing import Any, Optional, Tuple
@@ -26,12 +27,8 @@ def to_dlpack(a: Any) -> Any:
     if any(s < 0 for s in a.strides):
         a = a.compact()  # consumers (torch) reject negative strides: the one case that copies
     handle, item = a._handle, a._handle.array.itemsize
-    if a.device.name == "cuda":
-        from needle.backend_cuda._runtime import cp  # CuPy or the emulator's
-        mem = handle.array.data + a.offset * item
-        view = cp.ndarray(a.shape, dtype=handle.array.dtype, memptr=mem,
-                          strides=tuple(s * item for s in a.strides))
-        return view
+    if a.device.name == "cuda":  # the CUDA backend's primitive: a CuPy (or emulator) view
+        return a.device.dlpack_view(handle, a.shape, a.strides, a.offset)
     base = handle.array
     if a.dtype == "bfloat16":  # NumPy cannot export ml_dtypes' bfloat16: hand over the bits
         base = base.view(np.uint16)
@@ -137,12 +134,8 @@ def from_dlpack(obj: Any, device: Optional[Any] = None) -> Any:
         import torch
         obj = obj.view(torch.int16)
     if dev_type == _CUDA:
-        from needle.backend_cuda._runtime import cp
-        view = cp.from_dlpack(obj)
-        target = cuda(dev_id)
-        if is_bf16:
-            view = view.view(np.uint16)
-        wrapped = _wrap_cuda(view, _bf16() if is_bf16 else view.dtype, dev_id)
+        target = cuda(dev_id)  # the CUDA backend's primitive reads the producer's memory
+        wrapped = target.wrap_dlpack(obj, is_bf16, dev_id)
     elif dev_type == _CPU:
         view = np.from_dlpack(obj)
         if is_bf16:
@@ -161,37 +154,25 @@ def _bf16() -> np.dtype:
     return np.dtype(ml_dtypes.bfloat16)
 
 
-def _span(shape: tuple, strides: tuple) -> tuple:
+def buffer_span(shape: tuple, strides: tuple) -> tuple:
     """(offset, size) in elements of the smallest buffer covering a strided view."""
     lo = sum((n - 1) * s for n, s in zip(shape, strides) if s < 0 and n > 0)
     hi = sum((n - 1) * s for n, s in zip(shape, strides) if s > 0 and n > 0)
     return -lo, (hi - lo + 1) if all(shape) else 0
 
 
-def _elem_strides(x: Any) -> tuple:
+def element_strides(x: Any) -> tuple:
+    """A producer array's strides in items (its ``strides`` are in bytes)."""
     item = x.dtype.itemsize
     if any(s % item for s in x.strides):
         raise ValueError(f"from_dlpack: strides {x.strides} are not multiples of the item size")
     return tuple(s // item for s in x.strides)
 
 
-def _wrap_cuda(view: Any, dtype: np.dtype, dev_id: int) -> tuple:
-    from needle.backend_cuda._runtime import cp
-    from needle.backend_cuda.ndarray_backend_cuda import for_device
-    strides = _elem_strides(view)
-    offset, size = _span(view.shape, strides)
-    arr = object.__new__(for_device(dev_id).Array)
-    item = view.dtype.itemsize
-    base = view.data - offset * item if size else view.data
-    arr.array = cp.ndarray((size,), dtype=view.dtype, memptr=base)
-    arr.size, arr.dtype, arr.device_index = size, np.dtype(dtype), dev_id
-    return arr, view.shape, strides, offset
-
-
 def _wrap_cpu(view: np.ndarray) -> tuple:
     from .ndarray_backend_numpy import Array
-    strides = _elem_strides(view)
-    offset, size = _span(view.shape, strides)
+    strides = element_strides(view)
+    offset, size = buffer_span(view.shape, strides)
     arr = object.__new__(Array)
     arr.array = _flat_cpu(view, offset, size)
     if "dtype" in Array.__slots__:  # plain attributes in the NumPy backend's Array

@@ -1,5 +1,5 @@
 """dtype names <-> NumPy dtypes (bfloat16 comes from ml_dtypes)."""
-from typing import Any
+from typing import Any, Dict
 
 import numpy as np
 
@@ -10,7 +10,7 @@ except ImportError:  # pragma: no cover - ml_dtypes is a dependency
     bfloat16 = None
 
 SUPPORTED = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "bool", "int8", "uint8")
-_CACHE = {}
+_CACHE: Dict[Any, np.dtype] = {}
 
 
 def to_numpy_dtype(dtype: Any) -> np.dtype:

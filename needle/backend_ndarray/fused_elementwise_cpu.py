@@ -37,7 +37,7 @@ import importlib.util
 import math
 import os
 import sys
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
@@ -128,7 +128,7 @@ class _ToElement(ast.NodeTransformer):
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
-        name = node.func.id
+        name = cast(ast.Name, node.func).id  # the parser only makes calls of names
         if name == "where":
             return ast.IfExp(test=node.args[0], body=node.args[1], orelse=node.args[2])
         if name != "abs":
@@ -178,6 +178,7 @@ def _numba_kernel(expr: str, n_arrays: int, n_scalars: int, ndim: int) -> Callab
     mod = sys.modules.get(name)
     if mod is None:
         spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None  # a .py path always has both
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod  # numba's on-disk cache finds the function's module by name
         spec.loader.exec_module(mod)

@@ -8,7 +8,7 @@ Strides and offsets are in elements.
 """
 import math
 import operator
-from typing import Any, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -17,8 +17,8 @@ from .axes import check_axis, normalize_axes
 from .device import BackendDevice, default_device
 from .dtypes import is_floating, promote, to_numpy_dtype
 
-_STRIDES = {}
-_DTYPE_NAMES = {}
+_STRIDES: Dict[Tuple[int, ...], Tuple[int, ...]] = {}
+_DTYPE_NAMES: Dict[np.dtype, str] = {}
 _BOOL = np.dtype(np.bool_)
 _I64 = np.dtype(np.int64)
 
@@ -28,7 +28,7 @@ _COMPARISONS = primitives.COMPARISONS
 Scalar = Union[int, float, bool, np.generic]
 
 
-def prod(xs: Sequence[int]) -> int:
+def prod(xs: Iterable[int]) -> int:
     """Product of a sequence of ints (1 for empty)."""
     return math.prod(xs)
 
@@ -37,6 +37,11 @@ class NDArray:
     """A strided n-dimensional array on a device (course-compatible needle NDArray)."""
 
     __slots__ = ("_shape", "_strides", "_offset", "_device", "_handle", "__weakref__")
+    _shape: Tuple[int, ...]
+    _strides: Tuple[int, ...]
+    _offset: int
+    _device: BackendDevice
+    _handle: Any  # the device backend's flat buffer (its ``Array``)
     # Above NumPy's (0.0): ``np_array + nd_array`` and ``np_array == nd_array`` defer to our
     # reflected operators and return NDArrays, as ``nd_array + np_array`` does. No
     # ``__array_ufunc__``: NumPy functions (np.abs, np.linalg.norm) read us through __array__.
@@ -78,11 +83,11 @@ class NDArray:
         except KeyError:
             pass
         stride = 1
-        res = []
+        rev: List[int] = []
         for i in range(1, len(shape) + 1):
-            res.append(stride)
+            rev.append(stride)
             stride *= shape[-i]
-        res = tuple(res[::-1])
+        res = tuple(rev[::-1])
         if len(_STRIDES) < 4096:  # a cache: shapes repeat every training step
             _STRIDES[shape] = res
         return res

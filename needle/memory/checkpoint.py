@@ -24,7 +24,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .. import autograd
-from ..autograd import Tensor, TensorOp, enable_grad, find_topo_sort, no_grad
+from ..autograd import Tensor, TensorOp, Value, enable_grad, find_topo_sort, no_grad
 from ..optim.optimizer import unique_by_identity
 from .accumulate import near_equal_bounds
 
@@ -108,7 +108,7 @@ class Checkpoint(TensorOp):
                 f"global RNG (which checkpoint replays); pass check=False to skip this test")
 
     @staticmethod
-    def _check_closed(out: Tensor, leaves: Sequence[Tensor], params: Sequence[Tensor]) -> None:
+    def _check_closed(out: Tensor, leaves: Sequence[Tensor], params: Sequence[Value]) -> None:
         known = {id(t) for t in leaves} | {id(p) for p in params}
         for n in find_topo_sort([out]):
             if n.op is None and n.requires_grad and id(n) not in known:

@@ -52,7 +52,12 @@ class Adafactor(Optimizer):
         self.scale_parameter = scale_parameter
 
     def _step_size(self, step: int, w: NDArray) -> float:
-        rho = min(1e-2, 1.0 / math.sqrt(step)) if self.relative_step else self.lr
+        if self.relative_step:
+            rho = min(1e-2, 1.0 / math.sqrt(step))
+        elif self.lr is None:
+            raise ValueError("Adafactor: relative_step=False needs an lr (got lr=None)")
+        else:
+            rho = self.lr
         if self.scale_parameter:
             return max(self.eps2, _rms(w)) * rho
         return rho

@@ -17,8 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # The files that call CuPy (through ``cp = cupy_module()`` and friends); the emulator is the
 # stand-in itself and compile_check.py calls NVRTC without CuPy.
 BACKEND_FILES = sorted(
-    [p for p in (ROOT / "needle" / "backend_cuda").glob("*.py") if p.name != "compile_check.py"]
-    + [ROOT / "needle" / "backend_ndarray" / "dlpack.py"])
+    p for p in (ROOT / "needle" / "backend_cuda").glob("*.py") if p.name != "compile_check.py")
 # The local names the backend binds CuPy's modules to -> the real module
 ROOTS = {"cp": "cupy", "cupyx": "cupyx", "cublas": "cupy_backends.cuda.libs.cublas"}
 # Stand-in names whose real home is not ``cupy.<same name>``

@@ -152,3 +152,37 @@ def test_cuda_ndarray_protocol_with_torch():
     t = torch.from_dlpack(a[:, ::2])
     assert t.is_cuda
     np.testing.assert_array_equal(t.cpu().numpy(), a.numpy()[:, ::2])
+
+
+class _ClaimsCuda:
+    """A producer that says its memory is on CUDA device ``index`` (kDLCUDA) but hands over a
+    host capsule: under the emulator, device memory is host memory, so the CUDA import path
+    (``cuda(index).wrap_dlpack``) runs without a GPU."""
+
+    def __init__(self, arr, index: int):
+        self.arr, self.index, self.dtype = arr, index, arr.dtype
+
+    def __dlpack_device__(self):
+        return 2, self.index
+
+    def __dlpack__(self, **kwargs):
+        kwargs.pop("dl_device", None)  # NumPy asks for the host, which the capsule is
+        return self.arr.__dlpack__(**kwargs)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not getattr(ndl.cuda().mod, "EMULATED", False),
+                    reason="needs the CUDA emulator (its device memory is host memory)")
+def test_cuda_import_path_wraps_the_producers_memory_on_its_device():
+    # contiguous producers only: the emulator needs a contiguous root buffer (so the span
+    # offset a negative-strided producer needs is not exercised here)
+    base = np.arange(20.0, dtype=np.float32).reshape(4, 5)
+    index = 1 if ndl.cuda(1).enabled() else 0
+    for src in (base, base[1:], base[2]):
+        got = from_dlpack(_ClaimsCuda(src, index))
+        assert got.device == ndl.cuda(index), got.device
+        np.testing.assert_array_equal(got.numpy(), src)
+    got = from_dlpack(_ClaimsCuda(base[1:], index))
+    base[1, 0] = -7.0  # no copy: the NDArray sees the producer's write
+    assert got.numpy()[0, 0] == -7.0
+    np.testing.assert_array_equal(to_dlpack(got).get(), base[1:])  # and back, as a view

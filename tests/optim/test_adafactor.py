@@ -77,3 +77,11 @@ def test_trains_a_small_regression():
 def test_bad_lr():
     with pytest.raises(ValueError, match="lr must be positive"):
         ndl.optim.Adafactor([ndl.Tensor([1.0])], lr=-1.0)
+
+
+def test_a_fixed_step_without_an_lr_is_named():
+    w = ndl.Tensor(np.ones((3, 2), np.float32), requires_grad=True)
+    (w * w).sum().backward()
+    opt = ndl.optim.Adafactor([w], lr=None, relative_step=False)
+    with pytest.raises(ValueError, match="relative_step=False needs an lr"):
+        opt.step()

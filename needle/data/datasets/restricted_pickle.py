@@ -36,7 +36,8 @@ def _numpy_globals() -> Dict[Tuple[str, str], Callable[..., Any]]:
         allowed[(mod, "_reconstruct")] = multiarray._reconstruct
         allowed[(mod, "scalar")] = multiarray.scalar
     for mod in ("numpy.core.numeric", "numpy._core.numeric"):
-        allowed[(mod, "_frombuffer")] = numeric._frombuffer  # pickle protocol 5
+        # pickle protocol 5; private, so NumPy's stubs lack it
+        allowed[(mod, "_frombuffer")] = numeric._frombuffer  # type: ignore[attr-defined]
     allowed[("numpy", "ndarray")] = np.ndarray
     allowed[("numpy", "dtype")] = _plain_dtype
     allowed[("_codecs", "encode")] = codecs.encode  # how protocol 2 spells bytes objects

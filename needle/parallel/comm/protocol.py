@@ -3,14 +3,16 @@
 Every strategy takes its communicator as an argument (``comm: Comm``), never from a global. The
 protocol names the part of ``communicator.Communicator`` the strategies use: the group's rank
 and size, the collectives (blocking, and ``*_async`` returning a ``Work`` whose ``wait()`` gives
-the result), point-to-point messages, ``split`` into subgroups, and the ``ledger`` of what was
-sent. Arrays are numpy arrays, needle NDArrays or Tensors; results come back in the same kind.
-mypy checks every call against it (``make lint``); any object with these members will do (the
-MPI-backed and the in-process communicators are both ``Communicator``).
+the result), point-to-point messages, ``split`` into subgroups, and the ``ledger`` and ``stats``
+of what was sent. Arrays are numpy arrays, needle NDArrays or Tensors; results come back in the
+same kind. mypy checks every call against it (``make lint``); any object with these members
+will do (the MPI-backed and the in-process communicators are both ``Communicator``).
 """
-from typing import TYPE_CHECKING, Any, ContextManager, Optional, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ContextManager, Dict, Optional, Protocol, runtime_checkable
 
 import numpy as np
+
+from .progress import Stat, Work
 
 __all__ = ["Comm"]
 
@@ -23,6 +25,7 @@ class Comm(Protocol):
     size: int
     timeout: float
     ledger: Any  # comm.ledger: every call's bytes and label (ledger.py)
+    stats: Dict[str, Stat]  # per collective: calls, bytes sent and received (progress.py)
     transport: Any  # what the messages travel over: MPI or the in-process cluster
 
     def allreduce(self, a: Any, op: str = "sum", algorithm: str = "auto",
@@ -32,7 +35,7 @@ class Comm(Protocol):
 
     def allreduce_async(self, a: Any, op: str = "sum", algorithm: str = "auto",
                         out: Optional[np.ndarray] = None, label: Optional[str] = None, *,
-                        context: int = 0) -> Any:
+                        context: int = 0) -> Work:
         """Start an allreduce; a ``Work`` whose ``wait()`` returns the result."""
 
     def allgather(self, a: Any, algorithm: str = "auto", out: Optional[np.ndarray] = None,
@@ -40,7 +43,7 @@ class Comm(Protocol):
         """Every rank's ``a`` concatenated along axis 0, on every rank."""
 
     def allgather_async(self, a: Any, algorithm: str = "auto", out: Optional[np.ndarray] = None,
-                        label: Optional[str] = None) -> Any:
+                        label: Optional[str] = None) -> Work:
         """Start an allgather; a ``Work``."""
 
     def reduce_scatter(self, a: Any, op: str = "sum", algorithm: str = "auto",
@@ -49,7 +52,7 @@ class Comm(Protocol):
 
     def reduce_scatter_async(self, a: Any, op: str = "sum", algorithm: str = "auto",
                              out: Optional[np.ndarray] = None,
-                             label: Optional[str] = None) -> Any:
+                             label: Optional[str] = None) -> Work:
         """Start a reduce-scatter; a ``Work``."""
 
     def broadcast(self, a: Any, root: int = 0, algorithm: str = "auto",
@@ -62,6 +65,9 @@ class Comm(Protocol):
 
     def alltoall(self, a: Any, algorithm: str = "auto", label: Optional[str] = None) -> Any:
         """Chunk j of axis 0 goes to rank j; received chunks concatenated by rank."""
+
+    def reset_stats(self) -> None:
+        """Forget the byte and call counters in ``stats``."""
 
     def barrier(self, label: Optional[str] = None) -> None:
         """Return once every rank has entered."""
@@ -78,7 +84,7 @@ class Comm(Protocol):
     def send(self, a: Any, dest: int, tag: int = 0, label: Optional[str] = None) -> None:
         """Send ``a`` to rank ``dest``."""
 
-    def isend(self, a: Any, dest: int, tag: int = 0, label: Optional[str] = None) -> Any:
+    def isend(self, a: Any, dest: int, tag: int = 0, label: Optional[str] = None) -> Work:
         """Start sending ``a`` to rank ``dest``; a ``Work``."""
 
     def recv(self, source: int, tag: int = 0, out: Optional[np.ndarray] = None,
@@ -86,7 +92,7 @@ class Comm(Protocol):
         """The next array ``source`` sends here with ``tag``."""
 
     def irecv(self, source: int, tag: int = 0, out: Optional[np.ndarray] = None,
-              label: Optional[str] = None, return_status: bool = False) -> Any:
+              label: Optional[str] = None, return_status: bool = False) -> Work:
         """Start receiving from ``source``; a ``Work``."""
 
 

@@ -1,0 +1,43 @@
+"""DLPack's CUDA half: CuPy views of needle's GPU buffers and needle buffers over CuPy memory.
+
+Offered as device primitives (``ndl.cuda(i).dlpack_view``, ``.wrap_dlpack``), which
+``needle.backend_ndarray.dlpack`` calls for a CUDA array, so the array layer never imports
+this package. Under ``NEEDLE_CUDA_EMULATOR`` ``cp`` is the emulator's stand-in for CuPy.
+"""
+from typing import Any, Tuple
+
+import numpy as np
+
+from ..backend_ndarray.dlpack import buffer_span, element_strides
+from ._runtime import cp
+
+
+def dlpack_view(handle: Any, shape: Tuple[int, ...], strides: Tuple[int, ...],
+                offset: int) -> Any:
+    """A zero-copy CuPy view of the strided view (shape, strides, offset in items) of a buffer."""
+    item = handle.array.itemsize
+    mem = handle.array.data + offset * item
+    return cp.ndarray(shape, dtype=handle.array.dtype, memptr=mem,
+                      strides=tuple(s * item for s in strides))
+
+
+def wrap_dlpack(obj: Any, bfloat16: bool, index: int) -> Tuple[Any, tuple, tuple, int]:
+    """(buffer, shape, strides, offset) over a CUDA DLPack producer's memory on GPU ``index``.
+
+    ``bfloat16``: ``obj`` holds bfloat16 as its 16-bit integer bits (DLPack consumers such as
+    CuPy have no bfloat16); the buffer gets ml_dtypes' bfloat16 as its dtype.
+    """
+    from ._runtime import BF16
+    from .ndarray_backend_cuda import for_device
+    view = cp.from_dlpack(obj)
+    if bfloat16:
+        view = view.view(np.uint16)
+    strides = element_strides(view)
+    offset, size = buffer_span(view.shape, strides)
+    arr: Any = object.__new__(for_device(index).Array)
+    item = view.dtype.itemsize
+    # MemoryPointer + (-n), as CuPy's own __sub__ does (the emulator's pointer has only __add__)
+    base = view.data + (-offset * item) if size else view.data
+    arr.array = cp.ndarray((size,), dtype=view.dtype, memptr=base)
+    arr.size, arr.dtype, arr.device_index = size, (BF16 if bfloat16 else view.dtype), index
+    return arr, view.shape, strides, offset
