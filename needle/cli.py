@@ -9,6 +9,7 @@ written before any work starts, instead of after it.
 import argparse
 import os
 import sys
+import tempfile
 from typing import NoReturn, Optional
 
 __all__ = ["Parser", "fail", "check_output_path", "launcher_rank"]
@@ -41,8 +42,8 @@ class Parser(argparse.ArgumentParser):
 
 def check_output_path(path: str, flag: str) -> Optional[str]:
     """Why ``path`` could not be written (a missing or read-only folder, a folder in its
-    place), or None when it can. Tried by opening it for appending; a file that was not there
-    before is removed again."""
+    place), or None when it can. Tried with a temporary file beside it, so that ranks checking
+    the same path at once do not race, and the path itself is never created or removed."""
     if not path:
         return None
     if os.path.isdir(path):
@@ -50,12 +51,11 @@ def check_output_path(path: str, flag: str) -> Optional[str]:
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         return f"{flag} {path}: the folder {folder} does not exist"
-    existed = os.path.exists(path)
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        return f"{flag} {path} cannot be written (permission denied)"
     try:
-        with open(path, "a"):
+        with tempfile.TemporaryFile(dir=folder):
             pass
     except OSError as err:
         return f"{flag} {path} cannot be written ({err.strerror})"
-    if not existed:
-        os.remove(path)
     return None
