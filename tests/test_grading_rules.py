@@ -49,3 +49,11 @@ def test_a_later_skip_does_not_hide_a_failure():
     reports = [_report("setup", "passed"), _report("call", "failed"),
                _report("teardown", "skipped")]
     assert scoring.outcome_of(reports).outcome == "failed"
+
+
+def test_a_teardown_error_after_a_skip_is_a_failure():
+    """Any phase that failed fails the test, even after a skipped call (a fixture's teardown
+    that raises must not be hidden by the test's own skip)."""
+    reports = [_report("setup", "passed"), _report("call", "skipped"),
+               _report("teardown", "failed")]
+    assert scoring.outcome_of(reports).outcome == "failed"
