@@ -213,13 +213,19 @@ def check_restored(workdir: Path, root: Path = ROOT, names: Sequence[str] = (),
         start = time.perf_counter()
         written = {name} | requirements(name)
         earned, expected, failing = _written_run(workdir, root, written, sorted(written), name)
-        res["restored_not_scoring"] += [f"{name}: {line}" for line in failing]
-        if earned != expected and not failing:
-            res["restored_not_scoring"].append(f"{name}: scored {earned} of {expected}")
+        res["restored_not_scoring"] += _not_scoring(name, earned, expected, failing)
         if log is not None:
             log(f"restored {name} (+{len(written) - 1} required): {earned}/{expected} points, "
                 f"{time.perf_counter() - start:.1f}s")
     return res
+
+
+def _not_scoring(label: str, earned: float, expected: float, failing: List[str]
+                 ) -> List[str]:
+    """What kept ``label``'s run from its points: its failing tests, else the shortfall."""
+    if failing:
+        return [f"{label}: {line}" for line in failing]
+    return [] if earned == expected else [f"{label}: scored {earned} of {expected}"]
 
 
 def check_homeworks(workdir: Path, root: Path = ROOT, homeworks: Sequence[str] = (),
@@ -236,9 +242,7 @@ def check_homeworks(workdir: Path, root: Path = ROOT, homeworks: Sequence[str] =
         written = {e.name for e in EXERCISES if e.homework in before}
         graded = [e.name for e in EXERCISES if e.homework == hw]
         earned, expected, failing = _written_run(workdir, root, written, graded, hw)
-        res["homework_not_scoring"] += [f"{hw}: {line}" for line in failing]
-        if earned != expected and not failing:
-            res["homework_not_scoring"].append(f"{hw}: scored {earned} of {expected}")
+        res["homework_not_scoring"] += _not_scoring(hw, earned, expected, failing)
         if log is not None:
             log(f"{hw} written (with {', '.join(before[:-1]) or 'nothing'} before it): "
                 f"{earned}/{expected} points, {time.perf_counter() - start:.1f}s")

@@ -131,3 +131,16 @@ def assert_histories_equal(got: Sequence[Sequence[np.ndarray]],
     for step, (g_step, w_step) in enumerate(zip(got, want)):
         for g, w in zip(g_step, w_step):
             np.testing.assert_allclose(g, w, rtol=0, atol=tol, err_msg=f"step {step}")
+
+
+def fsdp_save_or_load(comm, directory: str, save: bool):
+    """A small FSDP model (seed 4) saved to or loaded from ``directory``: None, or the
+    ValueError / OSError it raised as "Type: message" (a rank's result for run_ranks)."""
+    from needle.parallel import FullyShardedDataParallel
+    np.random.seed(4)
+    fsdp = FullyShardedDataParallel(nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2)), comm)
+    try:
+        fsdp.save_sharded(directory) if save else fsdp.load_sharded(directory)
+    except (ValueError, OSError) as err:
+        return f"{type(err).__name__}: {err}"
+    return None

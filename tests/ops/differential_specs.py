@@ -84,6 +84,22 @@ CASES = {"cpu": int(os.environ.get("NEEDLE_FUZZ_CASES", "200")),
 View = Tuple[Any, ...]  # ("T", i, j) | ("S", axis, start, stop, step) | ("B", shape) | ("R", shape)
 
 
+def apply_view_steps(x: Any, steps: Sequence[View], transpose: Callable[[Any, int, int], Any]
+                     ) -> Any:
+    """``x`` through view ``steps``; ``transpose(x, i, j)`` swaps two axes the caller's way
+    (needle's op, NDArray's permute, or PyTorch's), the other steps are spelled alike."""
+    for step in steps:
+        if step[0] == "T":
+            x = transpose(x, step[1], step[2])
+        elif step[0] == "S":
+            x = x[(slice(None),) * step[1] + (slice(*step[2:]),)]
+        elif step[0] == "B":
+            x = x.broadcast_to(step[1])
+        else:
+            x = x.reshape(step[1])
+    return x
+
+
 def case_rng(*key: Any) -> np.random.Generator:
     """A generator for one case, the same on every device (a stable hash of ``key``)."""
     return np.random.default_rng([SEED, zlib.crc32(repr(key).encode())])

@@ -47,6 +47,7 @@ from differential_specs import (
     Draw,
     Spec,
     View,
+    apply_view_steps,
     case_rng,
     draw_values,
     view_chain,
@@ -63,16 +64,9 @@ TOL = {"float32": (2e-4, 2e-5), "float64": (1e-9, 1e-11)}  # (rtol, atol per uni
 
 def apply_views(x: Any, steps: Sequence[View], torch_side: bool) -> Any:
     """``x`` through ``steps``, with needle's ops or PyTorch's."""
-    for step in steps:
-        if step[0] == "T":
-            x = x.transpose(step[1], step[2]) if torch_side else ndl.ops.transpose(x, step[1:])
-        elif step[0] == "S":
-            x = x[(slice(None),) * step[1] + (slice(*step[2:]),)]
-        elif step[0] == "B":
-            x = x.broadcast_to(step[1])
-        else:
-            x = x.reshape(step[1])
-    return x
+    if torch_side:
+        return apply_view_steps(x, steps, lambda t, i, j: t.transpose(i, j))
+    return apply_view_steps(x, steps, lambda t, i, j: ndl.ops.transpose(t, (i, j)))
 
 
 def draw_case(name: str, index: int) -> Dict[str, Any]:

@@ -10,7 +10,15 @@ from typing import Any, Callable, Dict, Sequence, Tuple
 
 import numpy as np
 import pytest
-from differential_specs import CASES, Draw, Shape, case_rng, draw_values, view_chain
+from differential_specs import (
+    CASES,
+    Draw,
+    Shape,
+    apply_view_steps,
+    case_rng,
+    draw_values,
+    view_chain,
+)
 from helpers import DEVICES
 
 import needle as ndl
@@ -42,23 +50,18 @@ ELSEWHERE = {"ewise_strided": "the binary checks here (operands are views)",
              "adam_update": "tests/backend_ndarray/test_adam_cpu.py"}
 
 
+def _swap(x: Any, i: int, j: int) -> Any:
+    """Axes i and j swapped: NDArray's permute, or PyTorch's transpose."""
+    if not isinstance(x, ndl.NDArray):
+        return x.transpose(i, j)
+    order = list(range(x.ndim))
+    order[i], order[j] = order[j], order[i]
+    return x.permute(tuple(order))
+
+
 def ndarray_views(x: Any, steps: Sequence[Tuple[Any, ...]]) -> Any:
     """``x`` (an NDArray or a torch tensor) through view steps, NDArray's way or PyTorch's."""
-    for step in steps:
-        if step[0] == "T":
-            if isinstance(x, ndl.NDArray):
-                order = list(range(x.ndim))
-                order[step[1]], order[step[2]] = order[step[2]], order[step[1]]
-                x = x.permute(tuple(order))
-            else:
-                x = x.transpose(step[1], step[2])
-        elif step[0] == "S":
-            x = x[(slice(None),) * step[1] + (slice(*step[2:]),)]
-        elif step[0] == "B":
-            x = x.broadcast_to(step[1])
-        else:
-            x = x.reshape(step[1])
-    return x
+    return apply_view_steps(x, steps, _swap)
 
 
 def operand(d: Draw, shape: Shape, dtype: str, device: Any, kind: str = "normal"

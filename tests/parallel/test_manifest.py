@@ -5,6 +5,7 @@ import os
 
 import numpy as np
 import pytest
+from dp_helpers import fsdp_save_or_load as _fsdp
 from mpi_helpers import run_ranks
 
 from needle import nn
@@ -137,17 +138,6 @@ def test_an_edited_pipeline_manifest_is_refused(tmp_path, what, mutate, words):
     err = run_ranks("virtual", 2, _pp_load, str(tmp_path))[0]
     assert err.startswith("CheckpointError") and words in err, err
     assert str(tmp_path / "pipeline.json") in err
-
-
-def _fsdp(comm, directory, save):
-    from needle.parallel import FullyShardedDataParallel
-    np.random.seed(4)
-    fsdp = FullyShardedDataParallel(nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2)), comm)
-    try:
-        fsdp.save_sharded(directory) if save else fsdp.load_sharded(directory)
-    except (ValueError, OSError) as err:
-        return f"{type(err).__name__}: {err}"
-    return None
 
 
 @pytest.mark.parametrize("what,mutate,words", [

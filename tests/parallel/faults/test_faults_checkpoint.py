@@ -5,6 +5,7 @@ import os
 
 import numpy as np
 import pytest
+from dp_helpers import fsdp_save_or_load as _fsdp
 from mpi_helpers import BACKENDS, run_ranks
 
 from needle import nn, serialization
@@ -107,17 +108,6 @@ def test_ndl_load_names_the_corrupt_array(tmp_path):
     path.write_bytes(bytes(raw))
     with pytest.raises(serialization.CheckpointError, match=r"array 1 \(obj\['b'\]"):
         serialization.load(path)
-
-
-def _fsdp(comm, directory, save):
-    from needle.parallel import FullyShardedDataParallel
-    np.random.seed(4)
-    fsdp = FullyShardedDataParallel(nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2)), comm)
-    try:
-        fsdp.save_sharded(directory) if save else fsdp.load_sharded(directory)
-    except (ValueError, OSError) as err:
-        return f"{type(err).__name__}: {err}"
-    return None
 
 
 def test_fsdp_truncated_index_or_corrupt_shard_names_the_file(tmp_path):
