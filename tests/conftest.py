@@ -7,6 +7,7 @@ here (ignored where a GPU is present), with two emulated devices
 test marked ``cuda`` that runs emulated has a wall-clock bound (``NEEDLE_CUDA_TEST_TIMEOUT`` s).
 """
 import os
+import sys
 
 os.environ.setdefault("NEEDLE_CUDA_EMULATOR", "1")  # before needle is imported: see above
 # two emulated GPUs, so that the multi-GPU tests run without them (ignored on a real GPU)
@@ -32,8 +33,12 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "needle"))
 
 @pytest.fixture(autouse=True)
 def _seed_and_restore_modes():
-    """Seed NumPy's global RNG (used by ndl.init/randn) and restore autograd's global modes."""
+    """Seed NumPy's global RNG (used by ndl.init/randn) and PyTorch's (the reference layers'
+    initial weights: unseeded, they depended on which tests ran before), and restore autograd's
+    global modes."""
     np.random.seed(0)
+    if "torch" in sys.modules:
+        sys.modules["torch"].manual_seed(0)
     lazy = ndl.autograd.LAZY_MODE
     grad_enabled = ndl.autograd._GRAD_ENABLED
     yield
