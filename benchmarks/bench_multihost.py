@@ -146,7 +146,7 @@ def main() -> int:
         worker(args)
         return 0
     from needle.parallel import mpiexec
-    from tools.testcluster import Cluster, available
+    from tools.testcluster import NamespaceHosts, available
     from tools.testcluster.mpirun import mpiexec_command
     reason = available()
     if reason:
@@ -157,7 +157,7 @@ def main() -> int:
     print(f"2 hosts x 2 ranks, host links {args.rate} (tc tbf); CPU {cpu}; "
           f"load average {os.getloadavg()[0]:.1f} at start")
     env = mpiexec.pythonpath_env(ROOT)
-    with Cluster(2, 2, args.rate) as cluster:
+    with NamespaceHosts(2, 2, args.rate) as cluster:
         cmd = mpiexec_command(mpiexec.find(), str(cluster.hostfile), 4) + [
             sys.executable, str(Path(__file__).resolve()), "--worker", "--sizes", args.sizes,
             "--reps", str(args.reps)]

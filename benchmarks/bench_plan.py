@@ -60,15 +60,15 @@ from needle.plan.cluster import (  # noqa: E402
     measure_alpha_beta,
     measure_core_sharing,
 )
-from needle.plan.comm import (  # noqa: E402
+from needle.plan.comm_time import (  # noqa: E402
     Collective,
     comm_seconds,
     layout_collectives,
     step_bytes,
 )
 from needle.plan.core_sharing import sharing_factor  # noqa: E402
+from needle.plan.gpu_memory import in_flight_microbatches  # noqa: E402
 from needle.plan.layout import Layout, Setup  # noqa: E402
-from needle.plan.memory import in_flight_microbatches  # noqa: E402
 from needle.plan.model import ModelSpec  # noqa: E402
 from needle.plan.needle_strategies import (  # noqa: E402
     fsdp_buffer_bytes,

@@ -33,7 +33,7 @@ from needle import nn, serialization
 from needle.parallel import manifest, virtual
 from needle.parallel.pipeline.stage_state import load_stage, save_stage
 from needle.parallel.tensor_parallel import ColumnParallelLinear
-from needle.parallel.tensor_parallel import sharded_state as tp_state
+from needle.parallel.tensor_parallel import tp_checkpoint as tp_state
 
 CheckpointError = serialization.CheckpointError
 Outcome = Tuple[str, str]  # (refused | exact | loaded | FAIL, detail)

@@ -16,18 +16,19 @@ from typing import Any, Callable, Iterator, List, Optional
 import pytest
 from mpi_helpers import ROOT, mpiexec, worker_env
 
-from tools.testcluster import Cluster, available, sweep
+from tools.testcluster import NamespaceHosts, available, sweep
 from tools.testcluster.mpirun import mpiexec_command
 from tools.testcluster.netns import leftovers
 
 
-def make_cluster(hosts: int = 2, slots: int = 2, rate: Optional[str] = None) -> Iterator[Cluster]:
+def make_cluster(hosts: int = 2, slots: int = 2,
+                 rate: Optional[str] = None) -> Iterator[NamespaceHosts]:
     """A cluster for the duration of a fixture (skips with the reason where none can be made)."""
     reason = available()
     if reason is not None:
         pytest.skip(f"no test cluster here: {reason}")
     sweep()  # clusters left by test runs that were killed (their process is gone)
-    cluster = Cluster(hosts, slots, rate)
+    cluster = NamespaceHosts(hosts, slots, rate)
     try:
         cluster.up()
         yield cluster
@@ -37,7 +38,7 @@ def make_cluster(hosts: int = 2, slots: int = 2, rate: Optional[str] = None) -> 
         assert not mine, f"namespaces left behind: {mine}"
 
 
-def run_on_hosts(cluster: Cluster, k: int, fn: Callable, *args: Any, timeout: float = 120,
+def run_on_hosts(cluster: NamespaceHosts, k: int, fn: Callable, *args: Any, timeout: float = 120,
                  env: Optional[dict] = None) -> List[Any]:
     """``fn(comm, *args)`` on ``k`` ranks placed by the cluster's hostfile; the results."""
     with tempfile.TemporaryDirectory() as tmp:

@@ -114,11 +114,11 @@ MUTANTS: List[Mutant] = [
     Mutant("comm.zero-timeout-allowed", ARGS, "if not value > 0:", "if not value >= 0:"),
     Mutant("sharded.zero-rank-unchecked", "needle/parallel/zero/zero_optimizer.py",
            'or state.get("rank") != self.comm.rank:', ":"),
-    Mutant("sharded.fsdp-world-unchecked", "needle/parallel/zero/sharded_state.py",
+    Mutant("sharded.fsdp-world-unchecked", "needle/parallel/zero/fsdp_checkpoint.py",
            'if index["world_size"] != comm.size:', "if False:"),
     Mutant("sharded.pp-layer-off-by-one", "needle/parallel/pipeline/stage_state.py",
            "first_layer <= _index(n) < end}", "first_layer <= _index(n) <= end}"),
-    Mutant("sharded.tp-split-unchecked", "needle/parallel/tensor_parallel/sharded_state.py",
+    Mutant("sharded.tp-split-unchecked", "needle/parallel/tensor_parallel/tp_checkpoint.py",
            "    if full.shape[axis] % size:\n", "    if False:\n"),
 ]
 

@@ -30,7 +30,7 @@ from .capture import DataDependentError
 from .compiled_function import CompiledFunction, compile
 from .compiled_module import CompiledModule
 from .lazy import LazyBlock, lazy
-from .plan import Plan
+from .replay import Plan
 
 __all__ = ["compile", "lazy", "CompiledFunction", "CompiledModule", "DataDependentError",
            "LazyBlock", "Plan"]

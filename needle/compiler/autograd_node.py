@@ -37,7 +37,7 @@ from ..autograd import (
 from ..backend_ndarray import NDArray, full
 from . import checks
 from .capture import Recorder, Trace
-from .plan import Plan
+from .replay import Plan
 from .results import flatten, leaf_ref, meta, resolve, source, unflatten
 
 

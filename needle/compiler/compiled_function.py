@@ -13,7 +13,7 @@ from ..backend_ndarray import NDArray, cpu
 from . import autograd_node, checks
 from .capture import DataDependentError, Recorder, Trace
 from .compiled_module import CompiledModule
-from .plan import Plan
+from .replay import Plan
 from .results import flatten, graphless, leaf_ref, meta, resolve, source, unflatten
 
 MAX_RECORDINGS = 3  # recordings that may disagree before a signature runs eagerly for good

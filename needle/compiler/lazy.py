@@ -4,7 +4,7 @@ from typing import Any, Iterator, List, Optional
 
 from ..backend_ndarray import cpu
 from .capture import Recorder, Trace, alive_elsewhere
-from .plan import Plan
+from .replay import Plan
 
 
 class LazyBlock:

@@ -7,13 +7,13 @@ from .checkpoint import (
     checkpoint_sequential,
     segment_bounds,
 )
-from .estimator import MemoryEstimate, TransformerConfig, estimate_module, estimate_transformer
-from .offload import OffloadOptimizer
-from .planner import (
+from .checkpoint_boundaries import (
     CheckpointPlan,
     brute_force_plan,
     evaluate_plan,
     plan_checkpoints,
     profile_chain,
 )
+from .estimator import MemoryEstimate, TransformerConfig, estimate_module, estimate_transformer
+from .offload import OffloadOptimizer
 from .tracker import CATEGORIES, MemoryTracker, buffers_of, bytes_of

@@ -11,7 +11,7 @@ from typing import Any, List, NamedTuple, Sequence, Tuple
 
 from ..autograd import find_topo_sort
 from ..parallel.data_parallel.buckets import assign_buckets
-from .comm import Collective, pp_sends, step_bytes
+from .comm_time import Collective, pp_sends, step_bytes
 
 __all__ = ["needle_collectives", "needle_tp_collectives", "needle_pp_collectives",
            "needle_buffer_bytes", "STRATEGIES", "UnitSpan", "fsdp_unit_spans",

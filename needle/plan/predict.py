@@ -20,9 +20,9 @@ from typing import Any, Dict, List, Optional
 
 from .bubble import pipeline_seconds
 from .cluster import ClusterSpec
-from .comm import Collective, comm_seconds, layout_collectives, step_bytes
+from .comm_time import Collective, comm_seconds, layout_collectives, step_bytes
+from .gpu_memory import per_gpu_bytes
 from .layout import Layout, Setup
-from .memory import per_gpu_bytes
 from .model import ModelSpec, training_flops
 
 __all__ = ["Prediction", "predict"]

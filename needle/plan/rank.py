@@ -3,10 +3,10 @@ memory when only a parameter count is known), then the rest with why not."""
 from dataclasses import replace
 from typing import List, Optional, Tuple
 
+from .candidates import check_layout, enumerate_layouts
 from .cluster import ClusterSpec
+from .gpu_memory import per_gpu_bytes
 from .layout import Layout, Setup
-from .layouts import check_layout, enumerate_layouts
-from .memory import per_gpu_bytes
 from .model import ModelSpec
 from .predict import Prediction, predict
 

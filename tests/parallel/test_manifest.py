@@ -12,7 +12,7 @@ from needle import nn
 from needle.parallel import manifest
 from needle.parallel.pipeline import partition
 from needle.parallel.pipeline.stage_state import load_stage, save_stage
-from needle.parallel.tensor_parallel import sharded_state as tp_state
+from needle.parallel.tensor_parallel import tp_checkpoint as tp_state
 
 
 def _tp_model():

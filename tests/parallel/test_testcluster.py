@@ -24,7 +24,7 @@ from mpi_helpers import ROOT, run_ranks, worker_env
 from multihost_helpers import make_cluster, run_on_hosts
 
 from needle.parallel import DistributedDataParallel, FullyShardedDataParallel
-from tools.testcluster import Cluster, ClusterUnavailable, netns
+from tools.testcluster import ClusterUnavailable, NamespaceHosts, netns
 from tools.testcluster.netns import leftovers
 
 pytestmark = [pytest.mark.mpi, pytest.mark.multihost]
@@ -140,7 +140,7 @@ def test_cluster_up_makes_hosts_and_down_removes_them():
     reason = netns.available()
     if reason is not None:
         pytest.skip(f"no test cluster here: {reason}")
-    with Cluster(3, slots=1, rate="100mbit") as c:
+    with NamespaceHosts(3, slots=1, rate="100mbit") as c:
         assert c.hostfile.read_text() == "".join(f"{c.address(i)}:1\n" for i in range(3))
         assert sorted(n for n in leftovers() if n.startswith(c.name + "-")) == \
             sorted([c.bridge_ns] + [c.ns(i) for i in range(3)])
@@ -154,14 +154,14 @@ def test_cluster_up_makes_hosts_and_down_removes_them():
 def test_cluster_refuses_clearly_without_root(monkeypatch):
     monkeypatch.setattr(netns.os, "geteuid", lambda: 1000)
     with pytest.raises(ClusterUnavailable, match="needs root"):
-        Cluster(2).up()
+        NamespaceHosts(2).up()
 
 
 @pytest.mark.parametrize("hosts, slots, rate, match", [
     (0, 1, None, "hosts"), (2, 0, None, "slots"), (2, 1, "fast", "rate 'fast'")])
 def test_cluster_bad_arguments(hosts, slots, rate, match):
     with pytest.raises(ValueError, match=match):
-        Cluster(hosts, slots, rate)
+        NamespaceHosts(hosts, slots, rate)
 
 
 def test_command_line_up_and_down():

@@ -10,7 +10,7 @@ from needle.parallel import (
     ZeroRedundancyOptimizer,
     virtual,
 )
-from needle.plan.comm import Collective, collective_bytes, layout_collectives, step_bytes
+from needle.plan.comm_time import Collective, collective_bytes, layout_collectives, step_bytes
 from needle.plan.layout import Layout, Setup
 from needle.plan.model import ModelSpec
 from needle.plan.needle_strategies import (

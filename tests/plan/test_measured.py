@@ -7,7 +7,7 @@ import sys
 import pytest
 from mpi_helpers import ROOT, mpiexec, worker_env
 
-from needle.plan.comm import step_bytes
+from needle.plan.comm_time import step_bytes
 from needle.plan.needle_strategies import (
     needle_buffer_bytes,
     needle_collectives,

@@ -5,7 +5,7 @@ import pytest
 
 import needle as ndl
 from needle import nn
-from needle.plan.memory import in_flight_microbatches
+from needle.plan.gpu_memory import in_flight_microbatches
 from needle.plan.needle_strategies import UnitSpan, fsdp_buffer_bytes, fsdp_unit_spans
 
 

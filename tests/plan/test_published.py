@@ -5,7 +5,7 @@ import pytest
 
 from needle.memory.estimator import estimate_transformer
 from needle.plan import Layout, Setup, cluster, model, plan, predict
-from needle.plan.memory import activation_layer_bytes, per_gpu_bytes
+from needle.plan.gpu_memory import activation_layer_bytes, per_gpu_bytes
 
 
 def test_zero_paper_figure_1_model_states():

@@ -15,6 +15,6 @@ namespace named after the host) instead of ``ssh``, so no ssh daemon is needed (
 
 ``netns.py`` makes and removes the namespaces; ``mpirun.py`` builds the mpiexec command line.
 """
-from .netns import Cluster, ClusterUnavailable, available, sweep
+from .netns import ClusterUnavailable, NamespaceHosts, available, sweep
 
-__all__ = ["Cluster", "ClusterUnavailable", "available", "sweep"]
+__all__ = ["NamespaceHosts", "ClusterUnavailable", "available", "sweep"]

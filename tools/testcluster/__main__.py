@@ -8,7 +8,7 @@ from typing import List, Optional
 from needle.parallel import launch
 
 from .mpirun import in_cluster, mpiexec_command, shell_line
-from .netns import Cluster, ClusterUnavailable, _remove, sweep
+from .netns import ClusterUnavailable, NamespaceHosts, _remove, sweep
 
 
 def launch_on(folder: str, launcher_args: List[str]) -> int:
@@ -69,7 +69,7 @@ def _up(args: argparse.Namespace) -> int:
     k = 1
     while f"ndlh-0-{k}-" in probe.stdout:
         k += 1
-    cluster = Cluster(args.hosts, args.slots, args.rate, name=f"ndlh-0-{k}")
+    cluster = NamespaceHosts(args.hosts, args.slots, args.rate, name=f"ndlh-0-{k}")
     try:
         cluster.up()
     except ClusterUnavailable as e:

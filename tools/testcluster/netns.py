@@ -64,10 +64,10 @@ def parse_rate(rate: str) -> float:
     return float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)]
 
 
-class Cluster:
+class NamespaceHosts:
     """``hosts`` namespaces with ``slots`` ranks each; ``up()`` makes it, ``down()`` removes it.
 
-    Use it as a context manager (``with Cluster(2) as c:``): it is removed on exit, on an
+    Use it as a context manager (``with NamespaceHosts(2) as c:``): it is removed on exit, on an
     exception, and at interpreter exit if still up."""
 
     def __init__(self, hosts: int, slots: int = 1, rate: Optional[str] = None,
@@ -109,7 +109,7 @@ class Cluster:
         raise KeyError(f"no host {address!r} in cluster {self.name}")
 
     # -- making and removing -------------------------------------------------------------
-    def up(self) -> "Cluster":
+    def up(self) -> "NamespaceHosts":
         """Make the namespaces, links, addresses and hostfile (refuses with the reason)."""
         reason = available()
         if reason is not None:
@@ -172,7 +172,7 @@ class Cluster:
         except Exception:  # noqa: BLE001 - interpreter shutting down
             pass
 
-    def __enter__(self) -> "Cluster":
+    def __enter__(self) -> "NamespaceHosts":
         return self.up()
 
     def __exit__(self, *exc: object) -> None:

@@ -3,7 +3,7 @@
 ``sharding.py`` (which rank owns which elements, pure functions), ``zero_optimizer.py``
 (``ZeroRedundancyOptimizer``, stages 1 and 2), ``flat_param.py`` (a wrapped submodule's
 parameters as one flat shard: gather, free, reduce-scatter), ``fsdp.py``
-(``FullyShardedDataParallel``, stage 3) and ``sharded_state.py`` (full and sharded checkpoints).
+(``FullyShardedDataParallel``, stage 3) and ``fsdp_checkpoint.py`` (full and sharded checkpoints).
 """
 from .flat_param import FlatParamUnit
 from .fsdp import FullyShardedDataParallel

@@ -40,7 +40,7 @@ from ..comm.protocol import Comm
 from ..data_parallel.buckets import Bucket, BucketReducer, reduce_dtype, reduce_scatter_bucket
 from ..data_parallel.grad_hooks import BackwardHooks
 from ..data_parallel.replicas import replicate_from_rank0
-from . import sharded_state
+from . import fsdp_checkpoint
 from .flat_param import FlatParamUnit
 
 __all__ = ["FullyShardedDataParallel"]
@@ -182,21 +182,21 @@ class FullyShardedDataParallel(Module):
 
     def full_state_dict(self) -> Dict[str, np.ndarray]:
         """The whole model's state dict (plain model's keys) on every rank (collective)."""
-        return sharded_state.full_state_dict(self)
+        return fsdp_checkpoint.full_state_dict(self)
 
     state_dict = full_state_dict
 
     def load_state_dict(self, state_dict: Dict[str, Any], strict: bool = True) -> Any:
         """Load a plain model's state dict: each rank keeps its shard of it."""
-        return sharded_state.load_full_state_dict(self, state_dict, strict)
+        return fsdp_checkpoint.load_full_state_dict(self, state_dict, strict)
 
     def save_sharded(self, directory: str, optimizer: Any = None) -> None:
         """Each rank writes its shards (and optimizer state); rank 0 writes the index."""
-        sharded_state.save_sharded(self, directory, optimizer)
+        fsdp_checkpoint.save_sharded(self, directory, optimizer)
 
     def load_sharded(self, directory: str, optimizer: Any = None) -> None:
         """Reload ``save_sharded`` output (the same world size and units)."""
-        sharded_state.load_sharded(self, directory, optimizer)
+        fsdp_checkpoint.load_sharded(self, directory, optimizer)
 
     @property
     def units(self) -> List[FlatParamUnit]:

@@ -11,7 +11,7 @@ from mpi_helpers import BACKENDS, run_ranks
 from needle import nn, serialization
 from needle.parallel.pipeline import partition
 from needle.parallel.pipeline.stage_state import load_stage, save_stage
-from needle.parallel.tensor_parallel import sharded_state as tp_state
+from needle.parallel.tensor_parallel import tp_checkpoint as tp_state
 
 pytestmark = pytest.mark.faults
 

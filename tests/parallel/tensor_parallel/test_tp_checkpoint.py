@@ -10,7 +10,7 @@ from needle.parallel.tensor_parallel import (
     ParallelTransformerBlock,
     VocabParallelEmbedding,
 )
-from needle.parallel.tensor_parallel.sharded_state import (
+from needle.parallel.tensor_parallel.tp_checkpoint import (
     gather_state_dict,
     load_full_state_dict,
     load_sharded,
