@@ -99,33 +99,39 @@ def sleep_until_all(world: Any) -> None:
         time.sleep(0.001)
 
 
-def timed(comm: Any, step: Step) -> float:
-    """Seconds of one step, the slowest rank's (timings exchanged outside the ledger)."""
-    t0 = time.perf_counter()
+def timed(comm: Any, step: Step) -> Tuple[float, float]:
+    """(wall seconds of one step, the slowest rank's; CPU seconds, all ranks together),
+    exchanged outside the ledger."""
+    t0, c0 = time.perf_counter(), time.process_time()
     step()
-    dt = np.array([time.perf_counter() - t0])
+    dt, dc = time.perf_counter() - t0, time.process_time() - c0
     with comm.ledger.paused():
-        return float(comm.allreduce(dt, op="max")[0])
+        wall = comm.allreduce(np.array([dt]), op="max")[0]
+        cpu = comm.allreduce(np.array([dc]), op="sum")[0]
+    return float(wall), float(cpu)
 
 
 def measure(comm: Any, ep: Step, serial: Step, args: argparse.Namespace) -> Dict[str, list]:
     """Interleaved rounds; per side the list of step seconds (serial: rank 0's)."""
     from mpi4py import MPI
     world = MPI.COMM_WORLD
-    got: Dict[str, list] = {"ep": [], "serial": [], "a2a_s": []}
+    got: Dict[str, list] = {"ep": [], "serial": [], "a2a_s": [], "ep_cpu": [], "serial_cpu": []}
 
     def ep_block() -> None:
         for _ in range(args.steps):
             comm.ledger.reset()
-            got["ep"].append(timed(comm, ep))
+            wall, cpu = timed(comm, ep)
+            got["ep"].append(wall)
+            got["ep_cpu"].append(cpu)
             got["a2a_s"].append(comm.ledger.total("alltoall", field="seconds"))
 
     def serial_block() -> None:
         if comm.rank == 0:
             for _ in range(args.steps):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 serial()
                 got["serial"].append(time.perf_counter() - t0)
+                got["serial_cpu"].append(time.process_time() - c0)
         sleep_until_all(world)
 
     ep()                                                      # warm-up, not timed
@@ -185,6 +191,11 @@ def report(comm: Any, moe: ExpertParallelMoE, got: Dict[str, list], log: List[An
           f"expert parallel {t_ep * 1e3:.1f} ms, one process {t_1 * 1e3:.1f} ms, speedup "
           f"{t_1 / t_ep:.2f}x (ideal min(p, cores) = {min(p, os.cpu_count() or 1)}); "
           f"all-to-all share of the step {statistics.median(got['a2a_s']) / t_ep:.0%}")
+    c_ep, c_1 = statistics.median(got["ep_cpu"]), statistics.median(got["serial_cpu"])
+    print(f"CPU seconds per step, all ranks together: expert parallel {c_ep * 1e3:.1f} ms, one "
+          f"process {c_1 * 1e3:.1f} ms ({c_ep / c_1:.2f}x); share of a core per process: "
+          f"expert parallel {c_ep / (p * t_ep):.2f}, one process {c_1 / t_1:.2f} (below 1: "
+          f"waiting, or other jobs on the machine)")
     print(f"rank 0 output vs one process on its tokens: max |diff| {extra['diff']:.2e}")
     table = np.array([t for t, _, _ in log])                  # (p, E) after capacity
     for r in range(p):
