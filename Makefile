@@ -81,6 +81,8 @@ bench: install
 	$(PYTHON) -m needle.parallel.launch -n 4 --no-prefix benchmarks/bench_data_parallel.py --ps \
 		--plot benchmarks/param_server.png
 	$(PYTHON) benchmarks/bench_model_parallel.py --figures
+	$(PYTHON) -m needle.parallel.launch -n 2 --no-prefix benchmarks/bench_moe.py
+	$(PYTHON) -m needle.parallel.launch -n 4 --no-prefix benchmarks/bench_moe.py
 	$(PYTHON) benchmarks/bench_multihost.py  # needs root (network namespaces); else says why
 	cd benchmarks && $(PYTHON) bench_compile.py --steps 9
 
