@@ -8,6 +8,17 @@ torch; fused softmax / layer norm >= 0.8x torch and >= 2x needle's unfused versi
 transformer LM training step (d=1024, 8 layers, seq 512) <= 1.3x PyTorch eager's time.
 Mixed precision rides along: that step under ``autocast("float16")`` >= 1.5x faster than
 in float32. Ratios are speed ratios (higher is better) except the training step, a time ratio.
+
+On a GPU machine with network: ``pip install -e .[cuda,dev]`` (cupy-cuda12x, or cupy-cuda13x on
+CUDA 13) and a CUDA torch, then ``python -m needle.backend_cuda.compile_check``, ``pytest -q
+tests -k "cuda or dlpack"``, this script and ``python benchmarks/bench_memory.py`` (its offload
+section). On the lent H100/H200 (no network; CuPy 14 and torch preinstalled)::
+
+    python3 -m pip install --no-deps --no-build-isolation -e .
+    python3 -c "import needle as ndl; print(ndl.cuda().enabled())"     # must print True
+    python3 -m pytest -q tests -k "cuda or dlpack" -p no:cacheprovider
+    PYTHONUNBUFFERED=1 python3 benchmarks/bench_cuda.py | tee $OUT/bench_cuda.txt
+    PYTHONUNBUFFERED=1 python3 benchmarks/bench_memory.py | tee $OUT/bench_memory.txt
 """
 import argparse
 import time
