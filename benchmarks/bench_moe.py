@@ -68,10 +68,12 @@ def tokens(rank: int, args: argparse.Namespace) -> np.ndarray:
 
 
 def layer_kwargs(args: argparse.Namespace) -> Dict[str, Any]:
+    """The layer's arguments besides its sizes, the same for both sides."""
     return dict(top_k=args.top_k, capacity_factor=args.capacity_factor, dtype="float32")
 
 
 def ep_step(moe: ExpertParallelMoE, x: ndl.Tensor) -> ndl.Tensor:
+    """This rank's tokens forward and backward through the expert-parallel layer."""
     out = moe(x)
     (out.sum() + moe.aux_loss).backward()
     return out
@@ -179,7 +181,7 @@ def machine() -> str:
     return f"{model}, {os.cpu_count()} cores; BLAS {blas}; load average {load}"
 
 
-def report(comm: Any, moe: ExpertParallelMoE, got: Dict[str, list], log: List[Any],
+def report(comm: Any, got: Dict[str, list], log: List[Any],
            ep_bytes: np.ndarray, args: argparse.Namespace, extra: Dict[str, Any]) -> None:
     """Rank 0 prints every figure and its comparison."""
     p, e, n, k, d = comm.size, args.experts, args.tokens, args.top_k, args.d_model
@@ -228,6 +230,10 @@ def main() -> None:
     args = parse()
     comm = create(blas_threads=1)
     p = comm.size
+    if p < 2:
+        raise SystemExit("bench_moe.py compares expert parallelism with one process: run it on "
+                         "2 or more ranks (python -m needle.parallel.launch -n 2 --no-prefix "
+                         "benchmarks/bench_moe.py)")
     xs = [ndl.Tensor(tokens(r, args), requires_grad=True) for r in range(p)]
     np.random.seed(args.seed)
     ep = ExpertParallelMoE(args.d_model, args.d_ff, args.experts, comm, **layer_kwargs(args))
@@ -246,7 +252,7 @@ def main() -> None:
         factors = [1.0, 1.25, 1.5, 2.0]
         extra = {"diff": float(np.abs(out.numpy() - ref.numpy()).max()), "factors": factors,
                  "drops": drops_at(one, xs, factors)}
-        report(comm, ep, got, log, ep_bytes, args, extra)
+        report(comm, got, log, ep_bytes, args, extra)
     comm.barrier()
 
 
