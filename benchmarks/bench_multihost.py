@@ -10,9 +10,11 @@ class by ping-pong (ranks 0-1 share host 0, ranks 0-2 cross the host link), then
 allreduce algorithm at each size, all algorithms interleaved within each repetition; time is the
 best repetition of the slowest rank.  ``busbw = 2 (p - 1) / p * size / time`` (nccl-tests).
 ``tree`` is needle's binomial reduce to rank 0 followed by its binomial broadcast.  The
-prediction prices each algorithm's textbook schedule (``cost_model.allreduce_steps``) with the
-fitted ``TwoLevelModel``.  Last line: hierarchical / flat ring at the largest size (target
->= 1.3x at 2 x 2 with a 1 Gbit/s link; the link-bound limit is 1.5x).
+prediction prices the steps each algorithm declares (``select.steps``, in the communicator's
+pieces) with the fitted ``TwoLevelModel`` (the ranks of a host share its link).  Last lines:
+the range of measured / predicted from 1 MiB up (target: within 25%), and hierarchical / flat
+ring at the largest size (target >= 1.3x at 2 x 2 with a 1 Gbit/s link; the link-bound limit
+is 1.5x).
 """
 import argparse
 import os
@@ -103,10 +105,20 @@ def measure(comm, sizes: List[int], reps: int) -> Dict[int, Dict[str, List[float
     return out
 
 
+def predicted_steps(algorithm: str, size: int, piece: int):
+    """The steps an allreduce of ``size`` bytes of float32 sends on ``NODES``."""
+    from needle.parallel.comm import select
+    p = len(NODES)
+    if algorithm == "tree":
+        return select.steps("reduce", "binomial", size, p, 4, piece).then(
+            select.steps("broadcast", "binomial", size, p, 4, piece))
+    return select.steps("allreduce", algorithm, size, p, 4, piece, NODES)
+
+
 def worker(args: argparse.Namespace) -> None:
     """On each rank: fit, measure, and (rank 0) print the table."""
     from needle.parallel.comm.communicator import create
-    from needle.parallel.comm.cost_model import TwoLevelModel, allreduce_steps
+    from needle.parallel.comm.cost_model import TwoLevelModel
     comm = create()
     raw = comm.transport.comm
     intra, inter = fit_links(raw)
@@ -120,13 +132,19 @@ def worker(args: argparse.Namespace) -> None:
           f"inter alpha {inter.alpha * 1e6:.1f} us, {1e-9 / max(inter.beta, 1e-30):.3f} GB/s")
     print(f"| size | algorithm | measured ms | busbw GB/s | predicted ms | predicted busbw "
           f"| measured / predicted |\n|{' --- |' * 7}")
+    piece, big_ratios = comm.chunk_bytes // 4 * 4, []
     for size in sizes:
         for a in ALGORITHMS:
             t = min(times[size][a])
-            pred = model.schedule(allreduce_steps(a, size, NODES), NODES)
+            pred = model.seconds(predicted_steps(a, size, piece), NODES)
             bus = 2 * (p - 1) / p * size
             print(f"| {size >> 10} KiB | {a} | {t * 1e3:.3f} | {bus / t / 1e9:.4f} | "
                   f"{pred * 1e3:.3f} | {bus / pred / 1e9:.4f} | {t / pred:.2f} |")
+            big_ratios += [t / pred] if size >= 1 << 20 else []
+    if big_ratios:
+        lo, hi = min(big_ratios), max(big_ratios)
+        print(f"measured / predicted from 1 MiB up: {lo:.2f}-{hi:.2f} (target 0.75-1.25: "
+              f"{'PASS' if 0.75 <= lo and hi <= 1.25 else 'FAIL'})")
     big = sizes[-1]
     ratios = [r / h for r, h in zip(times[big]["ring"], times[big]["hierarchical"])]
     print(f"hierarchical / flat ring speed at {big >> 20} MiB: best-of-reps "

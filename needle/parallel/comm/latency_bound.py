@@ -28,12 +28,14 @@ the same arguments and with ``POISON`` otherwise, at no extra message cost.  The
 doubling allgather and the recursive halving reduce-scatter carry the same header after the
 data of each message.  With an empty payload the
 allreduce is the cheap metadata check that runs beside the first messages of every other
-collective (see ``metadata.py``).
+collective (see ``metadata.py``).  The ``*_steps`` function beside each generator declares what
+it sends (``ledger.Steps``; the headers are not payload).
 """
 from typing import Any, List, Optional, Sequence
 
 import numpy as np
 
+from .ledger import Steps, segment_bytes
 from .progress import Algorithm, Channel
 from .reference import UFUNCS, chunk_bounds
 
@@ -119,6 +121,19 @@ def recursive_doubling_allreduce(ch: Channel, bufs: RecursiveDoublingBuffers) ->
     if r < 2 * rem:
         yield [ch.isend(work, r - 1)]
     return work
+
+
+def recursive_doubling_allreduce_steps(nbytes: int, p: int, *_: int) -> Steps:
+    """What ``recursive_doubling_allreduce`` sends: N per round, folds around the exchanges."""
+    p2, r = 1 << (p.bit_length() - 1), np.arange(p)
+    rem, even = p - p2, r % 2 == 0
+    low = r < 2 * rem
+    new = np.where(low, np.where(even, -1, r // 2), r - rem)  # -1: folded into r + 1
+    rounds = [np.where(new < 0, -1, np.where(q < rem, 2 * q + 1, q + rem))
+              for q in (new ^ (1 << k) for k in range(p2.bit_length() - 1))]
+    if rem:
+        rounds = [np.where(low & even, r + 1, -1)] + rounds + [np.where(low & ~even, r - 1, -1)]
+    return Steps.of(np.array(rounds, np.int64).reshape(-1, p), nbytes)
 
 
 class HeaderBuffers:
@@ -222,9 +237,25 @@ def recursive_halving_reduce_scatter(ch: Channel, bufs: ReduceScatterBuffers) ->
     return data[b[r]:b[r + 1]]
 
 
-def _forwards(vr: int, p: int) -> bool:
-    """Does virtual rank ``vr`` of a binomial tree on p ranks have children?"""
-    return p > 1 if vr == 0 else vr % 2 == 0 and vr + 1 < p
+def recursive_doubling_allgather_steps(nbytes: int, p: int, *_: int) -> Steps:
+    """What ``recursive_doubling_allgather`` sends (``nbytes``: the output): 2^k parts."""
+    k, r = np.ogrid[:p.bit_length() - 1, :p]
+    return Steps.of(r ^ (1 << k), (1 << k) * (nbytes // p))
+
+
+def recursive_halving_reduce_scatter_steps(nbytes: int, p: int, unit: int = 1, *_: int
+                                           ) -> Steps:
+    """What ``recursive_halving_reduce_scatter`` sends: the half that ``r XOR d`` keeps."""
+    b = np.concatenate([[0], np.cumsum(segment_bytes(nbytes, p, unit))])
+    d, r = (p // 2) >> np.arange(p.bit_length() - 1)[:, None], np.arange(p)
+    give = (r & -(2 * d)) + np.where(r & d, 0, d)
+    return Steps.of(r ^ d, b[give + d] - b[give])
+
+
+def _forwards(vr: Any, p: int) -> Any:
+    """Does virtual rank ``vr`` (or each of an array) of a binomial tree on p ranks have
+    children?"""
+    return (vr % 2 == 0) & (vr + 1 < p) | (vr == 0) & (p > 1)
 
 
 def binomial_broadcast(ch: Channel, buf: np.ndarray, root: int, chunk: int) -> Algorithm:
@@ -289,6 +320,39 @@ def binomial_reduce(ch: Channel, x: np.ndarray, acc: np.ndarray, root: int, op: 
         mask <<= 1
     ### END YOUR SOLUTION
     return acc
+
+
+def binomial_broadcast_steps(nbytes: int, p: int, unit: int = 1, piece: int = 0,
+                             root: int = 0) -> Steps:
+    """What ``binomial_broadcast`` sends: the buffer 2^(L-1-j) virtual ranks on in round j, in
+    pieces, but from the root to a leaf in one message."""
+    vr, levels = np.arange(p), (p - 1).bit_length()
+    m = 1 << (levels - 1 - np.arange(levels))[:, None]
+    child = np.where((vr % (2 * m) == 0) & (vr + m < p), vr + m, -1)
+    s = Steps.of(np.where(child < 0, -1, (child + root) % p), nbytes, piece)
+    whole = (vr == 0) & (child > 0) & ~_forwards(child, p)
+    return _rotate(Steps(s.dst, s.nbytes, np.where(whole, s.nbytes > 0, s.msgs)), root)
+
+
+def binomial_reduce_steps(nbytes: int, p: int, unit: int = 1, piece: int = 0,
+                          root: int = 0) -> Steps:
+    """What ``binomial_reduce`` sends: at mask 1, 2, 4, ... ranks ``vr = mask mod 2 mask``
+    send their subtree's sum to ``vr - mask``, in pieces."""
+    m, vr = 1 << np.arange((p - 1).bit_length())[:, None], np.arange(p)
+    parent = np.where(vr % (2 * m) == m, (vr - m + root) % p, -1)
+    return _rotate(Steps.of(parent, nbytes, piece), root)
+
+
+def _rotate(s: Steps, root: int) -> Steps:
+    """Steps of virtual ranks (the root 0) as steps of the real ranks."""
+    return Steps(*(np.roll(a, root, axis=1) for a in s))
+
+
+def pairwise_alltoall_steps(nbytes: int, p: int, unit: int = 1, *_: int) -> Steps:
+    """What ``pairwise_alltoall`` sends: one message per round, empty or not."""
+    i, r = np.ogrid[1:p, :p]
+    dst = r ^ i if p & (p - 1) == 0 else (r + i) % p
+    return Steps(dst, segment_bytes(nbytes, p, unit)[dst], np.ones_like(dst))
 
 
 def pairwise_alltoall(ch: Channel, x: np.ndarray, out: np.ndarray, rows: int,
