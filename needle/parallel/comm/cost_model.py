@@ -40,18 +40,13 @@ class CostModel(NamedTuple):
         """Seconds to send one message of ``nbytes``."""
         return self.alpha + nbytes * self.beta
 
-    def per_rank(self, trace: Iterable) -> Dict[int, float]:
-        """Seconds each sender spends sending its messages (``trace``: items with ``.src`` and
-        ``.nbytes``, e.g. ``transport_inprocess.Message``)."""
+    def predict(self, trace: Iterable) -> float:
+        """Predicted seconds of a traced run (items with ``.src`` and ``.nbytes``, e.g.
+        ``transport_inprocess.Message``): the busiest sender's total."""
         busy: Dict[int, float] = {}
         for m in trace:
-            busy[m.src] = busy.get(m.src, 0.0) + self.alpha + m.nbytes * self.beta
-        return busy
-
-    def predict(self, trace: Iterable) -> float:
-        """Predicted seconds of the traced run: the busiest sender's total."""
-        busy = self.per_rank(trace)
-        return max(busy.values()) if busy else 0.0
+            busy[m.src] = busy.get(m.src, 0.0) + self.message(m.nbytes)
+        return max(busy.values(), default=0.0)
 
     @classmethod
     def fit(cls, sizes: Sequence[int], seconds: Sequence[float]) -> "CostModel":
@@ -64,8 +59,7 @@ class CostModel(NamedTuple):
         return cls(float(max(alpha, 0.0)), float(max(beta, 0.0)))
 
     def seconds(self, steps: Steps) -> float:
-        """Predicted seconds of a call that sends ``steps`` (``select.steps``): the busiest
-        rank's messages and bytes."""
+        """Predicted seconds of a call that sends ``steps`` (``select.steps``): the busiest's."""
         msgs, nbytes = steps.per_rank()
         return float(np.max(msgs * self.alpha + nbytes * self.beta, initial=0.0))
 
