@@ -1,11 +1,9 @@
 """Per-step communication of a layout: each collective's bytes and messages, and its time.
 
-Messages and bytes per rank are those of the algorithm ``needle.parallel.comm`` runs
-(``select.choose``), as that algorithm declares them (``select.steps``; checked against the
-ledger in tests/plan/test_comm.py and tests/parallel/comm/test_ledger.py), one message per
-send (the communicator's 1 MiB pieces are not counted).  Times use the alpha-beta model
-(``CostModel.seconds``: the busiest rank) with the link the group runs on: NVLink inside a
-node, InfiniBand across nodes; the group's hosts are not passed, so it is never hierarchical.
+Messages and bytes per rank are what the algorithm ``select.choose`` runs declares it sends
+(``select.steps``, checked against the ledger; 1 MiB pieces not counted; no hosts: never
+hierarchical).  Times: alpha-beta (``CostModel.seconds``) on the link the group runs on,
+NVLink inside a node, InfiniBand across nodes.
 
 A layout's collectives per step (Megatron-LM, Narayanan et al. SC'21 sec. 3; ZeRO sec. 7):
   dp  : DDP allreduce of the gradients once per step (accumulating locally); ZeRO-1 as

@@ -104,14 +104,14 @@ def needle_pp_collectives(b: int, s: int, h: int, p: int, m: int, v: int = 1,
     if v > 1:  # interleaved: every stage sends both ways; the root's broadcast counted
         return [Collective("send", "pp", p, sbh, itemsize, pp_sends(p, m, v)),
                 Collective("broadcast", "pp", p, 1, 8, 1)]
-    relays = binomial_broadcast_steps(8, p, root=p - 1).msgs.sum(axis=0)  # children per stage
+    relays = binomial_broadcast_steps(8, p).msgs.sum(axis=0)  # children, rooted at stage 0
     per_stage = []
     for r in range(p):
         cs = [Collective("send", "pp", p, sbh, itemsize, m * ((r < p - 1) + (r > 0)))]
         if r == p - 1:
             cs.append(Collective("broadcast", "pp", p, 1, 8, 1))
-        elif relays[r]:  # relays the loss: plain sends
-            cs.append(Collective("send", "pp", p, 1, 8, int(relays[r])))
+        elif relays[r + 1 - p]:  # relays the loss (from stage p - 1): plain sends
+            cs.append(Collective("send", "pp", p, 1, 8, int(relays[r + 1 - p])))
         per_stage.append(cs)
     return max(per_stage, key=step_bytes)
 

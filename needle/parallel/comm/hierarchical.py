@@ -25,17 +25,10 @@ from typing import Any, Hashable, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
+from . import ring
 from .ledger import Steps, segment_bytes
 from .progress import Algorithm, Channel
 from .reference import chunk_bounds, finish_avg, reduce_scatter_segments, ring_allreduce
-from .ring import ring_allreduce as ring_allreduce_p2p
-from .ring import (
-    ring_allreduce_steps,
-    ring_gather,
-    ring_gather_steps,
-    ring_reduce_scatter_full,
-    ring_reduce_scatter_steps,
-)
 
 
 def host_groups(nodes: Sequence[Hashable]) -> List[List[int]]:
@@ -121,25 +114,24 @@ def hierarchical_allreduce(ch: Channel, x: np.ndarray, out: np.ndarray,
     b = chunk_bounds(x.size, near.size)
     lo, hi = b[near.rank], b[near.rank + 1]
     # 1. Within the host; segment l of ``acc`` is never a partial sum, so it holds the result.
-    yield from ring_reduce_scatter_full(near, x, acc, b, op, chunk, workspace, acc[lo:hi])
+    yield from ring.ring_reduce_scatter_full(near, x, acc, b, op, chunk, workspace, acc[lo:hi])
     # 2. Across the hosts, straight into our segment of the result.
-    yield from ring_allreduce_p2p(far, acc[lo:hi], out[lo:hi], op, chunk, workspace)
+    yield from ring.ring_allreduce(far, acc[lo:hi], out[lo:hi], op, chunk, workspace)
     # 3. Within the host again.
     if near.size > 1:
-        yield from ring_gather(near, out, b, near.rank, chunk, [], own_sent=False)
+        yield from ring.ring_gather(near, out, b, near.rank, chunk, [], own_sent=False)
     return out
 
 
 def hierarchical_allreduce_steps(nbytes: int, nodes: Sequence[Hashable], unit: int = 1,
                                  piece: int = 0) -> Steps:
-    """What ``hierarchical_allreduce`` sends: its three phases' ring steps, all hosts (or all
-    local indices) at once."""
+    """What ``hierarchical_allreduce`` sends: three phases of rings, all hosts at once."""
     groups = host_groups(nodes)
     seg, loc = segment_bytes(nbytes, len(groups[0]), unit), len(groups[0])
-    near = [(ring_reduce_scatter_steps(nbytes, loc, unit, piece), g) for g in groups]
-    far = [(ring_allreduce_steps(int(n), len(groups), unit, piece), list(c))
+    near = [(ring.ring_reduce_scatter_steps(nbytes, loc, unit, piece), g) for g in groups]
+    far = [(ring.ring_allreduce_steps(int(n), len(groups), unit, piece), list(c))
            for n, c in zip(seg, zip(*groups))]
-    back = [(ring_gather_steps(nbytes, loc, unit, piece), g) for g in groups]
+    back = [(ring.ring_gather_steps(nbytes, loc, unit, piece), g) for g in groups]
     return _together(near).then(_together(far)).then(_together(back))
 
 

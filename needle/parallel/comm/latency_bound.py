@@ -322,30 +322,21 @@ def binomial_reduce(ch: Channel, x: np.ndarray, acc: np.ndarray, root: int, op: 
     return acc
 
 
-def binomial_broadcast_steps(nbytes: int, p: int, unit: int = 1, piece: int = 0,
-                             root: int = 0) -> Steps:
-    """What ``binomial_broadcast`` sends: the buffer 2^(L-1-j) virtual ranks on in round j, in
-    pieces, but from the root to a leaf in one message."""
-    vr, levels = np.arange(p), (p - 1).bit_length()
+def binomial_broadcast_steps(nbytes: int, p: int, unit: int = 1, piece: int = 0) -> Steps:
+    """What ``binomial_broadcast`` from rank 0 sends (root q: r acts as r - q), in pieces but
+    one message from the root to a leaf."""
+    r, levels = np.arange(p), (p - 1).bit_length()
     m = 1 << (levels - 1 - np.arange(levels))[:, None]
-    child = np.where((vr % (2 * m) == 0) & (vr + m < p), vr + m, -1)
-    s = Steps.of(np.where(child < 0, -1, (child + root) % p), nbytes, piece)
-    whole = (vr == 0) & (child > 0) & ~_forwards(child, p)
-    return _rotate(Steps(s.dst, s.nbytes, np.where(whole, s.nbytes > 0, s.msgs)), root)
+    child = np.where((r % (2 * m) == 0) & (r + m < p), r + m, -1)
+    s = Steps.of(child, nbytes, piece)
+    whole = (r == 0) & (child > 0) & ~_forwards(child, p)
+    return Steps(s.dst, s.nbytes, np.where(whole, s.nbytes > 0, s.msgs))
 
 
-def binomial_reduce_steps(nbytes: int, p: int, unit: int = 1, piece: int = 0,
-                          root: int = 0) -> Steps:
-    """What ``binomial_reduce`` sends: at mask 1, 2, 4, ... ranks ``vr = mask mod 2 mask``
-    send their subtree's sum to ``vr - mask``, in pieces."""
-    m, vr = 1 << np.arange((p - 1).bit_length())[:, None], np.arange(p)
-    parent = np.where(vr % (2 * m) == m, (vr - m + root) % p, -1)
-    return _rotate(Steps.of(parent, nbytes, piece), root)
-
-
-def _rotate(s: Steps, root: int) -> Steps:
-    """Steps of virtual ranks (the root 0) as steps of the real ranks."""
-    return Steps(*(np.roll(a, root, axis=1) for a in s))
+def binomial_reduce_steps(nbytes: int, p: int, unit: int = 1, piece: int = 0) -> Steps:
+    """What ``binomial_reduce`` to rank 0 sends (root q: r acts as r - q), in pieces."""
+    m, r = 1 << np.arange((p - 1).bit_length())[:, None], np.arange(p)
+    return Steps.of(np.where(r % (2 * m) == m, r - m, -1), nbytes, piece)
 
 
 def pairwise_alltoall_steps(nbytes: int, p: int, unit: int = 1, *_: int) -> Steps:

@@ -49,9 +49,8 @@ class Record(NamedTuple):
 
 
 class Steps(NamedTuple):
-    """What one call sends: in round k (rounds run one after the other) rank r sends
-    ``nbytes[k, r]`` payload bytes to rank ``dst[k, r]`` (-1: nothing) in ``msgs[k, r]``
-    messages (the pieces it cuts them into)."""
+    """What one call sends: in round k rank r sends ``nbytes[k, r]`` payload bytes to rank
+    ``dst[k, r]`` (-1: nothing) in ``msgs[k, r]`` messages (pieces)."""
 
     dst: np.ndarray
     nbytes: np.ndarray
@@ -59,8 +58,7 @@ class Steps(NamedTuple):
 
     @classmethod
     def of(cls, dst: Any, nbytes: Any, piece: int = 0) -> "Steps":
-        """Rounds from (rounds, p) destinations and bytes (broadcast to the destinations'
-        shape); each send is cut into pieces of ``piece`` bytes (0: one message)."""
+        """From (rounds, p) destinations and bytes; sends cut in ``piece`` bytes (0: whole)."""
         dst, n = np.broadcast_arrays(np.asarray(dst, np.int64), np.asarray(nbytes, np.int64))
         n = n * (dst >= 0)
         msgs = -(-n // piece) if piece else (n > 0).astype(np.int64)
@@ -68,8 +66,7 @@ class Steps(NamedTuple):
 
     @classmethod
     def ring(cls, seg: np.ndarray, rounds: int, shift: int = 0, piece: int = 0) -> "Steps":
-        """A ring's rounds: in round j rank r sends segment ``r - shift - j`` to r + 1, as
-        read-only views (not (rounds, p) copies: the planner asks for thousands of ranks)."""
+        """Round j: r sends segment r - shift - j to r + 1 (views: the planner asks p = 4096)."""
         p, one = len(seg), cls.of((np.arange(len(seg)) + 1) % len(seg), seg, piece)
 
         def rows(v: np.ndarray) -> np.ndarray:  # v[(r - shift - j) % p] in row j
@@ -87,8 +84,7 @@ class Steps(NamedTuple):
 
 
 def segment_bytes(nbytes: int, p: int, unit: int = 1) -> np.ndarray:
-    """Bytes of the p near-equal segments (``chunk_bounds``) of ``nbytes`` cut at multiples of
-    ``unit`` (an item, or a row)."""
+    """Bytes of the p near-equal segments (``chunk_bounds``) of ``nbytes`` cut at ``unit``s."""
     return np.diff(chunk_bounds(nbytes // unit, p)) * unit
 
 

@@ -27,8 +27,7 @@ from .hierarchical import hierarchical_allreduce_steps, worthwhile
 from .ledger import Steps
 from .ring import ring_allgather_steps, ring_allreduce_steps, ring_reduce_scatter_steps
 
-# Each collective's algorithms, and what each sends: its ``*_steps``, declared beside its
-# generator, f(nbytes, p, unit, piece) (hierarchical's also takes the hosts: ``steps``).
+# Each collective's algorithms and what each sends, f(nbytes, p or hosts, unit, piece).
 ALGORITHMS: Dict[str, Dict[str, Callable[..., Steps]]] = {
     "allreduce": {"ring": ring_allreduce_steps,
                   "recursive_doubling": lb.recursive_doubling_allreduce_steps,
@@ -79,11 +78,8 @@ def choose(collective: str, nbytes: int, size: int, algorithm: str = "auto",
 
 def steps(collective: str, algorithm: str, nbytes: int, p: int, unit: int = 1, piece: int = 0,
           nodes: Optional[Sequence[Hashable]] = None) -> Steps:
-    """What one call of ``collective`` by ``algorithm`` (``"auto"``: ``choose``'s) on p ranks
-    sends (``nbytes`` as ``choose`` takes it; ``unit``: the bytes segments are cut at, an item,
-    or a row for reduce_scatter and alltoall; ``piece``: bytes per piece of the ring and the
-    trees, the communicator's ``chunk_bytes`` rounded down to items, 0 for none; ``nodes``:
-    each rank's host)."""
+    """What one call by ``algorithm`` (``"auto"``: ``choose``'s) sends (``unit``: where segments
+    are cut, an item or a row; ``piece``: ``chunk_bytes`` in whole items, 0: unsplit)."""
     algorithm = choose(collective, nbytes, p, algorithm, (lambda: nodes) if nodes else None)
     ranks = (nodes or [0] * p) if algorithm == "hierarchical" else p  # hierarchical: the hosts
     return ALGORITHMS[collective][algorithm](nbytes, ranks, unit, piece)
