@@ -5,16 +5,16 @@ hierarchical allreduce against the flat ring.
 
 Makes a test cluster (``tools/testcluster``: 2 hosts x 2 ranks, network namespaces
 with each host link shaped to ``--rate`` by ``tc tbf``; needs root), runs itself on its 4 ranks
-with mpiexec over TCP, and removes the cluster.  The ranks first fit alpha and beta of each
-link class by exchanges from 1 MiB up (ranks 0-1 share host 0, ranks 0-2 cross the host link),
-then time each allreduce algorithm at each size, all algorithms interleaved within each
-repetition; time is the best repetition of the slowest rank.  ``busbw = 2 (p - 1) / p * size /
-time`` (nccl-tests).  ``tree`` is needle's binomial reduce to rank 0 followed by its binomial
-broadcast.  The prediction prices the steps each algorithm declares (``select.steps``; a send's
-pieces are pipelined, one latency) with the fitted ``TwoLevelModel`` (the ranks of a host share
-its link).  Last lines: the range of measured / predicted from 1 MiB up (target: within 25%),
-and hierarchical / flat ring at the largest size (target >= 1.3x at 2 x 2 with a 1 Gbit/s
-link; the link-bound limit is 1.5x).
+with mpiexec over TCP, and removes the cluster.  The ranks first fit each link class
+(``fit_links``: the sustained rate from 1 MiB up, alpha 0; ranks 0-1 share host 0, ranks 0-2
+cross the host link), then time each allreduce algorithm at each size, all algorithms
+interleaved within each repetition; time is the best repetition of the slowest rank.
+``busbw = 2 (p - 1) / p * size / time`` (nccl-tests).  ``tree`` is needle's binomial reduce to
+rank 0 followed by its binomial broadcast.  The prediction prices the steps each algorithm
+declares (``select.steps``; a send's pieces are pipelined, one latency) with the fitted
+``TwoLevelModel`` (the ranks of a host share its link).  Last lines: the range of measured /
+predicted from 1 MiB up (target: within 25%), and hierarchical / flat ring at the largest size
+(target >= 1.3x at 2 x 2 with a 1 Gbit/s link; the link-bound limit is 1.5x).
 """
 import argparse
 import os
@@ -54,16 +54,18 @@ def exchange(raw, peer: int, nbytes: int, iters: int) -> float:
 
 
 def fit_links(raw):
-    """(intra-host, inter-host) ``CostModel`` fitted to exchange times from 1 MiB up, the
-    range the model is checked on (back to back, so tbf's burst, 4 ms of the rate, is spent
-    at the start; below 1 MiB this shared 2-core machine's times measure its scheduler)."""
+    """(intra-host, inter-host) ``CostModel``: the sustained rate of back-to-back exchanges
+    from 1 to 16 MiB (tbf's burst, 4 ms of the rate, is spent at the start), alpha 0: from
+    1 MiB up a message's latency hides behind the transfer here, and a fitted alpha is noise
+    (0-2 ms across runs on this shared 2-core machine, whose small messages measure its
+    scheduler)."""
     from needle.parallel.comm.cost_model import CostModel
     sizes = [1 << 20, 4 << 20, 16 << 20]
     models = []
     for peer in (1, 2):
         times = [min(exchange(raw, peer, n, max(3, min(20, (32 << 20) // n)))
                      for _ in range(2)) for n in sizes]
-        models.append(CostModel.fit(sizes, times))
+        models.append(CostModel(0.0, float(np.mean(np.divide(times, sizes)))))
     return models
 
 
