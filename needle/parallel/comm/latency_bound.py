@@ -210,6 +210,12 @@ def recursive_doubling_allgather(ch: Channel, bufs: AllgatherBuffers) -> Algorit
     return work
 
 
+def recursive_doubling_allgather_steps(nbytes: int, p: int, *_: int) -> Steps:
+    """What ``recursive_doubling_allgather`` sends (``nbytes``: the output): 2^k parts."""
+    k, r = np.ogrid[:p.bit_length() - 1, :p]
+    return Steps.of(r ^ (1 << k), (1 << k) * (nbytes // p))
+
+
 def recursive_halving_reduce_scatter(ch: Channel, bufs: ReduceScatterBuffers) -> Algorithm:
     """Reduce-scatter in place in ``bufs.data`` (Thakur et al. Section 4.4, p a power of two):
     at distance d = p/2, ..., 1 rank r sends the half of its current segments that rank
@@ -235,12 +241,6 @@ def recursive_halving_reduce_scatter(ch: Channel, bufs: ReduceScatterBuffers) ->
             ufunc(mine, tdata[:mine.size], out=mine)
         d //= 2
     return data[b[r]:b[r + 1]]
-
-
-def recursive_doubling_allgather_steps(nbytes: int, p: int, *_: int) -> Steps:
-    """What ``recursive_doubling_allgather`` sends (``nbytes``: the output): 2^k parts."""
-    k, r = np.ogrid[:p.bit_length() - 1, :p]
-    return Steps.of(r ^ (1 << k), (1 << k) * (nbytes // p))
 
 
 def recursive_halving_reduce_scatter_steps(nbytes: int, p: int, unit: int = 1, *_: int
@@ -297,6 +297,17 @@ def binomial_broadcast(ch: Channel, buf: np.ndarray, root: int, chunk: int) -> A
     return buf
 
 
+def binomial_broadcast_steps(nbytes: int, p: int, unit: int = 1, piece: int = 0) -> Steps:
+    """What ``binomial_broadcast`` from rank 0 sends (root q: r acts as r - q), in pieces but
+    one message from the root to a leaf."""
+    r, levels = np.arange(p), (p - 1).bit_length()
+    m = 1 << (levels - 1 - np.arange(levels))[:, None]
+    child = np.where((r % (2 * m) == 0) & (r + m < p), r + m, -1)
+    s = Steps.of(child, nbytes, piece)
+    whole = (r == 0) & (child > 0) & ~_forwards(child, p)
+    return Steps(s.dst, s.nbytes, np.where(whole, s.nbytes > 0, s.msgs))
+
+
 def binomial_reduce(ch: Channel, x: np.ndarray, acc: np.ndarray, root: int, op: str,
                     chunk: int, workspace: np.ndarray) -> Algorithm:
     """Binomial-tree reduce of flat ``x`` into ``acc`` on ``root`` (scratch on other ranks)."""
@@ -322,28 +333,10 @@ def binomial_reduce(ch: Channel, x: np.ndarray, acc: np.ndarray, root: int, op: 
     return acc
 
 
-def binomial_broadcast_steps(nbytes: int, p: int, unit: int = 1, piece: int = 0) -> Steps:
-    """What ``binomial_broadcast`` from rank 0 sends (root q: r acts as r - q), in pieces but
-    one message from the root to a leaf."""
-    r, levels = np.arange(p), (p - 1).bit_length()
-    m = 1 << (levels - 1 - np.arange(levels))[:, None]
-    child = np.where((r % (2 * m) == 0) & (r + m < p), r + m, -1)
-    s = Steps.of(child, nbytes, piece)
-    whole = (r == 0) & (child > 0) & ~_forwards(child, p)
-    return Steps(s.dst, s.nbytes, np.where(whole, s.nbytes > 0, s.msgs))
-
-
 def binomial_reduce_steps(nbytes: int, p: int, unit: int = 1, piece: int = 0) -> Steps:
     """What ``binomial_reduce`` to rank 0 sends (root q: r acts as r - q), in pieces."""
     m, r = 1 << np.arange((p - 1).bit_length())[:, None], np.arange(p)
     return Steps.of(np.where(r % (2 * m) == m, r - m, -1), nbytes, piece)
-
-
-def pairwise_alltoall_steps(nbytes: int, p: int, unit: int = 1, *_: int) -> Steps:
-    """What ``pairwise_alltoall`` sends: one message per round, empty or not."""
-    i, r = np.ogrid[1:p, :p]
-    dst = r ^ i if p & (p - 1) == 0 else (r + i) % p
-    return Steps(dst, segment_bytes(nbytes, p, unit)[dst], np.ones_like(dst))
 
 
 def pairwise_alltoall(ch: Channel, x: np.ndarray, out: np.ndarray, rows: int,
@@ -363,3 +356,10 @@ def pairwise_alltoall(ch: Channel, x: np.ndarray, out: np.ndarray, rows: int,
         dest, src = (r ^ i, r ^ i) if pow2 else ((r + i) % p, (r - i) % p)
         yield [ch.irecv(out[src * mine:(src + 1) * mine], src), ch.isend(chunk_of(dest), dest)]
     return out
+
+
+def pairwise_alltoall_steps(nbytes: int, p: int, unit: int = 1, *_: int) -> Steps:
+    """What ``pairwise_alltoall`` sends: one message per round, empty or not."""
+    i, r = np.ogrid[1:p, :p]
+    dst = r ^ i if p & (p - 1) == 0 else (r + i) % p
+    return Steps(dst, segment_bytes(nbytes, p, unit)[dst], np.ones_like(dst))
