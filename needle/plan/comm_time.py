@@ -1,12 +1,9 @@
 """Per-step communication of a layout: each collective's bytes and messages, and its time.
 
-Bytes per rank are those ``needle.parallel.comm`` sends and its ledger records (checked against
-the ledger in tests/plan/test_comm.py): a ring allreduce of n items cut into p near-equal
-segments (``chunk_bounds``) sends every segment but two, ``2 (p - 1) / p N`` when p divides n;
-recursive doubling (messages up to ``select.ALLREDUCE_SMALL`` bytes) sends N per round,
-log2 p rounds plus one for ranks outside the largest power of two; ring allgather and
-reduce-scatter send ``(p - 1)`` pieces. Times use the alpha-beta model (``CostModel``) with the
-link the group runs on: NVLink inside a node, InfiniBand across nodes.
+Messages and bytes per rank are what the algorithm ``select.choose`` runs declares it sends
+(``select.steps``, checked against the ledger; 1 MiB pieces not counted; no hosts: never
+hierarchical).  Times: alpha-beta (``CostModel.seconds``) on the link the group runs on,
+NVLink inside a node, InfiniBand across nodes.
 
 A layout's collectives per step (Megatron-LM, Narayanan et al. SC'21 sec. 3; ZeRO sec. 7):
   dp  : DDP allreduce of the gradients once per step (accumulating locally); ZeRO-1 as
@@ -22,18 +19,19 @@ A layout's collectives per step (Megatron-LM, Narayanan et al. SC'21 sec. 3; ZeR
         neighbouring stages (v times as many with interleaving; ``pp_sends``), s b h / t
         with SP.
 """
+from functools import lru_cache
 from typing import List, NamedTuple
 
 import numpy as np
 
 from ..parallel.comm.cost_model import CostModel
-from ..parallel.comm.reference import chunk_bounds
-from ..parallel.comm.select import ALLREDUCE_SMALL
+from ..parallel.comm.ledger import Steps
+from ..parallel.comm.select import steps
 from .cluster import ClusterSpec
 from .layout import Layout, Setup
 from .model import ModelSpec
 
-__all__ = ["Collective", "collective_bytes", "collective_messages", "layout_collectives",
+__all__ = ["Collective", "collective_steps", "collective_bytes", "layout_collectives",
            "comm_seconds", "step_bytes", "pp_sends"]
 
 
@@ -50,40 +48,21 @@ class Collective(NamedTuple):
     overlap: str = ""
 
 
-def _rd_rounds(p: int) -> int:
-    pof2 = 1 << (p.bit_length() - 1)
-    return (pof2.bit_length() - 1) + (1 if p != pof2 else 0)
+@lru_cache(maxsize=4096)
+def collective_steps(name: str, items: int, itemsize: int, p: int) -> Steps:
+    """What one call sends, from the algorithm ``select.choose`` picks (``items``: per rank's
+    piece for allgather and reduce_scatter, else the whole; ``send``: one message)."""
+    n = items * itemsize
+    if name == "send":
+        return Steps.of([[1, -1]], n)
+    if name in ("allgather", "reduce_scatter"):
+        return steps(name, "auto", p * n, p, n if name == "reduce_scatter" else itemsize)
+    return steps(name, "auto", n, p, itemsize)
 
 
 def collective_bytes(name: str, items: int, itemsize: int, p: int) -> int:
     """Payload bytes the busiest rank sends in one call (what its ledger records)."""
-    if p == 1:
-        return 0
-    n = int(items)
-    if name == "allreduce":
-        if n * itemsize <= ALLREDUCE_SMALL:
-            return _rd_rounds(p) * n * itemsize
-        b = chunk_bounds(n, p)
-        seg = [b[i + 1] - b[i] for i in range(p)]
-        return max(2 * n - seg[(r + 1) % p] - seg[(r + 2) % p] for r in range(p)) * itemsize
-    if name in ("allgather", "reduce_scatter"):   # n items per rank's piece
-        return (p - 1) * n * itemsize
-    if name == "send":
-        return n * itemsize
-    if name == "broadcast":   # binomial tree: the root sends to ceil(log2 p) children
-        return (p - 1).bit_length() * n * itemsize
-    raise ValueError(f"unknown collective {name!r}")
-
-
-def collective_messages(name: str, items: int, itemsize: int, p: int) -> int:
-    """Messages the busiest rank sends in one call (unchunked; large pieces may be split)."""
-    if p == 1:
-        return 0
-    if name == "allreduce":
-        return _rd_rounds(p) if items * itemsize <= ALLREDUCE_SMALL else 2 * (p - 1)
-    if name == "broadcast":
-        return (p - 1).bit_length()
-    return 1 if name == "send" else p - 1
+    return int(np.max(collective_steps(name, items, itemsize, p).per_rank()[1], initial=0))
 
 
 def layout_collectives(spec: ModelSpec, lay: Layout, setup: Setup) -> List[Collective]:
@@ -142,10 +121,8 @@ def _link(cluster: ClusterSpec, lay: Layout, group: str) -> CostModel:
 
 def comm_seconds(c: Collective, cluster: ClusterSpec, lay: Layout) -> float:
     """Alpha-beta seconds of all ``calls`` of ``c`` (the busiest rank's sends)."""
-    link = _link(cluster, lay, c.group)
-    msgs = collective_messages(c.name, c.items, c.itemsize, c.p)
-    return c.calls * (msgs * link.alpha + collective_bytes(c.name, c.items, c.itemsize, c.p)
-                      * link.beta)
+    return c.calls * _link(cluster, lay, c.group).seconds(
+        collective_steps(c.name, c.items, c.itemsize, c.p))
 
 
 def step_bytes(cs: List[Collective]) -> float:

@@ -10,6 +10,7 @@ rules to a list of parameter sizes, so the bytes it predicts are the ledger's to
 from typing import Any, List, NamedTuple, Sequence, Tuple
 
 from ..autograd import find_topo_sort
+from ..parallel.comm.latency_bound import binomial_broadcast_steps
 from ..parallel.data_parallel.buckets import assign_buckets
 from .comm_time import Collective, pp_sends, step_bytes
 
@@ -103,21 +104,17 @@ def needle_pp_collectives(b: int, s: int, h: int, p: int, m: int, v: int = 1,
     if v > 1:  # interleaved: every stage sends both ways; the root's broadcast counted
         return [Collective("send", "pp", p, sbh, itemsize, pp_sends(p, m, v)),
                 Collective("broadcast", "pp", p, 1, 8, 1)]
+    relays = binomial_broadcast_steps(8, p).msgs.sum(axis=0)  # children, rooted at stage 0
     per_stage = []
     for r in range(p):
         cs = [Collective("send", "pp", p, sbh, itemsize, m * ((r < p - 1) + (r > 0)))]
         if r == p - 1:
             cs.append(Collective("broadcast", "pp", p, 1, 8, 1))
-        elif _tree_children((r - (p - 1)) % p, p):  # relays the loss: plain sends
-            cs.append(Collective("send", "pp", p, 1, 8, _tree_children((r - (p - 1)) % p, p)))
+        elif relays[r + 1 - p]:  # relays the loss (from stage p - 1): plain sends
+            cs.append(Collective("send", "pp", p, 1, 8, int(relays[r + 1 - p])))
         per_stage.append(cs)
     return max(per_stage, key=step_bytes)
 
-
-def _tree_children(vr: int, p: int) -> int:
-    """Children of virtual rank ``vr`` in a binomial broadcast tree of p ranks (root 0)."""
-    low = vr & -vr if vr else 1 << max(p - 1, 1).bit_length()
-    return sum(1 for k in range(low.bit_length() - 1) if vr + (1 << k) < p)
 
 class UnitSpan(NamedTuple):
     """An FSDP unit in one backward: its elements and parameters, and the positions (in the

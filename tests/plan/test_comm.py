@@ -10,7 +10,13 @@ from needle.parallel import (
     ZeroRedundancyOptimizer,
     virtual,
 )
-from needle.plan.comm_time import Collective, collective_bytes, layout_collectives, step_bytes
+from needle.plan.comm_time import (
+    Collective,
+    collective_bytes,
+    collective_steps,
+    layout_collectives,
+    step_bytes,
+)
 from needle.plan.layout import Layout, Setup
 from needle.plan.model import ModelSpec
 from needle.plan.needle_strategies import (
@@ -20,23 +26,27 @@ from needle.plan.needle_strategies import (
 )
 
 
-def _ledger_bytes(comm, name, make):
+def _ledger_counts(comm, name, make):
     comm.ledger.reset()
     getattr(comm, name)(make(comm))
-    return int(comm.ledger.total(name))
+    return int(comm.ledger.total(name)), int(comm.ledger.total(name, field="messages"))
 
 
 @pytest.mark.parametrize("p", [2, 3, 4])
 @pytest.mark.parametrize("n", [7, 1001, 16384, 16385, 100003])
 def test_collective_bytes_equal_the_ledger(p, n):
-    """Every rank's ledger; the prediction is the busiest rank's (ring segments are uneven)."""
+    """Every rank's ledger; the prediction is the busiest rank's (ring segments are uneven):
+    bytes, and messages (pieces of below 1 MiB: one per send), e.g. log2 p rounds for a small
+    allgather at p = 4, p - 1 at p = 3."""
     def run(comm):
-        return (_ledger_bytes(comm, "allreduce", lambda c: np.ones(n, np.float32)),
-                _ledger_bytes(comm, "allgather", lambda c: np.ones(n, np.float32)),
-                _ledger_bytes(comm, "reduce_scatter", lambda c: np.ones((c.size, n), np.float32)))
+        return (_ledger_counts(comm, "allreduce", lambda c: np.ones(n, np.float32)),
+                _ledger_counts(comm, "allgather", lambda c: np.ones(n, np.float32)),
+                _ledger_counts(comm, "reduce_scatter", lambda c: np.ones((c.size, n), np.float32)))
     got = virtual.run(p, run)
     for k, name in enumerate(("allreduce", "allgather", "reduce_scatter")):
-        assert max(r[k] for r in got) == collective_bytes(name, n, 4, p), name
+        assert max(r[k][0] for r in got) == collective_bytes(name, n, 4, p), name
+        msgs = collective_steps(name, n, 4, p).per_rank()[0]
+        assert max(r[k][1] for r in got) == max(msgs) > 0, name
 
 
 def _mlp():

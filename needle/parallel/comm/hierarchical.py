@@ -21,14 +21,14 @@ must hold the same number of ranks.
 """
 import socket
 import zlib
-from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple, cast
+from typing import Any, Hashable, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
+from . import ring
+from .ledger import Steps, segment_bytes
 from .progress import Algorithm, Channel
 from .reference import chunk_bounds, finish_avg, reduce_scatter_segments, ring_allreduce
-from .ring import ring_allreduce as ring_allreduce_p2p
-from .ring import ring_gather, ring_reduce_scatter_full
 
 
 def host_groups(nodes: Sequence[Hashable]) -> List[List[int]]:
@@ -45,12 +45,11 @@ def host_groups(nodes: Sequence[Hashable]) -> List[List[int]]:
 
 def worthwhile(nodes: Optional[Sequence[Hashable]]) -> bool:
     """True when the ranks span several hosts with several (equally many) ranks on each."""
-    if not nodes:
+    try:
+        groups = host_groups(nodes or [])
+    except ValueError:  # unequal hosts
         return False
-    sizes: Dict[Hashable, int] = {}
-    for n in nodes:
-        sizes[n] = sizes.get(n, 0) + 1
-    return len(sizes) > 1 and len(set(sizes.values())) == 1 and min(sizes.values()) > 1
+    return len(groups) > 1 and len(groups[0]) > 1
 
 
 def hierarchical_allreduce_reference(xs: List[np.ndarray], nodes: Sequence[Hashable],
@@ -115,13 +114,35 @@ def hierarchical_allreduce(ch: Channel, x: np.ndarray, out: np.ndarray,
     b = chunk_bounds(x.size, near.size)
     lo, hi = b[near.rank], b[near.rank + 1]
     # 1. Within the host; segment l of ``acc`` is never a partial sum, so it holds the result.
-    yield from ring_reduce_scatter_full(near, x, acc, b, op, chunk, workspace, acc[lo:hi])
+    yield from ring.ring_reduce_scatter_full(near, x, acc, b, op, chunk, workspace, acc[lo:hi])
     # 2. Across the hosts, straight into our segment of the result.
-    yield from ring_allreduce_p2p(far, acc[lo:hi], out[lo:hi], op, chunk, workspace)
+    yield from ring.ring_allreduce(far, acc[lo:hi], out[lo:hi], op, chunk, workspace)
     # 3. Within the host again.
     if near.size > 1:
-        yield from ring_gather(near, out, b, near.rank, chunk, [], own_sent=False)
+        yield from ring.ring_gather(near, out, b, near.rank, chunk, [], own_sent=False)
     return out
+
+
+def hierarchical_allreduce_steps(nbytes: int, nodes: Sequence[Hashable], unit: int = 1,
+                                 piece: int = 0) -> Steps:
+    """What ``hierarchical_allreduce`` sends: three phases of rings, all hosts at once."""
+    groups = host_groups(nodes)
+    seg, loc = segment_bytes(nbytes, len(groups[0]), unit), len(groups[0])
+    near = [(ring.ring_reduce_scatter_steps(nbytes, loc, unit, piece), g) for g in groups]
+    far = [(ring.ring_allreduce_steps(int(n), len(groups), unit, piece), list(c))
+           for n, c in zip(seg, zip(*groups))]
+    back = [(ring.ring_gather_steps(nbytes, loc, unit, piece), g) for g in groups]
+    return _together(near).then(_together(far)).then(_together(back))
+
+
+def _together(parts: List[Tuple[Steps, List[int]]]) -> Steps:
+    """Groups' steps (as many rounds each) run at once, as steps of all ranks."""
+    shape = (len(parts[0][0].dst), sum(len(g) for _, g in parts))
+    dst, n, m = np.full(shape, -1), np.zeros(shape, np.int64), np.zeros(shape, np.int64)
+    for s, g in parts:
+        dst[:, g] = np.where(s.dst >= 0, np.asarray(g)[s.dst], -1)
+        n[:, g], m[:, g] = s.nbytes, s.msgs
+    return Steps(dst, n, m)
 
 
 NAME_BYTES = 64  # host names longer than this are cut, with a checksum of the whole name

@@ -28,12 +28,14 @@ the same arguments and with ``POISON`` otherwise, at no extra message cost.  The
 doubling allgather and the recursive halving reduce-scatter carry the same header after the
 data of each message.  With an empty payload the
 allreduce is the cheap metadata check that runs beside the first messages of every other
-collective (see ``metadata.py``).
+collective (see ``metadata.py``).  The ``*_steps`` function beside each generator declares what
+it sends (``ledger.Steps``; the headers are not payload).
 """
 from typing import Any, List, Optional, Sequence
 
 import numpy as np
 
+from .ledger import Steps, segment_bytes
 from .progress import Algorithm, Channel
 from .reference import UFUNCS, chunk_bounds
 
@@ -121,6 +123,19 @@ def recursive_doubling_allreduce(ch: Channel, bufs: RecursiveDoublingBuffers) ->
     return work
 
 
+def recursive_doubling_allreduce_steps(nbytes: int, p: int, *_: int) -> Steps:
+    """What ``recursive_doubling_allreduce`` sends: N per round, folds around the exchanges."""
+    p2, r = 1 << (p.bit_length() - 1), np.arange(p)
+    rem, even = p - p2, r % 2 == 0
+    low = r < 2 * rem
+    new = np.where(low, np.where(even, -1, r // 2), r - rem)  # -1: folded into r + 1
+    rounds = [np.where(new < 0, -1, np.where(q < rem, 2 * q + 1, q + rem))
+              for q in (new ^ (1 << k) for k in range(p2.bit_length() - 1))]
+    if rem:
+        rounds = [np.where(low & even, r + 1, -1)] + rounds + [np.where(low & ~even, r - 1, -1)]
+    return Steps.of(np.array(rounds, np.int64).reshape(-1, p), nbytes)
+
+
 class HeaderBuffers:
     """``work`` (the data, then room for a header), ``tmp`` (``tmp_bytes`` of a partner's data
     and its header) and ``hdr``: our header, the argument hash twice or ``POISON``."""
@@ -195,6 +210,12 @@ def recursive_doubling_allgather(ch: Channel, bufs: AllgatherBuffers) -> Algorit
     return work
 
 
+def recursive_doubling_allgather_steps(nbytes: int, p: int, *_: int) -> Steps:
+    """What ``recursive_doubling_allgather`` sends (``nbytes``: the output): 2^k parts."""
+    k, r = np.ogrid[:p.bit_length() - 1, :p]
+    return Steps.of(r ^ (1 << k), (1 << k) * (nbytes // p))
+
+
 def recursive_halving_reduce_scatter(ch: Channel, bufs: ReduceScatterBuffers) -> Algorithm:
     """Reduce-scatter in place in ``bufs.data`` (Thakur et al. Section 4.4, p a power of two):
     at distance d = p/2, ..., 1 rank r sends the half of its current segments that rank
@@ -222,9 +243,19 @@ def recursive_halving_reduce_scatter(ch: Channel, bufs: ReduceScatterBuffers) ->
     return data[b[r]:b[r + 1]]
 
 
-def _forwards(vr: int, p: int) -> bool:
-    """Does virtual rank ``vr`` of a binomial tree on p ranks have children?"""
-    return p > 1 if vr == 0 else vr % 2 == 0 and vr + 1 < p
+def recursive_halving_reduce_scatter_steps(nbytes: int, p: int, unit: int = 1, *_: int
+                                           ) -> Steps:
+    """What ``recursive_halving_reduce_scatter`` sends: the half that ``r XOR d`` keeps."""
+    b = np.concatenate([[0], np.cumsum(segment_bytes(nbytes, p, unit))])
+    d, r = (p // 2) >> np.arange(p.bit_length() - 1)[:, None], np.arange(p)
+    give = (r & -(2 * d)) + np.where(r & d, 0, d)
+    return Steps.of(r ^ d, b[give + d] - b[give])
+
+
+def _forwards(vr: Any, p: int) -> Any:
+    """Does virtual rank ``vr`` (or each of an array) of a binomial tree on p ranks have
+    children?"""
+    return (vr % 2 == 0) & (vr + 1 < p) | (vr == 0) & (p > 1)
 
 
 def binomial_broadcast(ch: Channel, buf: np.ndarray, root: int, chunk: int) -> Algorithm:
@@ -266,6 +297,17 @@ def binomial_broadcast(ch: Channel, buf: np.ndarray, root: int, chunk: int) -> A
     return buf
 
 
+def binomial_broadcast_steps(nbytes: int, p: int, unit: int = 1, piece: int = 0) -> Steps:
+    """What ``binomial_broadcast`` from rank 0 sends (root q: r acts as r - q), in pieces but
+    one message from the root to a leaf."""
+    r, levels = np.arange(p), (p - 1).bit_length()
+    m = 1 << (levels - 1 - np.arange(levels))[:, None]
+    child = np.where((r % (2 * m) == 0) & (r + m < p), r + m, -1)
+    s = Steps.of(child, nbytes, piece)
+    whole = (r == 0) & (child > 0) & ~_forwards(child, p)
+    return Steps(s.dst, s.nbytes, np.where(whole, s.nbytes > 0, s.msgs))
+
+
 def binomial_reduce(ch: Channel, x: np.ndarray, acc: np.ndarray, root: int, op: str,
                     chunk: int, workspace: np.ndarray) -> Algorithm:
     """Binomial-tree reduce of flat ``x`` into ``acc`` on ``root`` (scratch on other ranks)."""
@@ -291,6 +333,12 @@ def binomial_reduce(ch: Channel, x: np.ndarray, acc: np.ndarray, root: int, op: 
     return acc
 
 
+def binomial_reduce_steps(nbytes: int, p: int, unit: int = 1, piece: int = 0) -> Steps:
+    """What ``binomial_reduce`` to rank 0 sends (root q: r acts as r - q), in pieces."""
+    m, r = 1 << np.arange((p - 1).bit_length())[:, None], np.arange(p)
+    return Steps.of(np.where(r % (2 * m) == m, r - m, -1), nbytes, piece)
+
+
 def pairwise_alltoall(ch: Channel, x: np.ndarray, out: np.ndarray, rows: int,
                       row_size: int) -> Algorithm:
     """Pairwise-exchange alltoall: chunk j (axis 0) of flat ``x`` goes to rank j; rank j's
@@ -308,3 +356,10 @@ def pairwise_alltoall(ch: Channel, x: np.ndarray, out: np.ndarray, rows: int,
         dest, src = (r ^ i, r ^ i) if pow2 else ((r + i) % p, (r - i) % p)
         yield [ch.irecv(out[src * mine:(src + 1) * mine], src), ch.isend(chunk_of(dest), dest)]
     return out
+
+
+def pairwise_alltoall_steps(nbytes: int, p: int, unit: int = 1, *_: int) -> Steps:
+    """What ``pairwise_alltoall`` sends: one message per round, empty or not."""
+    i, r = np.ogrid[1:p, :p]
+    dst = r ^ i if p & (p - 1) == 0 else (r + i) % p
+    return Steps(dst, segment_bytes(nbytes, p, unit)[dst], np.ones_like(dst))

@@ -15,12 +15,14 @@ Two refinements make it fast for large messages:
 Messages between one pair of ranks with one tag stay in order (MPI's non-overtaking rule, kept
 by the in-process transport too), so a single tag is enough for all pieces of all steps: each
 rank posts its receives in the order its left neighbour posts the sends.  Each function is a
-generator (see ``progress.py``): it yields the requests it waits for, and returns its result.
+generator (see ``progress.py``): it yields the requests it waits for, and returns its result;
+the ``*_steps`` function beside it declares what it sends (``ledger.Steps``).
 """
 from typing import Any, List, Optional, Sequence
 
 import numpy as np
 
+from .ledger import Steps, segment_bytes
 from .progress import Algorithm, Channel
 from .reference import UFUNCS, chunk_bounds
 
@@ -118,6 +120,26 @@ def ring_allreduce(ch: Channel, x: np.ndarray, out: np.ndarray, op: str, chunk: 
     b = chunk_bounds(x.size, p)
     sends = yield from ring_reduce_scatter(ch, x, out, b, op, 1, chunk, workspace, True)
     return (yield from ring_gather(ch, out, b, r + 1, chunk, sends, own_sent=True))
+
+
+def ring_allreduce_steps(nbytes: int, p: int, unit: int = 1, piece: int = 0) -> Steps:
+    """What ``ring_allreduce`` sends: in round j < 2 (p - 1), segment r - j to the right."""
+    return Steps.ring(segment_bytes(nbytes, p, unit), 2 * p - 2, 0, piece)
+
+
+def ring_reduce_scatter_steps(nbytes: int, p: int, unit: int = 1, piece: int = 0) -> Steps:
+    """What ``ring_reduce_scatter_full`` sends: in round j < p - 1, segment r - 1 - j."""
+    return Steps.ring(segment_bytes(nbytes, p, unit), p - 1, 1, piece)
+
+
+def ring_gather_steps(nbytes: int, p: int, unit: int = 1, piece: int = 0) -> Steps:
+    """What ``ring_gather`` sends (owning segment r): in round j < p - 1, segment r - j."""
+    return Steps.ring(segment_bytes(nbytes, p, unit), p - 1, 0, piece)
+
+
+def ring_allgather_steps(nbytes: int, p: int, unit: int = 1, piece: int = 0) -> Steps:
+    """What ``ring_allgather`` sends (``nbytes``: the output): one message at 2 ranks."""
+    return ring_gather_steps(nbytes, p, 1, 0 if p == 2 else piece)
 
 
 def ring_reduce_scatter_full(ch: Channel, x: np.ndarray, acc: np.ndarray, b: Sequence[int], op: str,

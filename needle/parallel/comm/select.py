@@ -15,19 +15,30 @@ Each threshold is measured, on the machine and rank count at hand, by one comman
 algorithms of each collective side by side and prints the value to put here (or in the
 environment variable named beside it); the figures behind the defaults are in
 ``benchmarks/README.md``.
+
+``ALGORITHMS`` names each algorithm's ``*_steps``, what it sends, declared beside its
+generator: the communicator asks ``choose``; the cost models and the planner ``steps``.
 """
-from typing import Callable, Hashable, Optional, Sequence
+from typing import Callable, Dict, Hashable, Optional, Sequence
 
+from . import latency_bound as lb
 from .args import env_bytes
-from .hierarchical import worthwhile
+from .hierarchical import hierarchical_allreduce_steps, worthwhile
+from .ledger import Steps
+from .ring import ring_allgather_steps, ring_allreduce_steps, ring_reduce_scatter_steps
 
-ALGORITHMS = {
-    "allreduce": ("ring", "recursive_doubling", "hierarchical"),
-    "allgather": ("ring", "recursive_doubling"),
-    "reduce_scatter": ("ring", "recursive_halving"),
-    "broadcast": ("binomial",),
-    "reduce": ("binomial",),
-    "alltoall": ("pairwise",),
+# Each collective's algorithms and what each sends, f(nbytes, p or hosts, unit, piece).
+ALGORITHMS: Dict[str, Dict[str, Callable[..., Steps]]] = {
+    "allreduce": {"ring": ring_allreduce_steps,
+                  "recursive_doubling": lb.recursive_doubling_allreduce_steps,
+                  "hierarchical": hierarchical_allreduce_steps},
+    "allgather": {"ring": ring_allgather_steps,
+                  "recursive_doubling": lb.recursive_doubling_allgather_steps},
+    "reduce_scatter": {"ring": ring_reduce_scatter_steps,
+                       "recursive_halving": lb.recursive_halving_reduce_scatter_steps},
+    "broadcast": {"binomial": lb.binomial_broadcast_steps},
+    "reduce": {"binomial": lb.binomial_reduce_steps},
+    "alltoall": {"pairwise": lb.pairwise_alltoall_steps},
 }
 
 # Allreduce messages up to this many bytes use recursive doubling (override for experiments).
@@ -40,13 +51,12 @@ REDUCE_SCATTER_SMALL = env_bytes("NEEDLE_REDUCE_SCATTER_SMALL", 64 * 1024)
 # The algorithms that need a power-of-two number of ranks.
 POWER_OF_TWO = {("allgather", "recursive_doubling"), ("reduce_scatter", "recursive_halving")}
 
-
 def choose(collective: str, nbytes: int, size: int, algorithm: str = "auto",
            hosts: Optional[Callable[[], Sequence[Hashable]]] = None) -> str:
     """The algorithm to run: ``algorithm`` itself when given, else the size-based choice;
     a large allreduce over ranks that share hosts (``hosts()``: each rank's host) is
     hierarchical (``hierarchical.py``)."""
-    options = ALGORITHMS[collective]
+    options = tuple(ALGORITHMS[collective])
     if algorithm != "auto":
         if algorithm not in options:
             raise ValueError(f"{collective}: unknown algorithm {algorithm!r}; "
@@ -64,3 +74,12 @@ def choose(collective: str, nbytes: int, size: int, algorithm: str = "auto",
         if nbytes <= limit:  # the latency-bound algorithm, its check in its messages
             return options[1]
     return options[0]
+
+
+def steps(collective: str, algorithm: str, nbytes: int, p: int, unit: int = 1, piece: int = 0,
+          nodes: Optional[Sequence[Hashable]] = None) -> Steps:
+    """What one call by ``algorithm`` (``"auto"``: ``choose``'s) sends (``unit``: where segments
+    are cut, an item or a row; ``piece``: ``chunk_bytes`` in whole items, 0: unsplit)."""
+    algorithm = choose(collective, nbytes, p, algorithm, (lambda: nodes) if nodes else None)
+    ranks = (nodes or [0] * p) if algorithm == "hierarchical" else p  # hierarchical: the hosts
+    return ALGORITHMS[collective][algorithm](nbytes, ranks, unit, piece)

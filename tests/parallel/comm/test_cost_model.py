@@ -1,10 +1,17 @@
-"""The alpha-beta cost model: fitting, and predicting a traced ring allreduce."""
+"""The alpha-beta cost model: fitting, predicting a traced ring allreduce and declared steps, and
+the two-level model by hand."""
 import numpy as np
 import pytest
 
 from needle.parallel import virtual
+from needle.parallel.comm import select
 from needle.parallel.comm.communicator import Communicator
-from needle.parallel.comm.cost_model import CostModel, TwoLevelModel, allreduce_steps
+from needle.parallel.comm.cost_model import CostModel, TwoLevelModel
+
+
+def textbook_ring(model: CostModel, nbytes: int, p: int) -> float:
+    """``2 (p - 1) (alpha + N / p beta)`` (Thakur et al. 2005)."""
+    return 2 * (p - 1) * (model.alpha + nbytes / p * model.beta)
 
 
 def test_fit_recovers_alpha_and_beta() -> None:
@@ -27,7 +34,9 @@ def test_trace_prediction_is_the_textbook_ring(p: int) -> None:
     cluster = virtual.Cluster(p, trace=True)
     cluster.run(_ring, nbytes // 4, 1 << 20)  # one piece per segment
     payload = [m for m in cluster.trace if m.nbytes > 16]  # not the argument check
-    assert model.predict(payload) == pytest.approx(model.ring_allreduce(nbytes, p))
+    assert model.predict(payload) == pytest.approx(textbook_ring(model, nbytes, p))
+    declared = select.steps("allreduce", "ring", nbytes, p, 4)
+    assert model.seconds(declared) == pytest.approx(textbook_ring(model, nbytes, p))
     checks = [m for m in cluster.trace if m.nbytes == 16]
     assert model.predict(cluster.trace) > model.predict(payload) and checks
     # Pieces of 1 KiB: more messages, so more alpha, same bytes.
@@ -56,13 +65,32 @@ TWO_BY_TWO = [0, 0, 1, 1]
 def test_two_level_model_by_hand_at_two_hosts_by_two(algorithm, want):
     model = TwoLevelModel(CostModel(AI, BI), CostModel(AE, BE))
     n = 1 << 20
-    steps = allreduce_steps(algorithm, n, TWO_BY_TWO)
-    assert model.schedule(steps, TWO_BY_TWO) == pytest.approx(want(n), rel=1e-12)
+    assert model.seconds(_steps(algorithm, n, TWO_BY_TWO), TWO_BY_TWO) == \
+        pytest.approx(want(n), rel=1e-12)
+
+
+def _steps(algorithm, n, nodes):
+    """An allreduce's declared steps; ``tree``: binomial reduce to rank 0, then broadcast."""
+    if algorithm == "tree":
+        p = len(nodes)
+        return select.steps("reduce", "binomial", n, p).then(
+            select.steps("broadcast", "binomial", n, p))
+    return select.steps("allreduce", algorithm, n, len(nodes), nodes=nodes)
+
+
+def test_two_level_model_shares_a_link_among_unequal_messages():
+    """3 ranks of host 0 send 1, 2 and 3 MB to host 1 at once: each gets a third of the link."""
+    from needle.parallel.comm.ledger import Steps
+    model = TwoLevelModel(CostModel(AI, BI), CostModel(AE, BE))
+    steps = Steps.of([[3, 3, 3, -1]], [[1e6, 2e6, 3e6, 0]])
+    assert model.seconds(steps, [0, 0, 0, 1]) == pytest.approx(AE + 3 * 3e6 * BE)
+    alone = Steps.of([[3, -1, -1, -1]], [[3e6, 0, 0, 0]])
+    assert model.seconds(alone, [0, 0, 0, 1]) == pytest.approx(AE + 3e6 * BE)
 
 
 def test_two_level_model_link_bound_ratio_is_one_and_a_half():
     model = TwoLevelModel(CostModel(0, 0), CostModel(0, 1e-8))
-    ring, hier = (model.schedule(allreduce_steps(a, 64 << 20, TWO_BY_TWO), TWO_BY_TWO)
+    ring, hier = (model.seconds(_steps(a, 64 << 20, TWO_BY_TWO), TWO_BY_TWO)
                   for a in ("ring", "hierarchical"))
     assert ring / hier == pytest.approx(1.5)
 
@@ -70,12 +98,12 @@ def test_two_level_model_link_bound_ratio_is_one_and_a_half():
 def test_two_level_model_on_one_host_is_the_one_level_model():
     intra = CostModel(2e-6, 1e-10)
     model = TwoLevelModel(intra, CostModel(1.0, 1.0))
-    steps = allreduce_steps("ring", 4 * 3000, [0, 0, 0, 0])
-    assert model.schedule(steps, [0] * 4) == pytest.approx(intra.ring_allreduce(4 * 3000, 4))
+    steps = _steps("ring", 4 * 3000, [0, 0, 0, 0])
+    assert model.seconds(steps, [0] * 4) == pytest.approx(textbook_ring(intra, 4 * 3000, 4))
 
 
-def test_allreduce_steps_bad_input():
-    with pytest.raises(ValueError, match="not a power of two"):
-        allreduce_steps("recursive_doubling", 8, [0, 0, 1])
-    with pytest.raises(ValueError, match="unknown allreduce algorithm 'bogus'"):
-        allreduce_steps("bogus", 8, [0, 1])
+def test_steps_bad_input():
+    with pytest.raises(ValueError, match="needs a power-of-two number of ranks, not 3"):
+        select.steps("allgather", "recursive_doubling", 8, 3)
+    with pytest.raises(ValueError, match="unknown algorithm 'bogus'"):
+        select.steps("allreduce", "bogus", 8, 2)

@@ -4,6 +4,7 @@ import pytest
 from mpi_helpers import BACKENDS, run_ranks
 
 from needle.parallel import virtual
+from needle.parallel.comm.communicator import Communicator
 
 N = 3 * 4 * 5 * 1024  # float32 items: p in 2..5 divides N, so the formulas are exact
 
@@ -89,3 +90,50 @@ def test_summary_totals_stay_exact_beyond_maxlen() -> None:
     assert len(led) <= 3 and led.calls() == 10
     assert led.total(label="a") == 500 and led.total("allreduce", field="bytes_recv") == 500
     assert led.summary().splitlines()[-1].split()[1:4] == ["10", "1000", "500"]
+
+
+# -- what each algorithm declares it sends (select.steps) against what the ledger records ------
+ROWS, COLS, PIECE = 7, 37, 1000  # rows split unevenly over 2..4 ranks; pieces of 250 float32
+
+
+def _nodes(p: int) -> list:
+    return [r // 2 for r in range(p)] if p % 2 == 0 else list(range(p))
+
+
+def _every_algorithm(comm):
+    from needle.parallel.comm.select import ALGORITHMS, POWER_OF_TWO
+    c = Communicator(comm.transport, chunk_bytes=PIECE)
+    c.nodes = _nodes(comm.size)
+    flat, rows = np.ones(ROWS * COLS, np.float32), np.ones((ROWS, COLS), np.float32)
+    calls = {"allreduce": lambda a: c.allreduce(flat, algorithm=a),
+             "allgather": lambda a: c.allgather(flat, algorithm=a),
+             "reduce_scatter": lambda a: c.reduce_scatter(rows, algorithm=a),
+             "broadcast": lambda a: c.broadcast(flat, root=0, algorithm=a),
+             "reduce": lambda a: c.reduce(flat, root=0, algorithm=a),
+             "alltoall": lambda a: c.alltoall(rows, algorithm=a)}
+    for name, algos in ALGORITHMS.items():
+        for a in algos:
+            if (name, a) not in POWER_OF_TWO or comm.size & (comm.size - 1) == 0:
+                calls[name](a)
+    return [(r.name, r.algorithm, r.messages, r.bytes_sent, r.bytes_recv) for r in c.ledger]
+
+
+@pytest.mark.parametrize("p", [2, 3, 4])
+def test_declared_steps_equal_the_ledger(p: int) -> None:
+    """Every collective and algorithm on p virtual ranks (uneven segments, several pieces):
+    the messages, bytes sent and bytes received each rank's ``steps`` declare are the ledger's."""
+    from needle.parallel.comm import select
+    got = virtual.run(p, _every_algorithm)
+    nbytes = {"allgather": p * ROWS * COLS * 4}
+    unit = {"reduce_scatter": COLS * 4, "alltoall": COLS * 4}
+    seen = set()
+    for k, (name, algo, _, _, _) in enumerate(got[0]):
+        n = nbytes.get(name, ROWS * COLS * 4)
+        s = select.steps(name, algo, n, p, unit.get(name, 4), PIECE, _nodes(p))
+        msgs, sent = s.per_rank()
+        to = s.dst >= 0
+        recv = np.bincount(s.dst[to], weights=s.nbytes[to], minlength=p)
+        for r in range(p):
+            assert got[r][k] == (name, algo, msgs[r], sent[r], recv[r]), (name, algo, r)
+        seen.add((name, algo))
+    assert len(seen) == (10 if p != 3 else 8) and sum(msgs) > 0
