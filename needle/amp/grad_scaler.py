@@ -39,7 +39,6 @@ class GradScaler:
         self.enabled = enabled
         self.growth_tracker = 0
         self.found_inf: Optional[bool] = None
-        self.skipped_steps = 0
         self._unscaled = False
 
     def get_scale(self) -> float:
@@ -81,7 +80,6 @@ class GradScaler:
         if not self._unscaled:
             self.unscale_(optimizer)
         if self.found_inf:
-            self.skipped_steps += 1
             return False
         optimizer.step()
         return True

@@ -145,7 +145,6 @@ class GraphPlan:
         self.bplan: Optional[Plan] = None
         self.f_roles: List[Tuple[int, tuple]] = []  # forward inputs: (buffer, (kind, j))
         self.b_roles: List[tuple] = []              # backward inputs after the gradients
-        self.n_grads_in = 0                         # gradient inputs of the backward
         self.n_results = 0
         self.n_saved = 0
         self.diff: List[int] = []                   # results that are node outputs
@@ -246,7 +245,7 @@ def record(cf: Any, entry: Any, args: tuple, box: list, ftrace: Trace, device: A
         return value
     gp = GraphPlan()
     gp.f_roles, gp.n_results, gp.n_saved, gp.diff = f_roles, len(outs), len(saved), diff
-    gp.n_grads_in, gp.grad_meta, gp.device = len(g_bufs), grad_meta, device
+    gp.grad_meta, gp.device = grad_meta, device
     gp.b_roles = [r for _, r in b_roles]
     in_bufs = ([b for b, _ in f_roles], g_bufs + [b for b, _ in b_roles])
     _compile(cf, entry, gp, (ftrace, btrace), in_bufs, saved, grad_bufs, outs, states)

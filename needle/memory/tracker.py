@@ -181,29 +181,17 @@ class MemoryTracker:
         """The label of allocation ``key`` (``activations`` when unlabelled)."""
         return self._label.get(key, "activations")
 
-    def _replay(self) -> Tuple[Dict[str, int], Dict[str, int]]:
-        """(bytes per category at the overall peak, peak bytes per category) from the events."""
+    def peak_by_category(self) -> Dict[str, int]:
+        """Bytes per category at the moment of the overall peak."""
         cur = dict.fromkeys(CATEGORIES, 0)
-        best = dict.fromkeys(CATEGORIES, 0)
         at_peak = dict(cur)
         total = peak = 0
         for key, delta in self._events:
-            cat = self.category_of(key)
-            cur[cat] += delta
+            cur[self.category_of(key)] += delta
             total += delta
-            if cur[cat] > best[cat]:
-                best[cat] = cur[cat]
             if total > peak:
                 peak, at_peak = total, dict(cur)
-        return at_peak, best
-
-    def peak_by_category(self) -> Dict[str, int]:
-        """Bytes per category at the moment of the overall peak."""
-        return self._replay()[0]
-
-    def category_peaks(self) -> Dict[str, int]:
-        """The peak of each category on its own (they need not coincide)."""
-        return self._replay()[1]
+        return at_peak
 
     def current_by_category(self) -> Dict[str, int]:
         """Bytes per category of the buffers alive now."""

@@ -41,11 +41,6 @@ class ProcessMesh:
         dp, pp, tp = self.shape
         return rank // (pp * tp), (rank // tp) % pp, rank % tp
 
-    def rank_of(self, dp: int, pp: int, tp: int) -> int:
-        """The world rank at grid coordinates (dp, pp, tp)."""
-        _, npp, ntp = self.shape
-        return (dp * npp + pp) * ntp + tp
-
     def __repr__(self) -> str:
         dp, pp, tp = self.shape
         return (f"ProcessMesh(dp={dp}, pp={pp}, tp={tp}; rank {self.world.rank} at "

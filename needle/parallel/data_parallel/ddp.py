@@ -69,10 +69,6 @@ class _DataParallel(Module):
     def _restart(self) -> None:
         """Forget what a backward that raised left half done."""
 
-    def remove_hooks(self) -> None:
-        """Detach from the module (it trains as a plain single-process model again)."""
-        self._hooks.remove()
-
 
 class DataParallelNaive(_DataParallel):
     """One blocking allreduce per gradient once backward has finished (Li et al., sec. 3.1)."""

@@ -22,7 +22,8 @@ class BackwardHooks:
                  on_end: Callable[[], None]) -> None:
         self._on_grad, self._on_end = on_grad, on_end
         self.queued = False  # on_end is queued for the backward now running
-        self._handles: list = [p.register_post_accumulate_grad_hook(self._hook) for p in params]
+        for p in params:
+            p.register_post_accumulate_grad_hook(self._hook)
 
     def _hook(self, param: Tensor) -> None:
         if not self.queued:  # the first gradient of this backward
@@ -38,12 +39,3 @@ class BackwardHooks:
         """True if the last backward raised before its end (the hooks are re-armed)."""
         was, self.queued = self.queued, False
         return was
-
-    def remove(self) -> None:
-        """Stop calling back (the parameters train as plain single-process ones again)."""
-        for h in self._handles:
-            h.remove()
-        self._handles = []
-
-    def __len__(self) -> int:
-        return len(self._handles)

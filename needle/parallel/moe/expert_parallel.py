@@ -46,7 +46,6 @@ class ExpertParallelMoE(MoE):
         per = num_experts // comm.size
         self.first_expert = comm.rank * per
         self.experts = self.experts[self.first_expert:self.first_expert + per]  # keep mine
-        self.last_counts: Optional[np.ndarray] = None
 
     def _exchange_counts(self, counts: np.ndarray) -> np.ndarray:
         """(p, E) tokens each rank sends to each expert, after checking every rank agrees."""
@@ -76,7 +75,6 @@ class ExpertParallelMoE(MoE):
         gates, r = self.gate(flat)
         counts = np.array([len(t) for t in r.tokens], dtype=np.int64)  # (E,)
         table = self._exchange_counts(counts)                        # (p, E)
-        self.last_counts = table
         per_pair = table.reshape(p, p, per).sum(axis=2)              # [src, dst] rows
         max_rows = int(per_pair.max())
         send_idx = np.concatenate(r.tokens)                          # grouped by expert

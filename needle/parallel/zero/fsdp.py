@@ -83,7 +83,6 @@ class FullyShardedDataParallel(Module):
                                       dtype_of=reduce_dtype, on_done=self._take_grad)
         self._unit_of_bucket = {id(b): u for b, u in zip(self._reducer.buckets,
                                                          reversed(self._units))}
-        self._unit_of_param = {id(p): u for u in self._units for p in u.params}
         self._hooks = BackwardHooks(params, self._on_grad, self._finish)
         for unit, unit_module in wrapped:  # an instance attribute shadows the class's forward
             unit_module.forward = self._wrap(unit, unit_module.forward)

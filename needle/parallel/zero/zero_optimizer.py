@@ -256,10 +256,6 @@ class ZeroRedundancyOptimizer:
         for opt, s in zip(self.optimizers, saved):
             opt.load_state_dict(s)
 
-    def remove_hooks(self) -> None:
-        """Stop reduce-scattering gradients from backward (stage 2)."""
-        self._hooks.remove()
-
     def __repr__(self) -> str:
         inner = type(self.optimizers[0]).__name__ if self.optimizers else "?"
         return (f"ZeroRedundancyOptimizer(stage={self.stage}, {inner}, rank {self.comm.rank} of "
