@@ -1,23 +1,10 @@
 """Compiled results that carry a graph: the compiled forward is one autograd node.
 
-``loss = compiled(x); loss.backward()`` must give eager's gradients, as with ``torch.compile``.
-The way is AOTAutograd's split (Ansel et al., "PyTorch 2", ASPLOS 2024, sec. 4): trace the
-forward (F) and then, separately, the backward of its results (B), whose inputs are the
-gradients of the results. Compiled,
-
-* the forward plan returns the results and every array of F that B reads (the *saved*
-  activations, fresh arrays each call, so several graphs may be alive at once);
-* the results are the outputs of one node, ``CompiledGraph``, whose inputs are the tensor
-  arguments and parameters the results depend on, and which keeps this call's saved arrays;
-* when ``backward`` reaches the node, its gradient runs the backward plan on the incoming
-  gradients and the saved arrays, and hands the engine one gradient per input; the engine
-  then does what it does for any op (hooks, accumulation into ``.grad``, the arguments' own
-  graphs upstream).
-
-The gradients the node returns are constants: a compiled result supports ``backward``, not
-gradients of gradients (``create_graph``). A function that calls ``backward`` itself is
-compiled as before (its results carry no graph); this module handles the functions that do
-not, whenever grad mode is on and a result requires a gradient.
+AOTAutograd's split (Ansel et al., "PyTorch 2", ASPLOS 2024, sec. 4): trace the forward (F),
+then the backward of its results (B). The forward plan returns the results and the arrays of F
+that B reads (fresh each call, so several graphs may be alive at once); the results hang from
+one ``CompiledGraph`` node whose gradient runs the backward plan, and the engine does the rest
+(hooks, accumulation, upstream graphs). Its gradients are constants: no ``create_graph``.
 """
 import contextlib
 import time

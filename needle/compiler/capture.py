@@ -1,18 +1,10 @@
 """Graph capture: record every device primitive a function calls (a tape of kernels).
 
-Why the device primitives and not needle's op graph (``LAZY_MODE``)? The op graph misses
-work that a training step really does: gradients compute masks from data on NDArrays
-(``ReLU.gradient``, ``Max.gradient``), shape queries realize lazy nodes, and broadcasts and
-transposes become ``compact`` copies only inside NDArray. One level down every computation,
-forward, backward and the copies, is a call of a named primitive on flat buffers
-(declared in ``backend_ndarray/primitives.py``), the same list on every device. That tape is
-the graph here, as a CUDA graph records kernels (and as tinygrad's LazyBuffers record
-buffer ops): nodes are primitive calls, edges are buffers read after being written.
-
-``Recorder`` swaps recording wrappers into a device's primitive table for the length of a
-``with`` block. With ``execute=True`` (``needle.compile``'s trace) each call also runs, so
-the traced call is an ordinary eager call; with ``execute=False`` (``needle.lazy``) calls
-are only queued and run, fused, when their data is needed.
+Not needle's op graph: it misses work a training step does on NDArrays (gradients' masks,
+``compact`` copies of broadcasts). Every computation is a call of a named primitive
+(``backend_ndarray/primitives.py``) on flat buffers, so that tape is the graph, as a CUDA graph
+records kernels. ``Recorder`` swaps recording wrappers into a device's primitive table;
+``execute=True`` (``compile``) also runs each call, ``execute=False`` (``lazy``) only queues it.
 """
 import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple

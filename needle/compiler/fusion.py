@@ -16,10 +16,6 @@ takes the chain as its map expression. Each group is written as short SSA statem
 scalars): the expression string of the ``fused_elementwise`` device primitive
 (``backend_ndarray/kernel_expr.py``); each step's expression is the one ``primitives.py``
 declares for it.
-
-``fuse`` runs in four steps: number the versions (and count each value's readers), build the
-elementwise groups and the reduction groups in one pass in program order (``_Fuser``), check
-that no in-place kernel reads its output re-indexed, and list the dead buffers.
 """
 import math
 from typing import Any, Dict, List, Optional, Set, Tuple

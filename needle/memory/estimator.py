@@ -21,12 +21,9 @@ Their 2-byte terms are rescaled by e/2 for e-byte activations (fp32: e = 4), mas
 without dropout. Over L layers with 1F1B pipelining the first stage holds L layers' worth
 (independent of p, eq. 4); the output head adds 4 s b h / t (1 + v / h) (sec. 4.4).
 
-For a needle ``Module`` the parameter and optimizer terms are counted from the real parameter
-shapes, and activations are *measured*, not modelled: one forward pass on a sample input and
-the bytes of the distinct buffers its autograd graph holds (``graph_bytes``). needle keeps
-every op output (no fused kernels), so Megatron's per-layer constants do not apply to it;
-backward then adds the adjoints alive at once, found by replaying backward's visiting order
-on sizes only (``backward_liveness_peak``).
+For a needle ``Module`` activations are *measured* (``graph_bytes`` of one forward pass):
+needle keeps every op output, so Megatron's constants do not apply; backward adds the adjoints
+alive at once (``backward_liveness_peak``).
 """
 import math
 from dataclasses import dataclass, field
@@ -263,10 +260,9 @@ def graph_bytes(output: Tensor, exclude: Sequence[Tensor] = ()) -> Tuple[int, in
 def backward_liveness_peak(output: Tensor) -> int:
     """Peak bytes of adjoints alive at once when backward walks ``output``'s graph.
 
-    Replays ``compute_gradient_of_variables`` on sizes only: each node's partial adjoints live
-    from the moment a consumer produces them until the node itself is processed; leaf
-    gradients are excluded (they are the ``gradients`` term). One more input-sized temporary
-    sized temporaries per step stand for the masks/products an op's gradient builds.
+    Replays ``compute_gradient_of_variables`` on sizes only: partial adjoints live from their
+    producer until their node is processed; leaf gradients are the ``gradients`` term. Two
+    input-sized temporaries per step stand for the masks/products a gradient builds.
     """
     topo = find_topo_sort([output])
     size = {id(n): _nbytes(n) for n in topo}

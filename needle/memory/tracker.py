@@ -1,17 +1,10 @@
 """MemoryTracker: bytes of live array storage, its peak, and what it was spent on.
 
-The tracker is exact: while it is active, every new backend buffer (the ``Array`` of
-``ndarray_backend_numpy`` or of the CUDA backend) is reported to it through its backend
-module's hook ``_ALLOC_HOOK`` and gets a ``weakref.finalize`` that reports its release. Views
-share a buffer, so storage is counted once per buffer, never per NDArray. Outside a tracker
-the hook is ``None`` and costs one global load per allocation.
-
-Every allocation and free is kept as an event, so the breakdown can be decided *after* the
-fact: ``classify(parameters=..., optimizer=...)`` names the buffers still alive that hold
-parameters, their ``.grad`` and optimizer state, and ``peak_by_category()`` replays the events
-to give each category's bytes at the moment of the overall peak. Allocations made inside
-``with tracker.tag("activations"):`` are labelled when they happen. Buffers allocated before
-the tracker started are not seen (count them with ``bytes_of``).
+Exact: each backend buffer allocated while it is active is reported through the backend's
+``_ALLOC_HOOK`` (``None`` otherwise: one global load per allocation), and a ``weakref.finalize``
+reports its release; views share a buffer, counted once. Allocations and frees are kept as
+events, so ``classify(...)`` can label buffers after the fact and ``peak_by_category()`` replay
+them. Buffers allocated before the tracker started are not seen (``bytes_of`` counts them).
 """
 import sys
 import weakref

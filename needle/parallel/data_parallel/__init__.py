@@ -1,11 +1,7 @@
 """Data parallelism: replicas of the whole model, gradients averaged across ranks.
 
-``ddp.py`` (``DataParallelNaive``, then ``DistributedDataParallel``), ``buckets.py`` (the
-gradient buckets DDP reduces, and ZeRO-2 and FSDP reduce-scatter), ``flat_layout.py`` (many
-tensors as one padded flat vector: buckets, ZeRO's shards, FSDP's flat parameters),
-``grad_hooks.py`` (a hook per gradient and one callback when backward ends, for all of them),
-``replicas.py`` (checking shapes and broadcasting rank 0's values so that every replica starts
-equal: ``replicate_from_rank0``).
+``ddp.py`` (the strategies), ``buckets.py`` (gradient buckets), ``flat_layout.py`` (tensors as
+one padded flat vector), ``grad_hooks.py`` (backward hooks), ``replicas.py`` (equal replicas).
 """
 from .buckets import Bucket, BucketReducer, assign_buckets
 from .ddp import DataParallelNaive, DistributedDataParallel

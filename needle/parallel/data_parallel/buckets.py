@@ -1,22 +1,14 @@
 """Gradient buckets: many small gradients packed into a few flat buffers, one collective each.
 
-Li et al., "PyTorch Distributed: Experiences on Accelerating Data Parallel Training" (VLDB 2020),
-sec. 3.2: an allreduce of a few large buffers is much faster than one per small tensor (each
-call pays a latency ``alpha``: ``n`` calls cost ``n alpha + Psi beta`` where a few buckets cost
-``b alpha + Psi beta``), and since gradients become ready in roughly reverse registration
-order during backward, buckets are filled in that order and each is reduced as soon as its
-last gradient has arrived, while backward goes on computing the earlier layers' gradients.
+Li et al., "PyTorch Distributed" (VLDB 2020), sec. 3.2: each call pays a latency ``alpha``, so a
+few large buckets beat one call per tensor; gradients arrive in roughly reverse registration
+order, so buckets fill in that order and each is reduced while backward goes on. Collectives
+launch strictly in bucket order (every rank must issue them in the same order).
 
-``assign_buckets`` is the pure layout rule; ``Bucket`` is one flat buffer; ``BucketReducer``
-fills buckets from gradient hooks and launches one asynchronous collective per bucket,
-strictly in bucket order (every rank must issue collectives in the same order).
-
-Layout of a bucket: a 2-D buffer of ``rows`` rows, ``rows = 1`` for an allreduce (DDP) and
-``rows = N`` for a reduce-scatter (ZeRO-2: rank r receives row r). Each row is ``cols`` data
-elements (the bucket's gradients, back to back, padded to ``rows * cols``) followed by one
-*usage flag* per parameter: 1 where this rank produced that gradient in this backward. The
-flags ride along with the data, so after the reduction every rank knows, at no extra call,
-which parameters no rank used (they keep ``grad = None``, as in single-process training).
+A bucket is ``rows`` rows (1 for DDP's allreduce, N for ZeRO-2's reduce-scatter), each ``cols``
+data elements followed by one *usage flag* per parameter (1 where this rank produced that
+gradient): after the reduction every rank knows, at no extra call, which parameters no rank used
+(they keep ``grad = None``, as in single-process training).
 """
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 

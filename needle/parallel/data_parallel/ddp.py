@@ -1,23 +1,14 @@
-"""Data-parallel training: every rank holds the whole model, trains on its slice of the batch,
-and the gradients are averaged over the ranks before the optimizer step.
+"""Data-parallel training: the whole model on every rank, gradients averaged before the step.
 
-With N ranks each computing the mean loss of its b examples, the average of their gradients is
-the gradient of the mean loss over all N b examples, so N ranks take exactly the step that one
-process takes on the concatenated batch (Li et al., "PyTorch Distributed: Experiences on
-Accelerating Data Parallel Training", VLDB 2020, sec. 2). Two versions, simplest first:
+N ranks averaging the gradients of their mean losses take exactly the step one process takes
+on the concatenated batch (Li et al., "PyTorch Distributed", VLDB 2020, sec. 2). Simplest first:
 
 * ``DataParallelNaive``: after backward, one blocking allreduce per gradient.
-* ``DistributedDataParallel``: gradients packed into buckets (``buckets.py``), each bucket's
-  allreduce launched asynchronously from a gradient hook as soon as it is full, so that
-  communication overlaps the rest of backward; all are waited for when backward ends
-  (``autograd.queue_callback``). ``no_sync()`` skips the averaging for gradient accumulation.
+* ``DistributedDataParallel``: gradients packed into buckets (``buckets.py``), each allreduced
+  asynchronously as soon as it is full, overlapping the rest of backward. ``no_sync()`` skips
+  the averaging for gradient accumulation.
 
-Both start from rank 0's parameters and buffers (broadcast at construction, after checking that
-every rank built the same shapes) and are used like the module they wrap:
-
-    model = DistributedDataParallel(MLP(), comm)
-    opt = ndl.optim.Adam(model.parameters())
-    loss = loss_fn(model(X_local), y_local); opt.reset_grad(); loss.backward(); opt.step()
+Both start from rank 0's parameters and buffers and are used like the module they wrap.
 """
 import contextlib
 from typing import Any, Iterator, List, NoReturn, Set

@@ -1,11 +1,6 @@
 """Reduce while backward runs: a hook per gradient, and one callback when backward ends.
 
-Li et al., "PyTorch Distributed" (VLDB 2020), sec. 3.2.3: DDP registers an autograd hook on
-every parameter, so each gradient is handed to its bucket the moment it is accumulated, and the
-reducer waits for its collectives only once the whole backward is done. DDP, ZeRO-2 and FSDP
-all follow that pattern; ``BackwardHooks`` is it, written once: ``on_grad(param)`` runs for each
-gradient, and the first gradient of a backward queues ``on_end()`` for the end of that backward
-(``autograd.queue_callback``).
+Li et al., "PyTorch Distributed" (VLDB 2020), sec. 3.2.3; written once for DDP, ZeRO-2 and FSDP.
 """
 from typing import Callable, Iterable
 

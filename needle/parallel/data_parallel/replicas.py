@@ -1,12 +1,8 @@
 """Keeping model replicas in agreement: same shapes on every rank, rank 0's values everywhere.
 
-Every data-parallel strategy starts here (PyTorch's DDP and FSDP ``sync_module_states``):
-``check_same_shapes`` compares each rank's list of (name, shape, dtype) and raises the same
-``ValueError`` on every rank when they differ, naming the rank, the parameter and both shapes;
-``broadcast_tensors`` then copies rank 0's values into every rank's tensors with one broadcast
-of their packed bytes.
-``replicate_from_rank0`` does both for a module (DDP, FSDP and the parameter server start with
-it). The host bridge (``host_view``, ``to_tensor``, ``empty_host``) is in ``comm/convert.py``.
+PyTorch's ``sync_module_states``: ``check_same_shapes`` raises the same error on every rank,
+``broadcast_tensors`` copies rank 0's values with one broadcast, ``replicate_from_rank0`` does
+both for a module.
 """
 from typing import Any, List, Sequence, Tuple
 

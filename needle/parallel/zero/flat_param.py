@@ -1,15 +1,9 @@
 """A flat parameter: the parameters of one FSDP unit kept as this rank's 1/N of one flat vector.
 
-Zhao et al., "PyTorch FSDP: Experiences on Scaling Fully Sharded Data Parallel" (VLDB 2023),
-sec. 3.2: a unit's parameters are flattened and concatenated into one vector of ``numel``
-elements, padded to ``N * cols`` and cut into N shards; rank r keeps shard r (a ``Parameter``
-that any optimizer updates). ``gather`` allgathers the shards and points every original
-parameter at its slice of the result (cast to the compute dtype under mixed precision);
-``free`` points them at a placeholder of the right shape that holds one NaN, so the full
-parameters exist only between a gather and the next free.
-
-The unit's gradients are reduce-scattered with the same layout (``data_parallel.buckets``
-with ``rows = N``), so the row this rank receives lines up with its shard element for element.
+Zhao et al., "PyTorch FSDP" (VLDB 2023), sec. 3.2. ``gather`` allgathers the shards and points
+every parameter at its slice (cast to the compute dtype); ``free`` points them at a one-NaN
+placeholder, so full parameters exist only between a gather and the next free. Gradients are
+reduce-scattered with the same layout, so the received row lines up with the shard.
 """
 from typing import Any, Dict, List, Optional, Tuple
 
