@@ -1,14 +1,8 @@
 """Which device each rank computes on: its index on its node, modulo the node's GPUs.
 
-On a node with G GPUs and R ranks, rank ``local_rank`` uses ``cuda(local_rank % G)`` (ranks
-share GPUs when R > G), as ``torchrun``'s ``LOCAL_RANK`` or Open MPI's
-``OMPI_COMM_WORLD_LOCAL_RANK`` are used elsewhere. The local rank comes from the launcher's
-environment when it sets one, else from MPI's shared-memory split (the ranks of one node). An
-application asks once, at start-up, and tells its layers the device; no layer asks MPI.
-
-Collectives move host memory: a device tensor is staged through the host by
-``comm/convert.py`` (the host bridge). ``cuda_aware_mpi`` says whether the MPI library could
-take device buffers directly; needle's collectives do not use that path yet.
+As ``torchrun``'s ``LOCAL_RANK``: from the launcher's environment, else MPI's shared-memory
+split. An application asks once, at start-up, and tells its layers the device; no layer asks
+MPI. Collectives stage device tensors through the host (``comm/convert.py``).
 """
 import os
 from typing import Any, Optional

@@ -1,10 +1,7 @@
 """A process mesh: the world's ranks viewed as a (dp, pp, tp) grid, tp fastest.
 
-Every group of 3D parallelism (Narayanan et al., "Efficient Large-Scale Language Model Training
-on GPU Clusters Using Megatron-LM", SC 2021, sec. 3) is built from this one grid with
-``comm.split``: ranks that differ only in their tp coordinate form a tensor-parallel group
-(neighbours, so the chattiest traffic stays close), only in pp a pipeline, only in dp a
-data-parallel group.
+Every group of 3D parallelism (Narayanan et al., SC 2021, sec. 3) is split from this one grid;
+tp groups are neighbours, so the chattiest traffic stays close.
 """
 from typing import Tuple
 

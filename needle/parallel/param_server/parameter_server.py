@@ -1,20 +1,9 @@
 """A parameter server: the first rank(s) serve parameters and apply the optimizer, the others
 compute gradients; the lecture's interface, ``ps.push(key, grad)`` and ``ps.pull(key)``.
 
-Li et al., "Scaling Distributed Machine Learning with the Parameter Server" (OSDI 2014);
-consistency models BSP / SSP(s) / ASP as in Ho et al. (NeurIPS 2013), see ``consistency.py``.
-Ranks ``0 .. num_servers - 1`` are servers (``server.py``), the rest workers (``worker.py``);
-keys (parameter names) are dealt round-robin to the servers, so several servers share the
-parameters and the traffic. Messages are point-to-point (``messages.py``).
-
-    ps = ParameterServer(comm, model, ndl.optim.SGD, consistency="ssp", staleness=2, lr=0.1)
-    if ps.is_server:
-        log = ps.serve()                    # until every worker is done (or presumed dead)
-    else:
-        train_worker(ps, model, loss_fn, batches, steps=100)
-
-Under BSP with SGD, W workers each pushing the mean gradient of their slice give exactly the
-synchronous step of one process on the concatenated batch.
+Li et al. (OSDI 2014). Ranks ``0 .. num_servers - 1`` are servers, the rest workers; keys are
+dealt round-robin to the servers. Under BSP with SGD, W workers pushing their slices' mean
+gradients take the synchronous step of one process on the concatenated batch.
 """
 import atexit
 import sys

@@ -1,11 +1,8 @@
 """Checkpoints that change the pipeline layout: save at pp=p, load at any pp=q (pp=1 included).
 
-A stage is a run of consecutive layers of one ``nn.Sequential``; stage s writes
-``stage<s>.ndl`` with its layers renamed to their *global* index ("modules.5.weight" rather than
-the stage-local "modules.1.weight"). Rank 0 then writes ``pipeline.json`` (``manifest.py``):
-each stage file, its checksum and its layer range.  Loading reads only the stage files of that
-manifest whose layers the new stage holds, so any partition (or the whole model on one rank)
-can read it, and stage files left over from an earlier save at another pp are never mixed in.
+Stage s writes ``stage<s>.ndl`` with its layers under their *global* index, then rank 0 writes
+``pipeline.json`` (``manifest.py``) naming each file, its checksum and layer range. A load reads
+only the files that manifest names, so files left from a save at another pp are never mixed in.
 """
 import os
 from typing import Any, Dict

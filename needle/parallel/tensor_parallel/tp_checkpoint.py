@@ -1,15 +1,9 @@
 """Checkpoints that change the tensor-parallel layout: save at tp=p, load at any tp=q.
 
-Each sharded parameter knows which axis of the full (serial) weight it slices (``tp_axis``, set
-by the layers); replicated ones have none. Two formats, both written with ``ndl.save``:
-
-* gathered: ``gather_state_dict`` all-gathers every shard into the serial layout (one file, as
-  a tp=1 model would write it); ``load_full_state_dict`` slices it for any tp;
-* per-shard with an index: ``save_sharded`` writes ``shard<r>.ndl`` per rank, then rank 0
-  writes ``index.json`` last (``manifest.py``: the old tp size, each parameter's axis, each
-  shard's checksum); ``load_sharded`` reads only the shards it names, checksums checked,
-  rebuilds each full weight from the old shards and keeps this rank's slice of the new layout.
-  No rank ever needs more memory than one full parameter at a time.
+Each sharded parameter records the axis of the serial weight it slices (``tp_axis``). Gathered:
+``gather_state_dict`` writes the serial layout, ``load_full_state_dict`` slices it. Sharded:
+``save_sharded`` writes a file per rank and rank 0's ``index.json`` (``manifest.py``) last;
+``load_sharded`` rebuilds one full weight at a time from the old shards and keeps its slice.
 """
 import os
 from typing import Any, Dict, List, Optional

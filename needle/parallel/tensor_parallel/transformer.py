@@ -1,16 +1,9 @@
 """Megatron's MLP and transformer layer, tensor-parallel with optional sequence parallelism.
 
-Shoeybi et al., arXiv:1909.08053, sec. 3, Fig. 3: the MLP's first Linear is column-parallel
-(so GeLU/ReLU applies to each rank's columns independently), its second row-parallel; with the
-attention block this costs two allreduces in forward (the two ``g``) and two in backward (the two
-``f``) per layer. Korthikanti et al., arXiv:2205.05198, sec. 4.2.2, Fig. 5: with
-``sequence_parallel=True`` the residual stream, LayerNorms and dropouts hold only T/p positions;
-each allreduce becomes an all-gather before the column-parallel layer and a reduce-scatter after
-the row-parallel one (same bytes in a ring), and activations outside the attention/MLP cores
-shrink by p.
-
-``ParallelTransformerBlock`` mirrors ``nn.TransformerLayer`` (dropout 0) parameter for parameter,
-in the same order, so the same seed builds the serial layer's weights, sliced.
+Shoeybi et al., arXiv:1909.08053, sec. 3: column- then row-parallel Linear, two allreduces per
+layer each way; with ``sequence_parallel=True`` (arXiv:2205.05198, sec. 4.2.2) they become an
+all-gather and a reduce-scatter and activations outside the cores shrink by p.
+``ParallelTransformerBlock`` mirrors ``nn.TransformerLayer`` (dropout 0) parameter for parameter.
 """
 from typing import Any, Dict, Optional
 
