@@ -1,12 +1,9 @@
 """The CUDA backend's ``fused_elementwise``: a CuPy ElementwiseKernel from the same expression.
 
-``expr`` is the CPU primitive's statement list (``backend_ndarray/fused_elementwise_cpu.py``):
-``t0 = x0 - x1; out = exp(t0) * c0``. Each statement becomes one line of CUDA C
-(``auto t0 = (x0 - x1);``), ``where(c, a, b)`` a conditional and ``a ** b`` ``pow(a, b)``;
-CuPy's ElementwiseKernel does the indexing of strided/broadcast views. A reduction runs the
-kernel into a scratch array and reduces it with CuPy over the middle axis, as the CPU does.
-``standalone_source`` writes the same body as a plain ``__global__`` kernel over contiguous
-arrays, which CI compiles with NVRTC (tests/backend_cuda/test_cuda_compile_fused.py).
+Each statement of the CPU primitive's list (``backend_ndarray/kernel_expr.py``) becomes one line
+of CUDA C (``auto t0 = (x0 - x1);``); CuPy indexes the strided views. A reduction runs the kernel
+into a scratch and reduces it over the middle axis, as the CPU does. ``standalone_source`` is the
+same body as a plain ``__global__`` kernel, which CI compiles with NVRTC.
 """
 import ast
 import math

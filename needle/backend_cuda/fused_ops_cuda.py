@@ -1,10 +1,8 @@
 """Fused GPU kernels as optional backend primitives, on flat ``Array`` buffers.
 
-``ndl.cuda()`` devices offer these; ``needle.backend_ndarray.fused_ops`` calls them when present
-and otherwise composes the same operation from NDArray ops (the naive versions the kernels are
-tested and benchmarked against). Buffers are compact and of one floating dtype unless said
-otherwise; kernels come from ``kernels/{softmax,layernorm,adam,dropout}.cu``. CuPy is imported
-when a kernel runs, so the NumPy reference below works without it.
+``needle.backend_ndarray.fused_ops`` calls them when present, else composes the same operation
+from NDArray ops. Buffers are compact and of one floating dtype unless said otherwise; CuPy is
+imported when a kernel runs, so the NumPy reference below works without it.
 """
 import math
 from typing import Any
