@@ -1,12 +1,7 @@
-"""Weight initializers: Xavier/Glorot and Kaiming/He, uniform and normal.
+"""Weight initializers: Xavier/Glorot (AISTATS 2010) and Kaiming/He (arXiv:1502.01852).
 
-Xavier: Glorot & Bengio, "Understanding the difficulty of training deep feedforward neural
-networks" (AISTATS 2010): Var(w) = gain^2 * 2 / (fan_in + fan_out).
-Kaiming: He et al., "Delving Deep into Rectifiers" (arXiv:1502.01852): Var(w) = gain^2 / fan_in.
-
-The tensor has shape ``(fan_in, fan_out)`` unless ``shape`` is given. For a convolution kernel
-``shape=(K, K, C_in, C_out)`` the caller passes ``fan_in = K*K*C_in`` (as the course's hw4 does);
-when ``fan_in``/``fan_out`` are None they are computed from ``shape`` that way.
+The tensor has shape ``(fan_in, fan_out)`` unless ``shape`` is given; for a convolution kernel
+``(K, K, C_in, C_out)`` the caller passes ``fan_in = K*K*C_in`` (as the course's hw4 does).
 """
 import math
 from typing import Any, Optional, Tuple

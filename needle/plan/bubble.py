@@ -1,13 +1,9 @@
 """The pipeline's step time from the schedule simulator (``needle.parallel.pipeline``).
 
-A step of m microbatches on p stages is simulated with per-action costs F and B (seconds for
-one microbatch on one stage; each of v interleaved chunks costs F / v, B / v) and the
-inter-stage message time. Past the warm-up the schedule is periodic, so its makespan grows
-linearly in m: a schedule of more than ``SIM_LIMIT`` microbatches is simulated at m1 = p and
-m2 = 2 p microbatches (2 p and 4 p interleaved) and extended along that line. For GPipe and
-1F1B this is exact; tests/plan/test_bubble.py checks it against the full simulation for all three.
-Costs are normalised to F = 1 and rounded to 3 significant digits so layouts of one shape share
-simulations.
+Past the warm-up a schedule is periodic, so its makespan is linear in m: more than ``SIM_LIMIT``
+microbatches are simulated at p and 2 p (2 p and 4 p interleaved) and extended along that line
+(exact for GPipe and 1F1B). Costs are normalised to F = 1 and rounded to 3 digits so layouts of
+one shape share simulations.
 """
 from functools import lru_cache
 

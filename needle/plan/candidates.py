@@ -1,13 +1,9 @@
 """Every layout worth predicting for a model, a set-up and a cluster, and why others are out.
 
-The grid: tp over the powers of two up to a node (Megatron keeps tensor parallelism inside the
-NVLink domain; larger tp is listed as rejected, "TP across nodes"), pp over the divisors of the
-layer count, dp the rest of the GPUs; ZeRO 0-3 on dp (only 0-1 with pp > 1, as DeepSpeed
-allows); sequence parallel with tp; GPipe / 1F1B / interleaved (v = 2) with pp; recomputation
-none / selective / full; microbatches of 1, 2, 4, 8 sequences (or the one given); CPU offload of
-the optimizer with ZeRO-1/2 (ZeRO-Offload). Gradient accumulation is the microbatch count m =
-batch / (dp x microbatch). Precision is the set-up's (``rank.plan`` with ``precision="any"``
-enumerates fp32 and mixed both).
+The grid: tp in powers of two up to a node (larger is rejected: "TP across nodes"), pp over the
+divisors of the layer count, dp the rest; ZeRO 0-3 (0-1 with pp > 1, as DeepSpeed); sequence
+parallel with tp; the three schedules with pp; recomputation none / selective / full;
+microbatches 1, 2, 4, 8; optimizer offload with ZeRO-1/2.
 """
 from typing import Iterator, List, Optional, Tuple
 

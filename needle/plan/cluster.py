@@ -1,17 +1,8 @@
 """Where it is trained: nodes x GPUs per node, memory, peak FLOP/s, and the links' alpha and beta.
 
-Presets are the vendors' datasheet figures: NVIDIA DGX A100 (8 x A100-SXM4-80GB, 312 TFLOP/s
-dense fp16/bf16 and 19.5 fp32 (156 with TF32), NVLink 3 at 300 GB/s per direction per GPU,
-8 x 200 Gb/s HDR InfiniBand per node = 25 GB/s per GPU) and DGX H100 (989 TFLOP/s dense bf16,
-NVLink 4 at 450 GB/s per direction, 8 x 400 Gb/s NDR = 50 GB/s per GPU). Latencies (alpha) are
-typical NCCL figures: a few microseconds over NVLink, about ten over InfiniBand.
-
-``measure_here(n)`` measures this machine instead: numpy GEMM FLOP/s in this process (1 rank)
-and on every one of ``n`` ranks at once (they share the cores), and the alpha and beta of MPI
-point-to-point messages between two of them (a ping-pong as in
-``benchmarks/bench_collectives.py``, fitted by ``CostModel.fit``), launched under ``mpiexec``.
-Its workers are tools of the repository checkout, not of the package (``tools/measure/``), so
-``--cluster here`` needs needle run from a clone (it says so when they are missing).
+Presets are the vendors' datasheet figures (DGX A100, DGX H100) with typical NCCL latencies.
+``measure_here(n)`` measures this machine instead (GEMM FLOP/s and an MPI ping-pong fitted by
+``CostModel.fit``) with the workers in ``tools/measure/``, so ``--cluster here`` needs a clone.
 """
 import json
 import os
