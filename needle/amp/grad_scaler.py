@@ -1,9 +1,8 @@
-"""Dynamic loss scaling (Micikevicius et al., arXiv:1710.03740, sec. 3.2).
+"""Dynamic loss scaling (Micikevicius et al., arXiv:1710.03740, sec. 3.2); torch.cuda.amp's API.
 
-Small half-precision gradients underflow to zero; multiplying the loss by S shifts them into
-range, and dividing the float32 gradients by S before the step undoes it. S starts large
-(2^16); a step whose gradients hold an inf or nan is skipped and S is halved; after
-``growth_interval`` (2000) clean steps in a row S is doubled. Same API as torch.cuda.amp.
+Multiplying the loss by S keeps small half-precision gradients from underflowing; they are
+divided by S before the step. A step with inf/nan gradients is skipped and S halved;
+``growth_interval`` clean steps in a row double it.
 """
 from typing import Any, Dict, List, Optional
 

@@ -61,9 +61,8 @@ def node_outputs(op: CompiledGraph, inputs: Sequence[Tensor], datas: List[NDArra
 
 
 def wants_graph(result: Any, trace: Trace) -> bool:
-    """True when the call's results need a graph: grad mode is on, some result requires a
-    gradient, and the function did not call ``backward`` itself (no leaf's grad was
-    computed inside it)."""
+    """True when grad mode is on, a result requires a gradient, and the function did not call
+    ``backward`` itself."""
     tensors: List[Tensor] = []
     flatten(result, tensors)
     if not is_grad_enabled() or not any(t.requires_grad for t in tensors):

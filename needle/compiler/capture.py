@@ -141,10 +141,8 @@ def _caller() -> str:
 class Recorder:
     """Context manager recording the primitive calls made on ``device`` into ``self.trace``.
 
-    ``execute=True`` runs each call as it is recorded. ``execute=False`` only queues it:
-    ``to_numpy`` (the one way data reaches Python) then calls ``on_read`` first, which must
-    run the queue (``needle.lazy`` does), before the read itself runs.
-    """
+    ``execute=False`` only queues calls; ``to_numpy`` (the one way data reaches Python) then calls
+    ``on_read`` first, which must run the queue."""
 
     def __init__(self, device: Any, execute: bool = True, on_read: Any = None) -> None:
         self.device = device

@@ -1,9 +1,7 @@
 """``CompiledFunction``: a function with a plan cache keyed by its arguments' signature.
 
-A call looks up its signature (the guard, ``key``). A new one is recorded (``_record``, in
-three steps: ``_trace`` runs the function eagerly under a ``Recorder``, ``_check`` decides
-whether the recording can be replayed, ``_build`` makes the plan); a known one with a plan
-replays it (``_replay``); one that cannot be compiled runs eagerly.
+A new signature is recorded (``_trace``, ``_check``, ``_build``), a known one replayed, and one
+that cannot be compiled runs eagerly.
 """
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -306,9 +304,8 @@ class CompiledFunction:
 
 def compile(fn: Optional[Callable] = None, *, fusion: bool = True, fallback: bool = True,
             debug: bool = False) -> Any:
-    """Compile ``fn`` (also usable as ``@compile`` or ``@compile(debug=True)``); see the
-    package doc. A module (anything with ``parameters``, ``modules`` and ``train``) gives a
-    ``CompiledModule``: called like the module, trained like it."""
+    """Compile ``fn`` (also as ``@compile`` or ``@compile(debug=True)``); a module gives a
+    ``CompiledModule``."""
     if fn is None:
         return lambda f: compile(f, fusion=fusion, fallback=fallback, debug=debug)
 

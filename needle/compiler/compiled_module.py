@@ -1,10 +1,8 @@
 """``needle.compile(module)``: a module whose calls are compiled and which trains as the module.
 
-As ``torch.compile(module)`` returns an ``OptimizedModule`` wrapping ``_orig_mod``, this wraps
-the module: calling it runs a ``CompiledFunction`` of the module's call, and everything else
-(``parameters()``, ``state_dict()``, ``load_state_dict``, submodules, attributes) is the
-module's own. The guard includes every submodule's ``training`` flag, so ``train()`` and
-``eval()`` switch between two plans (BatchNorm's and Dropout's behaviour changes with them).
+Like ``torch.compile(module)``'s ``OptimizedModule``: calls go through a ``CompiledFunction``,
+everything else is the module's own. The guard includes every submodule's ``training`` flag, so
+``train()`` and ``eval()`` switch between two plans.
 """
 from typing import Any, Callable
 

@@ -296,10 +296,8 @@ def dead_buffers(trace: Trace, groups: List[Optional[Group]], folded: Set[int]
 
 def fuse(trace: Trace, protected: Set[int]
          ) -> Tuple[List[Optional[Group]], Dict[int, int], Set[int]]:
-    """Group the trace's steps. Returns (groups, dead, folded): ``groups[i]`` is the Group run
-    at step i (None for a step run as recorded, or folded into a group), ``dead`` the
-    buffers no longer written (inlined intermediates) mapped to their sizes, ``folded`` the
-    indices of the steps folded into a later group."""
+    """(groups, dead, folded): the Group run at each step (or None), the sizes of the inlined
+    buffers never written, and the steps folded into a later group."""
     groups, folded = _Fuser(trace, protected).run()
     check_in_place(groups)
     return groups, dead_buffers(trace, groups, folded), folded

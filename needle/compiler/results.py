@@ -1,9 +1,7 @@
 """How a compiled call names its results and leaf tensors so that a later call can find them.
 
-A call's result is a tree (tuples/lists) of tensors and other values: ``flatten`` replaces each
-tensor by its index in a list, ``unflatten`` puts tensors back. A leaf tensor (a parameter, or
-a tensor argument) is named ``("arg", k)`` when it is argument k (a new object each call) and
-``("obj", tensor)`` otherwise, and resolved against the next call's arguments.
+``flatten`` replaces each tensor of a result tree by its index, ``unflatten`` puts tensors back.
+A leaf is ``("arg", k)`` when it is argument k (a new object each call), else ``("obj", t)``.
 """
 from typing import Any, List
 

@@ -66,9 +66,7 @@ def xavier_normal(fan_in: int, fan_out: int, gain: float = 1.0,
 
 def kaiming_uniform(fan_in: int, fan_out: int, nonlinearity: str = "relu",
                     shape: Optional[Tuple[int, ...]] = None, **kwargs: Any) -> Tensor:
-    """U(-b, b) with b = gain * sqrt(3 / fan_in) (He et al., 2015), drawn with ``rand``.
-
-    gain = ``calculate_gain(nonlinearity)``: sqrt(2) for the course's default, relu."""
+    """U(-b, b) with b = gain * sqrt(3 / fan_in), gain = ``calculate_gain(nonlinearity)``."""
     fan_in, fan_out, shape = _fans(fan_in, fan_out, shape)
     ### BEGIN YOUR SOLUTION (hw2.init.fan)
     bound = calculate_gain(nonlinearity) * math.sqrt(3.0 / fan_in)
@@ -78,9 +76,7 @@ def kaiming_uniform(fan_in: int, fan_out: int, nonlinearity: str = "relu",
 
 def kaiming_normal(fan_in: int, fan_out: int, nonlinearity: str = "relu",
                    shape: Optional[Tuple[int, ...]] = None, **kwargs: Any) -> Tensor:
-    """N(0, std^2) with std = gain / sqrt(fan_in) (He et al., 2015), drawn with ``randn``.
-
-    gain = ``calculate_gain(nonlinearity)``: sqrt(2) for the course's default, relu."""
+    """N(0, std^2) with std = gain / sqrt(fan_in), gain = ``calculate_gain(nonlinearity)``."""
     fan_in, fan_out, shape = _fans(fan_in, fan_out, shape)
     ### BEGIN YOUR SOLUTION (hw2.init.fan)
     std = calculate_gain(nonlinearity) / math.sqrt(fan_in)

@@ -1,12 +1,8 @@
 """Gradient accumulation: k micro-batches, one optimizer step, the full batch's gradient.
 
-A batch of B examples split into micro-batches of sizes b_1 + ... + b_k = B has
-grad(mean loss over B) = sum_i (b_i / B) grad(mean loss over micro-batch i), so each
-micro-batch loss is weighted by b_i / B and the gradients are summed. Only one micro-batch's
-activations are alive at a time: activation memory drops by about k, at k smaller steps.
-
-needle's ``backward`` *overwrites* ``.grad`` (course semantics), so the sum is kept in a
-separate buffer per parameter and written to ``.grad`` before the step.
+grad(mean loss over B) = sum_i (b_i / B) grad(mean loss over micro-batch i), with one
+micro-batch's activations alive at a time. needle's ``backward`` *overwrites* ``.grad`` (course
+semantics), so the sum is kept in a buffer per parameter and written to ``.grad`` before the step.
 """
 from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple
 

@@ -1,9 +1,7 @@
 """CPU offload of optimizer state (ZeRO-Offload, Ren et al., arXiv:2101.06840, sec. 4).
 
-Training on a GPU, the optimizer state (Adam: 8 bytes/param) and an fp32 master copy of the
-weights live in host memory; each step copies the gradients device -> host, runs the wrapped
-optimizer there, and copies the updated weights host -> device. GPU memory then holds only
-parameters, gradients and activations, at the price of two transfers of the model per step.
+The optimizer state and an fp32 master copy live in host memory; each step copies gradients to
+the host, steps there and copies the weights back: two transfers of the model per step.
 """
 from typing import Any, Dict, Iterable, List, Optional, Type
 

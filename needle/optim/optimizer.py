@@ -1,10 +1,7 @@
 """Optimizers: SGD with momentum, Adam and AdamW, following the course's update rules.
 
-Updates work on the parameters' NDArrays (``realize_cached_data``) and rebind
-``param.cached_data``: an optimizer step builds no autodiff graph, so repeated steps leave the
-number of live tensors (``autograd.TENSOR_COUNTER``) unchanged. Parameters are deduplicated by
-identity (a tied weight is updated once), and a parameter whose ``.grad`` is None (frozen, or
-unused this step) is skipped and gets no state.
+A step rebinds ``param.cached_data`` and builds no graph. Parameters are deduplicated by
+identity (a tied weight is updated once); one without ``.grad`` is skipped and gets no state.
 """
 import functools
 import math

@@ -1,9 +1,8 @@
 """MPI host files (``host``, ``host:slots`` or ``host slots=N`` per line, ``#`` comments),
 checked before mpiexec.
 
-MPICH's hydra trusts the file: ``localhost:-2`` makes it spin at 100% CPU for ever (surviving
-the launcher and SIGTERM), ``localhost:0`` and ``localhost:abc`` end the job with status 248 and
-no message.  ``parse`` refuses such a file naming the line, before anything starts.
+MPICH's hydra trusts the file (``localhost:-2`` spins at 100% CPU for ever, ``localhost:0`` ends
+the job with status 248 and no message), so ``parse`` refuses such a line by number first.
 """
 import re
 from typing import Dict, List, Tuple

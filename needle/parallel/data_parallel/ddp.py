@@ -93,12 +93,9 @@ class DataParallelNaive(_DataParallel):
 class DistributedDataParallel(_DataParallel):
     """Bucketed allreduce overlapped with backward (Li et al., VLDB 2020, sec. 3.2-3.3).
 
-    ``bucket_cap_mb``: bucket size (MiB); the first bucket (the last layers' gradients, ready
-    first) is capped at ``first_bucket_mb`` so that communication starts early. ``overlap=False``
-    launches every bucket only after backward (to measure what the overlap buys). After
-    ``loss.backward()`` returns, ``p.grad`` holds the average over ranks, as a view into its
-    bucket (PyTorch's ``gradient_as_bucket_view``); parameters that no rank used keep None.
-    """
+    The first bucket (the last layers' gradients) is capped at ``first_bucket_mb`` so communication
+    starts early; ``overlap=False`` launches every bucket after backward. ``p.grad`` is then the
+    average, a view into its bucket; parameters no rank used keep None."""
 
     def __init__(self, module: Module, comm: Comm, bucket_cap_mb: float = 25.0,
                  first_bucket_mb: float = 1.0, overlap: bool = True) -> None:

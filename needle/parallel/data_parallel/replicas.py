@@ -43,10 +43,7 @@ def _unpack(row: np.ndarray) -> Tuple[Tuple[int, ...], str]:
 
 
 def check_same_shapes(comm: Comm, named: Sequence[Tuple[str, Any]], what: str) -> None:
-    """Raise on every rank unless all ranks hold tensors of equal count, shapes and dtypes.
-
-    ``named`` lists (name, Tensor); ``what`` names the caller in the message.
-    """
+    """Raise on every rank unless all ranks hold (name, Tensor) lists of equal shapes and dtypes."""
     if comm.size == 1:
         return
     counts = comm.allgather(np.array([len(named)], dtype=np.int64))

@@ -66,11 +66,8 @@ class ParameterServer:
 
     # -- servers ---------------------------------------------------------------------------
     def serve(self) -> List[ServerEvent]:
-        """Run the server loop; returns its log (reads, applies, ticks, deaths).
-
-        Under MPI, if a worker was presumed dead (training went on without it), the job is
-        aborted when this process exits: a worker that is stuck rather than dead would
-        otherwise keep ``mpiexec`` waiting forever."""
+        """Run the server loop; returns its log. Under MPI a presumed-dead worker aborts the job at
+        exit (a stuck one would keep ``mpiexec`` waiting forever)."""
         if self._server is None:
             raise RuntimeError(f"rank {self.comm.rank} is a worker, not a server")
         log = self._server.serve()

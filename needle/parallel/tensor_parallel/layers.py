@@ -50,12 +50,8 @@ def _shard(full: Tensor, axis: int, rank: int, parts: int, **kw: Any) -> Paramet
 
 
 def forget(*nodes: Value) -> None:
-    """Drop the data of graph nodes; backward recomputes it on demand (realize_cached_data).
-
-    Korthikanti et al. (arXiv:2205.05198, sec. 4.2.2): under sequence parallelism the
-    all-gathered input of a column-parallel layer is not kept for backward; only the 1/t shard
-    is, and backward all-gathers it again.
-    """
+    """Drop the data of graph nodes; backward recomputes it on demand (arXiv:2205.05198, sec.
+    4.2.2: only the 1/t shard of an all-gathered input is kept)."""
     for n in nodes:
         n.cached_data = None
 

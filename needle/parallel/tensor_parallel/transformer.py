@@ -41,10 +41,8 @@ class ParallelMLP(Module):
 class ParallelTransformerBlock(Module):
     """needle's pre-norm ``TransformerLayer``: x + attn(x), then x + MLP(LayerNorm(x)).
 
-    ``recompute_gather=True`` (with SP) keeps only the sequence shard of each all-gathered
-    input and all-gathers it again in backward (Korthikanti et al., sec. 4.2.2): every
-    activation is then divided by t, at the price of two more all-gathers per backward.
-    """
+    ``recompute_gather=True`` (with SP) keeps only sequence shards and all-gathers again in
+    backward: activations divided by t for two more all-gathers."""
 
     def __init__(self, q_features: int, num_head: int, dim_head: int, hidden_size: int,
                  comm: Comm, *, causal: bool = True, sequence_parallel: bool = False,
