@@ -112,7 +112,7 @@ def _hashable(x: Any) -> Any:
 
 
 # Functions whose reads of data only decide whether to raise (index bounds checks); the plan
-# repeats their check on every replay (``plan.py``), so they do not stop compilation.
+# repeats their check on every replay (``replay.py``), so they do not stop compilation.
 VALIDATORS = ("_row_indices",)
 
 

@@ -3,7 +3,7 @@
 The optimizer state and an fp32 master copy live in host memory; each step copies gradients to
 the host, steps there and copies the weights back: two transfers of the model per step.
 """
-from typing import Any, Dict, Iterable, List, Optional, Type
+from typing import Any, Iterable, List, Optional, Type
 
 from ..autograd import Tensor
 from ..backend_ndarray import BackendDevice, cpu
@@ -55,11 +55,3 @@ class OffloadOptimizer:
             p.grad = None
 
     zero_grad = reset_grad
-
-    def state_dict(self) -> Dict[str, Any]:
-        """The wrapped optimizer's state dict."""
-        return self.inner.state_dict()
-
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Restore the wrapped optimizer's state."""
-        self.inner.load_state_dict(state)

@@ -65,25 +65,6 @@ def bytes_of(items: Iterable[Any]) -> int:
                for b in buffers_of(items).values())
 
 
-def optimizer_state_tensors(optimizer: Any) -> List[Any]:
-    """Tensors/NDArrays held in an optimizer's state (any dict/list attribute but ``params``)."""
-    found: List[Any] = []
-    param_ids = {id(p) for p in getattr(optimizer, "params", [])}
-    for name, value in vars(optimizer).items():
-        if name == "params":
-            continue
-        stack = [value]
-        while stack:
-            v = stack.pop()
-            if isinstance(v, (Tensor, NDArray)) and id(v) not in param_ids:
-                found.append(v)
-            elif isinstance(v, dict):
-                stack.extend(v.values())
-            elif isinstance(v, (list, tuple)):
-                stack.extend(v)
-    return found
-
-
 class MemoryTracker:
     """Context manager reporting current and peak bytes of live array storage on ``device``."""
 
@@ -156,9 +137,10 @@ class MemoryTracker:
         params = list(parameters)
         if optimizer is not None and not params:
             params = list(getattr(optimizer, "params", []))
+        state = [v for k, v in vars(optimizer).items() if k != "params"] if optimizer is not None \
+            else []
         groups = [("activations", buffers_of(list(activations))),
-                  ("optimizer_state", buffers_of(optimizer_state_tensors(optimizer))
-                   if optimizer is not None else {}),
+                  ("optimizer_state", buffers_of(state)),
                   ("gradients", buffers_of([p.grad for p in params if p.grad is not None])),
                   ("parameters", buffers_of(params))]
         by_buffer = {}

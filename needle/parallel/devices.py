@@ -60,15 +60,3 @@ def device_for(kind: str, local: int, rank: int = 0) -> BackendDevice:
                            "NEEDLE_CUDA_EMULATOR=1 emulates one)")
     return cuda(local % gpus)
 
-
-def cuda_aware_mpi() -> bool:
-    """True when mpi4py reports that its MPI library takes CUDA device buffers."""
-    try:
-        from mpi4py import MPI
-    except ImportError:
-        return False
-    query = getattr(MPI, "Query_cuda_support", None)  # mpi4py >= 4 over an MPI that has it
-    try:
-        return bool(query()) if query is not None else False
-    except Exception:  # an MPI without the MPIX extension raises NotImplementedError
-        return False
