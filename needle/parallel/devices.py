@@ -59,4 +59,3 @@ def device_for(kind: str, local: int, rank: int = 0) -> BackendDevice:
         raise RuntimeError(f"device 'cuda': no GPU is enabled on rank {rank} (no GPU or CuPy; "
                            "NEEDLE_CUDA_EMULATOR=1 emulates one)")
     return cuda(local % gpus)
-
