@@ -1,8 +1,5 @@
-"""CuPy plumbing shared by the CUDA primitives and fused ops: devices, kernel cache, launches.
-
-Every launch runs under ``cupy.cuda.Device(i)`` of the output's GPU. Modules are compiled by
-NVRTC on first use, one per (source file, dtype, GPU), and cached on disk by CuPy.
-"""
+"""CuPy plumbing shared by the CUDA primitives and fused ops: each launch under the output's
+``cupy.cuda.Device``; modules compiled per (file, dtype, GPU) on first use."""
 import functools
 import os
 from typing import Any, Dict, Sequence, Tuple

@@ -1,8 +1,5 @@
-"""DLPack's CUDA half: CuPy views of needle's GPU buffers and needle buffers over CuPy memory.
-
-Offered as device primitives (``dlpack_view``, ``wrap_dlpack``), so the array layer never
-imports this package.
-"""
+"""DLPack's CUDA half, offered as device primitives (``dlpack_view``, ``wrap_dlpack``) so the
+array layer never imports this package."""
 from typing import Any, Tuple
 
 import numpy as np

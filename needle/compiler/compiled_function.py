@@ -1,8 +1,4 @@
-"""``CompiledFunction``: a function with a plan cache keyed by its arguments' signature.
-
-A new signature is recorded (``_trace``, ``_check``, ``_build``), a known one replayed, and one
-that cannot be compiled runs eagerly.
-"""
+"""``CompiledFunction``: a function with a plan cache keyed by its arguments' signature."""
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 

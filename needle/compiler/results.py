@@ -1,8 +1,5 @@
-"""How a compiled call names its results and leaf tensors so that a later call can find them.
-
-``flatten`` replaces each tensor of a result tree by its index, ``unflatten`` puts tensors back.
-A leaf is ``("arg", k)`` when it is argument k (a new object each call), else ``("obj", t)``.
-"""
+"""How a compiled call names its results and leaf tensors so that a later call can find them:
+``("arg", k)`` for argument k (a new object each call), else ``("obj", tensor)``."""
 from typing import Any, List
 
 from ..autograd import Tensor

@@ -40,11 +40,8 @@ def split_batch(batch: Sequence[Tensor], k: int) -> List[List[Tensor]]:
 
 def accumulate_gradients(loss_fn: Callable[..., Tensor], micro_batches: Iterable[Sequence[Any]],
                          params: Sequence[Tensor], optimizer: Optional[Any] = None) -> float:
-    """Sum size-weighted gradients of ``loss_fn(*mb)`` into ``p.grad``; step ``optimizer``.
-
-    ``loss_fn`` returns the *mean* loss of a micro-batch; the result is the mean loss over the
-    whole batch. Gradients equal one backward over the concatenated batch (up to rounding).
-    """
+    """Sum size-weighted gradients of ``loss_fn(*mb)`` (a micro-batch's *mean* loss) into ``p.grad``
+    and step ``optimizer``; returns the whole batch's mean loss."""
     batches = [list(mb) for mb in micro_batches]
     if not batches:
         raise ValueError("accumulate_gradients needs at least one micro-batch")

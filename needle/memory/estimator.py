@@ -124,9 +124,8 @@ def _factored_bytes(shape: Tuple[int, ...], itemsize: int = 4) -> int:
 def optimizer_state_bytes(shapes: Sequence[Tuple[int, ...]], optimizer: str,
                           precision: str = "fp32",
                           counts: Optional[Sequence[int]] = None) -> Tuple[float, str]:
-    """(bytes, formula) of optimizer state for parameters of ``shapes`` (``counts[i]`` copies
-    of shape i: a model of L identical layers is its layer's shapes, L times each, so the cost
-    does not grow with L)."""
+    """(bytes, formula) of optimizer state for ``counts[i]`` copies of each shape (L identical
+    layers are one layer's shapes counted L times)."""
     opt = _check_choice(optimizer, OPTIMIZERS, "optimizer")
     counts = [1] * len(shapes) if counts is None else list(counts)
     psi = sum(n * math.prod(s) for s, n in zip(shapes, counts))

@@ -1,8 +1,5 @@
-"""CPU offload of optimizer state (ZeRO-Offload, Ren et al., arXiv:2101.06840, sec. 4).
-
-The optimizer state and an fp32 master copy live in host memory; each step copies gradients to
-the host, steps there and copies the weights back: two transfers of the model per step.
-"""
+"""CPU offload of optimizer state (ZeRO-Offload, arXiv:2101.06840, sec. 4): state and step on
+the host, two transfers of the model per step."""
 from typing import Any, Iterable, List, Optional, Type
 
 from ..autograd import Tensor

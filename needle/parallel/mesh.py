@@ -1,8 +1,5 @@
-"""A process mesh: the world's ranks viewed as a (dp, pp, tp) grid, tp fastest.
-
-Every group of 3D parallelism (Narayanan et al., SC 2021, sec. 3) is split from this one grid;
-tp groups are neighbours, so the chattiest traffic stays close.
-"""
+"""A process mesh: the world's ranks as a (dp, pp, tp) grid, tp fastest (neighbours share the
+chattiest traffic); every 3D-parallel group is split from it (Narayanan et al., SC 2021)."""
 from typing import Tuple
 
 from .comm.agree import agree

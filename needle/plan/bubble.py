@@ -1,10 +1,5 @@
-"""The pipeline's step time from the schedule simulator (``needle.parallel.pipeline``).
-
-Past the warm-up a schedule is periodic, so its makespan is linear in m: more than ``SIM_LIMIT``
-microbatches are simulated at p and 2 p (2 p and 4 p interleaved) and extended along that line
-(exact for GPipe and 1F1B). Costs are normalised to F = 1 and rounded to 3 digits so layouts of
-one shape share simulations.
-"""
+"""The pipeline's step time from the schedule simulator: makespans are linear in m past the
+warm-up, so long runs are simulated at two sizes and extended (exact for GPipe and 1F1B)."""
 from functools import lru_cache
 
 from ..parallel.pipeline.schedules import SCHEDULES
@@ -25,6 +20,7 @@ def makespan(schedule: str, p: int, m: int, v: int, f: float, b: float, comm: fl
 
 
 def _sig(x: float) -> float:
+    """3 significant digits: costs normalised to F = 1 so layouts of one shape share runs."""
     return float(f"{x:.3g}")
 
 

@@ -133,21 +133,17 @@ def measure_alpha_beta(ranks: int, timeout: float = 60.0) -> Dict[str, float]:
 
 def measure_core_sharing(ranks: int, threads: int = 1, timeout: float = 120.0
                          ) -> List[Tuple[float, float]]:
-    """(w, factor) pairs: how much longer a compute chunk of w seconds followed by a wait
-    for every rank takes at ``ranks`` ranks than at one (``core_sharing``); the one-rank run
-    with ``threads`` BLAS threads, as each of the ranks gets."""
+    """``core_sharing``'s (w, factor) pairs at ``ranks`` ranks (the one-rank run with ``threads``
+    BLAS threads, as each rank gets)."""
     one = _run_json("core_sharing", 1, timeout, threads)["seconds"]
     many = _run_json("core_sharing", ranks, timeout)["seconds"]
     return slowdown_curve(one, many)
 
 
 def measure_here(ranks: int = 2, mpi: bool = True) -> ClusterSpec:
-    """This machine as a one-node cluster of ``ranks`` CPU ranks, measured now.
-
-    Peak FLOP/s is the measured numpy GEMM rate (so MFU is against that), no communication
-    overlap (the ranks share the cores that would compute meanwhile), and efficiency 1, or,
-    with more ranks than cores, 1 / the measured slowdown of synchronised work at ``ranks``
-    ranks (``core_sharing``; 2.2-2.4x for 4 ranks on 2 cores, where cores / p says 2x)."""
+    """This machine as a one-node cluster of ``ranks`` CPU ranks, measured now: peak FLOP/s the
+    measured GEMM rate, no overlap (ranks share the cores), efficiency 1 / the measured slowdown
+    of synchronised work when ranks outnumber cores (``core_sharing``)."""
     flops = measure_gemm_flops()
     ab = measure_alpha_beta(ranks) if mpi and ranks > 1 else {"alpha": ALPHA, "beta": BETA}
     flops = min(flops, ab.get("gemm_flops", flops))  # per rank, with every rank running

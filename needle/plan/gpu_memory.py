@@ -56,12 +56,8 @@ def _estimator_terms(spec: ModelSpec, mb: int, precision: str, optimizer: str, z
 
 
 def in_flight_microbatches(schedule: str, p: int, m: int, stage: int = 0) -> int:
-    """Microbatches whose activations ``stage`` of a p-stage pipeline holds at once.
-
-    GPipe runs every forward before any backward: m. 1F1B (Narayanan et al., sec. 2.2) lets
-    stage r run p - r forwards before its first backward, then one forward per backward:
-    min(p - r, m).
-    """
+    """Microbatches whose activations ``stage`` holds at once: m under GPipe, min(p - stage, m)
+    under 1F1B (Narayanan et al., sec. 2.2)."""
     if not 0 <= stage < p or m < 1:
         raise ValueError(f"stage must be in [0, {p}) and m >= 1, got stage {stage}, m {m}")
     return m if schedule == "gpipe" else min(p - stage, m)

@@ -1,8 +1,4 @@
-"""Data parallelism: replicas of the whole model, gradients averaged across ranks.
-
-``ddp.py`` (the strategies), ``buckets.py`` (gradient buckets), ``flat_layout.py`` (tensors as
-one padded flat vector), ``grad_hooks.py`` (backward hooks), ``replicas.py`` (equal replicas).
-"""
+"""Data parallelism: replicas of the whole model, gradients averaged across ranks."""
 from .buckets import Bucket, BucketReducer, assign_buckets
 from .ddp import DataParallelNaive, DistributedDataParallel
 from .flat_layout import FlatLayout

@@ -1,9 +1,5 @@
-"""Keeping model replicas in agreement: same shapes on every rank, rank 0's values everywhere.
-
-PyTorch's ``sync_module_states``: ``check_same_shapes`` raises the same error on every rank,
-``broadcast_tensors`` copies rank 0's values with one broadcast, ``replicate_from_rank0`` does
-both for a module.
-"""
+"""Keeping model replicas in agreement: same shapes on every rank (checked, the same error on
+every rank), then rank 0's values everywhere (PyTorch's ``sync_module_states``)."""
 from typing import Any, List, Sequence, Tuple
 
 import numpy as np

@@ -1,8 +1,5 @@
-"""All-to-all with uneven splits, as an autograd op (expert parallelism's dispatch and combine).
-
-The communicator's ``alltoall`` moves equal chunks, so chunks are padded to ``max_rows`` (known
-to all ranks from the sizes exchanged first); its gradient swaps send and receive counts.
-"""
+"""All-to-all with uneven splits, as an autograd op (expert parallelism's dispatch and combine):
+chunks padded to ``max_rows``; the gradient swaps send and receive counts."""
 from typing import Sequence, Union
 
 import numpy as np

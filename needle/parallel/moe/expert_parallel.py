@@ -1,10 +1,8 @@
 """Expert parallelism: the experts of an ``nn.MoE`` sharded across ranks, tokens sent to them.
 
-GShard (arXiv:2006.16668, sec. 2.2) and Switch (arXiv:2101.03961, sec. 2.2): route locally, an
-all-to-all *dispatches* tokens to their experts' ranks, a second *combines* the results back.
-The token counts are all-gathered first (with d_model and E, so a mismatched configuration is
-an error on every rank instead of a hang). Built with the same seed, router and experts are the
-serial ``nn.MoE``'s, so each rank's output equals ``nn.MoE`` on its tokens.
+GShard / Switch: an all-to-all *dispatches* tokens to their experts' ranks, a second *combines*
+the results. Counts are all-gathered first, with d_model and E, so a mismatched configuration
+fails on every rank. Built with the same seed, it equals the serial ``nn.MoE`` on each rank.
 """
 from typing import Any, Optional
 

@@ -1,8 +1,5 @@
-"""The worker role: ``pull`` parameters, compute gradients on local data, ``push`` them, ``clock``.
-
-``train_worker`` is that loop with fault injection: ``delay_factor`` makes a straggler (always,
-or on a random ``delay_probability`` of iterations), ``stop_after`` a silently crashed worker.
-"""
+"""The worker role: ``pull`` parameters, compute gradients, ``push`` them, ``clock``;
+``train_worker`` adds fault injection (a straggler, or a silently crashed worker)."""
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 

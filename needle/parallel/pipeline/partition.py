@@ -1,8 +1,5 @@
-"""Split an ``nn.Sequential`` into contiguous pipeline stages of balanced cost.
-
-GPipe (Huang et al., arXiv:1811.06965, sec. 2.2): the slowest stage sets the pace, so the
-split minimizing the largest stage cost (parameters or measured time) is found exactly by DP.
-"""
+"""Split an ``nn.Sequential`` into contiguous pipeline stages of balanced cost (GPipe, sec.
+2.2: the slowest stage sets the pace), exactly by dynamic programming."""
 import time
 from typing import Any, Callable, List, Optional, Sequence
 

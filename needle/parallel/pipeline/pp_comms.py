@@ -1,8 +1,5 @@
-"""Point-to-point messages between pipeline stages (Megatron's ``p2p_communication.py``).
-
-Activations go forward with tag 1, gradients backward with tag 2; sends are nonblocking (a
-stage computes while its output travels) and ``wait_all`` completes them at the step's end.
-"""
+"""Point-to-point messages between pipeline stages (Megatron's ``p2p_communication.py``):
+nonblocking sends, activations forward with tag 1, gradients backward with tag 2."""
 from typing import Any, List
 
 import numpy as np

@@ -1,9 +1,5 @@
-"""Predict a schedule's timeline: when each stage runs each action, and how long it idles.
-
-List scheduling over ``schedules.py``'s dependencies (plus ``comm_cost`` per message); with
-F = 1, B = 2 it gives the bubbles of Narayanan et al. (arXiv:2104.04473, sec. 2.2). A schedule
-that can never finish raises ``ScheduleDeadlockError`` instead of hanging.
-"""
+"""Predict a schedule's timeline by list scheduling over ``schedules.py``'s dependencies; a
+schedule that can never finish raises ``ScheduleDeadlockError`` instead of hanging."""
 from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from .schedules import Action
