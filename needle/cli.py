@@ -1,8 +1,5 @@
-"""What needle's commands share: bad input ends in one line on stderr and exit status 2.
-
-``Parser`` prints ``prog: error: what`` alone (not argparse's usage), once per job;
-``check_output_path`` refuses an unwritable output file before any work starts.
-"""
+"""What needle's commands share: bad input ends in one line on stderr and exit status 2, and an
+unwritable output file is refused before any work starts."""
 import argparse
 import os
 import sys

@@ -1,9 +1,5 @@
-"""Dynamic loss scaling (Micikevicius et al., arXiv:1710.03740, sec. 3.2); torch.cuda.amp's API.
-
-Multiplying the loss by S keeps small half-precision gradients from underflowing; they are
-divided by S before the step. A step with inf/nan gradients is skipped and S halved;
-``growth_interval`` clean steps in a row double it.
-"""
+"""Dynamic loss scaling (Micikevicius et al., arXiv:1710.03740, sec. 3.2); torch.cuda.amp's API:
+a step with inf/nan gradients is skipped and the scale halved; clean steps grow it back."""
 from typing import Any, Dict, List, Optional
 
 from ..autograd import Tensor

@@ -1,9 +1,5 @@
-"""needle's CUDA backend on CuPy: kernels in ``kernels/*.cu``, primitives, fused ops.
-
-Importing it registers the ``"cuda"`` device kind with ``needle.backend_ndarray`` (which never
-imports this package) without importing CuPy: the first ``ndl.cuda()`` does. Without a GPU,
-``NEEDLE_CUDA_EMULATOR=1`` runs it on the CPU (README, "CUDA without a GPU").
-"""
+"""needle's CUDA backend on CuPy. Importing it registers the ``"cuda"`` device kind; the first
+``ndl.cuda()`` imports CuPy. ``NEEDLE_CUDA_EMULATOR=1`` runs it without a GPU (README)."""
 from typing import Any, Dict, Optional
 
 from ..backend_ndarray.device import register_device_kind

@@ -1,9 +1,5 @@
 """Compile every kernel source through NVRTC, with no GPU and no CuPy (used by CI).
-
-NVRTC and the fp16/bf16 headers come from the pip wheels ``nvidia-cuda-nvrtc-cu12`` and
-``nvidia-cuda-runtime-cu12``, loaded with ctypes. Templated kernels are instantiated for every
-dtype, so a type error in the half or bfloat16 path fails too.
-"""
+NVRTC and headers come from the ``nvidia-cuda-*-cu12`` wheels; templates for every dtype."""
 import argparse
 import ctypes
 import glob

@@ -1,9 +1,5 @@
-"""Fused GPU kernels as optional backend primitives, on flat ``Array`` buffers.
-
-``needle.backend_ndarray.fused_ops`` calls them when present, else composes the same operation
-from NDArray ops. Buffers are compact and of one floating dtype unless said otherwise; CuPy is
-imported when a kernel runs, so the NumPy reference below works without it.
-"""
+"""Fused GPU kernels as optional backend primitives on compact flat buffers;
+``backend_ndarray.fused_ops`` falls back to composed ops where a device lacks them."""
 import math
 from typing import Any
 

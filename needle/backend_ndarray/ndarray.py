@@ -1,8 +1,5 @@
-"""NDArray: an n-dimensional strided view over a flat device buffer.
-
-All shape, stride and view logic lives here; a backend supplies only the named primitives over
-flat buffers. Views share the buffer and change (shape, strides, offset), in elements.
-"""
+"""NDArray: an n-dimensional strided view over a flat device buffer. Shape, stride and view
+logic lives here; a backend supplies only the named primitives. Strides are in elements."""
 import math
 import operator
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union

@@ -1,9 +1,5 @@
 """Step 2 of ``needle.compile``: can a recording be replayed, and where do its inputs live?
-
-No array the function computed may stay referenced except by its results or as an object's
-tensor attribute (state, such as BatchNorm's running mean: a replay stores the new value there
-too). Each buffer read from outside gets a role (argument, leaf, attribute) for the next call.
-"""
+Arrays the function computed may stay referenced only by its results or as object state."""
 import gc
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 

@@ -1,9 +1,5 @@
-"""``needle.compile(module)``: a module whose calls are compiled and which trains as the module.
-
-Like ``torch.compile(module)``'s ``OptimizedModule``: calls go through a ``CompiledFunction``,
-everything else is the module's own. The guard includes every submodule's ``training`` flag, so
-``train()`` and ``eval()`` switch between two plans.
-"""
+"""``needle.compile(module)``: like ``torch.compile``'s ``OptimizedModule``, calls are compiled
+(guarded by every submodule's ``training`` flag) and everything else is the module's own."""
 from typing import Any, Callable
 
 

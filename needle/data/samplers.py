@@ -1,9 +1,5 @@
-"""Samplers: which dataset indices a DataLoader visits, and in what order.
-
-``DistributedSampler`` is PyTorch's: one permutation per epoch from ``seed + epoch`` (the same
-on every rank), padded to divide evenly (or cut with ``drop_last``), dealt round-robin. The
-sampler is *told* its rank; it never asks MPI.
-"""
+"""Samplers: which dataset indices a DataLoader visits, and in what order. ``DistributedSampler``
+is PyTorch's; it is *told* its rank, it never asks MPI."""
 import math
 from typing import Any, Iterator, Sized
 

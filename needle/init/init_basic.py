@@ -1,8 +1,5 @@
-"""Basic tensor constructors: random, constant and one-hot tensors on any device.
-
-Random draws come from the device's ``rand``/``randn``, which use NumPy's *global* RNG, so
-``np.random.seed(s)`` makes every initializer reproducible exactly as in the course.
-"""
+"""Basic tensor constructors: random, constant and one-hot tensors on any device. Random draws
+use NumPy's *global* RNG, so ``np.random.seed(s)`` reproduces the course's values."""
 from typing import Any, Optional
 
 import numpy as np

@@ -1,8 +1,5 @@
-"""Weight initializers: Xavier/Glorot (AISTATS 2010) and Kaiming/He (arXiv:1502.01852).
-
-The tensor has shape ``(fan_in, fan_out)`` unless ``shape`` is given; for a convolution kernel
-``(K, K, C_in, C_out)`` the caller passes ``fan_in = K*K*C_in`` (as the course's hw4 does).
-"""
+"""Weight initializers: Xavier/Glorot (AISTATS 2010) and Kaiming/He (arXiv:1502.01852) on
+``(fan_in, fan_out)``; a conv kernel (K, K, C_in, C_out) passes ``fan_in = K*K*C_in``."""
 import math
 from typing import Any, Optional, Tuple
 

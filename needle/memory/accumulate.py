@@ -1,9 +1,5 @@
-"""Gradient accumulation: k micro-batches, one optimizer step, the full batch's gradient.
-
-grad(mean loss over B) = sum_i (b_i / B) grad(mean loss over micro-batch i), with one
-micro-batch's activations alive at a time. needle's ``backward`` *overwrites* ``.grad`` (course
-semantics), so the sum is kept in a buffer per parameter and written to ``.grad`` before the step.
-"""
+"""Gradient accumulation: k micro-batches, one step, the full batch's gradient (each loss
+weighted b_i / B). ``backward`` overwrites ``.grad`` (course semantics): the sum is kept aside."""
 from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple
 
 from ..autograd import Tensor, no_grad

@@ -1,9 +1,5 @@
-"""Learning-rate schedules: each is a pure function of the step count, applied by ``step()``.
-
-A schedule reads the optimizer's lr at construction as ``base_lr``; ``step()`` advances the
-count and writes ``optimizer.lr``. Schedules compose: ``LinearWarmup(opt, 100,
-after=CosineAnnealing(opt, 1000))`` warms up for 100 steps, then follows the cosine.
-"""
+"""Learning-rate schedules: pure functions of the step count; ``step()`` writes ``optimizer.lr``.
+They compose: ``LinearWarmup(opt, 100, after=CosineAnnealing(opt, 1000))``."""
 import math
 from typing import Any, Dict, Optional
 

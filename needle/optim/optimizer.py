@@ -1,8 +1,5 @@
-"""Optimizers: SGD with momentum, Adam and AdamW, following the course's update rules.
-
-A step rebinds ``param.cached_data`` and builds no graph. Parameters are deduplicated by
-identity (a tied weight is updated once); one without ``.grad`` is skipped and gets no state.
-"""
+"""Optimizers: SGD with momentum, Adam and AdamW, following the course's update rules. Steps
+build no graph; tied weights update once; parameters without ``.grad`` are skipped."""
 import functools
 import math
 from typing import Any, Callable, Dict, Iterable, List

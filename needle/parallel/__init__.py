@@ -1,9 +1,5 @@
 """Distributed needle: a communicator written from scratch, and the strategies built on it.
-
-``communicator.create()`` under mpiexec, ``virtual.run(4, fn, *args)`` in-process; every strategy
-is handed its ``comm``. Importing this package does not start MPI; ``create()`` does, and under
-mpiexec installs ``comm.faults.install_exit_guard`` (a rank ending before MPI starts ends the job).
-"""
+Importing does not start MPI: ``communicator.create()`` does (and installs the exit guard)."""
 from . import virtual
 from .comm import communicator
 from .comm.communicator import Communicator, create

@@ -1,9 +1,5 @@
-"""Which device each rank computes on: its index on its node, modulo the node's GPUs.
-
-As ``torchrun``'s ``LOCAL_RANK``: from the launcher's environment, else MPI's shared-memory
-split. An application asks once, at start-up, and tells its layers the device; no layer asks
-MPI. Collectives stage device tensors through the host (``comm/convert.py``).
-"""
+"""Which device each rank computes on: its index on its node (as ``torchrun``'s ``LOCAL_RANK``),
+modulo the node's GPUs. An application asks once and tells its layers; no layer asks MPI."""
 import os
 from typing import Any, Optional
 

@@ -1,9 +1,5 @@
-"""MPI host files (``host``, ``host:slots`` or ``host slots=N`` per line, ``#`` comments),
-checked before mpiexec.
-
-MPICH's hydra trusts the file (``localhost:-2`` spins at 100% CPU for ever, ``localhost:0`` ends
-the job with status 248 and no message), so ``parse`` refuses such a line by number first.
-"""
+"""MPI host files (``host``, ``host:slots``, ``host slots=N``; ``#`` comments), checked before
+mpiexec: MPICH's hydra spins for ever on ``localhost:-2`` and fails silently on ``localhost:0``."""
 import re
 from typing import Dict, List, Tuple
 

@@ -1,8 +1,7 @@
 """A parallel layer's input checks: the serial layer's refusals, on every rank, before a message.
 
-A bad input seen by one rank only would otherwise fail inside a collective, hang the others, or
-(vocabulary-parallel loss and embedding: an index no rank owns contributes zero) pass silently.
-Each error names the layer, this rank and the bad value.
+A bad input seen by one rank would otherwise hang the others in a collective, or pass silently
+(an index no rank owns embeds to zero). Each error names the layer, this rank and the value.
 """
 from typing import Any, Optional, Tuple
 

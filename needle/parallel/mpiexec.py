@@ -1,9 +1,5 @@
-"""Finding ``mpiexec`` and building its command line: the one place needle starts ranks.
-
-Used by the launcher (``python -m needle.parallel.launch``), the planner's measurements
-(``python -m needle.plan --cluster here``), the benchmarks and the tests' mpiexec helpers.
-A host file is checked (``hostfile.parse``) before mpiexec ever sees it.
-"""
+"""Finding ``mpiexec`` and building its command line: the one place needle starts ranks (the
+launcher, the planner, benchmarks and tests); host files are checked before mpiexec sees them."""
 import os
 import shutil
 import sys

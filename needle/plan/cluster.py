@@ -1,9 +1,5 @@
-"""Where it is trained: nodes x GPUs per node, memory, peak FLOP/s, and the links' alpha and beta.
-
-Presets are the vendors' datasheet figures (DGX A100, DGX H100) with typical NCCL latencies.
-``measure_here(n)`` measures this machine instead (GEMM FLOP/s and an MPI ping-pong fitted by
-``CostModel.fit``) with the workers in ``tools/measure/``, so ``--cluster here`` needs a clone.
-"""
+"""Where it is trained: nodes x GPUs per node, memory, peak FLOP/s, and the links' alpha and beta:
+datasheet presets, or ``measure_here`` (workers in ``tools/measure/``: needs a clone)."""
 import json
 import os
 import subprocess

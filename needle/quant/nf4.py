@@ -1,9 +1,5 @@
-"""NF4: 4-bit NormalFloat weights with block-wise absmax scales (QLoRA's storage format).
-
-Dettmers et al., arXiv:2305.14314, sec. 3: codes in blocks of 64 with one absmax scale each,
-scales double-quantized in blocks of 256 (linear int8 here, arXiv:2110.02861, not the paper's
-FP8). ``NF4MatMul`` dequantizes in its forward and its gradient, so no full W outlives an op.
-"""
+"""NF4: QLoRA's 4-bit NormalFloat weights (arXiv:2305.14314, sec. 3), blocks of 64 with absmax
+scales double-quantized to int8; ``NF4MatMul`` dequantizes inside forward and gradient only."""
 from statistics import NormalDist
 from typing import Any, Optional, Tuple
 

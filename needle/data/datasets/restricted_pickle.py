@@ -1,9 +1,5 @@
-"""Unpickle data files without trusting them: only plain types and numpy arrays, bounded size.
-
-A pickle is a program: ``RestrictedUnpickler`` allows only what rebuilds a plain numpy array,
-and ``safe_unpickle`` caps the file size and refuses a container reached twice (how a 1 kB
-pickle becomes a million references) or more nodes than the file has bytes.
-"""
+"""Unpickle data files without trusting them (a pickle is a program): only plain numpy arrays,
+a capped size, and no shared references or more nodes than bytes (a 1 kB pickle bomb)."""
 import io
 import os
 import pickle

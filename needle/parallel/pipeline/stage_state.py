@@ -1,9 +1,5 @@
 """Checkpoints that change the pipeline layout: save at pp=p, load at any pp=q (pp=1 included).
-
-Stage s writes ``stage<s>.ndl`` with its layers under their *global* index, then rank 0 writes
-``pipeline.json`` (``manifest.py``) naming each file, its checksum and layer range. A load reads
-only the files that manifest names, so files left from a save at another pp are never mixed in.
-"""
+Layers are saved under their *global* index; ``pipeline.json`` (``manifest.py``) names the files."""
 import os
 from typing import Any, Dict
 
