@@ -1,10 +1,5 @@
-"""Which array a Tensor's data is: needle's strided NDArray (``nd``) or a NumPy array (``np``).
-
-The course's order: hw1 and hw2 run on NumPy arrays (``NEEDLE_BACKEND=np``), hw3 on the NDArray
-(``nd``, the default). Every op is written once: in ``np`` mode a Tensor holds a
-``backend_numpy.NumpyArray``, an ``np.ndarray`` with the few NDArray methods ops call. A list of
-floats is float64 in ``np`` mode, float32 in ``nd`` (README, "Dtypes").
-"""
+"""Which array a Tensor's data is: needle's NDArray (``nd``, the default, hw3 on) or a NumPy
+array (``NEEDLE_BACKEND=np``, hw1 and hw2). Ops are written once for both (README, "Dtypes")."""
 import contextlib
 import os
 from typing import Iterator

@@ -1,10 +1,5 @@
-"""The CUDA backend's ``fused_elementwise``: a CuPy ElementwiseKernel from the same expression.
-
-Each statement of the CPU primitive's list (``backend_ndarray/kernel_expr.py``) becomes one line
-of CUDA C (``auto t0 = (x0 - x1);``); CuPy indexes the strided views. A reduction runs the kernel
-into a scratch and reduces it over the middle axis, as the CPU does. ``standalone_source`` is the
-same body as a plain ``__global__`` kernel, which CI compiles with NVRTC.
-"""
+"""The CUDA backend's ``fused_elementwise``: the same statements (``kernel_expr.py``) as one
+line of CUDA C each in a CuPy ElementwiseKernel; ``standalone_source`` is CI's NVRTC version."""
 import ast
 import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple, cast

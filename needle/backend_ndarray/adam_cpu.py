@@ -1,10 +1,5 @@
-"""The CPU backend's optional ``adam_update`` primitive: one Adam/AdamW step in one pass.
-
-``adam.cu``'s step as a numba loop: each element of p, g, m, v is read once and p, m, v written
-once, where the composed version makes about ten passes with a temporary each (figures:
-benchmarks/README.md, Graph compilation). Offered only where numba is installed (``AVAILABLE``,
-imported on the first call). float16/bfloat16 parameters step as a float32 copy, rounded back.
-"""
+"""The CPU backend's optional ``adam_update`` primitive: ``adam.cu``'s step as a numba loop, one
+pass where composed ops make ten (benchmarks/README.md); offered where numba is installed."""
 import importlib.util
 from typing import Any, Callable, Optional
 

@@ -1,10 +1,5 @@
-"""Zero-copy exchange of NDArrays with CuPy, NumPy (CPU side) and PyTorch through DLPack.
-
-``NDArray.__dlpack__`` makes an NDArray a DLPack producer (``torch.from_dlpack(a)``);
-``to_dlpack(a)`` is a CuPy or NumPy *view* of its memory; ``from_dlpack(obj)`` wraps any
-producer. bfloat16 travels as uint16 bits through NumPy (no bfloat16 in its DLPack): ``export``
-marks the capsule kDLBfloat again and ``to_torch`` reinterprets the bits. See docs/dtypes.md.
-"""
+"""Zero-copy exchange of NDArrays with CuPy, NumPy and PyTorch through DLPack (docs/dtypes.md).
+bfloat16 travels as uint16 bits, marked kDLBfloat again by ``export``."""
 import ctypes
 from typing import Any, Optional, Tuple
 

@@ -1,10 +1,5 @@
-"""Fused array operations: one device primitive where the device offers it, else composed ops.
-
-Each operation is written first as the naive composition of NDArray operations (``*_naive``:
-every device runs them, and the fused kernels are tested against them). A device offering the
-optional primitive (CUDA: ``backend_cuda/fused_ops_cuda.py``; CPU: ``adam_update`` with numba)
-runs one kernel instead. Ops, layers and optimizers call the functions here, never a backend.
-"""
+"""Fused array operations: one device primitive where the device offers it, else the naive
+composition (``*_naive``, what kernels are tested against). Callers never name a backend."""
 import math
 from typing import Any, Optional, Tuple
 

@@ -1,9 +1,5 @@
-"""A compiled plan: the fused tape replayed on fresh inputs, and its readable dump.
-
-Buffers are *dynamic* (inputs, read from their tensors each call, and outputs, fresh each call
-so a result the caller keeps is never overwritten), *static* (intermediates, allocated once
-and reused) or *dead* (inlined by fusion: never allocated).
-"""
+"""A compiled plan: the fused tape replayed on fresh inputs, and its readable dump. Outputs are
+fresh each call (a kept result is never overwritten); intermediates are allocated once."""
 import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 

@@ -1,10 +1,5 @@
-"""Every layout worth predicting for a model, a set-up and a cluster, and why others are out.
-
-The grid: tp in powers of two up to a node (larger is rejected: "TP across nodes"), pp over the
-divisors of the layer count, dp the rest; ZeRO 0-3 (0-1 with pp > 1, as DeepSpeed); sequence
-parallel with tp; the three schedules with pp; recomputation none / selective / full;
-microbatches 1, 2, 4, 8; optimizer offload with ZeRO-1/2.
-"""
+"""Every layout worth predicting for a model, a set-up and a cluster, and why others are out
+(tp within a node, pp dividing the layers, ZeRO 0-1 with pp > 1 as DeepSpeed)."""
 from typing import Iterator, List, Optional, Tuple
 
 from ..parallel.pipeline.schedules import SCHEDULES

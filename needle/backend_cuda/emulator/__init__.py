@@ -1,8 +1,5 @@
-"""CUDA on the CPU: the backend's own ``.cu`` kernels, built with the host C++ compiler.
-
-See README, "CUDA without a GPU". ``cupy_module(name)`` is the one switch: the backend imports
-CuPy (and ``cupyx``, cuBLAS) through it, so the code path is the one a GPU runs.
-"""
+"""CUDA on the CPU (README, "CUDA without a GPU"). ``cupy_module(name)`` is the one switch: the
+backend imports CuPy, ``cupyx`` and cuBLAS through it, so its code path is a GPU's."""
 import functools
 import importlib
 import os

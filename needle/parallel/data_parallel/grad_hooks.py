@@ -1,7 +1,5 @@
-"""Reduce while backward runs: a hook per gradient, and one callback when backward ends.
-
-Li et al., "PyTorch Distributed" (VLDB 2020), sec. 3.2.3; written once for DDP, ZeRO-2 and FSDP.
-"""
+"""Reduce while backward runs: a hook per gradient, and one callback when backward ends
+(Li et al., VLDB 2020, sec. 3.2.3); written once for DDP, ZeRO-2 and FSDP."""
 from typing import Callable, Iterable
 
 from ... import autograd

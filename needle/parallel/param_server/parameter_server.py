@@ -1,10 +1,5 @@
-"""A parameter server: the first rank(s) serve parameters and apply the optimizer, the others
-compute gradients; the lecture's interface, ``ps.push(key, grad)`` and ``ps.pull(key)``.
-
-Li et al. (OSDI 2014). Ranks ``0 .. num_servers - 1`` are servers, the rest workers; keys are
-dealt round-robin to the servers. Under BSP with SGD, W workers pushing their slices' mean
-gradients take the synchronous step of one process on the concatenated batch.
-"""
+"""A parameter server (Li et al., OSDI 2014): the first rank(s) serve parameters and apply the
+optimizer, the others push gradients and pull parameters; keys dealt round-robin to servers."""
 import atexit
 import sys
 from typing import Any, Dict, List, Optional

@@ -1,10 +1,5 @@
-"""The server role: hold a shard of the parameters (by key), apply the optimizer to pushed
-gradients, and answer pulls when the consistency model allows (``consistency.py``).
-
-A pull that would read too fresh a clock waits until the slowest worker catches up. Every
-grant, update and failure is logged (``ServerEvent``), so tests check the staleness bound from
-what happened. A worker silent for ``timeout`` seconds while others wait is presumed dead.
-"""
+"""The server role: apply pushed gradients to its keys and answer pulls when the consistency
+model allows; everything is logged (``ServerEvent``), so tests check staleness from the log."""
 import time
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 

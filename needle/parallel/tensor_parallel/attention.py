@@ -1,10 +1,5 @@
-"""Self-attention with its heads split across the tensor-parallel ranks.
-
-Megatron-LM (arXiv:1909.08053, sec. 3, Fig. 3b): Q, K, V column-parallel (rank r owns heads
-[r*nh/p, (r+1)*nh/p)), the output projection row-parallel. Mirrors ``nn.AttentionLayer``
-parameter for parameter; its three LayerNorm outputs are stacked to pass ONE ``f`` (or one
-sequence all-gather), so the layer communicates once in each direction.
-"""
+"""Self-attention with its heads split across the tensor-parallel ranks (Megatron-LM, Fig. 3b),
+mirroring ``nn.AttentionLayer``; its three LayerNorm outputs pass ONE ``f`` each way."""
 from typing import Any, Dict, Optional
 
 from ... import ops

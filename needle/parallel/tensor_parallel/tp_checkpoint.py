@@ -1,10 +1,5 @@
-"""Checkpoints that change the tensor-parallel layout: save at tp=p, load at any tp=q.
-
-Each sharded parameter records the axis of the serial weight it slices (``tp_axis``). Gathered:
-``gather_state_dict`` writes the serial layout, ``load_full_state_dict`` slices it. Sharded:
-``save_sharded`` writes a file per rank and rank 0's ``index.json`` (``manifest.py``) last;
-``load_sharded`` rebuilds one full weight at a time from the old shards and keeps its slice.
-"""
+"""Checkpoints that change the tensor-parallel layout: save at tp=p, load at any tp=q, gathered
+(the serial layout) or sharded with an index (``manifest.py``), one full weight at a time."""
 import os
 from typing import Any, Dict, List, Optional
 

@@ -1,10 +1,5 @@
-"""Megatron's MLP and transformer layer, tensor-parallel with optional sequence parallelism.
-
-Shoeybi et al., arXiv:1909.08053, sec. 3: column- then row-parallel Linear, two allreduces per
-layer each way; with ``sequence_parallel=True`` (arXiv:2205.05198, sec. 4.2.2) they become an
-all-gather and a reduce-scatter and activations outside the cores shrink by p.
-``ParallelTransformerBlock`` mirrors ``nn.TransformerLayer`` (dropout 0) parameter for parameter.
-"""
+"""Megatron's MLP and transformer layer, tensor-parallel with optional sequence parallelism;
+``ParallelTransformerBlock`` mirrors ``nn.TransformerLayer`` (dropout 0) parameter for parameter."""
 from typing import Any, Dict, Optional
 
 from ...autograd import Tensor

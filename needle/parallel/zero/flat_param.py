@@ -1,10 +1,5 @@
-"""A flat parameter: the parameters of one FSDP unit kept as this rank's 1/N of one flat vector.
-
-Zhao et al., "PyTorch FSDP" (VLDB 2023), sec. 3.2. ``gather`` allgathers the shards and points
-every parameter at its slice (cast to the compute dtype); ``free`` points them at a one-NaN
-placeholder, so full parameters exist only between a gather and the next free. Gradients are
-reduce-scattered with the same layout, so the received row lines up with the shard.
-"""
+"""A flat parameter: an FSDP unit's parameters as this rank's 1/N of one flat vector (FSDP, sec.
+3.2); full parameters exist only between ``gather`` and the next ``free``."""
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np

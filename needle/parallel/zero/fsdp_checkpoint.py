@@ -1,10 +1,5 @@
-"""FSDP checkpoints: a full state dict any plain model loads, and sharded per-rank files.
-
-``save_sharded`` writes each rank's shards to ``shard-<r>-of-<N>.ndl`` and rank 0's
-``index.json`` (``manifest.py``) last; ``load_sharded`` checks the index against the files'
-checksums, the model and the job size: a sharded checkpoint reloads on the same world size
-(change it through the full state dict).
-"""
+"""FSDP checkpoints: a full state dict any plain model loads, and sharded per-rank files with an
+index (``manifest.py``) that reload on the same world size."""
 import os
 from typing import Any, Dict, List
 

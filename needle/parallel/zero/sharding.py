@@ -1,10 +1,5 @@
-"""Which rank owns which elements: the shard arithmetic of ZeRO and FSDP, as pure functions.
-
-Rajbhandari et al., "ZeRO" (SC 2020), sec. 5, cut bucket by bucket so that gradients can be
-reduce-scattered a bucket at a time: rank r owns ``[r cols, (r + 1) cols)`` of a bucket padded
-to ``N * cols``; a parameter straddling that range gives rank r a *piece* (a contiguous run of
-its flattened elements).
-"""
+"""Which rank owns which elements (ZeRO, sec. 5), bucket by bucket: rank r owns
+``[r cols, (r + 1) cols)`` of a padded bucket, and a *piece* of each parameter straddling it."""
 from typing import List, NamedTuple, Sequence
 
 from ..data_parallel.flat_layout import chunk_cols
