@@ -1,5 +1,4 @@
-"""``python -m needle.plan``: rank the ways to train a model on a cluster (README, "Which
-parallelism?")."""
+"""``python -m needle.plan``: rank the ways to train a model on a cluster (README has examples)."""
 import argparse
 import json
 import sys
@@ -16,9 +15,7 @@ from .rank import plan
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = Parser(prog="python -m needle.plan",
-                                 description=__doc__.split("\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = Parser(prog="python -m needle.plan", description=__doc__.split("\n")[0])
     ap.add_argument("--model", help=f"a preset: {', '.join(models.PRESETS)}")
     ap.add_argument("--params", type=float, help="only a parameter count (model states only)")
     for name in ("layers", "hidden", "heads", "seq", "vocab"):
