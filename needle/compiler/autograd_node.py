@@ -61,8 +61,7 @@ def node_outputs(op: CompiledGraph, inputs: Sequence[Tensor], datas: List[NDArra
 
 
 def wants_graph(result: Any, trace: Trace) -> bool:
-    """True when grad mode is on, a result requires a gradient, and the function did not call
-    ``backward`` itself."""
+    """True when grad is on, a result needs a gradient, and ``fn`` did not call ``backward``."""
     tensors: List[Tensor] = []
     flatten(result, tensors)
     if not is_grad_enabled() or not any(t.requires_grad for t in tensors):

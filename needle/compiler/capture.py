@@ -52,8 +52,7 @@ def _view(a: tuple, spec: ViewSpec) -> View:
 
 
 def access(name: str, a: tuple) -> Tuple[List[Tuple[int, View]], int, bool]:
-    """(reads, write, partial) of primitive ``name`` called with ``a`` (buffers as Buf), as
-    ``primitives.py`` declares them."""
+    """(reads, write, partial) of primitive ``name`` on ``a``, as ``primitives.py`` declares."""
     p = primitives.lookup(name)
     if p is None or p.opaque:
         # a device's fused kernels: every buffer is read and may be written

@@ -133,8 +133,7 @@ class CompiledFunction:
 
     # ------------------------------------------------------------------ recording
     def _record(self, entry: _Entry, args: tuple) -> Any:
-        """Run ``fn`` eagerly while recording it: trace, check, and build a plan when the
-        recording can be replayed (and equals the previous one)."""
+        """Run ``fn`` eagerly under a recorder; build a plan once a recording can be replayed."""
         device = self._device(args)
         if device is None:
             entry.eager_reason = "tensor arguments on several devices"
@@ -300,8 +299,7 @@ class CompiledFunction:
 
 def compile(fn: Optional[Callable] = None, *, fusion: bool = True, fallback: bool = True,
             debug: bool = False) -> Any:
-    """Compile ``fn`` (also as ``@compile`` or ``@compile(debug=True)``); a module gives a
-    ``CompiledModule``."""
+    """Compile ``fn`` (or ``@compile(debug=True)``); a module gives a ``CompiledModule``."""
     if fn is None:
         return lambda f: compile(f, fusion=fusion, fallback=fallback, debug=debug)
 

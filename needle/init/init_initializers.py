@@ -41,8 +41,7 @@ def _fans(fan_in: Optional[int], fan_out: Optional[int],
 
 def xavier_uniform(fan_in: int, fan_out: int, gain: float = 1.0,
                    shape: Optional[Tuple[int, ...]] = None, **kwargs: Any) -> Tensor:
-    """U(-a, a) with a = gain * sqrt(6 / (fan_in + fan_out)) (Glorot & Bengio, 2010), drawn
-    with ``rand``."""
+    """U(-a, a), a = gain * sqrt(6 / (fan_in + fan_out)) (Glorot & Bengio, 2010)."""
     fan_in, fan_out, shape = _fans(fan_in, fan_out, shape)
     ### BEGIN YOUR SOLUTION (hw2.init.fan)
     a = gain * math.sqrt(6.0 / (fan_in + fan_out))
@@ -52,8 +51,7 @@ def xavier_uniform(fan_in: int, fan_out: int, gain: float = 1.0,
 
 def xavier_normal(fan_in: int, fan_out: int, gain: float = 1.0,
                   shape: Optional[Tuple[int, ...]] = None, **kwargs: Any) -> Tensor:
-    """N(0, std^2) with std = gain * sqrt(2 / (fan_in + fan_out)) (Glorot & Bengio, 2010),
-    drawn with ``randn``."""
+    """N(0, std^2), std = gain * sqrt(2 / (fan_in + fan_out)) (Glorot & Bengio, 2010)."""
     fan_in, fan_out, shape = _fans(fan_in, fan_out, shape)
     ### BEGIN YOUR SOLUTION (hw2.init.fan)
     std = gain * math.sqrt(2.0 / (fan_in + fan_out))

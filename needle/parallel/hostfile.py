@@ -36,8 +36,7 @@ def parse(path: str) -> List[Tuple[str, int]]:
 
 
 def parse_line(text: str, where: str) -> Tuple[str, int]:
-    """``host`` (one slot), ``host:slots`` (MPICH) or ``host slots=N`` (Open MPI), with
-    1 <= slots <= MAX_SLOTS."""
+    """``host``, ``host:slots`` or ``host slots=N``, with 1 <= slots <= MAX_SLOTS."""
     words = text.split()
     if len(words) == 2 and words[1].startswith("slots=") and ":" not in words[0]:
         host, sep, count = words[0], "=", words[1][len("slots="):]

@@ -36,8 +36,7 @@ Wrap = Callable[[List[str]], List[str]]  # mpiexec's command line -> the one to 
 
 
 def build_command(argv: Optional[List[str]] = None, wrap: Optional[Wrap] = None) -> List[str]:
-    """The mpiexec command line for the launcher's arguments (``wrap``: rewrites mpiexec's
-    own part, before the program)."""
+    """The mpiexec command line for the launcher's arguments (``wrap`` rewrites mpiexec's part)."""
     parser = argparse.ArgumentParser(prog="python -m needle.parallel.launch",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("-n", "--nproc", type=int, default=2, help="number of ranks")
@@ -224,8 +223,7 @@ def consequence(status: dict) -> bool:
 
 
 def first_failure(folder: Path) -> Optional[str]:
-    """The report on the rank that failed first (how it ended and its last stderr lines), and
-    on any rank that exited cleanly before it, mid-job."""
+    """The report on the rank that failed first, and on ranks that exited cleanly before it."""
     reports = _reports(folder)
     failed = [r for r in reports if "exception" in r[2] or r[2]["returncode"] != 0
               or r[2].get("no_exit")]

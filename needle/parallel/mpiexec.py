@@ -24,8 +24,7 @@ def find() -> str:
 
 def command(nproc: int, hostfile_path: Optional[str] = None,
             exe: Optional[str] = None) -> List[str]:
-    """``mpiexec -n nproc [-f hostfile]`` (the program follows); a bad host file raises
-    ``hostfile.HostfileError`` naming its line, before anything starts."""
+    """``mpiexec -n nproc [-f hostfile]``; a bad host file raises naming its line."""
     if nproc < 1:  # mpiexec -n 0 (or -3) quietly runs one rank
         raise ValueError(f"mpiexec needs at least 1 rank, not {nproc}")
     if hostfile_path is not None:

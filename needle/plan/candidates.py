@@ -37,8 +37,7 @@ def check_layout(spec: ModelSpec, lay: Layout, setup: Setup, cluster: ClusterSpe
 
 
 def _check_transformer_layout(spec: ModelSpec, lay: Layout, setup: Setup) -> None:
-    """The rules a transformer adds: tp divides heads, pp x chunks divides layers, interleaved
-    m a multiple of pp."""
+    """tp divides heads, pp x chunks divides layers, and interleaved m is a multiple of pp."""
     if spec.heads % lay.tp:
         raise ValueError(f"tp={lay.tp} must divide heads={spec.heads}")
     if spec.layers % (lay.pp * lay.chunks):
@@ -60,8 +59,7 @@ def _model_grid(spec: ModelSpec, gpus: int, gpn: int) -> Iterator[Tuple[int, int
 
 
 def _schedules() -> List[str]:
-    """The pipeline's schedules, the default first (of equally good layouts, the ranking keeps
-    the first)."""
+    """The pipeline's schedules, the default first (ties in the ranking keep the first)."""
     return sorted(SCHEDULES, key=lambda name: name != Layout.schedule)
 
 

@@ -51,8 +51,7 @@ def check_level() -> str:
 
 
 def block_seed(level: str) -> int:
-    """The seed of the block order: ``$NEEDLE_CUDA_EMULATOR_SEED``, else 1 in full mode, else 0
-    (the grid's order)."""
+    """The block order's seed: ``$NEEDLE_CUDA_EMULATOR_SEED``, else 1 in full mode, else 0."""
     raw = os.environ.get(SEED_ENV, "").strip()
     if not raw:
         return 1 if level == "full" else 0

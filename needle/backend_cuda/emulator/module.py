@@ -296,8 +296,7 @@ def load_module(code: str, name_expressions: Sequence[str], options: Sequence[st
 
 
 def source_name(code: str) -> str:
-    """A name for ``code`` in messages: the path of its kernels/*.cu file (so sanitizer reports
-    and memory errors point at a file that exists), or its first kernel's name."""
+    """A name for ``code`` in messages: its kernels/*.cu path, else its first kernel's name."""
     from .. import kernel_specs
     for f in kernel_specs.KERNEL_FILES:
         try:

@@ -47,8 +47,7 @@ def sanitizer_env(mode: str, base: Optional[Dict[str, str]] = None,
 
 def run_pytest(mode: str, pytest_args: Sequence[str], timeout: float = 1800,
                cwd: Optional[str] = None) -> subprocess.CompletedProcess:
-    """``python -m pytest pytest_args`` in a child process under the ``mode`` sanitizer; the
-    sanitizer's reports are appended to the result's stderr."""
+    """``python -m pytest`` under the ``mode`` sanitizer, its reports appended to stderr."""
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args]
     with tempfile.TemporaryDirectory(prefix="needle-sanitize-") as logs:
         log_path = os.path.join(logs, mode)

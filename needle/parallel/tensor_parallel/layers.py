@@ -194,8 +194,7 @@ class VocabParallelEmbedding(Module):
 
 
 def allreduce_sequence_parallel_grads(module: Module, comm: Comm) -> None:
-    """Sum, over the tensor-parallel group, the gradients of parameters marked
-    ``sequence_parallel`` (they saw only this rank's slice of the sequence)."""
+    """Sum over the tp group the gradients of parameters marked ``sequence_parallel``."""
     for p in module.parameters():
         if getattr(p, "sequence_parallel", False) and p.grad is not None:
             total = comm.allreduce(p.grad.numpy(), label="sp.param_grads")

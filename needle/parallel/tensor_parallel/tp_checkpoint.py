@@ -61,8 +61,7 @@ def save_sharded(module: Module, comm: Comm, directory: str) -> None:
 
 
 def load_sharded(module: Module, comm: Comm, directory: str) -> None:
-    """Load a ``save_sharded`` checkpoint written at any tp into this rank's new shards (the
-    index's tp may differ from this job's; its pp and dp must be 1)."""
+    """Load a ``save_sharded`` checkpoint of any tp into this rank's shards (pp, dp must be 1)."""
     who = f"load_sharded (tensor parallel, rank {comm.rank})"
     index = manifest.read(directory, "index.json", KIND, who, {"pp": 1, "dp": 1})
     shards = [manifest.load(directory, entry, who) for entry in index["files"]]
