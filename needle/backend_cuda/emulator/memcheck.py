@@ -1,16 +1,10 @@
 """Memory checking of emulated kernels: what a launch tells the checker, and its reports.
 
-``NEEDLE_CUDA_EMULATOR_CHECK`` picks the level (``cuda_emu_check.h`` checks):
-
-- ``bounds`` (default): each load and store against the launch's argument allocations,
-  ``__shared__``, the stack and constants; a stray access fails before it happens with
-  ``EmulatorMemoryError`` (compute-sanitizer's memcheck).
-- ``full``: also uninitialised reads (``cupy.empty`` memory is poisoned) and shared-memory
-  races without a ``__syncthreads()`` between, blocks in a seeded random order
-  (``NEEDLE_CUDA_EMULATOR_SEED``).
-- ``off``: no instrumentation.
-
-A bare int address has no known bounds: accesses outside every known buffer are let through.
+``NEEDLE_CUDA_EMULATOR_CHECK`` picks the level (docs/cuda_emulator.md): ``bounds`` (default,
+compute-sanitizer's memcheck: each access against the launch's allocations, ``__shared__``, the
+stack and constants), ``full`` (also initcheck and shared-memory racecheck, blocks in a seeded
+order) or ``off``. A bare int address has no known bounds: accesses outside every known buffer
+are let through.
 """
 import ctypes
 import functools

@@ -1,10 +1,8 @@
 """Run kernel tests on the emulator's thread engine under ThreadSanitizer and AddressSanitizer.
 
-Each CUDA thread is an OS thread named after its block and thread ("B3 T17"), so TSan reports a
-missing ``__syncthreads()`` as a race and ASan an out-of-bounds device or shared access. Python
-is not instrumented, so the sanitizer runtime is preloaded into a child process running pytest.
-Usage: README, "CUDA without a GPU"; arguments after ``--`` go to pytest. Exits non-zero when a
-test fails or a sanitizer reports.
+Each CUDA thread is an OS thread named "B<block> T<thread>", so TSan reports a missing
+``__syncthreads()`` as a race. Python is not instrumented: the runtime is preloaded into a child
+pytest (arguments after ``--``). Usage: README, "CUDA without a GPU".
 """
 import argparse
 import os
