@@ -1,15 +1,5 @@
-"""Which array a Tensor's data is: needle's strided NDArray (``nd``) or a NumPy array (``np``).
-
-The course's order: hw1 and hw2 run on NumPy arrays (the course's ``array_api`` is ``numpy``
-until hw3 brings the NDArray), hw3 on. ``NEEDLE_BACKEND=np`` picks NumPy, so hw1's ops need
-nothing from hw3; ``NEEDLE_BACKEND=nd`` (the default) picks the NDArray. Every op is written
-once: in ``np`` mode a Tensor holds a ``backend_numpy.NumpyArray``, a real ``np.ndarray`` with
-the few NDArray methods the ops call (``permute``, ``broadcast_to``, ``compact``, ...).
-
-The two differ in one dtype rule: in ``np`` mode a Python list of floats is float64, as NumPy
-reads it (hw1's era); in ``nd`` mode it is float32 (README, "Dtypes"). The grader computes each
-graded test on its homework's backend (``course/exercises.py``: ``HOMEWORK_BACKEND``).
-"""
+"""Which array a Tensor's data is: needle's NDArray (``nd``, the default, hw3 on) or a NumPy
+array (``NEEDLE_BACKEND=np``, hw1 and hw2). Ops are written once for both (README, "Dtypes")."""
 import contextlib
 import os
 from typing import Iterator

@@ -1,11 +1,5 @@
-"""What needle's commands share: bad input ends in one line on stderr and exit status 2.
-
-argparse prints its whole usage (twenty lines for ``apps.train_parallel``) above the one line
-that matters, and a ``ValueError`` raised later ends in a traceback (and, under mpiexec, an
-``MPI_Abort`` per rank). ``Parser`` prints ``prog: error: what`` alone, once per job (only the
-launcher's rank 0 prints), and ``check_output_path`` refuses an output file that could not be
-written before any work starts, instead of after it.
-"""
+"""What needle's commands share: bad input ends in one line on stderr and exit status 2, and an
+unwritable output file is refused before any work starts."""
 import argparse
 import os
 import sys

@@ -1,20 +1,10 @@
 """``autocast``: run matmul/conv in float16 or bfloat16, precision-sensitive ops in float32.
 
-Micikevicius et al., "Mixed Precision Training" (arXiv:1710.03740): products in half precision,
-float32 master weights, float32 accumulation for reductions. Inside ``autocast(dtype)`` every
-TensorOp call passes through ``policy(op, args)`` (the ``autograd._AUTOCAST_HOOK``), which
-inserts ``Cast`` nodes into the graph, as torch.autocast does:
-
-* ``LOW_PRECISION`` ops (MatMul, Conv): float32 inputs are cast to ``dtype``; so are their
-  gradients, since backward runs the same ops on the cast (low-precision) inputs.
-* ``FLOAT32`` ops (sums, log-sum-exp, (log-)softmax, exp, log, powers: the reductions, softmax
-  and normalisations): low-precision inputs are cast up to float32.
-* elementwise binary ops mixing ``dtype`` and float32 run in ``dtype``, as a fused
-  ``addmm`` casts its bias: so ``x @ W + b`` and ``relu`` keep half-precision activations.
-
-Parameters stay float32 (the master weights); a ``Cast`` node's gradient is cast back, so
-``p.grad`` is float32 too. Casts are graph nodes: the low-precision weight copies live until
-backward, like torch's autocast cache.
+Micikevicius et al., "Mixed Precision Training" (arXiv:1710.03740). Inside ``autocast(dtype)``
+every TensorOp call passes through ``policy(op, args)``, which inserts ``Cast`` nodes as
+torch.autocast does: ``LOW_PRECISION`` ops cast float32 inputs down, ``FLOAT32`` ops (reductions,
+softmax, exp, log, powers) cast low-precision inputs up, and mixed elementwise ops run in
+``dtype`` (so ``x @ W + b`` stays half). Parameters and their gradients stay float32.
 """
 from typing import Any, Optional, Tuple
 

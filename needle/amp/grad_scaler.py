@@ -1,10 +1,5 @@
-"""Dynamic loss scaling (Micikevicius et al., arXiv:1710.03740, sec. 3.2).
-
-Small half-precision gradients underflow to zero; multiplying the loss by S shifts them into
-range, and dividing the float32 gradients by S before the step undoes it. S starts large
-(2^16); a step whose gradients hold an inf or nan is skipped and S is halved; after
-``growth_interval`` (2000) clean steps in a row S is doubled. Same API as torch.cuda.amp.
-"""
+"""Dynamic loss scaling (Micikevicius et al., arXiv:1710.03740, sec. 3.2); torch.cuda.amp's API:
+a step with inf/nan gradients is skipped and the scale halved; clean steps grow it back."""
 from typing import Any, Dict, List, Optional
 
 from ..autograd import Tensor
@@ -39,7 +34,6 @@ class GradScaler:
         self.enabled = enabled
         self.growth_tracker = 0
         self.found_inf: Optional[bool] = None
-        self.skipped_steps = 0
         self._unscaled = False
 
     def get_scale(self) -> float:
@@ -81,7 +75,6 @@ class GradScaler:
         if not self._unscaled:
             self.unscale_(optimizer)
         if self.found_inf:
-            self.skipped_steps += 1
             return False
         optimizer.step()
         return True

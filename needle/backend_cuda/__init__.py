@@ -1,14 +1,5 @@
-"""needle's CUDA backend on CuPy: kernels in ``kernels/*.cu``, primitives, fused ops.
-
-DLPack exchange (zero-copy with CuPy, NumPy and PyTorch) is ``needle.backend_ndarray.dlpack``;
-its CUDA half (``dlpack_cuda``) is offered as device primitives, so the array layer never
-imports this package.
-
-Importing this package registers the ``"cuda"`` device kind with ``needle.backend_ndarray``
-(``ndl.cuda(i)`` looks it up there) and does not import CuPy: ``ndarray_backend_cuda``, loaded
-by the first ``ndl.cuda()``, does. Helpers that need CuPy import it when called. Without a GPU,
-``NEEDLE_CUDA_EMULATOR=1`` runs all of it on the CPU (``emulator/``, README "CUDA without a GPU").
-"""
+"""needle's CUDA backend on CuPy. Importing it registers the ``"cuda"`` device kind; the first
+``ndl.cuda()`` imports CuPy. ``NEEDLE_CUDA_EMULATOR=1`` runs it without a GPU (README)."""
 from typing import Any, Dict, Optional
 
 from ..backend_ndarray.device import register_device_kind

@@ -1,11 +1,5 @@
-"""CuPy plumbing shared by the CUDA primitives and fused ops: devices, kernel cache, launches.
-
-Every launch runs under ``cupy.cuda.Device(i)`` for the GPU that owns the output buffer, so
-``ndl.cuda(1)`` arrays run their kernels on GPU 1. Kernel modules are compiled by CuPy's NVRTC
-on first use, one module per (source file, dtype, GPU), and cached on disk by CuPy. Under
-``NEEDLE_CUDA_EMULATOR`` (no GPU) ``cp`` is the emulator's stand-in (``emulator/``): the same
-calls, kernels built by the host C++ compiler and run on the CPU.
-"""
+"""CuPy plumbing shared by the CUDA primitives and fused ops: each launch under the output's
+``cupy.cuda.Device``; modules compiled per (file, dtype, GPU) on first use."""
 import functools
 import os
 from typing import Any, Dict, Sequence, Tuple

@@ -1,13 +1,5 @@
 """Compile every kernel source through NVRTC, with no GPU and no CuPy (used by CI).
-
-NVRTC (the runtime compiler CuPy itself uses) comes from the pip package
-``nvidia-cuda-nvrtc-cu12``; the ``cuda_fp16.h`` / ``cuda_bf16.h`` headers the kernels include
-come from ``nvidia-cuda-runtime-cu12``. Both are loaded from site-packages with ctypes.
-Templated kernels are instantiated with ``nvrtcAddNameExpression`` for every dtype, so a
-type error in the half or bfloat16 path fails the check too.
-
-    python -m needle.backend_cuda.compile_check            # all kernels, compute_90
-"""
+NVRTC and headers come from the ``nvidia-cuda-*-cu12`` wheels; templates for every dtype."""
 import argparse
 import ctypes
 import glob

@@ -1,9 +1,5 @@
-"""DLPack's CUDA half: CuPy views of needle's GPU buffers and needle buffers over CuPy memory.
-
-Offered as device primitives (``ndl.cuda(i).dlpack_view``, ``.wrap_dlpack``), which
-``needle.backend_ndarray.dlpack`` calls for a CUDA array, so the array layer never imports
-this package. Under ``NEEDLE_CUDA_EMULATOR`` ``cp`` is the emulator's stand-in for CuPy.
-"""
+"""DLPack's CUDA half, offered as device primitives (``dlpack_view``, ``wrap_dlpack``) so the
+array layer never imports this package."""
 from typing import Any, Tuple
 
 import numpy as np

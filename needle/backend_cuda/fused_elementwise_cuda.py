@@ -1,13 +1,5 @@
-"""The CUDA backend's ``fused_elementwise``: a CuPy ElementwiseKernel from the same expression.
-
-``expr`` is the CPU primitive's statement list (``backend_ndarray/fused_elementwise_cpu.py``):
-``t0 = x0 - x1; out = exp(t0) * c0``. Each statement becomes one line of CUDA C
-(``auto t0 = (x0 - x1);``), ``where(c, a, b)`` a conditional and ``a ** b`` ``pow(a, b)``;
-CuPy's ElementwiseKernel does the indexing of strided/broadcast views. A reduction runs the
-kernel into a scratch array and reduces it with CuPy over the middle axis, as the CPU does.
-``standalone_source`` writes the same body as a plain ``__global__`` kernel over contiguous
-arrays, which CI compiles with NVRTC (tests/backend_cuda/test_cuda_compile_fused.py).
-"""
+"""The CUDA backend's ``fused_elementwise``: the same statements (``kernel_expr.py``) as one
+line of CUDA C each in a CuPy ElementwiseKernel; ``standalone_source`` is CI's NVRTC version."""
 import ast
 import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple, cast

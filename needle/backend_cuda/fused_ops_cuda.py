@@ -1,11 +1,5 @@
-"""Fused GPU kernels as optional backend primitives, on flat ``Array`` buffers.
-
-``ndl.cuda()`` devices offer these; ``needle.backend_ndarray.fused_ops`` calls them when present
-and otherwise composes the same operation from NDArray ops (the naive versions the kernels are
-tested and benchmarked against). Buffers are compact and of one floating dtype unless said
-otherwise; kernels come from ``kernels/{softmax,layernorm,adam,dropout}.cu``. CuPy is imported
-when a kernel runs, so the NumPy reference below works without it.
-"""
+"""Fused GPU kernels as optional backend primitives on compact flat buffers;
+``backend_ndarray.fused_ops`` falls back to composed ops where a device lacks them."""
 import math
 from typing import Any
 

@@ -1,16 +1,5 @@
-"""The CPU backend's optional ``adam_update`` primitive: one Adam/AdamW step in one pass.
-
-The same step as the CUDA kernel (``backend_cuda/kernels/adam.cu``; Kingma & Ba,
-arXiv:1412.6980; AdamW: Loshchilov & Hutter, arXiv:1711.05101), as a numba loop: each element
-of p, g, m and v is read once and p, m, v written once, where the composed version
-(``fused_ops.adam_update_naive``, or ``Adam._step_tuned`` without this primitive) makes about
-ten passes and allocates a temporary per pass (figures: benchmarks/README.md, Graph
-compilation).
-
-Offered only where numba is installed (``AVAILABLE``); numba itself is imported on the first
-call, not with needle. Parameters of other dtypes (float16, bfloat16) are stepped as a float32
-copy (the accumulator's dtype) and rounded back, as the CUDA kernel does in registers.
-"""
+"""The CPU backend's optional ``adam_update`` primitive: ``adam.cu``'s step as a numba loop, one
+pass where composed ops make ten (benchmarks/README.md); offered where numba is installed."""
 import importlib.util
 from typing import Any, Callable, Optional
 

@@ -1,7 +1,4 @@
-"""Axis arguments (``None`` for all, an int, or a sequence): their type and their validation.
-
-NDArray's reductions, ``flip`` and ``permute`` and the reduction-like ops all read axes here.
-"""
+"""Axis arguments (``None`` for all, an int, or a sequence): their type and their validation."""
 import operator
 from typing import Sequence, Tuple, Union, cast
 

@@ -1,9 +1,5 @@
 """Devices: a ``BackendDevice`` pairs a name with the backend module implementing the primitives.
-
-``cpu()`` is built in; other kinds are registered by their backend (``register_device_kind``:
-``needle.backend_cuda`` registers ``"cuda"`` when needle is imported), so this layer never
-imports a backend above it.
-"""
+Kinds besides ``cpu`` are registered by their backend, so this layer imports none above it."""
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np

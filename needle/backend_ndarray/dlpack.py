@@ -1,14 +1,5 @@
-"""Zero-copy exchange of NDArrays with CuPy, NumPy (CPU side) and PyTorch through DLPack.
-
-``NDArray.__dlpack__`` / ``__dlpack_device__`` (``export``, ``device_of``) make an NDArray a
-DLPack producer like every array library: ``torch.from_dlpack(a)``, ``np.from_dlpack(a)``.
-``to_dlpack(a)`` returns a CuPy (cuda) or NumPy (cpu) *view* of the NDArray's memory, which
-any DLPack consumer takes without a copy: ``torch.from_dlpack(to_dlpack(a))``.
-``from_dlpack(obj)`` wraps any producer's memory (``__dlpack__``) as an NDArray. bfloat16
-travels as its uint16 bits through NumPy (which has no bfloat16 in DLPack); ``export`` marks
-the capsule's dtype kDLBfloat again, and ``to_torch`` reinterprets the bits. A CUDA array's
-side is the device's own (``dlpack_view``, ``wrap_dlpack``: ``backend_cuda/dlpack_cuda.py``).
-"""
+"""Zero-copy exchange of NDArrays with CuPy, NumPy and PyTorch through DLPack (docs/dtypes.md).
+bfloat16 travels as uint16 bits, marked kDLBfloat again by ``export``."""
 import ctypes
 from typing import Any, Optional, Tuple
 

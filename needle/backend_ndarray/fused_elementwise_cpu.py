@@ -1,35 +1,19 @@
 """The CPU backend's ``fused_elementwise`` primitive: one expression, one pass over memory.
 
-``expr`` is a few SSA statements in Python syntax over inputs ``x0..xk`` (array views) and
-``c0..cm`` (scalars), the last one assigning ``out``: ``t0 = x0 - x1; out = exp(t0) * c0``
-(``kernel_expr.py``).
-Functions: exp, log, tanh, sqrt, abs, sin, cos, where(cond, a, b); operators + - * / **,
-comparisons, & and |. ``needle.compile`` writes these (``needle/compiler/fusion.py``).
+``expr`` is SSA statements over ``x0..xk`` (views) and ``c0..cm`` (scalars), the last assigning
+``out`` (``kernel_expr.py``). Engines, chosen once per process (``NEEDLE_FUSED_ENGINE``):
 
-Engines, chosen once per process (``NEEDLE_FUSED_ENGINE`` overrides):
+* ``numba`` (default when installed): a loop LLVM compiles and vectorizes, each element loaded
+  and stored once. numexpr's interpreter runs short float32 chains slower than NumPy here.
+  numba's libm calls are scalar and its pow differs in the last bit, so groups with a
+  transcendental, sqrt or ``**`` run on the NumPy engine; one core only (threads spin against
+  OpenBLAS's). Measurements: benchmarks/README.md, "Why the fused engines are what they are".
+* ``numexpr``: the same expression on numexpr's virtual machine.
+* ``numpy`` (always available): one ufunc pass per statement over cache-sized blocks
+  (``BLOCK``); bit for bit the unfused values.
 
-* ``numba`` (default when installed): the statements become the body of a loop that
-  numba compiles with LLVM, so each element is loaded once, kept in registers through the
-  chain, and stored once; the loop is SIMD-vectorized. Chosen over numexpr because on this
-  project's CPUs numexpr's interpreter (no VML) runs a short float32 chain slower than NumPy's
-  SIMD ufunc passes over cache-resident data, while numba's loop runs it faster. Its costs:
-  a compile of each distinct expression (cached on disk across runs) and scalar libm calls
-  for exp/log/tanh (slower than NumPy's own SIMD versions), so a group with a transcendental
-  function, sqrt or ``**`` runs on the NumPy engine (which also keeps those results equal to
-  the unfused steps bit for bit: numba's pow differs in the last bit). Kernels run on one
-  core: a ``numba.prange`` version slowed the transformer step (its threads spin against
-  OpenBLAS's), so it was taken out. The measurements behind each choice are in
-  benchmarks/README.md ("Graph compilation", "Why the fused engines are what they are").
-* ``numexpr``: the same expression, evaluated blockwise by numexpr's virtual machine.
-* ``numpy`` (the fallback, always available): the statements run as NumPy array expressions,
-  one ufunc pass each, over blocks of ~16K elements (``BLOCK``), so the temporaries are
-  small and stay in cache; same values as unfused, bit for bit. Blocking is what makes it
-  pay: whole-array NumPy expressions write fresh full-size temporaries out and read them back.
-
-Reductions (``reduce=(op, reduce_size, inner_size)``) map a block of whole rows into a
-small scratch and reduce it with NumPy over the middle axis of (outer, reduce_size,
-inner_size), exactly as the ``reduce_sum``/``reduce_max`` primitives do, so results match
-the unfused steps bit for bit and the map result is never written at full size.
+Reductions map a block of whole rows into a small scratch and reduce it with NumPy as the
+``reduce_*`` primitives do, so results match the unfused steps bit for bit.
 """
 import ast
 import hashlib
@@ -91,12 +75,8 @@ def _blocks(shape: Tuple[int, ...]) -> list:
 
 
 def _numpy_kernel(expr: str) -> Callable:
-    """The statements as NumPy array expressions, run block by block.
-
-    Each statement is one ufunc pass, as in eager mode, but over a block of ~16K elements
-    at a time, so the temporaries are small and cache-resident instead of fresh full-size
-    arrays written to and read back from memory. Values equal the unblocked (and the eager)
-    ones bit for bit: every element sees the same operations."""
+    """The statements as NumPy array expressions, one ufunc pass each, block by block (the
+    temporaries stay in cache; values equal eager ones bit for bit)."""
     code = compile(expr.replace("; ", "\n"), "<fused>", "exec")
 
     def run(args: list, out: np.ndarray) -> None:
@@ -292,12 +272,9 @@ def _as_rows(views: list, outer: int, rest: Tuple[int, ...]) -> Optional[list]:
 
 def _blocked_reduce(expr: str, views: list, out: Any, shape: Tuple[int, ...], op: str,
                     reduce_size: int, inner: int) -> bool:
-    """Map a block of whole rows into a small scratch that stays in cache, reduce it with
-    NumPy, next block. Each row is reduced by the same NumPy call as unblocked (NumPy's
-    pairwise sum), so results equal the unfused steps bit for bit; the map result is never
-    written to memory at full size. (A numba loop doing the reduction too was measured
-    slower than NumPy's SIMD reductions on these rows, so the reduction stays NumPy.)
-    False when a view cannot be seen as (outer, reduce_size, inner) without a copy."""
+    """Map a block of whole rows into a cached scratch and reduce it with NumPy (the same call
+    as unfused, so bit for bit; NumPy's SIMD reductions beat a numba loop here). False when a
+    view cannot be seen as (outer, reduce_size, inner) without a copy."""
     outer = math.prod(shape) // (reduce_size * inner)
     rows = _as_rows(views, outer, (reduce_size, inner))
     if rows is None:

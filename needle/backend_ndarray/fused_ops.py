@@ -1,14 +1,5 @@
-"""Fused array operations: one device primitive where the device offers it, else composed ops.
-
-Softmax, logsumexp, layer normalization, the Adam step and dropout are each written first as
-the naive composition of NDArray operations (``*_naive``: every device runs them, and they
-are what the fused kernels are tested and benchmarked against). A device whose backend offers
-the optional primitive (``softmax_rows``, ``logsumexp_rows``, ``layer_norm_fwd``,
-``layer_norm_bwd``, ``adam_update``, ``dropout``, ``dropout_backward``; the CUDA backend's
-``backend_cuda/fused_ops_cuda.py``) runs the whole operation as one kernel instead. The CPU backend
-offers ``adam_update`` alone, where numba is installed (``adam_cpu.py``). The public
-functions here choose between the two, so ops, layers and optimizers never name a backend.
-"""
+"""Fused array operations: one device primitive where the device offers it, else the naive
+composition (``*_naive``, what kernels are tested against). Callers never name a backend."""
 import math
 from typing import Any, Optional, Tuple
 

@@ -1,11 +1,5 @@
-"""The statement language of the ``fused_elementwise`` primitive, shared by the compiler that
-writes it and the backends that compile it.
-
-A kernel is a few SSA statements over inputs ``x0..xk`` (array views) and ``c0..cm``
-(scalars), the last one assigning ``out``. The compiler builds them as ``(name, expression)``
-tuples; the primitive takes them joined into one string, ``t0 = x0 - x1; out = exp(t0) * c0``
-(a string, so that a kernel cache can key on it and a dump can print it).
-"""
+"""The statement language of the ``fused_elementwise`` primitive: SSA statements over ``x0..xk``
+and ``c0..cm``, the last assigning ``out``, joined into one string a kernel cache keys on."""
 from typing import Dict, List, Sequence, Tuple
 
 Stmt = Tuple[str, str]  # (name assigned, expression in Python syntax)

@@ -1,11 +1,5 @@
-"""NDArray: an n-dimensional strided view over a flat device buffer.
-
-All shape, stride and view logic lives here, written once in Python; a backend module
-(``ndarray_backend_numpy``, ``needle.backend_cuda``) supplies only the named primitives over
-flat buffers. Views (reshape of a compact array, permute, broadcast_to, slicing, flip) share
-the buffer and change only (shape, strides, offset); ``compact()`` materialises a view.
-Strides and offsets are in elements.
-"""
+"""NDArray: an n-dimensional strided view over a flat device buffer. Shape, stride and view
+logic lives here; a backend supplies only the named primitives. Strides are in elements."""
 import math
 import operator
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union

@@ -1,23 +1,10 @@
 """Compiled results that carry a graph: the compiled forward is one autograd node.
 
-``loss = compiled(x); loss.backward()`` must give eager's gradients, as with ``torch.compile``.
-The way is AOTAutograd's split (Ansel et al., "PyTorch 2", ASPLOS 2024, sec. 4): trace the
-forward (F) and then, separately, the backward of its results (B), whose inputs are the
-gradients of the results. Compiled,
-
-* the forward plan returns the results and every array of F that B reads (the *saved*
-  activations, fresh arrays each call, so several graphs may be alive at once);
-* the results are the outputs of one node, ``CompiledGraph``, whose inputs are the tensor
-  arguments and parameters the results depend on, and which keeps this call's saved arrays;
-* when ``backward`` reaches the node, its gradient runs the backward plan on the incoming
-  gradients and the saved arrays, and hands the engine one gradient per input; the engine
-  then does what it does for any op (hooks, accumulation into ``.grad``, the arguments' own
-  graphs upstream).
-
-The gradients the node returns are constants: a compiled result supports ``backward``, not
-gradients of gradients (``create_graph``). A function that calls ``backward`` itself is
-compiled as before (its results carry no graph); this module handles the functions that do
-not, whenever grad mode is on and a result requires a gradient.
+AOTAutograd's split (Ansel et al., "PyTorch 2", ASPLOS 2024, sec. 4): trace the forward (F),
+then the backward of its results (B). The forward plan returns the results and the arrays of F
+that B reads (fresh each call, so several graphs may be alive at once); the results hang from
+one ``CompiledGraph`` node whose gradient runs the backward plan, and the engine does the rest
+(hooks, accumulation, upstream graphs). Its gradients are constants: no ``create_graph``.
 """
 import contextlib
 import time
@@ -74,9 +61,7 @@ def node_outputs(op: CompiledGraph, inputs: Sequence[Tensor], datas: List[NDArra
 
 
 def wants_graph(result: Any, trace: Trace) -> bool:
-    """True when the call's results need a graph: grad mode is on, some result requires a
-    gradient, and the function did not call ``backward`` itself (no leaf's grad was
-    computed inside it)."""
+    """True when grad is on, a result needs a gradient, and ``fn`` did not call ``backward``."""
     tensors: List[Tensor] = []
     flatten(result, tensors)
     if not is_grad_enabled() or not any(t.requires_grad for t in tensors):
@@ -145,7 +130,6 @@ class GraphPlan:
         self.bplan: Optional[Plan] = None
         self.f_roles: List[Tuple[int, tuple]] = []  # forward inputs: (buffer, (kind, j))
         self.b_roles: List[tuple] = []              # backward inputs after the gradients
-        self.n_grads_in = 0                         # gradient inputs of the backward
         self.n_results = 0
         self.n_saved = 0
         self.diff: List[int] = []                   # results that are node outputs
@@ -246,7 +230,7 @@ def record(cf: Any, entry: Any, args: tuple, box: list, ftrace: Trace, device: A
         return value
     gp = GraphPlan()
     gp.f_roles, gp.n_results, gp.n_saved, gp.diff = f_roles, len(outs), len(saved), diff
-    gp.n_grads_in, gp.grad_meta, gp.device = len(g_bufs), grad_meta, device
+    gp.grad_meta, gp.device = grad_meta, device
     gp.b_roles = [r for _, r in b_roles]
     in_bufs = ([b for b, _ in f_roles], g_bufs + [b for b, _ in b_roles])
     _compile(cf, entry, gp, (ftrace, btrace), in_bufs, saved, grad_bufs, outs, states)

@@ -1,18 +1,10 @@
 """Graph capture: record every device primitive a function calls (a tape of kernels).
 
-Why the device primitives and not needle's op graph (``LAZY_MODE``)? The op graph misses
-work that a training step really does: gradients compute masks from data on NDArrays
-(``ReLU.gradient``, ``Max.gradient``), shape queries realize lazy nodes, and broadcasts and
-transposes become ``compact`` copies only inside NDArray. One level down every computation,
-forward, backward and the copies, is a call of a named primitive on flat buffers
-(declared in ``backend_ndarray/primitives.py``), the same list on every device. That tape is
-the graph here, as a CUDA graph records kernels (and as tinygrad's LazyBuffers record
-buffer ops): nodes are primitive calls, edges are buffers read after being written.
-
-``Recorder`` swaps recording wrappers into a device's primitive table for the length of a
-``with`` block. With ``execute=True`` (``needle.compile``'s trace) each call also runs, so
-the traced call is an ordinary eager call; with ``execute=False`` (``needle.lazy``) calls
-are only queued and run, fused, when their data is needed.
+Not needle's op graph: it misses work a training step does on NDArrays (gradients' masks,
+``compact`` copies of broadcasts). Every computation is a call of a named primitive
+(``backend_ndarray/primitives.py``) on flat buffers, so that tape is the graph, as a CUDA graph
+records kernels. ``Recorder`` swaps recording wrappers into a device's primitive table;
+``execute=True`` (``compile``) also runs each call, ``execute=False`` (``lazy``) only queues it.
 """
 import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -60,8 +52,7 @@ def _view(a: tuple, spec: ViewSpec) -> View:
 
 
 def access(name: str, a: tuple) -> Tuple[List[Tuple[int, View]], int, bool]:
-    """(reads, write, partial) of primitive ``name`` called with ``a`` (buffers as Buf), as
-    ``primitives.py`` declares them."""
+    """(reads, write, partial) of primitive ``name`` on ``a``, as ``primitives.py`` declares."""
     p = primitives.lookup(name)
     if p is None or p.opaque:
         # a device's fused kernels: every buffer is read and may be written
@@ -120,7 +111,7 @@ def _hashable(x: Any) -> Any:
 
 
 # Functions whose reads of data only decide whether to raise (index bounds checks); the plan
-# repeats their check on every replay (``plan.py``), so they do not stop compilation.
+# repeats their check on every replay (``replay.py``), so they do not stop compilation.
 VALIDATORS = ("_row_indices",)
 
 
@@ -149,10 +140,8 @@ def _caller() -> str:
 class Recorder:
     """Context manager recording the primitive calls made on ``device`` into ``self.trace``.
 
-    ``execute=True`` runs each call as it is recorded. ``execute=False`` only queues it:
-    ``to_numpy`` (the one way data reaches Python) then calls ``on_read`` first, which must
-    run the queue (``needle.lazy`` does), before the read itself runs.
-    """
+    ``execute=False`` only queues calls; ``to_numpy`` (the one way data reaches Python) then calls
+    ``on_read`` first, which must run the queue."""
 
     def __init__(self, device: Any, execute: bool = True, on_read: Any = None) -> None:
         self.device = device

@@ -1,11 +1,5 @@
 """Step 2 of ``needle.compile``: can a recording be replayed, and where do its inputs live?
-
-After a recording, no array the function computed may stay referenced by anything but its
-results, except as an object's tensor attribute (state, such as BatchNorm's running mean: a
-replay stores the new value there too). Each buffer the trace read from outside is given a
-role: argument k, leaf j (a gradient's leaf), or an object's attribute, so that a replay can
-find the new call's array for it.
-"""
+Arrays the function computed may stay referenced only by its results or as object state."""
 import gc
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -43,10 +37,9 @@ def _holders(t: Tensor) -> Iterator[Tuple[Any, str]]:
 
 def check_arrays(trace: Trace, keep: Sequence[Optional[int]], others: Sequence[Trace] = ()
                  ) -> Tuple[Optional[str], list]:
-    """(problem or None, state): ``state`` lists the (object, attribute, NDArray) of tensors
-    the function stored on objects (``self.probs = ...``): a replay stores the new values
-    there too. Any other array still referenced (besides ``keep`` and the ``others`` traces)
-    is a problem."""
+    """(problem or None, state): ``state`` lists the (object, attribute, NDArray) the function
+    stored on objects, for a replay to store again; any other array still referenced is a
+    problem."""
     kept = [k for k in keep if k is not None]
     escaped = alive_elsewhere(trace, kept, others)
     if escaped:

@@ -1,10 +1,4 @@
-"""``CompiledFunction``: a function with a plan cache keyed by its arguments' signature.
-
-A call looks up its signature (the guard, ``key``). A new one is recorded (``_record``, in
-three steps: ``_trace`` runs the function eagerly under a ``Recorder``, ``_check`` decides
-whether the recording can be replayed, ``_build`` makes the plan); a known one with a plan
-replays it (``_replay``); one that cannot be compiled runs eagerly.
-"""
+"""``CompiledFunction``: a function with a plan cache keyed by its arguments' signature."""
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -139,8 +133,7 @@ class CompiledFunction:
 
     # ------------------------------------------------------------------ recording
     def _record(self, entry: _Entry, args: tuple) -> Any:
-        """Run ``fn`` eagerly while recording it: trace, check, and build a plan when the
-        recording can be replayed (and equals the previous one)."""
+        """Run ``fn`` eagerly under a recorder; build a plan once a recording can be replayed."""
         device = self._device(args)
         if device is None:
             entry.eager_reason = "tensor arguments on several devices"
@@ -306,9 +299,7 @@ class CompiledFunction:
 
 def compile(fn: Optional[Callable] = None, *, fusion: bool = True, fallback: bool = True,
             debug: bool = False) -> Any:
-    """Compile ``fn`` (also usable as ``@compile`` or ``@compile(debug=True)``); see the
-    package doc. A module (anything with ``parameters``, ``modules`` and ``train``) gives a
-    ``CompiledModule``: called like the module, trained like it."""
+    """Compile ``fn`` (or ``@compile(debug=True)``); a module gives a ``CompiledModule``."""
     if fn is None:
         return lambda f: compile(f, fusion=fusion, fallback=fallback, debug=debug)
 

@@ -1,11 +1,5 @@
-"""``needle.compile(module)``: a module whose calls are compiled and which trains as the module.
-
-As ``torch.compile(module)`` returns an ``OptimizedModule`` wrapping ``_orig_mod``, this wraps
-the module: calling it runs a ``CompiledFunction`` of the module's call, and everything else
-(``parameters()``, ``state_dict()``, ``load_state_dict``, submodules, attributes) is the
-module's own. The guard includes every submodule's ``training`` flag, so ``train()`` and
-``eval()`` switch between two plans (BatchNorm's and Dropout's behaviour changes with them).
-"""
+"""``needle.compile(module)``: like ``torch.compile``'s ``OptimizedModule``, calls are compiled
+(guarded by every submodule's ``training`` flag) and everything else is the module's own."""
 from typing import Any, Callable
 
 

@@ -16,10 +16,6 @@ takes the chain as its map expression. Each group is written as short SSA statem
 scalars): the expression string of the ``fused_elementwise`` device primitive
 (``backend_ndarray/kernel_expr.py``); each step's expression is the one ``primitives.py``
 declares for it.
-
-``fuse`` runs in four steps: number the versions (and count each value's readers), build the
-elementwise groups and the reduction groups in one pass in program order (``_Fuser``), check
-that no in-place kernel reads its output re-indexed, and list the dead buffers.
 """
 import math
 from typing import Any, Dict, List, Optional, Set, Tuple
@@ -300,10 +296,8 @@ def dead_buffers(trace: Trace, groups: List[Optional[Group]], folded: Set[int]
 
 def fuse(trace: Trace, protected: Set[int]
          ) -> Tuple[List[Optional[Group]], Dict[int, int], Set[int]]:
-    """Group the trace's steps. Returns (groups, dead, folded): ``groups[i]`` is the Group run
-    at step i (None for a step run as recorded, or folded into a group), ``dead`` the
-    buffers no longer written (inlined intermediates) mapped to their sizes, ``folded`` the
-    indices of the steps folded into a later group."""
+    """(groups, dead, folded): the Group run at each step (or None), the sizes of the inlined
+    buffers never written, and the steps folded into a later group."""
     groups, folded = _Fuser(trace, protected).run()
     check_in_place(groups)
     return groups, dead_buffers(trace, groups, folded), folded

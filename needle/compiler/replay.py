@@ -1,12 +1,5 @@
-"""A compiled plan: the fused tape replayed on fresh inputs, and its readable dump.
-
-Buffers fall in three classes. *Dynamic* ones change every call: the function's inputs
-(tensor arguments, and parameters, read from their tensors at each call) and its outputs
-(returned tensors and gradients, freshly allocated each call, so a result kept by the caller
-is never overwritten). *Static* ones are the intermediates: allocated once when the plan is
-built and reused by every call (no allocator, no page faults). *Dead* ones are intermediates
-that fusion inlined into a kernel: never written, never allocated.
-"""
+"""A compiled plan: the fused tape replayed on fresh inputs, and its readable dump. Outputs are
+fresh each call (a kept result is never overwritten); intermediates are allocated once."""
 import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 

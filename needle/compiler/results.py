@@ -1,10 +1,5 @@
-"""How a compiled call names its results and leaf tensors so that a later call can find them.
-
-A call's result is a tree (tuples/lists) of tensors and other values: ``flatten`` replaces each
-tensor by its index in a list, ``unflatten`` puts tensors back. A leaf tensor (a parameter, or
-a tensor argument) is named ``("arg", k)`` when it is argument k (a new object each call) and
-``("obj", tensor)`` otherwise, and resolved against the next call's arguments.
-"""
+"""How a compiled call names its results and leaf tensors so that a later call can find them:
+``("arg", k)`` for argument k (a new object each call), else ``("obj", tensor)``."""
 from typing import Any, List
 
 from ..autograd import Tensor

@@ -1,17 +1,5 @@
-"""Samplers: which dataset indices a DataLoader visits, and in what order.
-
-``DistributedSampler`` gives each of ``num_replicas`` data-parallel ranks its own disjoint slice
-of every epoch (PyTorch's ``torch.utils.data.DistributedSampler``): one permutation of the
-dataset, drawn from ``seed + epoch`` so that every rank draws the same one, padded by repeating
-its first indices until it divides evenly (or cut with ``drop_last``), then dealt round-robin:
-rank r takes positions r, r + N, r + 2N, ... The sampler is *told* its rank; it never asks MPI.
-
-    sampler = DistributedSampler(train, num_replicas=comm.size, rank=comm.rank, seed=0)
-    loader = DataLoader(train, batch_size=32, sampler=sampler)
-    for epoch in range(epochs):
-        sampler.set_epoch(epoch)      # a new shuffle each epoch, the same on every rank
-        for X, y in loader: ...
-"""
+"""Samplers: which dataset indices a DataLoader visits, and in what order. ``DistributedSampler``
+is PyTorch's; it is *told* its rank, it never asks MPI."""
 import math
 from typing import Any, Iterator, Sized
 

@@ -1,8 +1,5 @@
-"""Basic tensor constructors: random, constant and one-hot tensors on any device.
-
-Random draws come from the device's ``rand``/``randn``, which use NumPy's *global* RNG, so
-``np.random.seed(s)`` makes every initializer reproducible exactly as in the course.
-"""
+"""Basic tensor constructors: random, constant and one-hot tensors on any device. Random draws
+use NumPy's *global* RNG, so ``np.random.seed(s)`` reproduces the course's values."""
 from typing import Any, Optional
 
 import numpy as np
@@ -32,10 +29,7 @@ def _sample_dtype(dtype: Any) -> str:
 
 def rand(*shape: int, low: float = 0.0, high: float = 1.0, device: Optional[BackendDevice] = None,
          dtype: str = "float32", requires_grad: bool = False) -> Tensor:
-    """Uniform samples in [low, high).
-
-    Drawn with the device's ``rand`` (NumPy's global RNG, ``np.random.rand``), so seeded
-    results match the course's; scaled and shifted from [0, 1)."""
+    """Uniform samples in [low, high) from NumPy's global RNG (seeded, as the course's)."""
     ### BEGIN YOUR SOLUTION (hw2.init.rand)
     device = _device(device)
     array = device.rand(*shape, dtype=_sample_dtype(dtype)) * (high - low) + low
@@ -45,10 +39,7 @@ def rand(*shape: int, low: float = 0.0, high: float = 1.0, device: Optional[Back
 
 def randn(*shape: int, mean: float = 0.0, std: float = 1.0, device: Optional[BackendDevice] = None,
           dtype: str = "float32", requires_grad: bool = False) -> Tensor:
-    """Normal samples with the given mean and standard deviation.
-
-    Drawn with the device's ``randn`` (NumPy's global RNG, ``np.random.randn``), so seeded
-    results match the course's."""
+    """Normal samples of mean ``mean`` and std ``std`` from NumPy's global RNG (as the course)."""
     ### BEGIN YOUR SOLUTION (hw2.init.rand)
     device = _device(device)
     array = device.randn(*shape, dtype=_sample_dtype(dtype)) * std + mean

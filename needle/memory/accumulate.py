@@ -1,13 +1,5 @@
-"""Gradient accumulation: k micro-batches, one optimizer step, the full batch's gradient.
-
-A batch of B examples split into micro-batches of sizes b_1 + ... + b_k = B has
-grad(mean loss over B) = sum_i (b_i / B) grad(mean loss over micro-batch i), so each
-micro-batch loss is weighted by b_i / B and the gradients are summed. Only one micro-batch's
-activations are alive at a time: activation memory drops by about k, at k smaller steps.
-
-needle's ``backward`` *overwrites* ``.grad`` (course semantics), so the sum is kept in a
-separate buffer per parameter and written to ``.grad`` before the step.
-"""
+"""Gradient accumulation: k micro-batches, one step, the full batch's gradient (each loss
+weighted b_i / B). ``backward`` overwrites ``.grad`` (course semantics): the sum is kept aside."""
 from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple
 
 from ..autograd import Tensor, no_grad
@@ -44,11 +36,8 @@ def split_batch(batch: Sequence[Tensor], k: int) -> List[List[Tensor]]:
 
 def accumulate_gradients(loss_fn: Callable[..., Tensor], micro_batches: Iterable[Sequence[Any]],
                          params: Sequence[Tensor], optimizer: Optional[Any] = None) -> float:
-    """Sum size-weighted gradients of ``loss_fn(*mb)`` into ``p.grad``; step ``optimizer``.
-
-    ``loss_fn`` returns the *mean* loss of a micro-batch; the result is the mean loss over the
-    whole batch. Gradients equal one backward over the concatenated batch (up to rounding).
-    """
+    """Sum size-weighted gradients of ``loss_fn(*mb)`` (a micro-batch's *mean* loss) into ``p.grad``
+    and step ``optimizer``; returns the whole batch's mean loss."""
     batches = [list(mb) for mb in micro_batches]
     if not batches:
         raise ValueError("accumulate_gradients needs at least one micro-batch")

@@ -5,18 +5,12 @@ a chain of n layers cut into k segments keeps only the k segment inputs during f
 recomputes one segment at a time during backward, so activation memory is O(n/k + k), i.e.
 O(sqrt(n)) with k = sqrt(n), for one extra forward pass.
 
-``checkpoint(fn, *inputs)`` is one ``Checkpoint`` TensorOp whose node holds only its inputs and
-output. Its ``compute`` runs ``fn`` under ``no_grad`` (no graph, so no intermediates survive).
-Its ``gradient`` replays NumPy's global random state (so dropout draws the same masks), re-runs
-``fn`` with grad enabled on fresh leaves sharing the inputs' data, checks the recomputed output
-is bitwise the saved one, backpropagates ``out_grad`` through that small graph and returns the
-gradients of the inputs and of ``fn``'s parameters (which are explicit inputs of the op, so the
-outer backward delivers them to the parameters like any other gradient).
-
-The recomputation runs the very same ops in the same order as the plain forward/backward, so on
-the CPU the gradients are bitwise those of the un-checkpointed model. Limits (documented):
-gradients of a checkpointed block are first-order only (the inner backward records no graph),
-and ``fn`` must return a single Tensor.
+``checkpoint(fn, *inputs)`` is one ``Checkpoint`` op: ``compute`` runs ``fn`` under ``no_grad``;
+``gradient`` replays NumPy's random state (same dropout masks), re-runs ``fn`` with grad on,
+checks the output is bitwise the saved one and backpropagates through it. ``fn``'s parameters
+are explicit inputs of the op, so the outer backward delivers their gradients. Same ops, same
+order: on the CPU the gradients are bitwise the plain model's. First-order only, and ``fn``
+returns one Tensor.
 """
 import math
 from typing import Any, Callable, List, Optional, Sequence, Tuple
@@ -159,10 +153,8 @@ def checkpoint_sequential(modules: Any, segments: Optional[int] = None, x: Tenso
                           checkpoint_last: bool = False, check: bool = True) -> Tensor:
     """Run a chain of modules keeping only segment inputs; the last segment runs normally.
 
-    ``segments`` defaults to round(sqrt(n)) (Chen et al. 2016); ``boundaries`` (e.g. a
-    planner's ``plan.boundaries``) gives the start index of each segment instead, and
-    ``checkpoint_last`` checkpoints the last segment too (``plan.checkpoint_last``).
-    """
+    ``segments`` defaults to round(sqrt(n)); ``boundaries`` and ``checkpoint_last`` take a
+    planner's ``plan.boundaries`` and ``plan.checkpoint_last``."""
     mods = list(modules)  # a Sequential iterates over its layers
     if x is None:
         raise TypeError("checkpoint_sequential needs an input tensor x")

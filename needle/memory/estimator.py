@@ -21,12 +21,9 @@ Their 2-byte terms are rescaled by e/2 for e-byte activations (fp32: e = 4), mas
 without dropout. Over L layers with 1F1B pipelining the first stage holds L layers' worth
 (independent of p, eq. 4); the output head adds 4 s b h / t (1 + v / h) (sec. 4.4).
 
-For a needle ``Module`` the parameter and optimizer terms are counted from the real parameter
-shapes, and activations are *measured*, not modelled: one forward pass on a sample input and
-the bytes of the distinct buffers its autograd graph holds (``graph_bytes``). needle keeps
-every op output (no fused kernels), so Megatron's per-layer constants do not apply to it;
-backward then adds the adjoints alive at once, found by replaying backward's visiting order
-on sizes only (``backward_liveness_peak``).
+For a needle ``Module`` activations are *measured* (``graph_bytes`` of one forward pass):
+needle keeps every op output, so Megatron's constants do not apply; backward adds the adjoints
+alive at once (``backward_liveness_peak``).
 """
 import math
 from dataclasses import dataclass, field
@@ -127,9 +124,8 @@ def _factored_bytes(shape: Tuple[int, ...], itemsize: int = 4) -> int:
 def optimizer_state_bytes(shapes: Sequence[Tuple[int, ...]], optimizer: str,
                           precision: str = "fp32",
                           counts: Optional[Sequence[int]] = None) -> Tuple[float, str]:
-    """(bytes, formula) of optimizer state for parameters of ``shapes`` (``counts[i]`` copies
-    of shape i: a model of L identical layers is its layer's shapes, L times each, so the cost
-    does not grow with L)."""
+    """(bytes, formula) of optimizer state for ``counts[i]`` copies of each shape (L identical
+    layers are one layer's shapes counted L times)."""
     opt = _check_choice(optimizer, OPTIMIZERS, "optimizer")
     counts = [1] * len(shapes) if counts is None else list(counts)
     psi = sum(n * math.prod(s) for s, n in zip(shapes, counts))
@@ -263,10 +259,9 @@ def graph_bytes(output: Tensor, exclude: Sequence[Tensor] = ()) -> Tuple[int, in
 def backward_liveness_peak(output: Tensor) -> int:
     """Peak bytes of adjoints alive at once when backward walks ``output``'s graph.
 
-    Replays ``compute_gradient_of_variables`` on sizes only: each node's partial adjoints live
-    from the moment a consumer produces them until the node itself is processed; leaf
-    gradients are excluded (they are the ``gradients`` term). One more input-sized temporary
-    sized temporaries per step stand for the masks/products an op's gradient builds.
+    Replays ``compute_gradient_of_variables`` on sizes only: partial adjoints live from their
+    producer until their node is processed; leaf gradients are the ``gradients`` term. Two
+    input-sized temporaries per step stand for the masks/products a gradient builds.
     """
     topo = find_topo_sort([output])
     size = {id(n): _nbytes(n) for n in topo}

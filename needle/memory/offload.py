@@ -1,11 +1,6 @@
-"""CPU offload of optimizer state (ZeRO-Offload, Ren et al., arXiv:2101.06840, sec. 4).
-
-Training on a GPU, the optimizer state (Adam: 8 bytes/param) and an fp32 master copy of the
-weights live in host memory; each step copies the gradients device -> host, runs the wrapped
-optimizer there, and copies the updated weights host -> device. GPU memory then holds only
-parameters, gradients and activations, at the price of two transfers of the model per step.
-"""
-from typing import Any, Dict, Iterable, List, Optional, Type
+"""CPU offload of optimizer state (ZeRO-Offload, arXiv:2101.06840, sec. 4): state and step on
+the host, two transfers of the model per step."""
+from typing import Any, Iterable, List, Optional, Type
 
 from ..autograd import Tensor
 from ..backend_ndarray import BackendDevice, cpu
@@ -57,11 +52,3 @@ class OffloadOptimizer:
             p.grad = None
 
     zero_grad = reset_grad
-
-    def state_dict(self) -> Dict[str, Any]:
-        """The wrapped optimizer's state dict."""
-        return self.inner.state_dict()
-
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Restore the wrapped optimizer's state."""
-        self.inner.load_state_dict(state)

@@ -1,17 +1,10 @@
 """MemoryTracker: bytes of live array storage, its peak, and what it was spent on.
 
-The tracker is exact: while it is active, every new backend buffer (the ``Array`` of
-``ndarray_backend_numpy`` or of the CUDA backend) is reported to it through its backend
-module's hook ``_ALLOC_HOOK`` and gets a ``weakref.finalize`` that reports its release. Views
-share a buffer, so storage is counted once per buffer, never per NDArray. Outside a tracker
-the hook is ``None`` and costs one global load per allocation.
-
-Every allocation and free is kept as an event, so the breakdown can be decided *after* the
-fact: ``classify(parameters=..., optimizer=...)`` names the buffers still alive that hold
-parameters, their ``.grad`` and optimizer state, and ``peak_by_category()`` replays the events
-to give each category's bytes at the moment of the overall peak. Allocations made inside
-``with tracker.tag("activations"):`` are labelled when they happen. Buffers allocated before
-the tracker started are not seen (count them with ``bytes_of``).
+Exact: each backend buffer allocated while it is active is reported through the backend's
+``_ALLOC_HOOK`` (``None`` otherwise: one global load per allocation), and a ``weakref.finalize``
+reports its release; views share a buffer, counted once. Allocations and frees are kept as
+events, so ``classify(...)`` can label buffers after the fact and ``peak_by_category()`` replay
+them. Buffers allocated before the tracker started are not seen (``bytes_of`` counts them).
 """
 import sys
 import weakref
@@ -70,25 +63,6 @@ def bytes_of(items: Iterable[Any]) -> int:
     """Bytes of the distinct buffers behind ``items`` (shared buffers counted once)."""
     return sum(b.array.nbytes if hasattr(b, "array") else b.nbytes
                for b in buffers_of(items).values())
-
-
-def optimizer_state_tensors(optimizer: Any) -> List[Any]:
-    """Tensors/NDArrays held in an optimizer's state (any dict/list attribute but ``params``)."""
-    found: List[Any] = []
-    param_ids = {id(p) for p in getattr(optimizer, "params", [])}
-    for name, value in vars(optimizer).items():
-        if name == "params":
-            continue
-        stack = [value]
-        while stack:
-            v = stack.pop()
-            if isinstance(v, (Tensor, NDArray)) and id(v) not in param_ids:
-                found.append(v)
-            elif isinstance(v, dict):
-                stack.extend(v.values())
-            elif isinstance(v, (list, tuple)):
-                stack.extend(v)
-    return found
 
 
 class MemoryTracker:
@@ -163,9 +137,10 @@ class MemoryTracker:
         params = list(parameters)
         if optimizer is not None and not params:
             params = list(getattr(optimizer, "params", []))
+        state = [v for k, v in vars(optimizer).items() if k != "params"] if optimizer is not None \
+            else []
         groups = [("activations", buffers_of(list(activations))),
-                  ("optimizer_state", buffers_of(optimizer_state_tensors(optimizer))
-                   if optimizer is not None else {}),
+                  ("optimizer_state", buffers_of(state)),
                   ("gradients", buffers_of([p.grad for p in params if p.grad is not None])),
                   ("parameters", buffers_of(params))]
         by_buffer = {}
@@ -181,29 +156,17 @@ class MemoryTracker:
         """The label of allocation ``key`` (``activations`` when unlabelled)."""
         return self._label.get(key, "activations")
 
-    def _replay(self) -> Tuple[Dict[str, int], Dict[str, int]]:
-        """(bytes per category at the overall peak, peak bytes per category) from the events."""
+    def peak_by_category(self) -> Dict[str, int]:
+        """Bytes per category at the moment of the overall peak."""
         cur = dict.fromkeys(CATEGORIES, 0)
-        best = dict.fromkeys(CATEGORIES, 0)
         at_peak = dict(cur)
         total = peak = 0
         for key, delta in self._events:
-            cat = self.category_of(key)
-            cur[cat] += delta
+            cur[self.category_of(key)] += delta
             total += delta
-            if cur[cat] > best[cat]:
-                best[cat] = cur[cat]
             if total > peak:
                 peak, at_peak = total, dict(cur)
-        return at_peak, best
-
-    def peak_by_category(self) -> Dict[str, int]:
-        """Bytes per category at the moment of the overall peak."""
-        return self._replay()[0]
-
-    def category_peaks(self) -> Dict[str, int]:
-        """The peak of each category on its own (they need not coincide)."""
-        return self._replay()[1]
+        return at_peak
 
     def current_by_category(self) -> Dict[str, int]:
         """Bytes per category of the buffers alive now."""

@@ -1,9 +1,5 @@
-"""Learning-rate schedules: each is a pure function of the step count, applied by ``step()``.
-
-A schedule reads the optimizer's lr at construction as ``base_lr``; ``step()`` advances the
-count and writes ``optimizer.lr``. Schedules compose: ``LinearWarmup(opt, 100,
-after=CosineAnnealing(opt, 1000))`` warms up for 100 steps, then follows the cosine.
-"""
+"""Learning-rate schedules: pure functions of the step count; ``step()`` writes ``optimizer.lr``.
+They compose: ``LinearWarmup(opt, 100, after=CosineAnnealing(opt, 1000))``."""
 import math
 from typing import Any, Dict, Optional
 
@@ -53,10 +49,7 @@ class StepLR(LRScheduler):
 
 
 class CosineAnnealing(LRScheduler):
-    """lr = eta_min + (base_lr - eta_min) (1 + cos(pi min(step, T_max) / T_max)) / 2.
-
-    Loshchilov & Hutter, "SGDR" (arXiv:1608.03983), eq. (5) without restarts.
-    """
+    """lr = eta_min + (base_lr - eta_min) (1 + cos(pi min(step, T_max) / T_max)) / 2 (SGDR)."""
 
     def __init__(self, optimizer: Any, T_max: int, eta_min: float = 0.0) -> None:
         if T_max < 1:
@@ -71,10 +64,8 @@ class CosineAnnealing(LRScheduler):
 
 
 class LinearWarmup(LRScheduler):
-    """lr = base_lr * (step + 1) / warmup_steps for the first steps, then ``after`` (or base_lr).
-
-    ``after`` is another schedule on the same optimizer; it sees step - warmup_steps.
-    """
+    """lr = base_lr * (step + 1) / warmup_steps, then ``after`` (another schedule, seeing step -
+    warmup_steps) or base_lr."""
 
     def __init__(self, optimizer: Any, warmup_steps: int,
                  after: Optional[LRScheduler] = None) -> None:

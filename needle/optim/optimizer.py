@@ -1,11 +1,5 @@
-"""Optimizers: SGD with momentum, Adam and AdamW, following the course's update rules.
-
-Updates work on the parameters' NDArrays (``realize_cached_data``) and rebind
-``param.cached_data``: an optimizer step builds no autodiff graph, so repeated steps leave the
-number of live tensors (``autograd.TENSOR_COUNTER``) unchanged. Parameters are deduplicated by
-identity (a tied weight is updated once), and a parameter whose ``.grad`` is None (frozen, or
-unused this step) is skipped and gets no state.
-"""
+"""Optimizers: SGD with momentum, Adam and AdamW, following the course's update rules. Steps
+build no graph; tied weights update once; parameters without ``.grad`` are skipped."""
 import functools
 import math
 from typing import Any, Callable, Dict, Iterable, List
@@ -233,9 +227,8 @@ class Adam(Optimizer):
         ### END YOUR SOLUTION
 
     def _step_tuned(self) -> None:
-        """The same step with fewer temporaries: one fused kernel on a device offering the
-        ``adam_update`` primitive, else m and v updated in place with the bias corrections
-        folded into scalars (hw2.optim.adam's answer again: stubbed in the release)."""
+        """The same step with fewer temporaries: the fused ``adam_update`` where the device offers
+        it, else in-place m and v (hw2.optim.adam's answer again: stubbed in the release)."""
         ### BEGIN YOUR SOLUTION (hw2.optim.adam)
         b1, b2 = self.beta1, self.beta2
         for i, p, w, g in self._grads():

@@ -1,23 +1,5 @@
 """Distributed needle: a communicator written from scratch, and the strategies built on it.
-
-    from needle.parallel import communicator
-    comm = communicator.create()          # under mpiexec; every strategy takes ``comm``
-
-    from needle.parallel import virtual
-    virtual.run(4, fn, *args)             # fn(comm, *args) on 4 in-process ranks (no mpiexec)
-
-Layout (one concept per folder; each strategy is handed its communicator explicitly):
-
-* ``comm/``: the communicator, its collectives and their pure reference algorithms, the MPI and
-  in-process transports, the communication ledger, and ``Comm``, the type of every ``comm``;
-* ``virtual.py``: the in-process virtual cluster (threads, deterministic);
-* ``launch.py``: ``python -m needle.parallel.launch -n 4 script.py``;
-* ``data_parallel/``, ``zero/``, ``param_server/``: data-parallel training;
-* ``tensor_parallel/``, ``pipeline/``, ``moe/``, ``mesh.py``: model-parallel training.
-
-Importing this package does not start MPI; ``communicator.create()`` does.  Under mpiexec it
-installs ``comm.faults.install_exit_guard``: a rank that ends before MPI starts ends the job.
-"""
+Importing does not start MPI: ``communicator.create()`` does (and installs the exit guard)."""
 from . import virtual
 from .comm import communicator
 from .comm.communicator import Communicator, create

@@ -1,15 +1,5 @@
-"""Which device each rank computes on: its index on its node, modulo the node's GPUs.
-
-On a node with G GPUs and R ranks, rank ``local_rank`` uses ``cuda(local_rank % G)`` (ranks
-share GPUs when R > G), as ``torchrun``'s ``LOCAL_RANK`` or Open MPI's
-``OMPI_COMM_WORLD_LOCAL_RANK`` are used elsewhere. The local rank comes from the launcher's
-environment when it sets one, else from MPI's shared-memory split (the ranks of one node). An
-application asks once, at start-up, and tells its layers the device; no layer asks MPI.
-
-Collectives move host memory: a device tensor is staged through the host by
-``comm/convert.py`` (the host bridge). ``cuda_aware_mpi`` says whether the MPI library could
-take device buffers directly; needle's collectives do not use that path yet.
-"""
+"""Which device each rank computes on: its index on its node (as ``torchrun``'s ``LOCAL_RANK``),
+modulo the node's GPUs. An application asks once and tells its layers; no layer asks MPI."""
 import os
 from typing import Any, Optional
 
@@ -65,16 +55,3 @@ def device_for(kind: str, local: int, rank: int = 0) -> BackendDevice:
         raise RuntimeError(f"device 'cuda': no GPU is enabled on rank {rank} (no GPU or CuPy; "
                            "NEEDLE_CUDA_EMULATOR=1 emulates one)")
     return cuda(local % gpus)
-
-
-def cuda_aware_mpi() -> bool:
-    """True when mpi4py reports that its MPI library takes CUDA device buffers."""
-    try:
-        from mpi4py import MPI
-    except ImportError:
-        return False
-    query = getattr(MPI, "Query_cuda_support", None)  # mpi4py >= 4 over an MPI that has it
-    try:
-        return bool(query()) if query is not None else False
-    except Exception:  # an MPI without the MPIX extension raises NotImplementedError
-        return False

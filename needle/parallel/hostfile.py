@@ -1,10 +1,5 @@
-"""MPI host files (``host``, ``host:slots`` or ``host slots=N`` per line, ``#`` comments),
-checked before mpiexec.
-
-MPICH's hydra trusts the file: ``localhost:-2`` makes it spin at 100% CPU for ever (surviving
-the launcher and SIGTERM), ``localhost:0`` and ``localhost:abc`` end the job with status 248 and
-no message.  ``parse`` refuses such a file naming the line, before anything starts.
-"""
+"""MPI host files (``host``, ``host:slots``, ``host slots=N``; ``#`` comments), checked before
+mpiexec: MPICH's hydra spins for ever on ``localhost:-2`` and fails silently on ``localhost:0``."""
 import re
 from typing import Dict, List, Tuple
 
@@ -41,8 +36,7 @@ def parse(path: str) -> List[Tuple[str, int]]:
 
 
 def parse_line(text: str, where: str) -> Tuple[str, int]:
-    """``host`` (one slot), ``host:slots`` (MPICH) or ``host slots=N`` (Open MPI), with
-    1 <= slots <= MAX_SLOTS."""
+    """``host``, ``host:slots`` or ``host slots=N``, with 1 <= slots <= MAX_SLOTS."""
     words = text.split()
     if len(words) == 2 and words[1].startswith("slots=") and ":" not in words[0]:
         host, sep, count = words[0], "=", words[1][len("slots="):]

@@ -1,12 +1,7 @@
 """A parallel layer's input checks: the serial layer's refusals, on every rank, before a message.
 
-A bad input seen by one rank only (labels out of range, a sequence that does not split) would
-otherwise fail deep inside a collective, hang the other ranks until their timeout, or, for the
-vocabulary-parallel loss and embedding, pass silently: an index owned by no rank simply
-contributes zero. So each parallel layer refuses what its serial counterpart refuses
-(``nn.SoftmaxLoss`` and ``nn.Embedding``: integer or whole-number indices in [0, n);
-``nn.Linear``, ``LayerNorm1d``, ``MoE``: the feature width; ops: one device), locally, before
-its first message, and the error names the layer, this rank and the bad value.
+A bad input seen by one rank would otherwise hang the others in a collective, or pass silently
+(an index no rank owns embeds to zero). Each error names the layer, this rank and the value.
 """
 from typing import Any, Optional, Tuple
 

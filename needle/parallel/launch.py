@@ -1,19 +1,10 @@
 """Start a script on several ranks: ``python -m needle.parallel.launch -n 4 script.py [args]``.
 
-A thin wrapper over ``mpiexec`` (``mpiexec -n 4 python script.py`` works just as well): it finds
-the mpiexec of the ``mpich`` wheel beside this Python, prefixes every output line with its rank,
-runs the script under ``python -m mpi4py`` so that an uncaught exception on any rank aborts the
-whole job, and exits with the job's status.  ``-m module`` runs a module instead of a file, and
-``-f hostfile`` is passed to mpiexec for multi-host runs (MPI's own host file format).
-A tool that must start mpiexec its own way (the test cluster of ``tools/testcluster``) calls
-``main(argv, wrap=...)`` with a function that rewrites mpiexec's command line.
-
-When a rank dies, mpiexec ends the job with a bare exit code.  So each rank runs under a small
-*supervisor* process (the one mpiexec starts): it runs the rank as its child, copies the child's
-stderr through while keeping a copy, and when the child ends badly records how (exit code or
-signal), when, and its stderr, in a folder shared with the launcher.  An uncaught exception is
-recorded by the rank itself just before it aborts the job (``faults.py``).  After the job the
-launcher prints which rank ended first, how, and the last lines of its stderr.
+A thin wrapper over ``mpiexec``: prefixes output lines with the rank, runs under ``python -m
+mpi4py`` (an uncaught exception aborts the job), passes ``-f hostfile`` on. mpiexec reports a
+dead rank with a bare exit code, so each rank runs under a *supervisor* that records how its
+child ended (code or signal, time, stderr) in a folder shared with the launcher, which then
+prints which rank ended first and how. ``main(argv, wrap=...)`` lets a tool rewrite the command.
 """
 import argparse
 import atexit
@@ -45,8 +36,7 @@ Wrap = Callable[[List[str]], List[str]]  # mpiexec's command line -> the one to 
 
 
 def build_command(argv: Optional[List[str]] = None, wrap: Optional[Wrap] = None) -> List[str]:
-    """The mpiexec command line for the launcher's arguments (``wrap``: rewrites mpiexec's
-    own part, before the program)."""
+    """The mpiexec command line for the launcher's arguments (``wrap`` rewrites mpiexec's part)."""
     parser = argparse.ArgumentParser(prog="python -m needle.parallel.launch",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("-n", "--nproc", type=int, default=2, help="number of ranks")
@@ -233,8 +223,7 @@ def consequence(status: dict) -> bool:
 
 
 def first_failure(folder: Path) -> Optional[str]:
-    """The report on the rank that failed first (how it ended and its last stderr lines), and
-    on any rank that exited cleanly before it, mid-job."""
+    """The report on the rank that failed first, and on ranks that exited cleanly before it."""
     reports = _reports(folder)
     failed = [r for r in reports if "exception" in r[2] or r[2]["returncode"] != 0
               or r[2].get("no_exit")]

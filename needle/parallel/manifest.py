@@ -1,22 +1,11 @@
 """The manifest of a sharded checkpoint: which files make it up, and the checksum of each.
 
-A sharded save writes one file per rank, then the ranks allgather their files' CRC-32s and rank 0
-writes the manifest (JSON) last, atomically (temporary file, fsync, rename).  A loader reads only
-the files its manifest names and checks each one's checksum before using it, so
-
-* a file left over from an earlier save with another layout (stage3 of a pp=4 save in a folder
-  now holding a pp=2 save) is never read, and
-* a file rewritten after the manifest (or a crash between two saves) is refused, not mixed in.
-
-The manifest trusts nothing in itself either: it carries its own CRC-32 (of its canonical JSON);
-its layout (``tp``/``pp``/``dp`` sizes) agrees with its format's size field, its number of
-entries and the loader's layout; entry ``r`` names rank ``r``, that layout, the very file the
-saver writes for rank ``r`` (so one file listed twice, or two swapped, is refused) and a file
-inside the checkpoint's folder (no absolute path, ``..`` or symlink out of it).  Manifests
-written before these checks (no checksum of their own, entries bound to no rank) are refused:
-nothing in them tells a swapped entry from a right one; re-save them.
-
-Every error is a ``CheckpointError`` naming the file (``FileNotFoundError`` for a missing one).
+Rank 0 writes it (JSON) last, atomically, after the ranks allgather their files' CRC-32s. A
+loader reads only the files it names and checks each checksum, so a file left from a save with
+another layout, or rewritten after the manifest, is refused, never mixed in. The manifest
+carries its own CRC-32 and binds entry ``r`` to rank ``r``, the layout and the file the saver
+writes for rank ``r`` inside the folder (swapped or duplicated entries, ``..`` and symlinks out
+are refused). Errors are ``CheckpointError`` naming the file.
 """
 import json
 import os

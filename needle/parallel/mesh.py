@@ -1,11 +1,5 @@
-"""A process mesh: the world's ranks viewed as a (dp, pp, tp) grid, tp fastest.
-
-Every group of 3D parallelism (Narayanan et al., "Efficient Large-Scale Language Model Training
-on GPU Clusters Using Megatron-LM", SC 2021, sec. 3) is built from this one grid with
-``comm.split``: ranks that differ only in their tp coordinate form a tensor-parallel group
-(neighbours, so the chattiest traffic stays close), only in pp a pipeline, only in dp a
-data-parallel group.
-"""
+"""A process mesh: the world's ranks as a (dp, pp, tp) grid, tp fastest (neighbours share the
+chattiest traffic); every 3D-parallel group is split from it (Narayanan et al., SC 2021)."""
 from typing import Tuple
 
 from .comm.agree import agree
@@ -40,11 +34,6 @@ class ProcessMesh:
         """(dp, pp, tp) coordinates of a world rank."""
         dp, pp, tp = self.shape
         return rank // (pp * tp), (rank // tp) % pp, rank % tp
-
-    def rank_of(self, dp: int, pp: int, tp: int) -> int:
-        """The world rank at grid coordinates (dp, pp, tp)."""
-        _, npp, ntp = self.shape
-        return (dp * npp + pp) * ntp + tp
 
     def __repr__(self) -> str:
         dp, pp, tp = self.shape

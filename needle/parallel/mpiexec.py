@@ -1,9 +1,5 @@
-"""Finding ``mpiexec`` and building its command line: the one place needle starts ranks.
-
-Used by the launcher (``python -m needle.parallel.launch``), the planner's measurements
-(``python -m needle.plan --cluster here``), the benchmarks and the tests' mpiexec helpers.
-A host file is checked (``hostfile.parse``) before mpiexec ever sees it.
-"""
+"""Finding ``mpiexec`` and building its command line: the one place needle starts ranks (the
+launcher, the planner, benchmarks and tests); host files are checked before mpiexec sees them."""
 import os
 import shutil
 import sys
@@ -28,8 +24,7 @@ def find() -> str:
 
 def command(nproc: int, hostfile_path: Optional[str] = None,
             exe: Optional[str] = None) -> List[str]:
-    """``mpiexec -n nproc [-f hostfile]`` (the program follows); a bad host file raises
-    ``hostfile.HostfileError`` naming its line, before anything starts."""
+    """``mpiexec -n nproc [-f hostfile]``; a bad host file raises naming its line."""
     if nproc < 1:  # mpiexec -n 0 (or -3) quietly runs one rank
         raise ValueError(f"mpiexec needs at least 1 rank, not {nproc}")
     if hostfile_path is not None:

@@ -1,28 +1,9 @@
 """The in-process virtual cluster: run a function on k ranks as threads of this process.
 
-    from needle.parallel import virtual
-
-    def step(comm, x):
-        return comm.allreduce(x * (comm.rank + 1))
-
-    virtual.run(4, step, np.ones(3))        # [array([10., 10., 10.]), ...] one per rank
-
-Each rank gets the same ``Communicator`` class as under MPI, over an in-process transport
-(``comm/transport_inprocess.py``): the same algorithms, argument checks, timeouts, ``stats`` and
-ledger.  It is for learning, notebooks and fast tests, not for speed: the ranks take turns on one
-core.  Real jobs, on one machine or several (``mpiexec -f hostfile``), run under MPI.
-
-Scheduling is cooperative (``comm/scheduler.py``): one rank runs at a time and hands over only
-when it waits on a message that has not arrived, to the next rank in round-robin order.  Runs
-are therefore deterministic, and give bit for bit the results of the MPI run.  Each rank starts
-from the caller's values of the process-global state listed in ``PROCESS_STATE`` (numpy's and
-Python's global RNGs, autograd's grad mode and lazy mode, amp's autocast state), keeps its own
-copy while it runs, and the caller's is restored afterwards; ``register_state`` adds more.
-
-If every rank waits and no message can arrive, every waiting rank raises ``DeadlockError``
-naming each rank's pending call.  An exception on any rank is re-raised in the caller as
-``RankFailedError`` naming the rank (the other ranks run on until they finish or wait on the
-failed one, then stop).
+See docs/parallel.md, "The virtual cluster". Scheduling is cooperative (``comm/scheduler.py``),
+so runs are deterministic. Each rank starts from the caller's values of ``PROCESS_STATE``
+(global RNGs, grad and lazy mode, autocast), keeps its own copy, and the caller's is restored
+afterwards; ``register_state`` adds more.
 """
 import os
 import random

@@ -1,13 +1,4 @@
-"""``python -m needle.plan``: rank the ways to train a model on a cluster.
-
-Examples::
-
-    python -m needle.plan --model gpt3-175b --batch 1536 --cluster dgx-a100-80g --gpus 1024
-    python -m needle.plan --params 7.5e9 --gpus 64 --precision mixed --optimizer adam --all
-    python -m needle.plan --layers 12 --hidden 768 --heads 12 --seq 512 --vocab 40512 \\
-        --batch 64 --gpus 1 --json
-    python -m needle.plan --model gpt2-small --batch 8 --cluster here --gpus 2
-"""
+"""``python -m needle.plan``: rank the ways to train a model on a cluster (README has examples)."""
 import argparse
 import json
 import sys
@@ -24,9 +15,7 @@ from .rank import plan
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = Parser(prog="python -m needle.plan",
-                                 description=__doc__.split("\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = Parser(prog="python -m needle.plan", description=__doc__.split("\n")[0])
     ap.add_argument("--model", help=f"a preset: {', '.join(models.PRESETS)}")
     ap.add_argument("--params", type=float, help="only a parameter count (model states only)")
     for name in ("layers", "hidden", "heads", "seq", "vocab"):

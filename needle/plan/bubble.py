@@ -1,14 +1,5 @@
-"""The pipeline's step time from the schedule simulator (``needle.parallel.pipeline``).
-
-A step of m microbatches on p stages is simulated with per-action costs F and B (seconds for
-one microbatch on one stage; each of v interleaved chunks costs F / v, B / v) and the
-inter-stage message time. Past the warm-up the schedule is periodic, so its makespan grows
-linearly in m: a schedule of more than ``SIM_LIMIT`` microbatches is simulated at m1 = p and
-m2 = 2 p microbatches (2 p and 4 p interleaved) and extended along that line. For GPipe and
-1F1B this is exact; tests/plan/test_bubble.py checks it against the full simulation for all three.
-Costs are normalised to F = 1 and rounded to 3 significant digits so layouts of one shape share
-simulations.
-"""
+"""The pipeline's step time from the schedule simulator: makespans are linear in m past the
+warm-up, so long runs are simulated at two sizes and extended (exact for GPipe and 1F1B)."""
 from functools import lru_cache
 
 from ..parallel.pipeline.schedules import SCHEDULES
@@ -29,6 +20,7 @@ def makespan(schedule: str, p: int, m: int, v: int, f: float, b: float, comm: fl
 
 
 def _sig(x: float) -> float:
+    """3 significant digits: costs normalised to F = 1 so layouts of one shape share runs."""
     return float(f"{x:.3g}")
 
 

@@ -1,14 +1,5 @@
-"""Every layout worth predicting for a model, a set-up and a cluster, and why others are out.
-
-The grid: tp over the powers of two up to a node (Megatron keeps tensor parallelism inside the
-NVLink domain; larger tp is listed as rejected, "TP across nodes"), pp over the divisors of the
-layer count, dp the rest of the GPUs; ZeRO 0-3 on dp (only 0-1 with pp > 1, as DeepSpeed
-allows); sequence parallel with tp; GPipe / 1F1B / interleaved (v = 2) with pp; recomputation
-none / selective / full; microbatches of 1, 2, 4, 8 sequences (or the one given); CPU offload of
-the optimizer with ZeRO-1/2 (ZeRO-Offload). Gradient accumulation is the microbatch count m =
-batch / (dp x microbatch). Precision is the set-up's (``rank.plan`` with ``precision="any"``
-enumerates fp32 and mixed both).
-"""
+"""Every layout worth predicting for a model, a set-up and a cluster, and why others are out
+(tp within a node, pp dividing the layers, ZeRO 0-1 with pp > 1 as DeepSpeed)."""
 from typing import Iterator, List, Optional, Tuple
 
 from ..parallel.pipeline.schedules import SCHEDULES
@@ -46,8 +37,7 @@ def check_layout(spec: ModelSpec, lay: Layout, setup: Setup, cluster: ClusterSpe
 
 
 def _check_transformer_layout(spec: ModelSpec, lay: Layout, setup: Setup) -> None:
-    """The rules a transformer adds: tp divides heads, pp x chunks divides layers, interleaved
-    m a multiple of pp."""
+    """tp divides heads, pp x chunks divides layers, and interleaved m is a multiple of pp."""
     if spec.heads % lay.tp:
         raise ValueError(f"tp={lay.tp} must divide heads={spec.heads}")
     if spec.layers % (lay.pp * lay.chunks):
@@ -69,8 +59,7 @@ def _model_grid(spec: ModelSpec, gpus: int, gpn: int) -> Iterator[Tuple[int, int
 
 
 def _schedules() -> List[str]:
-    """The pipeline's schedules, the default first (of equally good layouts, the ranking keeps
-    the first)."""
+    """The pipeline's schedules, the default first (ties in the ranking keep the first)."""
     return sorted(SCHEDULES, key=lambda name: name != Layout.schedule)
 
 

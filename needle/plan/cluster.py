@@ -1,18 +1,5 @@
-"""Where it is trained: nodes x GPUs per node, memory, peak FLOP/s, and the links' alpha and beta.
-
-Presets are the vendors' datasheet figures: NVIDIA DGX A100 (8 x A100-SXM4-80GB, 312 TFLOP/s
-dense fp16/bf16 and 19.5 fp32 (156 with TF32), NVLink 3 at 300 GB/s per direction per GPU,
-8 x 200 Gb/s HDR InfiniBand per node = 25 GB/s per GPU) and DGX H100 (989 TFLOP/s dense bf16,
-NVLink 4 at 450 GB/s per direction, 8 x 400 Gb/s NDR = 50 GB/s per GPU). Latencies (alpha) are
-typical NCCL figures: a few microseconds over NVLink, about ten over InfiniBand.
-
-``measure_here(n)`` measures this machine instead: numpy GEMM FLOP/s in this process (1 rank)
-and on every one of ``n`` ranks at once (they share the cores), and the alpha and beta of MPI
-point-to-point messages between two of them (a ping-pong as in
-``benchmarks/bench_collectives.py``, fitted by ``CostModel.fit``), launched under ``mpiexec``.
-Its workers are tools of the repository checkout, not of the package (``tools/measure/``), so
-``--cluster here`` needs needle run from a clone (it says so when they are missing).
-"""
+"""Where it is trained: nodes x GPUs per node, memory, peak FLOP/s, and the links' alpha and beta:
+datasheet presets, or ``measure_here`` (workers in ``tools/measure/``: needs a clone)."""
 import json
 import os
 import subprocess
@@ -142,21 +129,17 @@ def measure_alpha_beta(ranks: int, timeout: float = 60.0) -> Dict[str, float]:
 
 def measure_core_sharing(ranks: int, threads: int = 1, timeout: float = 120.0
                          ) -> List[Tuple[float, float]]:
-    """(w, factor) pairs: how much longer a compute chunk of w seconds followed by a wait
-    for every rank takes at ``ranks`` ranks than at one (``core_sharing``); the one-rank run
-    with ``threads`` BLAS threads, as each of the ranks gets."""
+    """``core_sharing``'s (w, factor) pairs at ``ranks`` ranks (the one-rank run with ``threads``
+    BLAS threads, as each rank gets)."""
     one = _run_json("core_sharing", 1, timeout, threads)["seconds"]
     many = _run_json("core_sharing", ranks, timeout)["seconds"]
     return slowdown_curve(one, many)
 
 
 def measure_here(ranks: int = 2, mpi: bool = True) -> ClusterSpec:
-    """This machine as a one-node cluster of ``ranks`` CPU ranks, measured now.
-
-    Peak FLOP/s is the measured numpy GEMM rate (so MFU is against that), no communication
-    overlap (the ranks share the cores that would compute meanwhile), and efficiency 1, or,
-    with more ranks than cores, 1 / the measured slowdown of synchronised work at ``ranks``
-    ranks (``core_sharing``; 2.2-2.4x for 4 ranks on 2 cores, where cores / p says 2x)."""
+    """This machine as a one-node cluster of ``ranks`` CPU ranks, measured now: peak FLOP/s the
+    measured GEMM rate, no overlap (ranks share the cores), efficiency 1 / the measured slowdown
+    of synchronised work when ranks outnumber cores (``core_sharing``)."""
     flops = measure_gemm_flops()
     ab = measure_alpha_beta(ranks) if mpi and ranks > 1 else {"alpha": ALPHA, "beta": BETA}
     flops = min(flops, ab.get("gemm_flops", flops))  # per rank, with every rank running

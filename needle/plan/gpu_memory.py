@@ -1,18 +1,11 @@
 """Per-GPU bytes of a layout by category: parameters, gradients, optimizer state, activations,
 buffers (and, with offload, what lives on the host instead).
 
-Model states and the per-layer activations come from ``needle.memory.estimator`` (ZeRO's
-(P + G + K) Psi split by tp, pp and the ZeRO stage; Korthikanti et al.'s activation formulas).
-This module adds what a layout changes on top:
-
-* pipeline schedules (Korthikanti et al., arXiv:2205.05198, sec. 4.2.3): the first stage of
-  1F1B keeps p microbatches of L/p layers = L layers' worth; GPipe keeps all m microbatches,
-  m L / p; interleaved 1F1B with v chunks keeps L (1 + (p - 1) / (p v));
-* selective recomputation (sec. 5): the attention core (5 a s / h of the 34 + 5 a s / h) is
-  recomputed, so the layer keeps s b h (10 + 24 / t) without SP, 34 s b h / t with it;
-* buffers: DDP / ZeRO-1/2 gradient buckets (25 MiB, as PyTorch and needle's DDP), ZeRO-3's
-  two prefetched layers of full parameters, two pipeline activation messages in flight;
-* offload (ZeRO-Offload, Ren et al., ATC'21): the fp32 optimizer state lives on the host.
+Model states and per-layer activations come from ``needle.memory.estimator``; this adds what a
+layout changes (Korthikanti et al., arXiv:2205.05198): the first stage of 1F1B keeps L layers'
+worth, GPipe m L / p, interleaved L (1 + (p - 1) / (p v)) (sec. 4.2.3); selective recomputation
+keeps s b h (10 + 24 / t), 34 s b h / t with SP (sec. 5); buffers (25 MiB gradient buckets,
+ZeRO-3's two prefetched layers, two pipeline messages); offload moves optimizer state to the host.
 """
 from functools import lru_cache
 from typing import Dict, Tuple
@@ -63,12 +56,8 @@ def _estimator_terms(spec: ModelSpec, mb: int, precision: str, optimizer: str, z
 
 
 def in_flight_microbatches(schedule: str, p: int, m: int, stage: int = 0) -> int:
-    """Microbatches whose activations ``stage`` of a p-stage pipeline holds at once.
-
-    GPipe runs every forward before any backward: m. 1F1B (Narayanan et al., sec. 2.2) lets
-    stage r run p - r forwards before its first backward, then one forward per backward:
-    min(p - r, m).
-    """
+    """Microbatches whose activations ``stage`` holds at once: m under GPipe, min(p - stage, m)
+    under 1F1B (Narayanan et al., sec. 2.2)."""
     if not 0 <= stage < p or m < 1:
         raise ValueError(f"stage must be in [0, {p}) and m >= 1, got stage {stage}, m {m}")
     return m if schedule == "gpipe" else min(p - stage, m)

@@ -22,9 +22,8 @@ def _key(p: Prediction) -> Tuple[float, ...]:
 
 def plan(spec: ModelSpec, setup: Setup, cluster: ClusterSpec, microbatch: Optional[int] = None,
          layouts: Optional[List[Layout]] = None) -> List[Prediction]:
-    """Predictions for every layout (or ``layouts``): fitting ones best first, then the rest.
-
-    ``setup.precision == "any"`` plans fp32 and mixed precision both and merges the lists."""
+    """Predictions for every layout (or ``layouts``), fitting ones best first; ``precision="any"``
+    merges the fp32 and mixed-precision lists."""
     if setup.precision == "any":
         both = [plan(spec, replace(setup, precision=p), cluster, microbatch, layouts)
                 for p in ("mixed", "fp32")]

@@ -1,12 +1,5 @@
-"""NF4: 4-bit NormalFloat weights with block-wise absmax scales (QLoRA's storage format).
-
-Dettmers et al., arXiv:2305.14314, sec. 3: W is stored as 4-bit NormalFloat codes in blocks of
-64 with one absmax scale per block; double quantization stores those scales as 8-bit codes
-(blocks of 256, minus their mean) plus one float32 scale per 256 blocks. ``NF4MatMul``
-dequantizes the weight on the fly inside its forward and again inside its gradient, so no
-full-precision copy of W outlives an op. The paper's scale codes are FP8; here they are linear
-int8 (absmax), the simpler scheme of Dettmers et al. 2022, arXiv:2110.02861.
-"""
+"""NF4: QLoRA's 4-bit NormalFloat weights (arXiv:2305.14314, sec. 3), blocks of 64 with absmax
+scales double-quantized to int8; ``NF4MatMul`` dequantizes inside forward and gradient only."""
 from statistics import NormalDist
 from typing import Any, Optional, Tuple
 
@@ -20,10 +13,8 @@ __all__ = ["nf4_codebook", "NF4Tensor", "quantize_nf4", "NF4MatMul", "NF4MatMulT
 
 
 def nf4_codebook() -> np.ndarray:
-    """The 16 NF4 levels: normal quantiles, 8 positive and 7 negative, exact 0, scaled to [-1, 1].
-
-    Dettmers et al. 2023, eq. (4) with offset 0.9677 as in their reference implementation.
-    """
+    """The 16 NF4 levels: normal quantiles scaled to [-1, 1] with an exact 0 (Dettmers et al. 2023,
+    eq. 4, offset 0.9677 as their reference implementation)."""
     offset = 0.9677083
     ppf = NormalDist().inv_cdf
     pos = [ppf(p) for p in np.linspace(offset, 0.5, 9)[:-1]]

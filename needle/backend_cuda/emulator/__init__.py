@@ -1,15 +1,5 @@
-"""CUDA on the CPU: the backend's own ``.cu`` kernels, built with the host C++ compiler.
-
-Set ``NEEDLE_CUDA_EMULATOR=1`` and, on a machine without a GPU, ``ndl.cuda()`` is enabled: the
-whole CUDA backend (``ndarray_backend_cuda.py``, ``fused_ops_cuda.py``,
-``fused_elementwise_cuda.py``) runs unchanged, with host memory standing in for device
-memory and ``fake_cupy`` (the part of CuPy the backend uses, over NumPy) standing in for CuPy.
-Kernels run through ``module.load_module``.
-On a machine with a GPU the variable is ignored unless it says ``force``.
-
-``cupy_module(name)`` is the one switch: the backend imports CuPy (and ``cupyx``, cuBLAS)
-through it, so the code path is the one a GPU runs.
-"""
+"""CUDA on the CPU (README, "CUDA without a GPU"). ``cupy_module(name)`` is the one switch: the
+backend imports CuPy, ``cupyx`` and cuBLAS through it, so its code path is a GPU's."""
 import functools
 import importlib
 import os

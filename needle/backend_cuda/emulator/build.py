@@ -1,15 +1,10 @@
 """Compile a CUDA source into a host shared library for the emulator, cached on disk.
 
-The source is compiled unchanged by the system C++ compiler (``$CXX``, default g++) against
-``cuda_emu.h`` (CUDA's execution model on the CPU) and NVIDIA's cuda_fp16.h / cuda_bf16.h from
-the pip wheels ``nvidia-cuda-runtime-cu12``, ``nvidia-cuda-nvcc-cu12`` (``crt/host_defines.h``)
-and ``nvidia-cuda-cccl-cu12`` (``nv/target``). A generated wrapper takes the address of every
-name expression, so exactly the instantiations CuPy's ``RawModule`` would compile exist.
-
-Like CuPy's kernel cache, a library is kept under ``$NEEDLE_CUDA_EMULATOR_CACHE`` (default
-``~/.cache/needle/cuda_emulator``), keyed by a hash of the source, the headers it can include,
-the emulator's headers, the flags and the compiler's version. Builds go to a temporary name and
-are renamed into place, so pytest workers or MPI ranks building the same module at once agree.
+The source is compiled unchanged by ``$CXX`` (default g++) against ``cuda_emu.h`` and NVIDIA's
+fp16/bf16 headers from the pip wheels. A generated wrapper takes the address of every name
+expression, so exactly the instantiations CuPy's ``RawModule`` would compile exist. The cache
+(``$NEEDLE_CUDA_EMULATOR_CACHE``, default ``~/.cache/needle/cuda_emulator``) is keyed by source,
+headers, flags and compiler version; builds are renamed into place, so concurrent builders agree.
 """
 import functools
 import hashlib

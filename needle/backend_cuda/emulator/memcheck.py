@@ -1,22 +1,10 @@
 """Memory checking of emulated kernels: what a launch tells the checker, and its reports.
 
-``NEEDLE_CUDA_EMULATOR_CHECK`` picks the level (cuda_emu_check.h does the checking):
-
-- ``bounds`` (default): every load and store of kernel code is checked against the launch's
-  argument buffers (the whole allocation each pointer points into), ``__shared__`` variables,
-  the thread's stack and the module's constants. An access outside them fails the launch at
-  that access, before it happens, with ``EmulatorMemoryError`` naming the kernel, block,
-  thread, buffer, index and file:line (compute-sanitizer's memcheck).
-- ``full``: also reads of uninitialised memory (initcheck): ``__shared__`` memory no thread of
-  the block wrote, and device memory from ``cupy.empty`` that no kernel and not the host wrote
-  (``empty`` fills it with a poison byte; a buffer whose bytes the host changed counts as
-  written); and shared-memory races, a write and a read or write of one address by two threads
-  of a block with no ``__syncthreads()`` between (racecheck: a missing barrier). Blocks run in
-  a seeded random order (``NEEDLE_CUDA_EMULATOR_SEED``, default 1; 0 is the grid's order).
-- ``off``: the unchecked build (no instrumentation): an out-of-bounds write corrupts the heap.
-
-Bounds are known for arguments with ``.data.mem`` (the emulator's CuPy arrays); a bare int
-address has none, and then an access outside every known buffer is let through.
+``NEEDLE_CUDA_EMULATOR_CHECK`` picks the level (docs/cuda_emulator.md): ``bounds`` (default,
+compute-sanitizer's memcheck: each access against the launch's allocations, ``__shared__``, the
+stack and constants), ``full`` (also initcheck and shared-memory racecheck, blocks in a seeded
+order) or ``off``. A bare int address has no known bounds: accesses outside every known buffer
+are let through.
 """
 import ctypes
 import functools
@@ -57,8 +45,7 @@ def check_level() -> str:
 
 
 def block_seed(level: str) -> int:
-    """The seed of the block order: ``$NEEDLE_CUDA_EMULATOR_SEED``, else 1 in full mode, else 0
-    (the grid's order)."""
+    """The block order's seed: ``$NEEDLE_CUDA_EMULATOR_SEED``, else 1 in full mode, else 0."""
     raw = os.environ.get(SEED_ENV, "").strip()
     if not raw:
         return 1 if level == "full" else 0

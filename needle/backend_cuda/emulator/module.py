@@ -1,15 +1,9 @@
 """Load an emulated CUDA module and launch its kernels like CuPy's ``RawModule`` / ``RawKernel``.
 
-    mod = load_module(code, name_expressions, options)      # compiled once, cached on disk
-    k = mod.get_function("reduce_rows_block<float, float, ndl::SumOp>")
-    k((grid_x, grid_y), (256,), (a, out, np.int64(rows), np.int64(size), np.int64(chunk)))
-
-A pointer parameter takes anything with ``.data.ptr`` (a CuPy-like array whose memory is host
-memory here) or an int address. A scalar parameter takes a NumPy scalar of the parameter's size
-and kind, or a Python scalar where CuPy would pass it correctly (CuPy sends a Python int as a
-64-bit ``long long``, a float as ``double``, a bool as ``bool``): anything a GPU would misread is
-an error naming the kernel and the parameter. Launches are checked against a GPU's limits and
-fail with EmulatorLaunchError, whose ``status`` is the CUDA driver's error name.
+A pointer parameter takes anything with ``.data.ptr`` or an int address; a scalar parameter a
+NumPy scalar of its size and kind, or a Python scalar where CuPy would pass it correctly (int
+as ``long long``, float as ``double``): anything a GPU would misread is an error naming kernel
+and parameter. Launches beyond a GPU's limits raise EmulatorLaunchError with the driver's name.
 """
 import ctypes
 import functools
@@ -302,8 +296,7 @@ def load_module(code: str, name_expressions: Sequence[str], options: Sequence[st
 
 
 def source_name(code: str) -> str:
-    """A name for ``code`` in messages: the path of its kernels/*.cu file (so sanitizer reports
-    and memory errors point at a file that exists), or its first kernel's name."""
+    """A name for ``code`` in messages: its kernels/*.cu path, else its first kernel's name."""
     from .. import kernel_specs
     for f in kernel_specs.KERNEL_FILES:
         try:

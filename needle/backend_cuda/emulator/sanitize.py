@@ -1,21 +1,8 @@
 """Run kernel tests on the emulator's thread engine under ThreadSanitizer and AddressSanitizer.
 
-Each CUDA thread is an OS thread, named after its CUDA block and thread ("B3 T17": TSan prints
-``Thread T244 'B3 T17'``), so ThreadSanitizer sees a missing ``__syncthreads()`` as a data race
-between two threads of a block, and AddressSanitizer sees an out-of-bounds read or write of a
-device buffer (host memory here) or of dynamic shared memory. The kernels are built with
-``-fsanitize=...`` (build.py) and their line tables name the .cu files in the tree. Python
-itself is not instrumented, so the sanitizer's runtime (gcc's libtsan / libasan) is preloaded
-into a child process that runs the tests; each report is written to a log file and printed in
-full here.
-
-    python -m needle.backend_cuda.emulator.sanitize                  # both, all kernel tests
-    python -m needle.backend_cuda.emulator.sanitize --mode thread -- -k float32
-    python -m needle.backend_cuda.emulator.sanitize tests/x.py::test_y -- -x
-
-Positional arguments before ``--`` are test paths (default: the kernel tests); everything after
-``--`` goes to pytest as it is. The exit status is non-zero when a test fails or a sanitizer
-reports (halt_on_error).
+Each CUDA thread is an OS thread named "B<block> T<thread>", so TSan reports a missing
+``__syncthreads()`` as a race. Python is not instrumented: the runtime is preloaded into a child
+pytest (arguments after ``--``). Usage: README, "CUDA without a GPU".
 """
 import argparse
 import os
@@ -58,8 +45,7 @@ def sanitizer_env(mode: str, base: Optional[Dict[str, str]] = None,
 
 def run_pytest(mode: str, pytest_args: Sequence[str], timeout: float = 1800,
                cwd: Optional[str] = None) -> subprocess.CompletedProcess:
-    """``python -m pytest pytest_args`` in a child process under the ``mode`` sanitizer; the
-    sanitizer's reports are appended to the result's stderr."""
+    """``python -m pytest`` under the ``mode`` sanitizer, its reports appended to stderr."""
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args]
     with tempfile.TemporaryDirectory(prefix="needle-sanitize-") as logs:
         log_path = os.path.join(logs, mode)

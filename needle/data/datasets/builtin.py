@@ -22,10 +22,8 @@ def _split(X: np.ndarray, y: np.ndarray, test_fraction: float, seed: int) -> Spl
 
 
 def load_digits(test_fraction: float = 0.2, seed: int = 0) -> Split:
-    """scikit-learn's 1797 8x8 digit images as float32 (N, 64) in [0, 1] and int64 labels.
-
-    Returns ``(X_train, y_train, X_test, y_test)``; the split is fixed by ``seed``.
-    """
+    """scikit-learn's 8x8 digits: ``(X_train, y_train, X_test, y_test)``, X float32 (N, 64)
+    in [0, 1], split by ``seed``."""
     from sklearn.datasets import load_digits as _sk_load_digits  # ships inside the wheel
     d = _sk_load_digits()
     X = (d.data / 16.0).astype(np.float32)
@@ -47,11 +45,8 @@ def stdlib_source_files() -> List[str]:
 
 
 def stdlib_text(n_chars: int = 500_000) -> str:
-    """The first ``n_chars`` printable-ASCII characters (plus newlines) of the stdlib sources.
-
-    Files are read in sorted order; characters outside ASCII 32..126 and newline are dropped,
-    so the vocabulary has at most 96 symbols. Deterministic for a given Python installation.
-    """
+    """The first ``n_chars`` printable-ASCII characters (and newlines) of the stdlib sources,
+    read in sorted order: at most 96 symbols, deterministic for a given Python installation."""
     keep = set(map(chr, range(32, 127))) | {"\n"}
     parts, total = [], 0
     for path in stdlib_source_files():

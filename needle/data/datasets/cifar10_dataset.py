@@ -81,11 +81,8 @@ def load_binary_batch(filename: str) -> Tuple[np.ndarray, np.ndarray]:
 
 
 class CIFAR10Dataset(Dataset):
-    """CIFAR-10: images (3, 32, 32) float32 in [0, 1] with int labels.
-
-    ``base_folder`` holds either the python batches (``data_batch_1`` ... ``test_batch``) or
-    the binary ones (``data_batch_1.bin`` ... ``test_batch.bin``). Transforms see H x W x C.
-    """
+    """CIFAR-10 from its python or binary batches: images (3, 32, 32) float32 in [0, 1], int labels;
+    transforms see H x W x C."""
 
     batch_indexable = True
 

@@ -1,11 +1,5 @@
-"""Unpickle data files without trusting them: only plain types and numpy arrays, bounded size.
-
-A pickle is a program. ``RestrictedUnpickler`` lets it call only what rebuilds a plain numpy
-array (never an object array), and ``safe_unpickle`` bounds what a small file can ask for: the
-file's size is capped, and a container reached twice (a memo reference, how a 1 kB pickle
-becomes a list of a million references to one list) is refused, as is a tree with more nodes
-than the file has bytes. Every error is a ``ValueError`` naming the file.
-"""
+"""Unpickle data files without trusting them (a pickle is a program): only plain numpy arrays,
+a capped size, and no shared references or more nodes than bytes (a 1 kB pickle bomb)."""
 import io
 import os
 import pickle

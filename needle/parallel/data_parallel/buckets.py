@@ -1,22 +1,14 @@
 """Gradient buckets: many small gradients packed into a few flat buffers, one collective each.
 
-Li et al., "PyTorch Distributed: Experiences on Accelerating Data Parallel Training" (VLDB 2020),
-sec. 3.2: an allreduce of a few large buffers is much faster than one per small tensor (each
-call pays a latency ``alpha``: ``n`` calls cost ``n alpha + Psi beta`` where a few buckets cost
-``b alpha + Psi beta``), and since gradients become ready in roughly reverse registration
-order during backward, buckets are filled in that order and each is reduced as soon as its
-last gradient has arrived, while backward goes on computing the earlier layers' gradients.
+Li et al., "PyTorch Distributed" (VLDB 2020), sec. 3.2: each call pays a latency ``alpha``, so a
+few large buckets beat one call per tensor; gradients arrive in roughly reverse registration
+order, so buckets fill in that order and each is reduced while backward goes on. Collectives
+launch strictly in bucket order (every rank must issue them in the same order).
 
-``assign_buckets`` is the pure layout rule; ``Bucket`` is one flat buffer; ``BucketReducer``
-fills buckets from gradient hooks and launches one asynchronous collective per bucket,
-strictly in bucket order (every rank must issue collectives in the same order).
-
-Layout of a bucket: a 2-D buffer of ``rows`` rows, ``rows = 1`` for an allreduce (DDP) and
-``rows = N`` for a reduce-scatter (ZeRO-2: rank r receives row r). Each row is ``cols`` data
-elements (the bucket's gradients, back to back, padded to ``rows * cols``) followed by one
-*usage flag* per parameter: 1 where this rank produced that gradient in this backward. The
-flags ride along with the data, so after the reduction every rank knows, at no extra call,
-which parameters no rank used (they keep ``grad = None``, as in single-process training).
+A bucket is ``rows`` rows (1 for DDP's allreduce, N for ZeRO-2's reduce-scatter), each ``cols``
+data elements followed by one *usage flag* per parameter (1 where this rank produced that
+gradient): after the reduction every rank knows, at no extra call, which parameters no rank used
+(they keep ``grad = None``, as in single-process training).
 """
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -41,13 +33,8 @@ def reduce_dtype(dtype: str) -> str:
 
 def assign_buckets(sizes_bytes: Sequence[int], dtypes: Sequence[str], cap_bytes: float,
                    first_cap_bytes: Optional[float] = None) -> List[List[int]]:
-    """Group tensor indices into buckets, last tensor first (reverse registration order).
-
-    Tensors of one dtype fill a bucket until it holds at least the cap (so one tensor larger
-    than the cap gets a bucket of its own); the first bucket of each dtype uses
-    ``first_cap_bytes`` (small, so the first allreduce starts early). PyTorch's
-    ``_compute_bucket_assignment_by_size``.
-    """
+    """Group tensor indices into buckets per dtype, last tensor first, each filled to at least the
+    cap (the first to ``first_cap_bytes``): PyTorch's ``_compute_bucket_assignment_by_size``."""
     if cap_bytes <= 0 or (first_cap_bytes is not None and first_cap_bytes <= 0):
         raise ValueError(f"bucket caps must be > 0 bytes, got cap={cap_bytes}, "
                          f"first={first_cap_bytes}")
@@ -140,10 +127,8 @@ class Bucket(FlatLayout):
 
 
 def reduce_scatter_bucket(comm: Comm, bucket: "Bucket") -> Tuple[Any, Any]:
-    """Start summing ``bucket.buffer`` over the ranks, row r to rank r (ZeRO-2 and FSDP).
-
-    Returns (the storage of the received row, to keep alive while the row is used; the Work).
-    """
+    """Start summing ``bucket.buffer`` over the ranks, row r to rank r; (the received row's storage,
+    to keep alive while it is used, and the Work)."""
     storage, out = empty_host(bucket.buffer.shape[1], bucket.buffer.dtype)
     return storage, comm.reduce_scatter_async(bucket.buffer, op="sum", out=out.reshape(1, -1))
 
@@ -151,12 +136,8 @@ def reduce_scatter_bucket(comm: Comm, bucket: "Bucket") -> Tuple[Any, Any]:
 class BucketReducer:
     """Fill buckets from gradient hooks and reduce each one as soon as it is complete.
 
-    ``launch(bucket) -> Work`` starts the bucket's collective (an allreduce or reduce-scatter
-    of ``bucket.buffer``); buckets launch in index order only, so a bucket that fills early
-    waits for the ones before it, exactly as on every other rank. ``on_done(bucket, result)``,
-    if given, takes each result as soon as it is seen complete (then ``finish`` returns only
-    the results it waited for itself).
-    """
+    Buckets launch in index order only (as on every other rank). ``on_done(bucket, result)`` takes
+    each result as soon as it is seen complete; ``finish`` returns the ones it waited for itself."""
 
     def __init__(self, params: Sequence[Tensor], layout: List[List[int]], rows: int,
                  launch: Callable[[Bucket], Any],

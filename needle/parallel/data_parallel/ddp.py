@@ -1,23 +1,14 @@
-"""Data-parallel training: every rank holds the whole model, trains on its slice of the batch,
-and the gradients are averaged over the ranks before the optimizer step.
+"""Data-parallel training: the whole model on every rank, gradients averaged before the step.
 
-With N ranks each computing the mean loss of its b examples, the average of their gradients is
-the gradient of the mean loss over all N b examples, so N ranks take exactly the step that one
-process takes on the concatenated batch (Li et al., "PyTorch Distributed: Experiences on
-Accelerating Data Parallel Training", VLDB 2020, sec. 2). Two versions, simplest first:
+N ranks averaging the gradients of their mean losses take exactly the step one process takes
+on the concatenated batch (Li et al., "PyTorch Distributed", VLDB 2020, sec. 2). Simplest first:
 
 * ``DataParallelNaive``: after backward, one blocking allreduce per gradient.
-* ``DistributedDataParallel``: gradients packed into buckets (``buckets.py``), each bucket's
-  allreduce launched asynchronously from a gradient hook as soon as it is full, so that
-  communication overlaps the rest of backward; all are waited for when backward ends
-  (``autograd.queue_callback``). ``no_sync()`` skips the averaging for gradient accumulation.
+* ``DistributedDataParallel``: gradients packed into buckets (``buckets.py``), each allreduced
+  asynchronously as soon as it is full, overlapping the rest of backward. ``no_sync()`` skips
+  the averaging for gradient accumulation.
 
-Both start from rank 0's parameters and buffers (broadcast at construction, after checking that
-every rank built the same shapes) and are used like the module they wrap:
-
-    model = DistributedDataParallel(MLP(), comm)
-    opt = ndl.optim.Adam(model.parameters())
-    loss = loss_fn(model(X_local), y_local); opt.reset_grad(); loss.backward(); opt.step()
+Both start from rank 0's parameters and buffers and are used like the module they wrap.
 """
 import contextlib
 from typing import Any, Iterator, List, NoReturn, Set
@@ -69,10 +60,6 @@ class _DataParallel(Module):
     def _restart(self) -> None:
         """Forget what a backward that raised left half done."""
 
-    def remove_hooks(self) -> None:
-        """Detach from the module (it trains as a plain single-process model again)."""
-        self._hooks.remove()
-
 
 class DataParallelNaive(_DataParallel):
     """One blocking allreduce per gradient once backward has finished (Li et al., sec. 3.1)."""
@@ -106,12 +93,9 @@ class DataParallelNaive(_DataParallel):
 class DistributedDataParallel(_DataParallel):
     """Bucketed allreduce overlapped with backward (Li et al., VLDB 2020, sec. 3.2-3.3).
 
-    ``bucket_cap_mb``: bucket size (MiB); the first bucket (the last layers' gradients, ready
-    first) is capped at ``first_bucket_mb`` so that communication starts early. ``overlap=False``
-    launches every bucket only after backward (to measure what the overlap buys). After
-    ``loss.backward()`` returns, ``p.grad`` holds the average over ranks, as a view into its
-    bucket (PyTorch's ``gradient_as_bucket_view``); parameters that no rank used keep None.
-    """
+    The first bucket (the last layers' gradients) is capped at ``first_bucket_mb`` so communication
+    starts early; ``overlap=False`` launches every bucket after backward. ``p.grad`` is then the
+    average, a view into its bucket; parameters no rank used keep None."""
 
     def __init__(self, module: Module, comm: Comm, bucket_cap_mb: float = 25.0,
                  first_bucket_mb: float = 1.0, overlap: bool = True) -> None:

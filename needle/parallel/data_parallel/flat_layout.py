@@ -1,11 +1,8 @@
 """Many tensors as one flat vector: where each one lies, and the vector cut into equal parts.
 
-DDP's gradient buckets (Li et al., "PyTorch Distributed", VLDB 2020, sec. 3.2), ZeRO's sharded
-buckets (Rajbhandari et al., "ZeRO", SC 2020, sec. 5) and FSDP's flat parameters (Zhao et al.,
-"PyTorch FSDP", VLDB 2023, sec. 3.2) all lay tensors of ``shapes`` back to back in one vector of
-``numel`` elements (tensor i at ``[offsets[i], offsets[i] + sizes[i])``), padded to
-``parts * cols`` with ``cols = ceil(numel / parts)``; part r is ``[r cols, (r + 1) cols)``
-(one row of a reduce-scatter, one rank's shard).
+DDP's buckets, ZeRO's shards and FSDP's flat parameters lay tensors back to back in ``numel``
+elements, padded to ``parts * cols`` (``cols = ceil(numel / parts)``); part r is
+``[r cols, (r + 1) cols)``: one row of a reduce-scatter, one rank's shard.
 """
 from typing import Any, List, Sequence, Tuple
 

@@ -1,12 +1,5 @@
-"""Reduce while backward runs: a hook per gradient, and one callback when backward ends.
-
-Li et al., "PyTorch Distributed" (VLDB 2020), sec. 3.2.3: DDP registers an autograd hook on
-every parameter, so each gradient is handed to its bucket the moment it is accumulated, and the
-reducer waits for its collectives only once the whole backward is done. DDP, ZeRO-2 and FSDP
-all follow that pattern; ``BackwardHooks`` is it, written once: ``on_grad(param)`` runs for each
-gradient, and the first gradient of a backward queues ``on_end()`` for the end of that backward
-(``autograd.queue_callback``).
-"""
+"""Reduce while backward runs: a hook per gradient, and one callback when backward ends
+(Li et al., VLDB 2020, sec. 3.2.3); written once for DDP, ZeRO-2 and FSDP."""
 from typing import Callable, Iterable
 
 from ... import autograd
@@ -22,7 +15,8 @@ class BackwardHooks:
                  on_end: Callable[[], None]) -> None:
         self._on_grad, self._on_end = on_grad, on_end
         self.queued = False  # on_end is queued for the backward now running
-        self._handles: list = [p.register_post_accumulate_grad_hook(self._hook) for p in params]
+        for p in params:
+            p.register_post_accumulate_grad_hook(self._hook)
 
     def _hook(self, param: Tensor) -> None:
         if not self.queued:  # the first gradient of this backward
@@ -38,12 +32,3 @@ class BackwardHooks:
         """True if the last backward raised before its end (the hooks are re-armed)."""
         was, self.queued = self.queued, False
         return was
-
-    def remove(self) -> None:
-        """Stop calling back (the parameters train as plain single-process ones again)."""
-        for h in self._handles:
-            h.remove()
-        self._handles = []
-
-    def __len__(self) -> int:
-        return len(self._handles)

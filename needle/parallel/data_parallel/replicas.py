@@ -1,13 +1,5 @@
-"""Keeping model replicas in agreement: same shapes on every rank, rank 0's values everywhere.
-
-Every data-parallel strategy starts here (PyTorch's DDP and FSDP ``sync_module_states``):
-``check_same_shapes`` compares each rank's list of (name, shape, dtype) and raises the same
-``ValueError`` on every rank when they differ, naming the rank, the parameter and both shapes;
-``broadcast_tensors`` then copies rank 0's values into every rank's tensors with one broadcast
-of their packed bytes.
-``replicate_from_rank0`` does both for a module (DDP, FSDP and the parameter server start with
-it). The host bridge (``host_view``, ``to_tensor``, ``empty_host``) is in ``comm/convert.py``.
-"""
+"""Keeping model replicas in agreement: same shapes on every rank (checked, the same error on
+every rank), then rank 0's values everywhere (PyTorch's ``sync_module_states``)."""
 from typing import Any, List, Sequence, Tuple
 
 import numpy as np
@@ -47,10 +39,7 @@ def _unpack(row: np.ndarray) -> Tuple[Tuple[int, ...], str]:
 
 
 def check_same_shapes(comm: Comm, named: Sequence[Tuple[str, Any]], what: str) -> None:
-    """Raise on every rank unless all ranks hold tensors of equal count, shapes and dtypes.
-
-    ``named`` lists (name, Tensor); ``what`` names the caller in the message.
-    """
+    """Raise on every rank unless all ranks hold (name, Tensor) lists of equal shapes and dtypes."""
     if comm.size == 1:
         return
     counts = comm.allgather(np.array([len(named)], dtype=np.int64))

@@ -1,12 +1,5 @@
-"""All-to-all with uneven splits, as an autograd op (the dispatch and combine of expert
-parallelism: Lepikhin et al., "GShard", arXiv:2006.16668, sec. 2.2; Fedus et al., "Switch
-Transformers", arXiv:2101.03961, sec. 2.2, Fig. 3).
-
-The communicator's ``alltoall`` moves equal axis-0 chunks, so each rank pads its chunk for rank
-j to ``max_rows`` (the largest chunk any rank sends anyone, known to all ranks from the sizes
-exchanged before) and the receiver drops the padding. The gradient of an all-to-all is the
-all-to-all with send and receive counts swapped.
-"""
+"""All-to-all with uneven splits, as an autograd op (expert parallelism's dispatch and combine):
+chunks padded to ``max_rows``; the gradient swaps send and receive counts."""
 from typing import Sequence, Union
 
 import numpy as np

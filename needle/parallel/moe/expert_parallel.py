@@ -1,19 +1,8 @@
 """Expert parallelism: the experts of an ``nn.MoE`` sharded across ranks, tokens sent to them.
 
-GShard (Lepikhin et al., arXiv:2006.16668, sec. 2.2) and Switch Transformers (Fedus et al.,
-arXiv:2101.03961, sec. 2.2): each rank routes its own tokens with the (replicated) router, an
-all-to-all *dispatches* every token to the rank holding its expert, the experts run on what they
-received, and a second all-to-all *combines* the results back to the tokens' ranks, where they
-are weighted by the gates. Rank r holds experts [r E/p, (r+1) E/p).
-
-Token counts differ per rank and per expert, so the counts are exchanged first (one small
-all-gather of every rank's tokens-per-expert, with d_model and E so that a mismatched
-configuration is an error on every rank instead of a hang); the data all-to-alls then pad to the
-largest block (``ep_comms.py``). Autograd runs through both all-to-alls.
-
-Built with the same seed, the router and the experts are the serial ``nn.MoE``'s (every rank draws
-all of them, in the serial order, and keeps its own), so each rank's output equals ``nn.MoE`` on
-its tokens, and each expert's gradient the sum of the serial gradients over all ranks' tokens.
+GShard / Switch: an all-to-all *dispatches* tokens to their experts' ranks, a second *combines*
+the results. Counts are all-gathered first, with d_model and E, so a mismatched configuration
+fails on every rank. Built with the same seed, it equals the serial ``nn.MoE`` on each rank.
 """
 from typing import Any, Optional
 
@@ -46,7 +35,6 @@ class ExpertParallelMoE(MoE):
         per = num_experts // comm.size
         self.first_expert = comm.rank * per
         self.experts = self.experts[self.first_expert:self.first_expert + per]  # keep mine
-        self.last_counts: Optional[np.ndarray] = None
 
     def _exchange_counts(self, counts: np.ndarray) -> np.ndarray:
         """(p, E) tokens each rank sends to each expert, after checking every rank agrees."""
@@ -76,7 +64,6 @@ class ExpertParallelMoE(MoE):
         gates, r = self.gate(flat)
         counts = np.array([len(t) for t in r.tokens], dtype=np.int64)  # (E,)
         table = self._exchange_counts(counts)                        # (p, E)
-        self.last_counts = table
         per_pair = table.reshape(p, p, per).sum(axis=2)              # [src, dst] rows
         max_rows = int(per_pair.max())
         send_idx = np.concatenate(r.tokens)                          # grouped by expert

@@ -1,9 +1,4 @@
-"""The parameter server (Li et al., OSDI 2014) with BSP, SSP (Ho et al., NeurIPS 2013) and ASP.
-
-``parameter_server.py`` (roles and the ``push``/``pull`` interface), ``server.py`` (the server
-loop and its log), ``worker.py`` (the worker side and a training loop with fault injection),
-``consistency.py`` (the clock rule of each consistency model), ``messages.py`` (the protocol).
-"""
+"""The parameter server (Li et al., OSDI 2014) with BSP, SSP (Ho et al., NeurIPS 2013) and ASP."""
 from .consistency import CONSISTENCY, ClockTable, staleness_of
 from .messages import ParameterServerError
 from .parameter_server import ParameterServer

@@ -1,19 +1,10 @@
 """Consistency models of a parameter server as one rule on worker clocks.
 
-Each worker's *clock* counts the iterations it has finished (pushed and called ``clock()``).
-Ho et al., "More Effective Distributed ML via a Stale Synchronous Parallel Parameter Server"
-(NeurIPS 2013), sec. 2: a worker at clock c may read the parameters once the slowest worker's
-clock is at least c - s, so no worker runs more than s iterations ahead of the slowest, and the
-values it reads contain every update older than c - s.
-
-    BSP (bulk synchronous): s = 0   everyone waits for everyone at every iteration
-    SSP(s):                 s       bounded staleness
-    ASP (asynchronous):     s = inf nobody waits
-
-Under BSP the server also sums the iteration's gradients before applying them (one optimizer
-step per iteration, exactly synchronous SGD); under SSP and ASP each push is applied as it
-arrives. A worker presumed dead (silent past the timeout) leaves the table under SSP/ASP; under
-BSP it is an error naming it.
+Ho et al., "Stale Synchronous Parallel Parameter Server" (NeurIPS 2013), sec. 2: a worker at
+clock c (iterations finished) may read once the slowest worker's clock is >= c - s. BSP: s = 0,
+and the server sums each iteration's gradients into one step (synchronous SGD); SSP(s): bounded
+staleness; ASP: s = inf. A worker presumed dead leaves the table under SSP/ASP and is an error
+naming it under BSP.
 """
 import math
 from typing import Dict, Iterable, List, Optional

@@ -1,21 +1,5 @@
-"""A parameter server: the first rank(s) serve parameters and apply the optimizer, the others
-compute gradients; the lecture's interface, ``ps.push(key, grad)`` and ``ps.pull(key)``.
-
-Li et al., "Scaling Distributed Machine Learning with the Parameter Server" (OSDI 2014);
-consistency models BSP / SSP(s) / ASP as in Ho et al. (NeurIPS 2013), see ``consistency.py``.
-Ranks ``0 .. num_servers - 1`` are servers (``server.py``), the rest workers (``worker.py``);
-keys (parameter names) are dealt round-robin to the servers, so several servers share the
-parameters and the traffic. Messages are point-to-point (``messages.py``).
-
-    ps = ParameterServer(comm, model, ndl.optim.SGD, consistency="ssp", staleness=2, lr=0.1)
-    if ps.is_server:
-        log = ps.serve()                    # until every worker is done (or presumed dead)
-    else:
-        train_worker(ps, model, loss_fn, batches, steps=100)
-
-Under BSP with SGD, W workers each pushing the mean gradient of their slice give exactly the
-synchronous step of one process on the concatenated batch.
-"""
+"""A parameter server (Li et al., OSDI 2014): the first rank(s) serve parameters and apply the
+optimizer, the others push gradients and pull parameters; keys dealt round-robin to servers."""
 import atexit
 import sys
 from typing import Any, Dict, List, Optional
@@ -77,11 +61,8 @@ class ParameterServer:
 
     # -- servers ---------------------------------------------------------------------------
     def serve(self) -> List[ServerEvent]:
-        """Run the server loop; returns its log (reads, applies, ticks, deaths).
-
-        Under MPI, if a worker was presumed dead (training went on without it), the job is
-        aborted when this process exits: a worker that is stuck rather than dead would
-        otherwise keep ``mpiexec`` waiting forever."""
+        """Run the server loop; returns its log. Under MPI a presumed-dead worker aborts the job at
+        exit (a stuck one would keep ``mpiexec`` waiting forever)."""
         if self._server is None:
             raise RuntimeError(f"rank {self.comm.rank} is a worker, not a server")
         log = self._server.serve()

@@ -1,16 +1,5 @@
-"""The server role: hold a shard of the parameters (by key), apply the optimizer to pushed
-gradients, and answer pulls when the consistency model allows (``consistency.py``).
-
-Li et al., "Scaling Distributed Machine Learning with the Parameter Server" (OSDI 2014): servers
-own key ranges, workers ``push`` gradients and ``pull`` parameters. The server is a loop over
-requests from any worker (``ANY_SOURCE``); a pull that would read too fresh a clock waits in a
-queue until the slowest worker catches up. Every grant, update and failure is appended to
-``log`` (``ServerEvent``), so tests can check the staleness bound from what actually happened.
-
-A worker silent for ``timeout`` seconds while others wait for it (or while the server waits for
-the last workers to finish) is presumed dead: under SSP/ASP it leaves the clock table and
-training goes on; under BSP the server fails, telling every worker which worker is missing.
-"""
+"""The server role: apply pushed gradients to its keys and answer pulls when the consistency
+model allows; everything is logged (``ServerEvent``), so tests check staleness from the log."""
 import time
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 

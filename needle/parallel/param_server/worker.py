@@ -1,18 +1,5 @@
-"""The worker role: ``pull`` parameters, compute gradients on local data, ``push`` them, ``clock``.
-
-    for step in range(steps):
-        ps.pull_into(model)                 # ps.pull(key) for every parameter
-        loss_fn(model(x), y).backward()
-        ps.push_from(model)                 # ps.push(key, p.grad) for every parameter
-        ps.clock()                          # this iteration is finished
-    ps.finish()
-
-``train_worker`` is that loop with fault injection for experiments: ``delay_factor`` makes this
-worker a straggler (it sleeps ``(factor - 1)`` times its own work, compute and push, every
-iteration, or on a
-random ``delay_probability`` of them: a transient straggler) and ``stop_after`` makes it stop
-without a word after that many iterations (a crashed worker).
-"""
+"""The worker role: ``pull`` parameters, compute gradients, ``push`` them, ``clock``;
+``train_worker`` adds fault injection (a straggler, or a silently crashed worker)."""
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 

@@ -1,10 +1,5 @@
-"""Split an ``nn.Sequential`` into contiguous pipeline stages of balanced cost.
-
-GPipe (Huang et al., arXiv:1811.06965, sec. 2.2) partitions the layer sequence so that every
-stage costs about the same, since the slowest stage sets the pipeline's pace. Cost is either the
-parameter count or a measured time per layer; the split minimizing the largest stage cost is found
-exactly by dynamic programming over the (few) cut points.
-"""
+"""Split an ``nn.Sequential`` into contiguous pipeline stages of balanced cost (GPipe, sec.
+2.2: the slowest stage sets the pace), exactly by dynamic programming."""
 import time
 from typing import Any, Callable, List, Optional, Sequence
 

@@ -1,19 +1,13 @@
 """Run one training step of a pipeline: microbatches flow through stages by a schedule.
 
-Each rank of ``comm`` is one stage and holds its layers (``stage_module``; a list of v chunks for
-the interleaved schedule). ``train_step(x, y)`` cuts the batch into m microbatches and runs this
-stage's actions from ``schedules.py``: a forward receives the previous stage's activation and
-sends its output on; a backward receives the gradient of its output and sends the gradient of
-its input back (GPipe, Huang et al. arXiv:1811.06965; 1F1B and interleaved 1F1B, Narayanan et
-al. arXiv:2104.04473). Parameter gradients are summed over microbatches and the loss is each
-microbatch's loss / m, so the step equals the full-batch step of the serial model when the loss
-is a mean. The loss is returned on every rank.
+Each rank is one stage (a list of v chunks for the interleaved schedule) and runs its actions
+from ``schedules.py`` (GPipe, Huang et al. arXiv:1811.06965; 1F1B and interleaved 1F1B,
+Narayanan et al. arXiv:2104.04473). Each microbatch's loss is divided by m, so the step equals
+the serial model's full-batch step when the loss is a mean.
 
-Messages are ordered by the schedule's simulated timeline (``_plan``): every rank handles its
-sends, receives and computations in increasing simulated time, a single order shared by both
-ends of every link, so no schedule can deadlock, even if every send were synchronous (they are
-nonblocking here, ``pp_comms.py``).
-The real start and end of each computation is recorded in ``timeline``.
+Every rank handles its sends, receives and computations in order of the schedule's simulated
+timeline (``_plan``): one order shared by both ends of every link, so no schedule can deadlock
+even with synchronous sends.
 """
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union, cast

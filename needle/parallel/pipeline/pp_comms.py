@@ -1,10 +1,5 @@
-"""Point-to-point messages between pipeline stages (Megatron's ``p2p_communication.py``).
-
-Activations travel forward with tag 1, gradients backward with tag 2, over the communicator's
-``isend``/``recv`` (header + payload, so the receiver needs no shape). Sends are nonblocking:
-a stage goes on computing while its output is on the way, and ``wait_all`` completes them at
-the end of the step. Each call is labelled in ``comm.ledger`` ("pp.activation", "pp.grad").
-"""
+"""Point-to-point messages between pipeline stages (Megatron's ``p2p_communication.py``):
+nonblocking sends, activations forward with tag 1, gradients backward with tag 2."""
 from typing import Any, List
 
 import numpy as np

@@ -1,19 +1,15 @@
 """Pipeline schedules as pure functions: for each stage, the ordered list of its actions.
 
-An action is ``("F", microbatch)`` / ``("B", microbatch)`` (forward / backward of this stage's
-layers on one microbatch), or ``("F", microbatch, chunk)`` / ``("B", microbatch, chunk)`` for the
-interleaved schedule, where stage s holds model chunks s, s+p, ..., s+(v-1)p of the p*v "virtual"
-stages. Sends and receives are implied: F(m) on virtual stage k needs F(m) of stage k-1, B(m)
-on stage k needs B(m) of stage k+1 (and its own F(m)).
+An action is ``("F", microbatch)`` / ``("B", microbatch)``, with a third item, the chunk, for the
+interleaved schedule (stage s holds virtual stages s, s+p, ..., s+(v-1)p). Sends and receives
+are implied by the dependencies: F(m) on virtual stage k needs F(m) of k-1, B(m) needs B(m) of
+k+1 and its own F(m).
 
-* ``gpipe`` (Huang et al., "GPipe", arXiv:1811.06965, Fig. 2c): all forwards, then all backwards;
-  every stage keeps m microbatches of activations alive.
-* ``one_f_one_b`` (PipeDream-Flush: Narayanan et al., "Memory-Efficient Pipeline-Parallel DNN
-  Training", arXiv:2006.09503; Megatron-LM SC'21, arXiv:2104.04473, sec. 2.2.1, Fig. 4 top):
-  stage s runs p-s-1 warm-up forwards, then alternates one forward and one backward, then drains;
-  at most p-s microbatches are in flight, with the same (p-1)/(m+p-1) bubble as GPipe.
-* ``interleaved_1f1b`` (arXiv:2104.04473, sec. 2.2.2, Fig. 4 bottom): v chunks per stage cut the
-  bubble to (p-1)/(v*m+p-1) at the price of v times more point-to-point messages.
+* ``gpipe`` (Huang et al., arXiv:1811.06965, Fig. 2c): all forwards, then all backwards.
+* ``one_f_one_b`` (Narayanan et al., arXiv:2006.09503; arXiv:2104.04473, sec. 2.2.1): p-s-1
+  warm-up forwards, then alternate; at most p-s microbatches in flight, same bubble as GPipe.
+* ``interleaved_1f1b`` (arXiv:2104.04473, sec. 2.2.2): v chunks per stage cut the bubble to
+  (p-1)/(v*m+p-1) at v times the messages.
 """
 from typing import Callable, Dict, List, Tuple
 

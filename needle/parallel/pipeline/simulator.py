@@ -1,12 +1,5 @@
-"""Predict a schedule's timeline: when each stage runs each action, and how long it idles.
-
-List scheduling over the dependency graph of ``schedules.py``: stage s runs its actions in order,
-each as soon as the stage is free and its inputs have arrived (F(m) of the previous virtual
-stage, B(m) of the next one, plus ``comm_cost`` for a message between two stages). With unit
-costs (F = 1, B = 2) GPipe and 1F1B leave each stage idle (p-1)/(m+p-1) of the time and
-interleaved 1F1B (p-1)/(v m+p-1) (Narayanan et al., arXiv:2104.04473, sec. 2.2). A schedule
-that can never finish (a cycle of waits) raises ``ScheduleDeadlockError`` instead of hanging.
-"""
+"""Predict a schedule's timeline by list scheduling over ``schedules.py``'s dependencies; a
+schedule that can never finish raises ``ScheduleDeadlockError`` instead of hanging."""
 from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from .schedules import Action

@@ -1,12 +1,5 @@
 """Checkpoints that change the pipeline layout: save at pp=p, load at any pp=q (pp=1 included).
-
-A stage is a run of consecutive layers of one ``nn.Sequential``; stage s writes
-``stage<s>.ndl`` with its layers renamed to their *global* index ("modules.5.weight" rather than
-the stage-local "modules.1.weight"). Rank 0 then writes ``pipeline.json`` (``manifest.py``):
-each stage file, its checksum and its layer range.  Loading reads only the stage files of that
-manifest whose layers the new stage holds, so any partition (or the whole model on one rank)
-can read it, and stage files left over from an earlier save at another pp are never mixed in.
-"""
+Layers are saved under their *global* index; ``pipeline.json`` (``manifest.py``) names the files."""
 import os
 from typing import Any, Dict
 

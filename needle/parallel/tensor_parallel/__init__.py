@@ -1,9 +1,4 @@
-"""Tensor parallelism (Megatron-LM, arXiv:1909.08053) and sequence parallelism (arXiv:2205.05198).
-
-``tp_comms.py`` holds the communication as autograd ops; ``layers.py`` the parallel Linear and
-Embedding; ``cross_entropy.py`` the vocab-parallel loss; ``attention.py`` and ``transformer.py``
-the parallel transformer layer. Every layer is handed its tensor-parallel communicator.
-"""
+"""Tensor parallelism (Megatron-LM, arXiv:1909.08053) and sequence parallelism (2205.05198)."""
 from .attention import ParallelSelfAttention
 from .cross_entropy import gathered_cross_entropy, vocab_parallel_cross_entropy
 from .layers import (

@@ -1,13 +1,5 @@
-"""Self-attention with its heads split across the tensor-parallel ranks.
-
-Megatron-LM (Shoeybi et al., arXiv:1909.08053, sec. 3, Fig. 3b): the Q, K, V projections are
-column-parallel, so rank r owns heads [r*nh/p, (r+1)*nh/p) and attends with them alone; the output
-projection is row-parallel and one ``g`` sums the partial outputs. This mirrors needle's serial
-``nn.AttentionLayer`` (three pre-norms, bias-free projections, causal mask) parameter for parameter:
-its three LayerNorm outputs are stacked and pass ONE ``f`` (or, under sequence parallelism, one
-all-gather along the sequence: Korthikanti et al., arXiv:2205.05198, sec. 4.2.2), so the layer
-communicates once in each direction, as in the paper.
-"""
+"""Self-attention with its heads split across the tensor-parallel ranks (Megatron-LM, Fig. 3b),
+mirroring ``nn.AttentionLayer``; its three LayerNorm outputs pass ONE ``f`` each way."""
 from typing import Any, Dict, Optional
 
 from ... import ops

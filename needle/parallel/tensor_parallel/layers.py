@@ -1,22 +1,12 @@
 """Megatron's parallel layers: column- and row-parallel Linear, vocab-parallel Embedding.
 
-Shoeybi et al., "Megatron-LM", arXiv:1909.08053, sec. 3: a Linear Y = X A is split by columns
-of A (each rank computes Y_r = X A_r, no communication in forward; the input's gradient is
-summed by ``f``) or by rows of A (X is already split by columns, each rank computes a partial
-X_r A_r, and ``g`` sums them). An embedding is split by vocabulary rows; each rank looks up the
-tokens it owns and ``g`` sums the (otherwise zero) results.
+Shoeybi et al., "Megatron-LM", arXiv:1909.08053, sec. 3. Each layer draws the FULL weight
+exactly as the serial ``nn.Linear`` / ``nn.Embedding`` would (same init call and RNG draws) and
+keeps its shard: built with the same seed, a tensor-parallel model is the serial model, sliced.
 
-Each layer draws the FULL weight exactly as the serial ``nn.Linear`` / ``nn.Embedding`` would
-(same init call, same shape, same order, so the same numpy RNG draws) and keeps its shard: built
-with the same seed, a tensor-parallel model is the serial model, sliced. Rank r of p holds
-columns [r*out/p, (r+1)*out/p) of needle's (in, out) weight for ``ColumnParallelLinear`` and
-rows [r*in/p, (r+1)*in/p) for ``RowParallelLinear``.
-
-Under sequence parallelism (Korthikanti et al., arXiv:2205.05198) the column layer's input is
-sequence-sharded and all-gathered (instead of ``f``), the row layer's output reduce-scattered
-along the sequence (instead of ``g``). Parameters applied to sequence shards (the row layer's
-bias, LayerNorms) then hold partial gradients: they are marked ``sequence_parallel = True`` and
-``allreduce_sequence_parallel_grads`` sums them, as Megatron does.
+Under sequence parallelism (Korthikanti et al., arXiv:2205.05198) parameters applied to
+sequence shards (the row layer's bias, LayerNorms) hold partial gradients: they are marked
+``sequence_parallel = True`` and ``allreduce_sequence_parallel_grads`` sums them.
 """
 from typing import Any, Dict, Optional
 
@@ -60,12 +50,8 @@ def _shard(full: Tensor, axis: int, rank: int, parts: int, **kw: Any) -> Paramet
 
 
 def forget(*nodes: Value) -> None:
-    """Drop the data of graph nodes; backward recomputes it on demand (realize_cached_data).
-
-    Korthikanti et al. (arXiv:2205.05198, sec. 4.2.2): under sequence parallelism the
-    all-gathered input of a column-parallel layer is not kept for backward; only the 1/t shard
-    is, and backward all-gathers it again.
-    """
+    """Drop the data of graph nodes; backward recomputes it on demand (arXiv:2205.05198, sec.
+    4.2.2: only the 1/t shard of an all-gathered input is kept)."""
     for n in nodes:
         n.cached_data = None
 
@@ -208,8 +194,7 @@ class VocabParallelEmbedding(Module):
 
 
 def allreduce_sequence_parallel_grads(module: Module, comm: Comm) -> None:
-    """Sum, over the tensor-parallel group, the gradients of parameters marked
-    ``sequence_parallel`` (they saw only this rank's slice of the sequence)."""
+    """Sum over the tp group the gradients of parameters marked ``sequence_parallel``."""
     for p in module.parameters():
         if getattr(p, "sequence_parallel", False) and p.grad is not None:
             total = comm.allreduce(p.grad.numpy(), label="sp.param_grads")

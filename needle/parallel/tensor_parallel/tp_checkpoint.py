@@ -1,16 +1,5 @@
-"""Checkpoints that change the tensor-parallel layout: save at tp=p, load at any tp=q.
-
-Each sharded parameter knows which axis of the full (serial) weight it slices (``tp_axis``, set
-by the layers); replicated ones have none. Two formats, both written with ``ndl.save``:
-
-* gathered: ``gather_state_dict`` all-gathers every shard into the serial layout (one file, as
-  a tp=1 model would write it); ``load_full_state_dict`` slices it for any tp;
-* per-shard with an index: ``save_sharded`` writes ``shard<r>.ndl`` per rank, then rank 0
-  writes ``index.json`` last (``manifest.py``: the old tp size, each parameter's axis, each
-  shard's checksum); ``load_sharded`` reads only the shards it names, checksums checked,
-  rebuilds each full weight from the old shards and keeps this rank's slice of the new layout.
-  No rank ever needs more memory than one full parameter at a time.
-"""
+"""Checkpoints that change the tensor-parallel layout: save at tp=p, load at any tp=q, gathered
+(the serial layout) or sharded with an index (``manifest.py``), one full weight at a time."""
 import os
 from typing import Any, Dict, List, Optional
 
@@ -72,8 +61,7 @@ def save_sharded(module: Module, comm: Comm, directory: str) -> None:
 
 
 def load_sharded(module: Module, comm: Comm, directory: str) -> None:
-    """Load a ``save_sharded`` checkpoint written at any tp into this rank's new shards (the
-    index's tp may differ from this job's; its pp and dp must be 1)."""
+    """Load a ``save_sharded`` checkpoint of any tp into this rank's shards (pp, dp must be 1)."""
     who = f"load_sharded (tensor parallel, rank {comm.rank})"
     index = manifest.read(directory, "index.json", KIND, who, {"pp": 1, "dp": 1})
     shards = [manifest.load(directory, entry, who) for entry in index["files"]]

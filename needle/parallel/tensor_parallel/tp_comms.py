@@ -1,19 +1,10 @@
 """The communication of tensor and sequence parallelism, as autograd ops.
 
-Megatron-LM (Shoeybi et al., arXiv:1909.08053, sec. 3, Fig. 3) makes a transformer layer
-tensor-parallel with two conjugate operators: ``f`` (identity forward, allreduce backward) before
-a column-parallel matmul and ``g`` (allreduce forward, identity backward) after a row-parallel
-one. Sequence parallelism (Korthikanti et al., "Reducing Activation Recomputation in Large
-Transformer Models", arXiv:2205.05198, sec. 4.2.2, Fig. 5) replaces each allreduce by its two
-halves so that LayerNorm and dropout see only a 1/t slice of the sequence: ``g`` becomes an
-all-gather along the sequence axis (reduce-scatter backward) and ``g-bar`` a reduce-scatter
-(all-gather backward).
-
-Every op's ``compute`` moves NDArrays through the communicator it is given (explicitly, never a
-global group); its ``gradient`` is written with the conjugate op, so gradients are Tensors. Each
-call is labelled in ``comm.ledger`` by the paper's name: "tp.g" and "tp.f.backward" (Megatron),
-"sp.g"/"sp.g_bar" and their ".backward" (sequence parallelism).
-Activations are (B, T, ...) with the sequence on axis 1; the "last axis" ops split features.
+Megatron-LM (arXiv:1909.08053, sec. 3, Fig. 3): ``f`` (identity forward, allreduce backward)
+and ``g`` (allreduce forward, identity backward). Sequence parallelism (arXiv:2205.05198, sec.
+4.2.2) splits each allreduce into an all-gather along the sequence (``g``) and a reduce-scatter
+(``g-bar``). Each gradient is written with the conjugate op, so gradients are Tensors.
+Activations are (B, T, ...) with the sequence on axis 1.
 """
 
 import numpy as np

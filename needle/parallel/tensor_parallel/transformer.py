@@ -1,17 +1,5 @@
-"""Megatron's MLP and transformer layer, tensor-parallel with optional sequence parallelism.
-
-Shoeybi et al., arXiv:1909.08053, sec. 3, Fig. 3: the MLP's first Linear is column-parallel
-(so GeLU/ReLU applies to each rank's columns independently), its second row-parallel; with the
-attention block this costs two allreduces in forward (the two ``g``) and two in backward (the two
-``f``) per layer. Korthikanti et al., arXiv:2205.05198, sec. 4.2.2, Fig. 5: with
-``sequence_parallel=True`` the residual stream, LayerNorms and dropouts hold only T/p positions;
-each allreduce becomes an all-gather before the column-parallel layer and a reduce-scatter after
-the row-parallel one (same bytes in a ring), and activations outside the attention/MLP cores
-shrink by p.
-
-``ParallelTransformerBlock`` mirrors ``nn.TransformerLayer`` (dropout 0) parameter for parameter,
-in the same order, so the same seed builds the serial layer's weights, sliced.
-"""
+"""Megatron's MLP and transformer layer, tensor-parallel with optional sequence parallelism;
+``ParallelTransformerBlock`` mirrors ``nn.TransformerLayer`` (dropout 0) parameter for parameter."""
 from typing import Any, Dict, Optional
 
 from ...autograd import Tensor
@@ -48,10 +36,8 @@ class ParallelMLP(Module):
 class ParallelTransformerBlock(Module):
     """needle's pre-norm ``TransformerLayer``: x + attn(x), then x + MLP(LayerNorm(x)).
 
-    ``recompute_gather=True`` (with SP) keeps only the sequence shard of each all-gathered
-    input and all-gathers it again in backward (Korthikanti et al., sec. 4.2.2): every
-    activation is then divided by t, at the price of two more all-gathers per backward.
-    """
+    ``recompute_gather=True`` (with SP) keeps only sequence shards and all-gathers again in
+    backward: activations divided by t for two more all-gathers."""
 
     def __init__(self, q_features: int, num_head: int, dim_head: int, hidden_size: int,
                  comm: Comm, *, causal: bool = True, sequence_parallel: bool = False,

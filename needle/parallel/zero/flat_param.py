@@ -1,16 +1,5 @@
-"""A flat parameter: the parameters of one FSDP unit kept as this rank's 1/N of one flat vector.
-
-Zhao et al., "PyTorch FSDP: Experiences on Scaling Fully Sharded Data Parallel" (VLDB 2023),
-sec. 3.2: a unit's parameters are flattened and concatenated into one vector of ``numel``
-elements, padded to ``N * cols`` and cut into N shards; rank r keeps shard r (a ``Parameter``
-that any optimizer updates). ``gather`` allgathers the shards and points every original
-parameter at its slice of the result (cast to the compute dtype under mixed precision);
-``free`` points them at a placeholder of the right shape that holds one NaN, so the full
-parameters exist only between a gather and the next free.
-
-The unit's gradients are reduce-scattered with the same layout (``data_parallel.buckets``
-with ``rows = N``), so the row this rank receives lines up with its shard element for element.
-"""
+"""A flat parameter: an FSDP unit's parameters as this rank's 1/N of one flat vector (FSDP, sec.
+3.2); full parameters exist only between ``gather`` and the next ``free``."""
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np

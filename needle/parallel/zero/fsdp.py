@@ -1,31 +1,17 @@
-"""Fully sharded data parallelism (ZeRO stage 3): parameters, gradients and optimizer state all
-sharded; each unit's parameters exist in full only while that unit computes.
+"""Fully sharded data parallelism (ZeRO stage 3): each unit's parameters exist in full only
+while that unit computes.
 
-Zhao et al., "PyTorch FSDP: Experiences on Scaling Fully Sharded Data Parallel" (VLDB 2023),
-sec. 3; Rajbhandari et al., "ZeRO" (SC 2020), sec. 5.3 (P_os+g+p: (P + G + K) Psi / N per rank).
-The model is cut into *units* (by default its direct children, plus a root unit holding the
-parameters no single child owns, tied weights included). For each unit (``flat_param.py``):
+Zhao et al., "PyTorch FSDP" (VLDB 2023), sec. 3; Rajbhandari et al., "ZeRO" (SC 2020), sec. 5.3.
+Units are the model's direct children plus a root unit for the rest (tied weights included):
 
     forward:  allgather its shards -> run the unit -> free the full parameters
-    backward: allgather again (a hook on the unit's output fires when backward reaches it)
-              -> the unit's gradients -> free -> reduce-scatter the gradients (async, as soon as
-              the unit's last gradient is ready), so each rank gets its shard's averaged gradient
+    backward: allgather again -> the unit's gradients -> free -> reduce-scatter (async)
 
-Per rank and step that is 2 allgathers + 1 reduce-scatter of Psi: 3 (N-1)/N Psi bytes sent,
-1.5x a ring allreduce's 2 (N-1)/N Psi (paper, sec. 7). ``fsdp.parameters()`` are the flat
-shards, so any needle optimizer works on them unchanged.
-
-    model = FullyShardedDataParallel(Net(), comm, mixed_precision="bf16")
-    opt = ndl.optim.Adam(model.parameters(), lr=1e-3)     # fp32 master shards
-    loss_fn(model(x), y).backward(); opt.step()
-    full = model.full_state_dict()                        # loads into a plain Net()
-
-Mixed precision: the shards (and the optimizer) stay in the parameters' dtype (the fp32
-master); gathered parameters and floating inputs are cast to bf16/fp16 for compute; gradients
-are reduced in fp32.
-``cpu_offload=True`` keeps shards, their gradients and so the optimizer state on the CPU while
-the unit computes on the model's device. Like PyTorch's flat parameters, a parameter no rank used
-this step gets a zero gradient (its unit's shard has one gradient).
+2 allgathers + 1 reduce-scatter: 1.5x a ring allreduce's bytes (paper, sec. 7).
+``parameters()`` are the flat shards, so any optimizer works on them. Mixed precision keeps the
+shards in the parameters' dtype (the master) and computes in bf16/fp16, reducing in fp32;
+``cpu_offload=True`` keeps shards and optimizer state on the CPU. A parameter no rank used gets
+a zero gradient (its unit's shard has one gradient).
 """
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -83,7 +69,6 @@ class FullyShardedDataParallel(Module):
                                       dtype_of=reduce_dtype, on_done=self._take_grad)
         self._unit_of_bucket = {id(b): u for b, u in zip(self._reducer.buckets,
                                                          reversed(self._units))}
-        self._unit_of_param = {id(p): u for u in self._units for p in u.params}
         self._hooks = BackwardHooks(params, self._on_grad, self._finish)
         for unit, unit_module in wrapped:  # an instance attribute shadows the class's forward
             unit_module.forward = self._wrap(unit, unit_module.forward)

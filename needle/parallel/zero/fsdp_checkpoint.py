@@ -1,15 +1,5 @@
-"""FSDP checkpoints: a full state dict any plain model loads, and sharded per-rank files.
-
-* ``full_state_dict``: every unit's shards allgathered and cut back into parameters, with the
-  plain model's keys (frozen parameters and buffers are whole on every rank already).
-* ``save_sharded`` / ``load_sharded``: each rank writes only its shards (and, if given, its
-  optimizer's state) with ``ndl.save`` to ``shard-<r>-of-<N>.ndl``; rank 0 writes
-  ``index.json`` (world size, units, parameter names and shapes, frozen tensors' file, and each
-  shard's CRC-32) last, after every shard is written (``manifest.py``). Loading reads only the
-  files the index names, checks their checksums, and checks the index against the model and the
-  job size: a sharded checkpoint reloads on the same world size (use the full state dict to
-  change it).
-"""
+"""FSDP checkpoints: a full state dict any plain model loads, and sharded per-rank files with an
+index (``manifest.py``) that reload on the same world size."""
 import os
 from typing import Any, Dict, List
 

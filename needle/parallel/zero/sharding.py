@@ -1,14 +1,5 @@
-"""Which rank owns which elements: the shard arithmetic of ZeRO and FSDP, as pure functions.
-
-Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models"
-(SC 2020), sec. 5: the Psi parameters are viewed as one flat vector and cut into N equal
-partitions, rank r keeping partition r of whatever is sharded (optimizer state from stage 1,
-gradients from stage 2, parameters from stage 3). Here the flat vector is cut bucket by bucket
-(so that gradients can be reduce-scattered a bucket at a time): a bucket of ``numel`` elements
-is padded to ``N * cols`` (``cols = ceil(numel / N)``) and rank r owns positions
-``[r cols, (r + 1) cols)`` of it. A parameter whose elements straddle that range contributes a
-*piece* to rank r: a contiguous run of its flattened elements.
-"""
+"""Which rank owns which elements (ZeRO, sec. 5), bucket by bucket: rank r owns
+``[r cols, (r + 1) cols)`` of a padded bucket, and a *piece* of each parameter straddling it."""
 from typing import List, NamedTuple, Sequence
 
 from ..data_parallel.flat_layout import chunk_cols

@@ -1,27 +1,16 @@
 """ZeRO stages 1 and 2: each rank keeps optimizer state (and gradients) for 1/N of the model.
 
-Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models"
-(SC 2020), sec. 5.1-5.2. With Psi parameters, P/G bytes per parameter and gradient and K bytes of
-optimizer state per parameter, per-rank model states drop from (P + G + K) Psi to
+Rajbhandari et al., "ZeRO" (SC 2020), sec. 5.1-5.2; the memory terms are in
+``needle/memory/estimator.py``.
 
-    stage 1 (P_os):    (P + G) Psi + K Psi / N    optimizer state sharded
-    stage 2 (P_os+g):  P Psi + (G + K) Psi / N    gradients sharded too
+* Stage 1 wraps a DDP model (gradients already averaged): each rank updates the pieces it owns
+  (``sharding.py``), then an allgather per bucket. That sends 1.5x DDP's bytes; the paper's
+  stage 1 reduce-scatters instead, which is what stage 2 does here.
+* Stage 2 takes a plain model: each gradient bucket is reduce-scattered from the hooks as soon
+  as it is full, so a rank keeps only its shard; ``step()`` updates it and allgathers.
 
-(fp32 Adam here: P = G = 4, K = 8; the paper's mixed-precision form has P = G = 2, K = 12).
-
-* Stage 1 wraps a DDP model, whose gradients are already averaged: each rank's optimizer updates
-  only the pieces of parameters it owns (``sharding.py``), then an allgather per bucket gives
-  every rank all updated parameters. DDP's allreduce plus this allgather send 1.5x DDP's bytes;
-  the paper's stage 1 reduce-scatters instead of allreducing, which is what stage 2 does here.
-* Stage 2 takes a plain model: each bucket of gradients is reduce-scattered (averaged) from the
-  gradient hooks as soon as it is full, so a rank only ever keeps its own shard of the gradient;
-  ``step()`` updates the shard and allgathers. There is no allreduce anywhere.
-
-The inner optimizer (``optimizer_class``) runs unchanged on 1-D pieces, so it must update each
-element independently of the others (SGD, Adam, AdamW; not Adafactor, which factors matrices).
-
-    opt = ZeroRedundancyOptimizer(model.parameters(), ndl.optim.Adam, comm, stage=2, lr=1e-3)
-    loss.backward(); opt.step(); opt.reset_grad()
+The inner optimizer runs on 1-D pieces, so it must be elementwise (SGD, Adam, AdamW; not
+Adafactor).
 """
 import inspect
 from typing import Any, Dict, Iterable, List, Sequence, Tuple
@@ -255,10 +244,6 @@ class ZeroRedundancyOptimizer:
                              "bucket size or parameter groups?)")
         for opt, s in zip(self.optimizers, saved):
             opt.load_state_dict(s)
-
-    def remove_hooks(self) -> None:
-        """Stop reduce-scattering gradients from backward (stage 2)."""
-        self._hooks.remove()
 
     def __repr__(self) -> str:
         inner = type(self.optimizers[0]).__name__ if self.optimizers else "?"
