@@ -296,7 +296,7 @@ def _host_matrices(ptr: int, rows: int, cols: int, ld: int, stride: int, batch: 
     """Column-major bfloat16 (rows, cols) matrices at ``ptr`` as a (batch, cols, rows) view."""
     import ml_dtypes
     count = (batch - 1) * stride + (cols - 1) * ld + rows if batch and cols and rows else 0
-    buf = np.ctypeslib.as_array((ctypes.c_uint16 * max(count, 1)).from_address(ptr))
+    buf = np.ctypeslib.as_array((ctypes.c_uint16 * (count if count > 0 else 1)).from_address(ptr))
     return np.lib.stride_tricks.as_strided(buf.view(ml_dtypes.bfloat16), (batch, cols, rows),
                                            (stride * 2, ld * 2, 2))
 
