@@ -596,9 +596,9 @@ def _add_hook(tensor: Value, kind: str, hook: Callable) -> RemovableHandle:
     return handle
 
 
-def _run_grad_hooks(node: "Tensor", grad: "Tensor") -> "Tensor":
+def _run_grad_hooks(node: Value, grad: Adjoint) -> Adjoint:
     """Pass ``grad`` through ``node``'s ``register_hook`` hooks; each may replace it."""
-    assert node._hooks is not None, "called for a tensor with hooks"
+    assert node._hooks is not None and isinstance(grad, Tensor), "only a Tensor has hooks"
     for hook in list(node._hooks.grad.values()):
         new = hook(grad)
         if new is not None:
@@ -720,10 +720,10 @@ def compute_gradient_of_variables(output_tensor: Value, out_grad: Adjoint) -> No
         if node_grads is None:
             continue
         grad = _tuple_adjoint(node, node_grads, items.pop(id(node), None))
-        if isinstance(node, Tensor) and isinstance(grad, Tensor):  # hooks are on Tensors only
+        if isinstance(node, Tensor) and isinstance(grad, Tensor) and grad.dtype != node.dtype:
             grad = ops.cast(grad, node.dtype)  # after type promotion: grads keep their dtype
-            if node._hooks is not None:
-                grad = _run_grad_hooks(node, grad)  # register_hook: may replace the gradient
+        if node._hooks is not None:
+            grad = _run_grad_hooks(node, grad)  # register_hook: may replace the gradient
         if node.op is None or getattr(node, "_retain_grad", False):
             node.grad = grad  # overwritten, not accumulated, as in the course
             if node.op is None:
