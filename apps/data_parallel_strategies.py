@@ -62,7 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 class Digits:
     """MLPResNet on the built-in digits; each rank's batches from a DistributedSampler."""
 
-    def __init__(self, args: Any, device: Any) -> None:
+    def __init__(self, args: argparse.Namespace, device: Any) -> None:
         self.args, self.device = args, device
         self.train, self.test = ndl.data.digits_datasets(test_fraction=0.2, seed=0)
 
@@ -108,7 +108,7 @@ class CharLM:
 
     seq_len = 32
 
-    def __init__(self, args: Any, device: Any) -> None:
+    def __init__(self, args: argparse.Namespace, device: Any) -> None:
         self.args, self.device = args, device
         corpus = ndl.data.CharCorpus(n_chars=200_000, test_fraction=0.05)
         self.data = np.array(corpus.train, dtype=np.int64)
@@ -142,38 +142,38 @@ TASKS: Dict[str, Any] = {"digits": Digits, "charlm": CharLM}  # name -> task cla
 
 
 # -- wrappers: (model, comm, args) -> (what forward runs on, optimizer) --------------------------
-def _adam(params: List[Any], args: Any) -> Any:
+def _adam(params: List[Any], args: argparse.Namespace) -> Any:
     return ndl.optim.Adam(params, lr=args.lr)
 
 
-def _naive(model: nn.Module, comm: Comm, args: Any) -> Tuple[Any, Any]:
+def _naive(model: nn.Module, comm: Comm, args: argparse.Namespace) -> Tuple[Any, Any]:
     net = DataParallelNaive(model, comm)
     return net, _adam(net.parameters(), args)
 
 
-def _ddp(model: nn.Module, comm: Comm, args: Any) -> Tuple[Any, Any]:
+def _ddp(model: nn.Module, comm: Comm, args: argparse.Namespace) -> Tuple[Any, Any]:
     net = DistributedDataParallel(model, comm, bucket_cap_mb=args.bucket_mb)
     return net, _adam(net.parameters(), args)
 
 
-def _zero1(model: nn.Module, comm: Comm, args: Any) -> Tuple[Any, Any]:
+def _zero1(model: nn.Module, comm: Comm, args: argparse.Namespace) -> Tuple[Any, Any]:
     net = DistributedDataParallel(model, comm, bucket_cap_mb=args.bucket_mb)
     return net, ZeroRedundancyOptimizer(model.parameters(), ndl.optim.Adam, comm, stage=1,
                                         bucket_cap_mb=args.bucket_mb, lr=args.lr)
 
 
-def _zero2(model: nn.Module, comm: Comm, args: Any) -> Tuple[Any, Any]:
+def _zero2(model: nn.Module, comm: Comm, args: argparse.Namespace) -> Tuple[Any, Any]:
     return model, ZeroRedundancyOptimizer(model.parameters(), ndl.optim.Adam, comm, stage=2,
                                           bucket_cap_mb=args.bucket_mb, lr=args.lr)
 
 
-def _fsdp(model: nn.Module, comm: Comm, args: Any) -> Tuple[Any, Any]:
+def _fsdp(model: nn.Module, comm: Comm, args: argparse.Namespace) -> Tuple[Any, Any]:
     net = FullyShardedDataParallel(model, comm, mixed_precision=args.mixed_precision)
     return net, _adam(net.parameters(), args)
 
 
 # name -> (model, comm, args) -> (what forward runs on, its optimizer)
-WRAPPERS: Dict[str, Callable[[nn.Module, Comm, Any], Tuple[Any, Any]]] = {
+WRAPPERS: Dict[str, Callable[[nn.Module, Comm, argparse.Namespace], Tuple[Any, Any]]] = {
     "naive": _naive, "ddp": _ddp, "zero1": _zero1, "zero2": _zero2, "fsdp": _fsdp}
 
 
@@ -182,7 +182,7 @@ def _plain_state(net: Any, model: nn.Module) -> Dict[str, np.ndarray]:
         else model.state_dict()
 
 
-def run_data_parallel(comm: Comm, args: Any) -> Dict[str, Any]:
+def run_data_parallel(comm: Comm, args: argparse.Namespace) -> Dict[str, Any]:
     """Train with ``args.strategy``; figures for this rank (rank 0 adds the checks)."""
     task = TASKS[args.task](args, args.device)
     tracker = MemoryTracker(args.device)
@@ -224,8 +224,8 @@ def _timed_step(task: Any, model: Any, opt: Any, x: Any, y: Any, times: List[flo
     return loss
 
 
-def _figures(comm: Comm, args: Any, losses: List[float], times: List[float], peak: int,
-             sent_per_step: float) -> Dict[str, Any]:
+def _figures(comm: Comm, args: argparse.Namespace, losses: List[float], times: List[float],
+             peak: int, sent_per_step: float) -> Dict[str, Any]:
     """Losses averaged over ranks; per-rank memory, bytes and step time gathered to all."""
     mean_losses = comm.allreduce(np.array(losses), op="avg")
     per_rank = comm.allgather(np.array([[peak, sent_per_step, np.median(times[1:] or times)]]))
@@ -238,7 +238,7 @@ def _figures(comm: Comm, args: Any, losses: List[float], times: List[float], pea
             "step_ms_per_rank": (1000 * per_rank[:, 2]).tolist()}
 
 
-def _check_single_process(task: Any, args: Any, state: Dict[str, np.ndarray],
+def _check_single_process(task: Any, args: argparse.Namespace, state: Dict[str, np.ndarray],
                           world: int) -> Dict[str, Any]:
     """One process, rank 0's start, the whole global batch: same parameters? how much slower?"""
     model = task.model(args.seed)  # rank 0's seed: what every rank started from
@@ -259,7 +259,7 @@ def _check_single_process(task: Any, args: Any, state: Dict[str, np.ndarray],
             "single_process_step_ms": 1000 * float(np.median(times[1:] or times))}
 
 
-def run_ps(comm: Comm, args: Any) -> Dict[str, Any]:
+def run_ps(comm: Comm, args: argparse.Namespace) -> Dict[str, Any]:
     """Rank 0 serves, the others train (``--consistency``, ``--straggler RANK:FACTOR``)."""
     task = TASKS[args.task](args, args.device)
     model = task.model(args.seed + comm.rank)
@@ -304,6 +304,6 @@ def _gather_histories(comm: Comm, history: List[Tuple[float, float]],
             for r in range(comm.size) if everyone[r, 1] > 0}
 
 
-STRATEGIES: Dict[str, Callable[[Comm, Any], Dict[str, Any]]] = {
+STRATEGIES: Dict[str, Callable[[Comm, argparse.Namespace], Dict[str, Any]]] = {
     name: run_data_parallel for name in WRAPPERS}
 STRATEGIES["ps"] = run_ps

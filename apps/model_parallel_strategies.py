@@ -57,8 +57,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeline", default="", help="PNG (and .json trace) of the pipeline step")
 
 
-def batches(args: Any, vocab_multiple: int) -> Tuple[Callable[[int], Tuple[np.ndarray, ...]],
-                                                     int]:
+def batches(args: argparse.Namespace, vocab_multiple: int
+            ) -> Tuple[Callable[[int], Tuple[np.ndarray, ...]], int]:
     """A deterministic batch sampler of (ids (B, T), next ids (B, T)) and the padded vocab."""
     corpus = CharCorpus(n_chars=args.chars)
     data = np.array(corpus.train, dtype=np.int64)
@@ -101,7 +101,7 @@ class Head(nn.Module):
         return self.proj(self.norm(h.reshape((b * t, d))))          # (B*T, V/tp)
 
 
-def char_transformer(args: Any, vocab: int, tp_comm: Comm) -> List[nn.Module]:
+def char_transformer(args: argparse.Namespace, vocab: int, tp_comm: Comm) -> List[nn.Module]:
     """Embed, the transformer blocks, Head: a list to run in order (or to cut into stages)."""
     d = args.d_model
     blocks = [ParallelTransformerBlock(d, args.heads, d // args.heads, 4 * d, tp_comm,
@@ -109,12 +109,12 @@ def char_transformer(args: Any, vocab: int, tp_comm: Comm) -> List[nn.Module]:
     return [Embed(vocab, d, args.seq_len, tp_comm), *blocks, Head(d, vocab, tp_comm)]
 
 
-def _device(args: Any) -> Any:
+def _device(args: argparse.Namespace) -> Any:
     """The device ``apps/train_parallel.py --device`` picked for this rank (CPU alone)."""
     return getattr(args, "device", None) or ndl.cpu()
 
 
-def _placed(modules: List[nn.Module], args: Any) -> List[nn.Module]:
+def _placed(modules: List[nn.Module], args: argparse.Namespace) -> List[nn.Module]:
     """``modules`` moved to this rank's device (built on the CPU: the same seed everywhere)."""
     dev = _device(args)
     return modules if dev == ndl.cpu() else [m.to(dev) for m in modules]
@@ -126,7 +126,7 @@ def _loss_fn(tp_comm: Comm) -> Callable[[ndl.Tensor, ndl.Tensor], ndl.Tensor]:
     return loss
 
 
-def _train(comm: Comm, args: Any, step_fn: Callable[[int], float], params: List[Any],
+def _train(comm: Comm, args: argparse.Namespace, step_fn: Callable[[int], float], params: List[Any],
            dp_comm: Optional[Comm] = None) -> Dict[str, Any]:
     opt = ndl.optim.Adam(params, lr=args.lr)
     losses, start = [], time.perf_counter()
@@ -149,7 +149,7 @@ def _train(comm: Comm, args: Any, step_fn: Callable[[int], float], params: List[
             "seconds": secs, "tokens_per_s": tokens / secs}
 
 
-def run_tp(comm: Comm, args: Any) -> Dict[str, Any]:
+def run_tp(comm: Comm, args: argparse.Namespace) -> Dict[str, Any]:
     """Megatron tensor parallelism over all ranks."""
     get, vocab = batches(args, comm.size)
     np.random.seed(0)
@@ -167,7 +167,8 @@ def run_tp(comm: Comm, args: Any) -> Dict[str, Any]:
     return _train(comm, args, step, model.parameters())
 
 
-def _pipeline(comm: Comm, args: Any, mesh: ProcessMesh) -> Tuple[PipelineParallel, Callable]:
+def _pipeline(comm: Comm, args: argparse.Namespace, mesh: ProcessMesh
+              ) -> Tuple[PipelineParallel, Callable]:
     get, vocab = batches(args, mesh.tp.size)
     np.random.seed(0)
     layers = nn.Sequential(*_placed(char_transformer(args, vocab, mesh.tp), args))
@@ -199,7 +200,7 @@ def _write_timeline(pipe: PipelineParallel, path: str) -> None:
         print(f"timeline written to {path}", flush=True)
 
 
-def run_pp(comm: Comm, args: Any) -> Dict[str, Any]:
+def run_pp(comm: Comm, args: argparse.Namespace) -> Dict[str, Any]:
     """Pipeline parallelism over all ranks (GPipe, 1F1B or interleaved)."""
     mesh = ProcessMesh(comm, dp=1, pp=comm.size, tp=1)
     pipe, step = _pipeline(comm, args, mesh)
@@ -208,7 +209,7 @@ def run_pp(comm: Comm, args: Any) -> Dict[str, Any]:
     return out
 
 
-def run_3d(comm: Comm, args: Any) -> Dict[str, Any]:
+def run_3d(comm: Comm, args: argparse.Namespace) -> Dict[str, Any]:
     """Data x pipeline x tensor parallelism on one (dp, pp, tp) mesh."""
     mesh = ProcessMesh(comm, dp=args.dp, pp=args.pp, tp=args.tp)
     pipe, step = _pipeline(comm, args, mesh)
@@ -220,7 +221,7 @@ def run_3d(comm: Comm, args: Any) -> Dict[str, Any]:
 class MoEModel(nn.Module):
     """Embedding, one attention layer, an expert-parallel MoE FFN, and the output projection."""
 
-    def __init__(self, vocab: int, args: Any, comm: Comm) -> None:
+    def __init__(self, vocab: int, args: argparse.Namespace, comm: Comm) -> None:
         super().__init__()
         d = args.d_model
         self.emb = nn.Embedding(vocab, d, gather=True)
@@ -237,7 +238,7 @@ class MoEModel(nn.Module):
         return self.head(h.reshape((b * t, h.shape[2])))
 
 
-def run_moe(comm: Comm, args: Any) -> Dict[str, Any]:
+def run_moe(comm: Comm, args: argparse.Namespace) -> Dict[str, Any]:
     """Expert parallelism: each rank its own tokens, experts sharded, replicated rest averaged."""
     get, vocab = batches(args, 1)
     np.random.seed(0)
@@ -267,7 +268,7 @@ def run_moe(comm: Comm, args: Any) -> Dict[str, Any]:
     return out
 
 
-STRATEGIES: Dict[str, Callable[[Comm, Any], Dict[str, Any]]] = {
+STRATEGIES: Dict[str, Callable[[Comm, argparse.Namespace], Dict[str, Any]]] = {
     "tp": run_tp, "pp": run_pp, "3d": run_3d, "moe": run_moe}
 
 

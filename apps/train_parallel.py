@@ -37,7 +37,7 @@ else:
     import data_parallel_strategies as dp
     import model_parallel_strategies as mp
 
-STRATEGIES: Dict[str, Callable[[Comm, Any], Dict[str, Any]]] = {**dp.STRATEGIES,
+STRATEGIES: Dict[str, Callable[[Comm, argparse.Namespace], Dict[str, Any]]] = {**dp.STRATEGIES,
                                                                  **mp.STRATEGIES}
 
 

@@ -21,6 +21,7 @@ from typing import (
     Optional,
     Sequence,
     Tuple,
+    Type,
     TypeVar,
     Union,
 )
@@ -44,8 +45,13 @@ _PROFILER: Any = None
 
 NDArrayLike = Any
 
+V = TypeVar("V", bound="Value")  # make_const/make_from_op on a subclass make that subclass
+# A node's gradient: a Tensor's is a Tensor, a TensorTuple's a TensorTuple.
+Adjoint = Union["Tensor", "TensorTuple"]
+A = TypeVar("A", "Tensor", "TensorTuple", Adjoint)  # sum_node_list keeps its terms' type
 
-class ModeContext:
+
+class ModeContext(contextlib.AbstractContextManager):
     """Base of the global-mode context managers (``no_grad``, ``enable_grad``, ``autocast``).
 
     Each also decorates: ``@no_grad()`` runs the function inside a fresh copy of the manager,
@@ -108,11 +114,11 @@ class Op:
         """Forward computation on the inputs' NDArrays."""
         raise NotImplementedError()
 
-    def gradient(self, out_grad: "Value", node: "Value") -> Union["Value", Tuple["Value", ...]]:
+    def gradient(self, out_grad: Adjoint, node: "Value") -> Union[Adjoint, Tuple[Adjoint, ...]]:
         """Partial adjoints of the inputs given the output adjoint ``out_grad``."""
         raise NotImplementedError()
 
-    def gradient_as_tuple(self, out_grad: "Value", node: "Value") -> Tuple["Value", ...]:
+    def gradient_as_tuple(self, out_grad: Adjoint, node: "Value") -> Tuple[Adjoint, ...]:
         """``gradient`` always returned as a tuple."""
         if _PROFILER is None:
             output = self.gradient(out_grad, node)
@@ -158,6 +164,7 @@ class Value:
     cached_data: NDArrayLike
     requires_grad: bool
     grad: Optional["Tensor"]
+    _hooks: Optional["_Hooks"]
 
     def realize_cached_data(self) -> NDArrayLike:
         """The node's data, computing it (and any unrealised inputs) if needed."""
@@ -165,6 +172,7 @@ class Value:
             return self.cached_data
         # Iterative, so that long lazy chains do not hit Python's recursion limit.
         for node in find_topo_sort([self], stop_at_realized=True):
+            assert node.op is not None, "an unrealised node is made by an op"
             node.cached_data = node.op.compute(*[x.cached_data for x in node.inputs])
             if not node.requires_grad and node is not self:
                 node.op, node.inputs = None, ()  # constants need not keep their graph
@@ -197,14 +205,14 @@ class Value:
         self._hooks = None  # gradient hooks (``register_hook``); None costs backward nothing
 
     @classmethod
-    def make_const(cls, data: NDArrayLike, requires_grad: bool = False) -> "Value":
+    def make_const(cls: Type[V], data: NDArrayLike, requires_grad: bool = False) -> V:
         """A leaf node holding ``data`` (not copied)."""
         value = cls.__new__(cls)
         value._init(None, (), cached_data=data, requires_grad=requires_grad)
         return value
 
     @classmethod
-    def make_from_op(cls, op: Op, inputs: Tuple["Value", ...]) -> "Value":
+    def make_from_op(cls: Type[V], op: Op, inputs: Tuple["Value", ...]) -> V:
         """The node ``op(*inputs)``: computed now, or on first use in LAZY_MODE.
 
         Exercise hw1.autograd.make_from_op: ``record = _records_graph(inputs)`` (some input
@@ -237,6 +245,8 @@ class TensorTuple(Value):
 
     __slots__ = ()
 
+    inputs: Tuple["Tensor", ...]  # every TensorTupleOp takes Tensors
+
     def __len__(self) -> int:
         return len(self.realize_cached_data())
 
@@ -256,7 +266,7 @@ class TensorTuple(Value):
     def __str__(self) -> str:
         return self.__repr__()
 
-    def __add__(self, other: "TensorTuple") -> "TensorTuple":
+    def __add__(self, other: Value) -> "TensorTuple":
         if not isinstance(other, TensorTuple) or len(self) != len(other):
             raise ValueError("TensorTuple + needs another TensorTuple of the same length")
         return ops.make_tuple(*[self[i] + other[i] for i in range(len(self))])
@@ -272,6 +282,9 @@ class Tensor(Value):
     __slots__ = ()
 
     grad: "Tensor"
+    # What an op's gradient reads: Tensors, but for tuple_get_item and stack, whose one input
+    # is a TensorTuple (their gradients use it only as a Value).
+    inputs: Tuple["Tensor", ...]
 
     def __init__(self, array: Any, *, device: Optional[BackendDevice] = None,
                  dtype: Optional[str] = None, requires_grad: bool = True, **kwargs: Any):
@@ -336,7 +349,7 @@ class Tensor(Value):
         """A leaf Tensor over ``data`` (an NDArray, or a Tensor whose data is shared)."""
         if isinstance(data, Tensor):
             data = data.realize_cached_data()
-        return Value.make_const.__func__(Tensor, data, requires_grad=requires_grad)
+        return super(Tensor, Tensor).make_const(data, requires_grad=requires_grad)
 
     @property
     def data(self) -> "Tensor":
@@ -583,8 +596,9 @@ def _add_hook(tensor: Value, kind: str, hook: Callable) -> RemovableHandle:
     return handle
 
 
-def _run_grad_hooks(node: Value, grad: Value) -> Value:
+def _run_grad_hooks(node: Value, grad: Adjoint) -> Adjoint:
     """Pass ``grad`` through ``node``'s ``register_hook`` hooks; each may replace it."""
+    assert node._hooks is not None and isinstance(grad, Tensor), "only a Tensor has hooks"
     for hook in list(node._hooks.grad.values()):
         new = hook(grad)
         if new is not None:
@@ -622,7 +636,8 @@ def queue_callback(fn: Callable[[], None]) -> None:
 @contextlib.contextmanager
 def _backward_callbacks() -> Iterator[None]:
     """A fresh callback queue for one backward pass, run when the pass finishes."""
-    outer, queue = getattr(_BACKWARD_CALLBACKS, "queue", None), []
+    outer = getattr(_BACKWARD_CALLBACKS, "queue", None)
+    queue: List[Callable[[], None]] = []
     _BACKWARD_CALLBACKS.queue = queue
     try:
         yield
@@ -632,7 +647,7 @@ def _backward_callbacks() -> Iterator[None]:
         _BACKWARD_CALLBACKS.queue = outer
 
 
-def _why_no_graph(tensor: Value) -> str:
+def _why_no_graph(tensor: "Tensor") -> str:
     """The error for ``backward`` on a tensor that no graph leads to, saying why."""
     why = getattr(tensor, "_why_no_graph", None)  # set by whoever made it (needle.compile)
     if why is None and not _GRAD_ENABLED:
@@ -668,7 +683,7 @@ def _is_float(data: Any) -> bool:
     return True
 
 
-def compute_gradient_of_variables(output_tensor: Value, out_grad: Value) -> None:
+def compute_gradient_of_variables(output_tensor: Value, out_grad: Adjoint) -> None:
     """Take the gradient of ``output_tensor`` w.r.t. every node, storing leaf grads in ``.grad``.
 
     Adjoints are accumulated in reverse topological order (Griewank & Walther, "Evaluating
@@ -696,16 +711,16 @@ def compute_gradient_of_variables(output_tensor: Value, out_grad: Value) -> None
       the gradient of a gradient works (``backward`` runs this under grad mode).
     """
     ### BEGIN YOUR SOLUTION (hw1.autograd.compute_gradient)
-    grads: Dict[int, List[Value]] = {id(output_tensor): [out_grad]}
+    grads: Dict[int, List[Adjoint]] = {id(output_tensor): [out_grad]}
     # a tuple's adjoint element by element: tuple_get_item's partial touches one element, so
     # n pieces of a split cost n (its gradient as a whole tuple would cost n each)
-    items: Dict[int, Dict[int, List[Value]]] = {}
+    items: Dict[int, Dict[int, List[Tensor]]] = {}
     for node in reversed(find_topo_sort([output_tensor])):
         node_grads = grads.pop(id(node), None)
         if node_grads is None:
             continue
         grad = _tuple_adjoint(node, node_grads, items.pop(id(node), None))
-        if isinstance(node, Tensor) and grad.dtype != node.dtype:
+        if isinstance(node, Tensor) and isinstance(grad, Tensor) and grad.dtype != node.dtype:
             grad = ops.cast(grad, node.dtype)  # after type promotion: grads keep their dtype
         if node._hooks is not None:
             grad = _run_grad_hooks(node, grad)  # register_hook: may replace the gradient
@@ -714,7 +729,7 @@ def compute_gradient_of_variables(output_tensor: Value, out_grad: Value) -> None
             if node.op is None:
                 _run_post_accumulate_hooks(node)  # this leaf's .grad is now final
                 continue
-        if isinstance(node.op, ops.TupleGetItem):
+        if isinstance(node.op, ops.TupleGetItem) and isinstance(grad, Tensor):
             source = node.inputs[0]
             items.setdefault(id(source), {}).setdefault(node.op.index, []).append(grad)
             grads.setdefault(id(source), [])
@@ -726,8 +741,8 @@ def compute_gradient_of_variables(output_tensor: Value, out_grad: Value) -> None
     ### END YOUR SOLUTION
 
 
-def _tuple_adjoint(node: Value, whole: List[Value],
-                   items: Optional[Dict[int, List[Value]]]) -> Value:
+def _tuple_adjoint(node: Value, whole: List[Adjoint],
+                   items: Optional[Dict[int, List["Tensor"]]]) -> Adjoint:
     """A node's adjoint: the sum of ``whole``, its partials; for a TensorTuple with partials
     of single elements (``items``, from ``tuple_get_item``) each element summed apart, with
     zeros only for elements no partial reaches: linear in the tuple's length plus the number
@@ -742,10 +757,7 @@ def _tuple_adjoint(node: Value, whole: List[Value],
     return ops.make_tuple(*elements)
 
 
-V = TypeVar("V", bound=Value)  # a graph of Tensors sorts into Tensors
-
-
-def find_topo_sort(node_list: Sequence[V], stop_at_realized: bool = False) -> List[V]:
+def find_topo_sort(node_list: Sequence[Value], stop_at_realized: bool = False) -> List[Value]:
     """Nodes reachable from ``node_list`` with every node after all of its inputs.
 
     An iterative depth-first post-order, so a 100,000-node chain needs no recursion.
@@ -783,7 +795,7 @@ def from_dlpack(obj: Any, device: Optional[BackendDevice] = None,
     return Tensor.make_const(data, requires_grad=requires_grad and _is_float(data))
 
 
-def sum_node_list(node_list: List[Value]) -> Value:
+def sum_node_list(node_list: List[A]) -> A:
     """Sum a list of adjoints (without creating a zero node)."""
     total = node_list[0]
     for node in node_list[1:]:

@@ -73,17 +73,19 @@ class NumpyArray(np.ndarray):
         """A row-major contiguous copy (itself when already so)."""
         return self if self.flags.c_contiguous else self.copy()
 
+    # NumPy's stubs type what its functions return on a subclass as a plain ndarray; at run
+    # time the result keeps the subclass (ndarray.__array_wrap__), hence the ignores below.
     def permute(self, new_axes: Sequence[int]) -> "NumpyArray":
         """A view with axes reordered: out.shape[i] == self.shape[new_axes[i]]."""
-        return np.transpose(self, tuple(new_axes))
+        return np.transpose(self, tuple(new_axes))  # type: ignore[return-value]
 
     def broadcast_to(self, new_shape: Sequence[int]) -> "NumpyArray":  # type: ignore[override]
         """A (read-only) view broadcast to ``new_shape``."""
-        return np.broadcast_to(self, tuple(new_shape), subok=True)
+        return np.broadcast_to(self, tuple(new_shape), subok=True)  # type: ignore[return-value]
 
     def flip(self, axes: Axes = None) -> "NumpyArray":
         """A copy reversed along ``axes`` (all when None)."""
-        return np.flip(self, axes).copy()
+        return np.flip(self, tuple(axes) if isinstance(axes, Sequence) else axes).copy()
 
     def pad(self, axes: Sequence[Tuple[int, int]], value: Any = 0) -> "NumpyArray":
         """Padded with ``value``: ``axes[i] = (before, after)``."""
@@ -91,35 +93,35 @@ class NumpyArray(np.ndarray):
 
     def maximum(self, other: Any) -> "NumpyArray":
         """Elementwise maximum with an array or scalar."""
-        return np.maximum(self, other)
+        return np.maximum(self, other)  # type: ignore[return-value]
 
     def log(self) -> "NumpyArray":
         """Elementwise ``np.log``."""
-        return np.log(self)
+        return np.log(self)  # type: ignore[return-value]
 
     def exp(self) -> "NumpyArray":
         """Elementwise ``np.exp``."""
-        return np.exp(self)
+        return np.exp(self)  # type: ignore[return-value]
 
     def tanh(self) -> "NumpyArray":
         """Elementwise ``np.tanh``."""
-        return np.tanh(self)
+        return np.tanh(self)  # type: ignore[return-value]
 
     def sqrt(self) -> "NumpyArray":
         """Elementwise ``np.sqrt``."""
-        return np.sqrt(self)
+        return np.sqrt(self)  # type: ignore[return-value]
 
     def sin(self) -> "NumpyArray":
         """Elementwise ``np.sin``."""
-        return np.sin(self)
+        return np.sin(self)  # type: ignore[return-value]
 
     def cos(self) -> "NumpyArray":
         """Elementwise ``np.cos``."""
-        return np.cos(self)
+        return np.cos(self)  # type: ignore[return-value]
 
     def abs(self) -> "NumpyArray":
         """Elementwise ``np.abs``."""
-        return np.abs(self)
+        return np.abs(self)  # type: ignore[return-value]
 
 
 def _check_host(device: Optional[BackendDevice]) -> None:

@@ -24,6 +24,7 @@ Arrays keep their exact dtype (bfloat16 included, by name). Floats are stored as
 so they round-trip exactly. A save is atomic (``atomic_file.py``): a crash mid-save leaves the
 previous checkpoint intact, the file keeps its mode, and a symlink is written through.
 """
+import io
 import json
 import math
 import os
@@ -109,7 +110,7 @@ def _encode_array(arr: np.ndarray, arrays: List[Tuple[str, np.ndarray]], kind: s
 
 def _crc(a: np.ndarray) -> int:
     """CRC-32 of a C-contiguous array's bytes."""
-    return zlib.crc32(a.reshape(-1).view(np.uint8))
+    return zlib.crc32(a.reshape(-1).view(np.uint8).data)
 
 
 def _header_crc(tree: Any, table: List[Dict]) -> int:
@@ -257,7 +258,7 @@ class _Arrays:
     """Reads each array of the table once, when the tree first references it, straight into
     its own buffer: a load holds about the file's size, not the file plus a copy."""
 
-    def __init__(self, f: BinaryIO, rows: List[_Entry], path: str) -> None:
+    def __init__(self, f: io.BufferedIOBase, rows: List[_Entry], path: str) -> None:
         self.f, self.rows, self.path = f, rows, path
         self.used = [False] * len(rows)
 
@@ -272,7 +273,7 @@ class _Arrays:
         row = self.rows[i]
         arr = np.empty(row.nbytes // row.dtype.itemsize, dtype=row.dtype)
         self.f.seek(row.lo)
-        if self.f.readinto(memoryview(arr.view(np.uint8))) != row.nbytes:
+        if self.f.readinto(arr.view(np.uint8).data) != row.nbytes:
             raise _fail(self.path, f"array {i}: the file ended while reading it (was it "
                                    "changed during the load?)")
         if row.crc is not None and _crc(arr) != row.crc:

@@ -185,7 +185,8 @@ def record(cf: Any, entry: Any, args: tuple, box: list, ftrace: Trace, device: A
     diff = [i for i, t in enumerate(tensors) if t.requires_grad]
     with _args_as_leaves(args):
         roots = [tensors[i] for i in diff]
-        leaves = [n for n in find_topo_sort(roots) if n.op is None and n.requires_grad]
+        leaves = [n for n in find_topo_sort(roots)
+                  if isinstance(n, Tensor) and n.op is None and n.requires_grad]
         btrace, g_handles, grads = trace_backward(device, roots, leaves)
     problem = backward_problem(btrace)
     if problem is not None:

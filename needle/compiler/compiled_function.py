@@ -165,8 +165,8 @@ class CompiledFunction:
         """The recording's results and leaf gradients, as constants (what a replay gives)."""
         tensors: List[Tensor] = []
         tree = flatten(result, tensors)
-        leaves = [n for n in find_topo_sort(tensors) if n.op is None and n.requires_grad
-                  and n.grad is not None]
+        leaves = [n for n in find_topo_sort(tensors) if isinstance(n, Tensor) and n.op is None
+                  and n.requires_grad and n.grad is not None]
         for leaf in leaves:  # gradients as constants: what a replay returns too
             leaf.grad = Tensor.make_const(leaf.grad.realize_cached_data())
         outs = [t.realize_cached_data() for t in tensors] + \

@@ -105,7 +105,7 @@ class Checkpoint(TensorOp):
     def _check_closed(out: Tensor, leaves: Sequence[Tensor], params: Sequence[Value]) -> None:
         known = {id(t) for t in leaves} | {id(p) for p in params}
         for n in find_topo_sort([out]):
-            if n.op is None and n.requires_grad and id(n) not in known:
+            if isinstance(n, Tensor) and n.op is None and n.requires_grad and id(n) not in known:
                 raise ValueError(
                     f"checkpoint: fn uses a tensor of shape {n.shape} that requires grad but is "
                     f"neither an input nor a parameter; pass it in params=[...] (or make fn a "

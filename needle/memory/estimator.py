@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..autograd import Tensor, find_topo_sort
+from ..autograd import Tensor, Value, find_topo_sort
 
 __all__ = ["TransformerConfig", "MemoryEstimate", "estimate_transformer", "estimate_module",
            "optimizer_state_bytes", "graph_bytes", "transformer_num_params"]
@@ -289,7 +289,7 @@ def backward_liveness_peak(output: Tensor) -> int:
     return peak
 
 
-def _nbytes(node: Tensor) -> int:
+def _nbytes(node: Value) -> int:
     data = node.cached_data
     if data is None or not hasattr(data, "shape"):  # a TensorTuple's tuple: its parts count
         return 0

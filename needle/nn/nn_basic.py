@@ -189,6 +189,9 @@ class BatchNorm1d(Module):
     ``running = (1 - momentum) * running + momentum * batch_stat``.
     """
 
+    running_mean: Tensor  # buffers (register_buffer)
+    running_var: Tensor
+
     def __init__(self, dim: int, eps: float = 1e-5, momentum: float = 0.1,
                  device: Optional[BackendDevice] = None, dtype: str = "float32") -> None:
         super().__init__()

@@ -17,8 +17,9 @@ class Conv(Module):
     U(-1/sqrt(C_in*K*K), 1/sqrt(C_in*K*K)), as in the course.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: Union[int, Tuple],
-                 stride: int = 1, bias: bool = True, device: Optional[BackendDevice] = None,
+    def __init__(self, in_channels: int, out_channels: int,
+                 kernel_size: Union[int, Tuple[int, ...]], stride: Union[int, Tuple[int, ...]] = 1,
+                 bias: bool = True, device: Optional[BackendDevice] = None,
                  dtype: str = "float32", padding: Optional[int] = None) -> None:
         """Exercise hw4.nn.conv: in this order, weight = kaiming_uniform(fan_in=C_in*K*K,
         fan_out=C_out*K*K, shape=(K, K, C_in, C_out)); then, if ``bias``, bias = init.rand(C_out,

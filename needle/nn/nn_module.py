@@ -8,7 +8,7 @@ one parameter: listed once, updated once by an optimizer, saved once in a state_
 State dicts map dotted names (``"modules.0.weight"``) to **NumPy arrays** (copies), so a state
 dict is a device-independent snapshot that ``ndl.save`` can write and any device can load.
 """
-from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Set, Tuple
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Set, Tuple, TypedDict
 
 import numpy as np
 
@@ -19,6 +19,13 @@ from ..backend_ndarray import BackendDevice, NDArray
 
 class Parameter(Tensor):
     """A tensor that is a learnable parameter of a Module."""
+
+
+class DeviceDtype(TypedDict):
+    """The ``device=``, ``dtype=`` keywords a layer passes on to the layers it builds."""
+
+    device: Optional[BackendDevice]
+    dtype: str
 
 
 class LoadResult(NamedTuple):
@@ -109,7 +116,8 @@ class Module:
 
     def named_parameters(self) -> Iterator[Tuple[str, Parameter]]:
         """(dotted name, parameter) pairs, each parameter once (first name wins)."""
-        return self._named_tensors(want_params=True)
+        return ((n, p) for n, p in self._named_tensors(want_params=True)
+                if isinstance(p, Parameter))
 
     def parameters(self) -> List[Parameter]:
         """All parameters, deduplicated by identity, in attribute order."""
@@ -149,7 +157,7 @@ class Module:
 
     # ------------------------------------------------------------------ state
     def _state_tensors(self) -> Dict[str, Tensor]:
-        out = dict(self.named_parameters())
+        out: Dict[str, Tensor] = dict(self.named_parameters())
         out.update(self.named_buffers())
         return out
 

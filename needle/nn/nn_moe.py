@@ -11,16 +11,17 @@ A token routed to an expert that is already full is dropped for that expert (it 
 zero there; the caller's residual connection carries it). ``dropped`` counts them.
 """
 import math
-from typing import Any, List, NamedTuple, Optional, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
 from .. import backend_ndarray as array_api
 from .. import ops
 from ..autograd import Tensor
+from ..backend_ndarray import BackendDevice
 from ..ops.ops_indexing import ScatterAddRows
 from .nn_basic import Linear, ReLU
-from .nn_module import Module
+from .nn_module import DeviceDtype, Module
 
 __all__ = ["MoE", "Expert", "Routing", "route"]
 
@@ -60,7 +61,7 @@ def route(probs: np.ndarray, top_k: int, capacity: int) -> Routing:
 class Expert(Module):
     """One expert: the Transformer's feed-forward block, linear2(relu(linear1(x)))."""
 
-    def __init__(self, d_model: int, d_ff: int, device: Optional[Any] = None,
+    def __init__(self, d_model: int, d_ff: int, device: Optional[BackendDevice] = None,
                  dtype: str = "float32") -> None:
         super().__init__()
         self.linear1 = Linear(d_model, d_ff, device=device, dtype=dtype)
@@ -86,7 +87,7 @@ class MoE(Module):
     """Top-k routed mixture of ``num_experts`` feed-forward experts (single process)."""
 
     def __init__(self, d_model: int, d_ff: int, num_experts: int, top_k: int = 1,
-                 capacity_factor: float = 1.25, device: Optional[Any] = None,
+                 capacity_factor: float = 1.25, device: Optional[BackendDevice] = None,
                  dtype: str = "float32") -> None:
         super().__init__()
         if top_k not in (1, 2) or top_k > num_experts:
@@ -96,7 +97,7 @@ class MoE(Module):
             raise ValueError(f"MoE: capacity_factor must be > 0, got {capacity_factor}")
         self.d_model, self.num_experts = d_model, num_experts
         self.top_k, self.capacity_factor = top_k, capacity_factor
-        kw = dict(device=device, dtype=dtype)
+        kw = DeviceDtype(device=device, dtype=dtype)
         self.router = Linear(d_model, num_experts, bias=False, **kw)
         self.experts = [Expert(d_model, d_ff, **kw) for _ in range(num_experts)]
         self.aux_loss: Optional[Tensor] = None

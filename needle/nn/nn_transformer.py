@@ -12,7 +12,7 @@ from .. import init, ops
 from ..autograd import Tensor
 from ..backend_ndarray import BackendDevice, NDArray
 from .nn_basic import Dropout, LayerNorm1d, Linear, ReLU, Sequential
-from .nn_module import Module
+from .nn_module import DeviceDtype, Module
 from .nn_sequence import Embedding
 
 __all__ = ["MultiHeadAttention", "AttentionLayer", "TransformerLayer", "Transformer"]
@@ -71,7 +71,7 @@ class AttentionLayer(Module):
         self.out_features = out_features
         self.num_head = num_head
         self.dim_head = dim_head
-        kw = dict(device=device, dtype=dtype)
+        kw = DeviceDtype(device=device, dtype=dtype)
         self.prenorm_q = LayerNorm1d(q_features, fused=True, **kw)
         self.prenorm_k = LayerNorm1d(k_features, fused=True, **kw)
         self.prenorm_v = LayerNorm1d(v_features, fused=True, **kw)
@@ -116,7 +116,7 @@ class TransformerLayer(Module):
                  dropout: float = 0.0, causal: bool = True,
                  device: Optional[BackendDevice] = None, dtype: str = "float32") -> None:
         super().__init__()
-        kw = dict(device=device, dtype=dtype)
+        kw = DeviceDtype(device=device, dtype=dtype)
         self.attn = AttentionLayer(q_features, num_head, dim_head, out_features=q_features,
                                    dropout=dropout, causal=causal, **kw)
         self.layernorm1 = LayerNorm1d(q_features, fused=True, **kw)
@@ -152,7 +152,7 @@ class Transformer(Module):
         self.embedding_size = embedding_size
         self.batch_first = batch_first
         self.sequence_len = sequence_len
-        kw = dict(device=device, dtype=dtype)
+        kw = DeviceDtype(device=device, dtype=dtype)
         self.layers = Sequential(*[
             TransformerLayer(embedding_size, num_head, dim_head, hidden_size, dropout=dropout,
                              causal=causal, **kw) for _ in range(num_layers)])

@@ -93,7 +93,7 @@ class Pad(TensorOp):
     """Zero padding: ``axes[i] = (before, after)`` for each axis i."""
 
     def __init__(self, axes: Tuple[Tuple[int, int], ...]):
-        self.axes = tuple(tuple(p) for p in axes)
+        self.axes = tuple((lo, hi) for lo, hi in axes)
 
     def compute(self, a: NDArray) -> NDArray:
         return a.pad(self.axes)

@@ -3,7 +3,6 @@
 Binary ops broadcast by NumPy's rules; their gradients are summed back to each input's shape.
 """
 import math
-from numbers import Number
 from typing import Any, Optional, Tuple
 
 from .. import backend_ndarray as array_api
@@ -58,7 +57,7 @@ def add(a: Tensor, b: Tensor) -> Tensor:
 
 
 class AddScalar(TensorOp):
-    def __init__(self, scalar: Number):
+    def __init__(self, scalar: float):
         self.scalar = scalar
 
     def compute(self, a: NDArray) -> NDArray:
@@ -68,7 +67,7 @@ class AddScalar(TensorOp):
         return out_grad
 
 
-def add_scalar(a: Tensor, scalar: Number) -> Tensor:
+def add_scalar(a: Tensor, scalar: float) -> Tensor:
     """a + scalar."""
     return AddScalar(scalar)(a)
 
@@ -92,7 +91,7 @@ def multiply(a: Tensor, b: Tensor) -> Tensor:
 
 
 class MulScalar(TensorOp):
-    def __init__(self, scalar: Number):
+    def __init__(self, scalar: float):
         self.scalar = scalar
 
     def compute(self, a: NDArray) -> NDArray:
@@ -102,7 +101,7 @@ class MulScalar(TensorOp):
         return out_grad * self.scalar
 
 
-def mul_scalar(a: Tensor, scalar: Number) -> Tensor:
+def mul_scalar(a: Tensor, scalar: float) -> Tensor:
     """a * scalar."""
     return MulScalar(scalar)(a)
 
@@ -135,7 +134,7 @@ def power(a: Tensor, b: Tensor) -> Tensor:
 class PowerScalar(TensorOp):
     """a ** scalar."""
 
-    def __init__(self, scalar: Number):
+    def __init__(self, scalar: float):
         self.scalar = scalar
 
     def compute(self, a: NDArray) -> NDArray:
@@ -152,7 +151,7 @@ class PowerScalar(TensorOp):
         ### END YOUR SOLUTION
 
 
-def power_scalar(a: Tensor, scalar: Number) -> Tensor:
+def power_scalar(a: Tensor, scalar: float) -> Tensor:
     """a ** scalar."""
     return PowerScalar(scalar)(a)
 
@@ -184,7 +183,7 @@ def divide(a: Tensor, b: Tensor) -> Tensor:
 
 
 class DivScalar(TensorOp):
-    def __init__(self, scalar: Number):
+    def __init__(self, scalar: float):
         self.scalar = scalar
 
     def compute(self, a: NDArray) -> NDArray:
@@ -200,7 +199,7 @@ class DivScalar(TensorOp):
         ### END YOUR SOLUTION
 
 
-def divide_scalar(a: Tensor, scalar: Number) -> Tensor:
+def divide_scalar(a: Tensor, scalar: float) -> Tensor:
     """a / scalar."""
     return DivScalar(scalar)(a)
 
@@ -376,7 +375,8 @@ class MatMul(TensorOp):
     def compute(self, a: NDArray, b: NDArray) -> NDArray:
         return a @ b
 
-    def gradient(self, out_grad: Tensor, node: Tensor) -> Tuple[Tensor, Tensor]:
+    def gradient(self, out_grad: Tensor, node: Tensor
+                 ) -> Tuple[Optional[Tensor], Optional[Tensor]]:
         """Exercise hw1.ops.matmul: (out_grad @ b^T, a^T @ out_grad) with ``transpose`` of the last
         two axes, each ``unbroadcast`` to its input's shape (batched operands broadcast their
         leading axes); an input with requires_grad False gets None instead of a product."""
@@ -425,7 +425,7 @@ def maximum(a: Tensor, b: Any) -> Tensor:
 
 
 class MaximumScalar(TensorOp):
-    def __init__(self, scalar: Number):
+    def __init__(self, scalar: float):
         self.scalar = scalar
 
     def compute(self, a: NDArray) -> NDArray:
@@ -436,7 +436,7 @@ class MaximumScalar(TensorOp):
         return out_grad * Tensor.make_const(mask.astype(out_grad.dtype))
 
 
-def maximum_scalar(a: Tensor, scalar: Number) -> Tensor:
+def maximum_scalar(a: Tensor, scalar: float) -> Tensor:
     """max(a, scalar) elementwise."""
     return MaximumScalar(scalar)(a)
 

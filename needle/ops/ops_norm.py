@@ -40,7 +40,7 @@ class LayerNorm(TensorOp):
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
         x, w, _ = node.inputs
         grads = LayerNormBackward(*self.saved)(out_grad, x, w)
-        return tuple(tuple_get_item(grads, i) for i in range(3))
+        return tuple_get_item(grads, 0), tuple_get_item(grads, 1), tuple_get_item(grads, 2)
 
 
 class LayerNormBackward(TensorTupleOp):

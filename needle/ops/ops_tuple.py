@@ -1,8 +1,8 @@
 """Operators on tuples of tensors: make_tuple, tuple_get_item, fused_add_scalars, stack, split."""
-from typing import Tuple
+from typing import Sequence, Tuple, Union
 
 from .. import backend_ndarray as array_api
-from ..autograd import NDArray, Tensor, TensorOp, TensorTuple, TensorTupleOp, Value
+from ..autograd import NDArray, Tensor, TensorOp, TensorTuple, TensorTupleOp
 
 __all__ = ["MakeTensorTuple", "make_tuple", "TupleGetItem", "tuple_get_item", "FusedAddScalars",
            "fused_add_scalars", "Stack", "stack", "Split", "split"]
@@ -27,7 +27,7 @@ class TupleGetItem(TensorOp):
     def __init__(self, index: int):
         self.index = index
 
-    def __call__(self, a: TensorTuple, fold_const: bool = True) -> Value:
+    def __call__(self, a: TensorTuple, fold_const: bool = True) -> Tensor:
         if not isinstance(a, TensorTuple):
             raise TypeError(f"tuple_get_item needs a TensorTuple, got {type(a).__name__}")
         # get_item(make_tuple(x0, x1, ...), i) is just x_i
@@ -94,7 +94,7 @@ class Stack(TensorOp):
         ### END YOUR SOLUTION
 
 
-def stack(args: Tuple[Tensor, ...], axis: int) -> Tensor:
+def stack(args: Union[Sequence[Tensor], TensorTuple], axis: int) -> Tensor:
     """Stack a list/tuple of tensors along a new ``axis``."""
     if isinstance(args, TensorTuple):
         return Stack(axis)(args)

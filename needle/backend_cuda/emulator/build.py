@@ -188,7 +188,7 @@ def static_shared(so_path: str) -> Dict[str, object]:
             objects.append((name, int(size, 16), int(addr, 16)))
     names = set(funcs.values())
     statics: Dict[str, int] = {}
-    shared: List[Tuple[int, int, str]] = []
+    shared: List[Tuple[int, int, str, str]] = []
     for name, size, addr in objects:  # function-local statics: C++ "f(args)::x", "f::x"
         owner = name.rsplit("::", 1)[0]
         if owner.endswith(")") or owner in names:

@@ -215,7 +215,9 @@ def copyto(dst: ndarray, src: Any, casting: str = "same_kind", where: Any = None
     """``numpy.copyto`` between device arrays."""
     for x in (dst, src, where):
         _check_device(x, "cupy.copyto")
-    np.copyto(dst, src, casting=casting, where=True if where is None else where)
+    # CuPy's casting is any str (checked by NumPy at run time); NumPy's stubs want a Literal
+    np.copyto(dst, src, casting=casting,  # type: ignore[arg-type]
+              where=True if where is None else where)
 
 
 def from_dlpack(array: Any) -> ndarray:
@@ -224,7 +226,9 @@ def from_dlpack(array: Any) -> ndarray:
 
 
 def _as_strided(x: ndarray, shape: Tuple[int, ...], strides: Tuple[int, ...]) -> ndarray:
-    return np.lib.stride_tricks.as_strided(x, shape=shape, strides=strides, subok=True)
+    # subok keeps the subclass at run time; NumPy's stubs type the result as a plain ndarray
+    return np.lib.stride_tricks.as_strided(  # type: ignore[return-value]
+        x, shape=shape, strides=strides, subok=True)
 
 
 lib = types.SimpleNamespace(stride_tricks=types.SimpleNamespace(as_strided=_as_strided))
@@ -292,7 +296,7 @@ def _host_matrices(ptr: int, rows: int, cols: int, ld: int, stride: int, batch: 
     """Column-major bfloat16 (rows, cols) matrices at ``ptr`` as a (batch, cols, rows) view."""
     import ml_dtypes
     count = (batch - 1) * stride + (cols - 1) * ld + rows if batch and cols and rows else 0
-    buf = np.ctypeslib.as_array((ctypes.c_uint16 * count if count > 0 else 1).from_address(ptr))
+    buf = np.ctypeslib.as_array((ctypes.c_uint16 * (count if count > 0 else 1)).from_address(ptr))
     return np.lib.stride_tricks.as_strided(buf.view(ml_dtypes.bfloat16), (batch, cols, rows),
                                            (stride * 2, ld * 2, 2))
 

@@ -75,7 +75,8 @@ def _dims(what: str, kernel: str, dims: Any) -> Tuple[int, int, int]:
     if not 1 <= len(dims) <= 3 or not all(isinstance(d, (int, np.integer)) for d in dims):
         raise TypeError(f"kernel '{kernel}': {what} must be an int or a tuple of 1 to 3 ints, "
                         f"got {dims!r}")
-    return tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
+    x, y, z = [int(d) for d in dims] + [1] * (3 - len(dims))
+    return x, y, z
 
 
 def check_launch(kernel: str, grid: Tuple[int, int, int], block: Tuple[int, int, int],
@@ -250,7 +251,9 @@ class Module:
                                         ctypes.c_size_t, ctypes.c_void_p, ctypes.c_int,
                                         ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
         self.lib = lib
-        base = ctypes.cast(lib.cuda_emu_count, ctypes.c_void_p).value - int(info["anchor"])
+        address = ctypes.cast(lib.cuda_emu_count, ctypes.c_void_p).value
+        assert address is not None, "a loaded library's function has an address"
+        base = address - int(info["anchor"])
         count = lib.cuda_emu_count()
         funcs = [info["functions"].get(str(lib.cuda_emu_address(i) - base), "")
                  for i in range(count)]
