@@ -10,13 +10,16 @@ Profiling is off by default; while it is off the library's hooks cost one global
 """
 import contextlib
 import os
-from typing import Any, Callable, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional
 
 from . import distributed, hooks, summary, trace
 from . import events as ev
 from .events import Event, RankRecord
 from .recorder import Recorder
 from .schedule import ProfilerAction
+
+if TYPE_CHECKING:  # the profiler is told its communicator; it never imports one to run
+    from ..parallel.comm.protocol import Comm
 
 _RECORDING = (ProfilerAction.WARMUP, ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
 
@@ -30,7 +33,8 @@ class profile:
     records some steps only, calling ``on_trace_ready(prof)`` after each active cycle.
     """
 
-    def __init__(self, *, comm: Any = None, schedule: Optional[Callable[[int], Any]] = None,
+    def __init__(self, *, comm: Optional["Comm"] = None,
+                 schedule: Optional[Callable[[int], Any]] = None,
                  on_trace_ready: Optional[Callable[["profile"], Any]] = None,
                  record_shapes: bool = True, max_events: int = 2_000_000) -> None:
         if on_trace_ready is not None and schedule is None:
@@ -165,7 +169,7 @@ class profile:
 
 
 @contextlib.contextmanager
-def profile_to(directory: str, comm: Any = None) -> Iterator[profile]:
+def profile_to(directory: str, comm: Optional["Comm"] = None) -> Iterator[profile]:
     """Profile the block and write ``directory/trace.json`` (every rank's, by rank 0) and
     ``directory/summary.rank<r>.txt`` (each rank's); enter it on every rank of ``comm``."""
     os.makedirs(directory, exist_ok=True)
