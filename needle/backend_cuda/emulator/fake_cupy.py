@@ -8,7 +8,6 @@ is expected raises TypeError, ``set`` checks dtype and shape, ``ElementwiseKerne
 parameter types (see ``elementwise.py``). cuBLAS and CuPy's ufuncs are NumPy's: they run on the
 CPU's math library, not the GPU's.
 """
-import ctypes
 import math
 import os
 import threading
@@ -20,6 +19,7 @@ import numpy as np
 
 from ...backend_ndarray import primitives as P
 from . import memcheck
+from .cublas import cublas  # noqa: F401  (cupy_backends.cuda.libs.cublas)
 from .elementwise import BLOCK, kernel_source, params
 
 # CuPy's ufuncs and reductions are NumPy's (``ndarray.__array_ufunc__`` checks the operands):
@@ -283,7 +283,7 @@ cuda = types.SimpleNamespace(
     device=types.SimpleNamespace(get_cublas_handle=lambda: 0))
 
 
-# ---------------------------------------------------------------------- cupyx, cuBLAS
+# ---------------------------------------------------------------------- cupyx
 def _scatter_add(a: ndarray, slices: Any, value: Any) -> None:
     for x in (a, slices, value):
         _check_device(x, "cupyx.scatter_add")
@@ -291,45 +291,6 @@ def _scatter_add(a: ndarray, slices: Any, value: Any) -> None:
 
 
 cupyx = types.SimpleNamespace(scatter_add=_scatter_add)
-
-_R16BF, _COMPUTE_32F, _OP_N, _OP_T = 14, 68, 0, 1
-
-
-def _host_matrices(ptr: int, rows: int, cols: int, ld: int, stride: int, batch: int
-                   ) -> np.ndarray:
-    """Column-major bfloat16 (rows, cols) matrices at ``ptr`` as a (batch, cols, rows) view."""
-    import ml_dtypes
-    count = (batch - 1) * stride + (cols - 1) * ld + rows if batch and cols and rows else 0
-    buf = np.ctypeslib.as_array((ctypes.c_uint16 * count if count > 0 else 1).from_address(ptr))
-    return np.lib.stride_tricks.as_strided(buf.view(ml_dtypes.bfloat16), (batch, cols, rows),
-                                           (stride * 2, ld * 2, 2))
-
-
-def _gemm_strided_batched_ex(handle: int, transa: int, transb: int, m: int, n: int, k: int,
-                             alpha: int, a: int, atype: int, lda: int, stride_a: int, b: int,
-                             btype: int, ldb: int, stride_b: int, beta: int, c: int,
-                             ctype: int, ldc: int, stride_c: int, batch: int, compute: int,
-                             algo: int) -> None:
-    """cublasGemmStridedBatchedEx for bfloat16 in, float32 compute (column-major), in NumPy."""
-    if (atype, btype, ctype, compute) != (_R16BF, _R16BF, _R16BF, _COMPUTE_32F):
-        raise NotImplementedError("the emulator's cuBLAS does bfloat16 GEMM with fp32 compute")
-    if transa != _OP_N or transb != _OP_N:
-        raise NotImplementedError("the emulator's cuBLAS GEMM takes untransposed operands")
-    al = np.ctypeslib.as_array((ctypes.c_float * 1).from_address(alpha))[0]
-    be = np.ctypeslib.as_array((ctypes.c_float * 1).from_address(beta))[0]
-    # column-major (rows, cols) = row-major (cols, rows): C^T = B^T @ A^T
-    at = _host_matrices(a, m, k, lda, stride_a, batch).astype(np.float32)  # (batch, k, m)
-    bt = _host_matrices(b, k, n, ldb, stride_b, batch).astype(np.float32)  # (batch, n, k)
-    ct = _host_matrices(c, m, n, ldc, stride_c, batch)  # (batch, n, m)
-    res = al * (bt @ at)
-    if be != 0:
-        res += be * ct.astype(np.float32)
-    ct[...] = res.astype(ct.dtype)
-
-
-cublas = types.SimpleNamespace(setStream=lambda handle, stream: None,
-                               gemmStridedBatchedEx=_gemm_strided_batched_ex)
-
 
 # ---------------------------------------------------------------------- kernels
 class RawKernel:
