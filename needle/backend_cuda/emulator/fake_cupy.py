@@ -18,9 +18,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ...backend_ndarray import primitives as P
-from . import memcheck
+from . import elementwise, memcheck
 from .cublas import cublas  # noqa: F401  (cupy_backends.cuda.libs.cublas)
-from .elementwise import BLOCK, kernel_source, params
 
 # CuPy's ufuncs and reductions are NumPy's (``ndarray.__array_ufunc__`` checks the operands):
 # the reductions and gathers the backend calls, and (``__getattr__``) each elementwise op's ufunc
@@ -324,7 +323,7 @@ class ElementwiseKernel:
     (parameter dtypes, devices, the broadcast output shape); its source is ``elementwise.py``'s."""
 
     def __init__(self, in_params: str, out_params: str, operation: str, name: str = "kernel"):
-        self.ins, self.outs = params(in_params), params(out_params)
+        self.ins, self.outs = elementwise.params(in_params), elementwise.params(out_params)
         self.operation, self.name = operation, name
         self._built: Dict[Tuple, Any] = {}
 
@@ -357,15 +356,16 @@ class ElementwiseKernel:
         meta = asarray(np.array(list(shape) + [s for v in views for s in v.strides],
                                 dtype=np.int64))
         kernel_args = [a if arr else p.dtype.type(a) for p, a, arr in zip(declared, args, is_array)]
-        grid = min(math.ceil(size / BLOCK), 0x7FFFFFFF)
-        self._kernel(is_array, len(shape))((grid,), (BLOCK,),
+        grid = min(math.ceil(size / elementwise.BLOCK), 0x7FFFFFFF)
+        self._kernel(is_array, len(shape))((grid,), (elementwise.BLOCK,),
                                            (*kernel_args, meta, np.int64(size)))
         return args[n_in] if len(self.outs) == 1 else args[n_in:]
 
     def _kernel(self, is_array: Tuple[bool, ...], ndim: int) -> Any:
         key = (is_array, ndim)
         if key not in self._built:
-            src = kernel_source(self.name, self.ins, self.outs, is_array, self.operation, ndim)
+            src = elementwise.kernel_source(self.name, self.ins, self.outs, is_array,
+                                           self.operation, ndim)
             self._built[key] = RawModule(code=src, name_expressions=(self.name,)).get_function(
                 self.name)
         return self._built[key]
