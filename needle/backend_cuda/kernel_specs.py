@@ -1,6 +1,7 @@
 """Kernel sources, template instantiations and launch shapes (pure Python: no CuPy, no GPU).
 
-The CUDA C lives in ``kernels/*.cu``. This module says which template instantiations exist
+The CUDA C lives in ``kernels/*.cu``, but for ewise.cu's functors, which ``functors`` writes
+from the primitive table's expressions. This module says which template instantiations exist
 (``name_expressions``: the same strings CuPy's ``RawModule.get_function`` and the NVRTC
 compile check use) and how each kernel is launched, so both can be tested without a GPU.
 """
@@ -27,10 +28,6 @@ ACC_DTYPE = {"float16": "float32", "bfloat16": "float32", "float32": "float32",
 # Copies only move bits: one instantiation per element width serves every dtype.
 BITS_CTYPE = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
 
-# One functor per elementwise op (``ndl::Add`` for ``add``), generated into kernels/ewise.cu.
-BINARY_FUNCTOR = {op: op.capitalize() for op in P.EWISE_BINARY}
-COMPARISONS = P.COMPARISONS
-UNARY_FUNCTOR = {op: op.capitalize() for op in P.EWISE_UNARY}
 MAX_DIMS = 32  # NDL_MAX_DIMS in strided.cu
 BLOCK = 256  # threads per block for elementwise kernels
 MATMUL_TILE = (128, 128)  # BM, BN in matmul.cu; 256 threads per block
