@@ -9,10 +9,11 @@ from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from .backend_ndarray import ndarray_backend_numpy
+from .backend_ndarray import ndarray_backend_numpy, primitives
 from .backend_ndarray.device import BackendDevice
 from .backend_ndarray.dtypes import to_numpy_dtype
 from .backend_ndarray.fused_ops import FUSED_PRIMITIVES
+from .backend_ndarray.ndarray import NDArray
 
 Axes = Union[None, int, Sequence[int]]
 
@@ -91,37 +92,19 @@ class NumpyArray(np.ndarray):
         """Padded with ``value``: ``axes[i] = (before, after)``."""
         return np.pad(self, tuple(axes), constant_values=value).view(NumpyArray)
 
-    def maximum(self, other: Any) -> "NumpyArray":
-        """Elementwise maximum with an array or scalar."""
-        return np.maximum(self, other)  # type: ignore[return-value]
 
-    def log(self) -> "NumpyArray":
-        """Elementwise ``np.log``."""
-        return np.log(self)  # type: ignore[return-value]
+def _ufunc_method(ufunc: np.ufunc, name: str) -> Any:
+    def method(self: NumpyArray, *other: Any) -> NumpyArray:
+        return ufunc(self, *other)
+    method.__name__, method.__doc__ = name, f"Elementwise ``np.{ufunc.__name__}``."
+    return method
 
-    def exp(self) -> "NumpyArray":
-        """Elementwise ``np.exp``."""
-        return np.exp(self)  # type: ignore[return-value]
 
-    def tanh(self) -> "NumpyArray":
-        """Elementwise ``np.tanh``."""
-        return np.tanh(self)  # type: ignore[return-value]
-
-    def sqrt(self) -> "NumpyArray":
-        """Elementwise ``np.sqrt``."""
-        return np.sqrt(self)  # type: ignore[return-value]
-
-    def sin(self) -> "NumpyArray":
-        """Elementwise ``np.sin``."""
-        return np.sin(self)  # type: ignore[return-value]
-
-    def cos(self) -> "NumpyArray":
-        """Elementwise ``np.cos``."""
-        return np.cos(self)  # type: ignore[return-value]
-
-    def abs(self) -> "NumpyArray":
-        """Elementwise ``np.abs``."""
-        return np.abs(self)  # type: ignore[return-value]
+# NDArray's methods named for an elementwise op of the primitive table (log, exp, maximum, ...),
+# each as the NumPy ufunc of the op's row
+for _name, _ufunc, _ in primitives.ELEMENTWISE:
+    if hasattr(NDArray, _name):
+        setattr(NumpyArray, _name, _ufunc_method(getattr(np, _ufunc), _name))
 
 
 def _check_host(device: Optional[BackendDevice]) -> None:

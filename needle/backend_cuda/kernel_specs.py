@@ -1,15 +1,20 @@
 """Kernel sources, template instantiations and launch shapes (pure Python: no CuPy, no GPU).
 
-The CUDA C lives in ``kernels/*.cu``. This module says which template instantiations exist
+The CUDA C lives in ``kernels/*.cu``, but for ewise.cu's functors, which ``functors`` writes
+from the primitive table's expressions. This module says which template instantiations exist
 (``name_expressions``: the same strings CuPy's ``RawModule.get_function`` and the NVRTC
 compile check use) and how each kernel is launched, so both can be tested without a GPU.
 """
+import ast
+import functools
 import math
+import re
 from pathlib import Path
 from typing import List, Tuple, TypedDict
 
 # pure data (the primitive table), the one module of backend_ndarray this backend reads
 from ..backend_ndarray import primitives as P
+from .fused_elementwise_cuda import to_c
 
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
 KERNEL_FILES = ("strided.cu", "ewise.cu", "reduce.cu", "matmul.cu", "softmax.cu",
@@ -23,10 +28,6 @@ ACC_DTYPE = {"float16": "float32", "bfloat16": "float32", "float32": "float32",
 # Copies only move bits: one instantiation per element width serves every dtype.
 BITS_CTYPE = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
 
-# One functor per declared elementwise op (``ndl::Add`` for ``add``, in kernels/ewise.cu).
-BINARY_FUNCTOR = {op: op.capitalize() for op in P.EWISE_BINARY}
-COMPARISONS = P.COMPARISONS
-UNARY_FUNCTOR = {op: op.capitalize() for op in P.EWISE_UNARY}
 MAX_DIMS = 32  # NDL_MAX_DIMS in strided.cu
 BLOCK = 256  # threads per block for elementwise kernels
 MATMUL_TILE = (128, 128)  # BM, BN in matmul.cu; 256 threads per block
@@ -45,7 +46,29 @@ def source(filename: str) -> str:
     for line in text.splitlines():
         if line.strip().startswith(KERNEL_STUB):
             raise NotImplementedError(line.strip()[len(KERNEL_STUB):])
-    return text
+    return text + functors() if filename == "ewise.cu" else text
+
+
+def _elementwise_primitives() -> List[P.Primitive]:
+    """The rows of ``primitives.ELEMENTWISE`` as primitives, read when called (so that a row
+    added to the table reaches the source and its instantiations)."""
+    return [q for row in P.ELEMENTWISE for q in P.elementwise(*row)]
+
+
+def functors() -> str:
+    """ewise.cu's functors, one per elementwise op (``ndl::Add`` for ``add``): the table's
+    expression in C (the statement language's ``to_c``), for float and double operands."""
+    out = ["namespace ndl {"]
+    for name, _, expr in P.ELEMENTWISE:
+        args = ("x", "y") if "{1}" in expr else ("x",)
+        c = to_c(ast.parse(expr.format(*args), mode="eval").body)
+        out.append(f"struct {name.capitalize()} {{")
+        for acc, suffix in (("float", "f"), ("double", "")):  # expf for float, exp for double
+            params = ", ".join(f"{acc} {a}" for a in args)
+            body = re.sub(r"\b([a-z]\w*)\(", rf"\1{suffix}(", c)
+            out.append(f"  __device__ auto operator()({params}) const {{ return {body}; }}")
+        out.append("};")
+    return "\n".join(out + ["}  // namespace ndl", ""])
 
 
 def include_options() -> Tuple[str, ...]:
@@ -59,17 +82,25 @@ def strided_name(kernel: str, itemsize: int) -> str:
     return f"{kernel}<{BITS_CTYPE[itemsize]}>"
 
 
+@functools.lru_cache(maxsize=None)
+def elementwise_name(p: P.Primitive, dtype: str) -> str:
+    """The ewise.cu instantiation (ewise_binary, scalar_binary or ewise_unary with the op's
+    functor) that runs elementwise primitive ``p`` on ``dtype``."""
+    t, functor = CTYPE[dtype], f"ndl::{p.op.capitalize()}"
+    if p.family == "unary":
+        return f"ewise_unary<{t}, {functor}>"
+    out = "bool" if p.family == "compare" else t
+    return f"{'scalar' if p.scalar >= 0 else 'ewise'}_binary<{t}, {out}, {functor}>"
+
+
 def binary_name(op: str, dtype: str, scalar: bool = False) -> str:
     """The ewise_binary / scalar_binary instantiation for ``op`` on ``dtype``."""
-    t = CTYPE[dtype]
-    out = "bool" if op in COMPARISONS else t
-    kernel = "scalar_binary" if scalar else "ewise_binary"
-    return f"{kernel}<{t}, {out}, ndl::{BINARY_FUNCTOR[op]}>"
+    return elementwise_name(P.TABLE[("scalar_" if scalar else "ewise_") + op], dtype)
 
 
 def unary_name(op: str, dtype: str) -> str:
     """The ewise_unary instantiation for ``op`` on ``dtype``."""
-    return f"ewise_unary<{CTYPE[dtype]}, ndl::{UNARY_FUNCTOR[op]}>"
+    return elementwise_name(P.TABLE["ewise_" + op], dtype)
 
 
 def astype_name(src: str, dst: str) -> str:
@@ -96,8 +127,7 @@ def name_expressions(filename: str, dtype: str = "") -> List[str]:
     if filename == "ewise.cu":
         names = []
         for dt in dtypes:
-            names += [binary_name(op, dt, s) for op in BINARY_FUNCTOR for s in (False, True)]
-            names += [unary_name(op, dt) for op in UNARY_FUNCTOR]
+            names += [elementwise_name(p, dt) for p in _elementwise_primitives()]
             names += [typed_name("ewise_where", dt)]
             names += [astype_name(dt, d2) for d2 in FLOAT_DTYPES if d2 != dt]
         return names

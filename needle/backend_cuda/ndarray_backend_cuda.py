@@ -6,8 +6,9 @@ buffers (indices, masks) use CuPy's ufuncs. Matmul goes to cuBLAS by default; se
 ``NEEDLE_CUDA_MATMUL=tiled`` (or ``set_matmul_kernel("tiled")``) to run the teaching kernel.
 ``ndl.cuda(i)`` holds ``for_device(i)``: the same functions, allocating on GPU i.
 """
+import inspect
 import math
-from typing import Any, Dict, Tuple
+from typing import Any, Callable, Dict, Iterable, Tuple
 
 import numpy as np
 
@@ -24,7 +25,6 @@ __device_name__ = "cuda"
 # True when kernels run on the CPU (NEEDLE_CUDA_EMULATOR, see emulator/): ndl.cuda()'s repr says so
 EMULATED = emulator.active()
 
-EWISE_BINARY, EWISE_UNARY = P.EWISE_BINARY, P.EWISE_UNARY  # declared in primitives.py
 _FLOATS = frozenset(K.FLOAT_DTYPES)
 _MATMUL_MODE = [rt.matmul_mode_from_env()]
 
@@ -119,13 +119,6 @@ def scalar_setitem(size: int, val: Any, out: Array, shape: Tuple[int, ...],
 
 
 # ---------------------------------------------------------------------- elementwise
-_CUPY_BINARY = {"add": cp.add, "sub": cp.subtract, "mul": cp.multiply, "div": cp.true_divide,
-                "pow": cp.power, "maximum": cp.maximum, "eq": cp.equal, "ne": cp.not_equal,
-                "lt": cp.less, "le": cp.less_equal, "gt": cp.greater, "ge": cp.greater_equal}
-_CUPY_UNARY = {"neg": cp.negative, "log": cp.log, "exp": cp.exp, "tanh": cp.tanh,
-               "sqrt": cp.sqrt, "abs": cp.abs, "sin": cp.sin, "cos": cp.cos}
-
-
 def _cupy_into(ufunc: Any, args: Tuple, out: Array) -> None:
     """Integer/bool path: a CuPy ufunc written into ``out`` (cast like NumPy's unsafe)."""
     with _on(out):
@@ -135,60 +128,37 @@ def _cupy_into(ufunc: Any, args: Tuple, out: Array) -> None:
             out.array[...] = ufunc(*args)
 
 
-def _make_ewise(op: str):
-    def ewise(a: Array, b: Array, out: Array) -> None:
-        n = out.size
+def elementwise_functions(rows: Iterable[P.Primitive]) -> Dict[str, Callable[..., None]]:
+    """ewise_<op> and scalar_<op> for elementwise rows of the primitive table: for float
+    dtypes the ewise.cu kernel of the row's functor (its expression in C), else the row's CuPy
+    ufunc."""
+    return {p.name: _elementwise(p) for p in rows}
+
+
+def _elementwise(p: P.Primitive) -> Callable[..., None]:
+    ufunc, compare = getattr(cp, p.ufunc), p.family == "compare"
+
+    def primitive(*args: Any) -> None:
+        *ins, out = args
+        n, dt = out.size, ins[0].dtype.name
         if n == 0:
             return
-        dt = a.dtype.name
-        if dt in _FLOATS and (op in K.COMPARISONS or out.dtype == a.dtype):
-            _launch_ewise("ewise.cu", K.binary_name(op, dt), dt, n,
-                          (a.array, b.array, out.array, np.int64(n)), out.device_index)
+        if dt in _FLOATS and (compare or out.dtype == ins[0].dtype):
+            vals = [rt.scalar_arg(x, dt) if i == p.scalar else x.array
+                    for i, x in enumerate(ins)]
+            _launch_ewise("ewise.cu", K.elementwise_name(p, dt), dt, n,
+                          (*vals, out.array, np.int64(n)), out.device_index)
         else:
-            _cupy_into(_CUPY_BINARY[op], (a.array, b.array), out)
-    ewise.__name__ = "ewise_" + op
-    ewise.__doc__ = f"out = a {op} b elementwise over same-sized compact buffers."
-    return ewise
+            vals = [x if i == p.scalar else x.array for i, x in enumerate(ins)]
+            _cupy_into(ufunc, tuple(vals), out)
+    primitive.__name__ = p.name
+    primitive.__doc__ = f"out = {p.formula()} elementwise."
+    primitive.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in p.params])
+    return primitive
 
 
-def _make_scalar(op: str):
-    def scalar(a: Array, val: Any, out: Array) -> None:
-        n = out.size
-        if n == 0:
-            return
-        dt = a.dtype.name
-        if dt in _FLOATS and (op in K.COMPARISONS or out.dtype == a.dtype):
-            _launch_ewise("ewise.cu", K.binary_name(op, dt, scalar=True), dt, n,
-                          (a.array, rt.scalar_arg(val, dt), out.array, np.int64(n)),
-                          out.device_index)
-        else:
-            _cupy_into(_CUPY_BINARY[op], (a.array, val), out)
-    scalar.__name__ = "scalar_" + op
-    scalar.__doc__ = f"out = a {op} val elementwise for a scalar val."
-    return scalar
-
-
-def _make_unary(op: str):
-    def unary(a: Array, out: Array) -> None:
-        n = out.size
-        if n == 0:
-            return
-        dt = a.dtype.name
-        if dt in _FLOATS and out.dtype == a.dtype:
-            _launch_ewise("ewise.cu", K.unary_name(op, dt), dt, n,
-                          (a.array, out.array, np.int64(n)), out.device_index)
-        else:
-            _cupy_into(_CUPY_UNARY[op], (a.array,), out)
-    unary.__name__ = "ewise_" + op
-    unary.__doc__ = f"out = {op}(a) elementwise."
-    return unary
-
-
-for _op in EWISE_BINARY:
-    globals()["ewise_" + _op] = _make_ewise(_op)
-    globals()["scalar_" + _op] = _make_scalar(_op)
-for _op in EWISE_UNARY:
-    globals()["ewise_" + _op] = _make_unary(_op)
+globals().update(elementwise_functions(p for p in P.TABLE.values() if p.family))
 
 
 def ewise_where(cond: Array, a: Array, b: Array, out: Array) -> None:
@@ -488,8 +458,7 @@ _PRIMITIVES.update({name: globals()[name] for name in (
     "matmul", "reduce_sum", "reduce_max", "take_rows", "scatter_add_rows", "from_numpy",
     "to_numpy", "available",
     "memory_stats", "reset_peak_memory", "set_matmul_kernel", "get_matmul_kernel",
-    *("ewise_" + op for op in EWISE_BINARY + EWISE_UNARY),
-    *("scalar_" + op for op in EWISE_BINARY))})
+    *(p.name for p in P.TABLE.values() if p.family))})
 # Optional fused primitives (needle.backend_ndarray.fused_ops uses them when a device has them).
 _PRIMITIVES.update({name: getattr(fused, name) for name in (
     "softmax_rows", "logsumexp_rows", "layer_norm_fwd", "layer_norm_bwd", "adam_update",
@@ -498,5 +467,4 @@ _PRIMITIVES.update({name: getattr(fused, name) for name in (
 _PRIMITIVES.update(fused_elementwise=fused_elementwise)
 # DLPack exchange (needle.backend_ndarray.dlpack calls these for a CUDA array)
 _PRIMITIVES.update(dlpack_view=dlpack_cuda.dlpack_view, wrap_dlpack=dlpack_cuda.wrap_dlpack)
-_PRIMITIVES.update(__device_name__=__device_name__, EMULATED=EMULATED, EWISE_BINARY=EWISE_BINARY,
-                   EWISE_UNARY=EWISE_UNARY)
+_PRIMITIVES.update(__device_name__=__device_name__, EMULATED=EMULATED)

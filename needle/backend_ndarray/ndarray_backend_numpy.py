@@ -6,8 +6,8 @@ view arithmetic in Python and calls only the functions below, each of which work
 A new backend (see ``needle/backend_cuda``) implements exactly this list:
 
     Array(size, dtype), fill, compact, ewise_setitem, scalar_setitem,
-    ewise_<op>(a, b, out) and scalar_<op>(a, val, out) for op in EWISE_BINARY,
-    ewise_<fn>(a, out) for fn in EWISE_UNARY, ewise_astype(a, out), ewise_where(c, a, b, out),
+    ewise_<op>(a, b, out) and scalar_<op>(a, val, out) (ewise_<op>(a, out) for one operand) for
+    each op of primitives.ELEMENTWISE, ewise_astype(a, out), ewise_where(c, a, b, out),
     matmul(a, b, out, batch, m, n, p, trans_a, trans_b),
     reduce_sum(a, out, reduce_size, inner_size), reduce_max(a, out, reduce_size, inner_size),
     take_rows(a, idx, out, row_size), scatter_add_rows(src, idx, out, row_size) (embeddings),
@@ -21,7 +21,7 @@ The list, each primitive's parameters and the buffers it reads and writes are de
 in ``primitives.py``. Strides and offsets are counted in elements, not bytes. The ``out`` of
 an elementwise or scalar primitive may be one of its inputs (in-place update, as ``a += b``).
 """
-from typing import Any, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Sequence, Tuple
 
 import numpy as np
 
@@ -43,7 +43,6 @@ TILED_MATMUL = False
 # The primitive lists are declared in primitives.py (with each one's parameters, reads and
 # writes); tests/backend_ndarray/test_backend_contract.py checks both backends against them.
 PRIMITIVES, OPTIONAL_PRIMITIVES = P.PRIMITIVES, P.OPTIONAL_PRIMITIVES
-EWISE_BINARY, EWISE_UNARY = P.EWISE_BINARY, P.EWISE_UNARY
 
 # Set by ``needle.memory.MemoryTracker`` while one is active (called with each new Array);
 # None otherwise, so the hot path pays one global load and an ``is None`` test.
@@ -109,40 +108,27 @@ def scalar_setitem(size: int, val: Any, out: Array, shape: Tuple[int, ...],
     ### END YOUR SOLUTION
 
 
-_BINARY_UFUNCS = {
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide, "pow": np.power,
-    "maximum": np.maximum, "eq": np.equal, "ne": np.not_equal, "lt": np.less,
-    "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
-}
-_UNARY_UFUNCS = {
-    "neg": np.negative, "log": np.log, "exp": np.exp, "tanh": np.tanh, "sqrt": np.sqrt,
-    "abs": np.abs, "sin": np.sin, "cos": np.cos,
-}
+def elementwise_functions(rows: Iterable[P.Primitive]) -> Dict[str, Callable[..., None]]:
+    """ewise_<op> and scalar_<op> for elementwise rows of the primitive table: the row's ufunc
+    written into ``out`` (a scalar cast to ``a``'s dtype as NumPy's unsafe casting does)."""
+    return {p.name: _ufunc_primitive(getattr(np, p.ufunc), p) for p in rows}
 
 
-def _make_ewise(ufunc):
+def _ufunc_primitive(ufunc: np.ufunc, p: P.Primitive) -> Callable[..., None]:
     def ewise(a: Array, b: Array, out: Array) -> None:
         ufunc(a.array, b.array, out=out.array)
-    return ewise
 
-
-def _make_scalar(ufunc):
     def scalar(a: Array, val: Any, out: Array) -> None:
         ufunc(a.array, val, out=out.array, casting="unsafe")
-    return scalar
 
-
-def _make_unary(ufunc):
     def unary(a: Array, out: Array) -> None:
         ufunc(a.array, out=out.array)
-    return unary
+    fn = scalar if p.scalar >= 0 else ewise if p.arity == 3 else unary
+    fn.__name__, fn.__doc__ = p.name, f"out = {p.formula()} elementwise."
+    return fn
 
 
-for _name in EWISE_BINARY:
-    globals()["ewise_" + _name] = _make_ewise(_BINARY_UFUNCS[_name])
-    globals()["scalar_" + _name] = _make_scalar(_BINARY_UFUNCS[_name])
-for _name in EWISE_UNARY:
-    globals()["ewise_" + _name] = _make_unary(_UNARY_UFUNCS[_name])
+globals().update(elementwise_functions(p for p in P.TABLE.values() if p.family))
 
 
 def ewise_strided(name: str, a: Array, a_view: Tuple[Tuple[int, ...], Tuple[int, ...], int],
@@ -154,8 +140,8 @@ def ewise_strided(name: str, a: Array, a_view: Tuple[Tuple[int, ...], Tuple[int,
     instead of being compacted into a full-size copy first. A backend without it (the CUDA one)
     gets compacted operands and ``ewise_<name>``.
     """
-    _BINARY_UFUNCS[name](_strided(a, *a_view), _strided(b, *b_view),
-                         out=out.array.reshape(a_view[0]))
+    ufunc = getattr(np, P.TABLE["ewise_" + name].ufunc)
+    ufunc(_strided(a, *a_view), _strided(b, *b_view), out=out.array.reshape(a_view[0]))
 
 
 def ewise_where(cond: Array, a: Array, b: Array, out: Array) -> None:

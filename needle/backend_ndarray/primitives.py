@@ -5,15 +5,18 @@ Every backend implements the required primitives (``ndarray_backend_numpy.py`` i
 reference, ``backend_cuda/ndarray_backend_cuda.py`` the GPU one) and may offer the optional
 ones. ``NDArray`` calls them by these names; ``needle.compile`` records them (``access`` says
 which buffers a call reads and writes) and fuses the elementwise ones into one
-``fused_elementwise`` kernel, whose statements are written from ``expr``; the CUDA kernel
-specs instantiate a functor per elementwise op. Adding an op means adding a row here plus its
-kernels (minitorch's single ``TensorBackend`` op table). This module is pure data, so the CUDA
-backend (below ``backend_ndarray`` in the import order) may read it.
+``fused_elementwise`` kernel, whose statements are written from ``expr``. An elementwise op
+is one row of ``ELEMENTWISE``, from which every backend makes its functions and the CUDA
+kernels their functors (minitorch builds each backend's map from one scalar function). This
+module is pure data, so the CUDA backend (below ``backend_ndarray`` in the import order) may
+read it.
 
 A read is ``(position, view)``: the argument at ``position`` is a buffer read through
 ``view``: None (the whole buffer, element i for element i), the position of one argument
 holding a (shape, strides, offset) triple, or the positions of the three arguments.
 """
+import ast
+import re
 from typing import Dict, NamedTuple, Optional, Tuple, Union
 
 ViewSpec = Union[None, int, Tuple[int, int, int]]
@@ -33,44 +36,68 @@ class Primitive(NamedTuple):
     family: str = ""                          # "binary", "compare", "unary" or ""
     required: bool = True                     # every backend implements it
     opaque: bool = False                      # buffers read/written not declared: all may be
+    ufunc: str = ""                           # NumPy's (and CuPy's) ufunc, for the families
 
     @property
     def arity(self) -> int:
         """The number of parameters."""
         return len(self.params)
 
+    @property
+    def op(self) -> str:
+        """The elementwise op of an ewise_/scalar_ primitive (``add`` for ``scalar_add``)."""
+        return self.name.split("_", 1)[1]
 
-# Elementwise ops: ewise_<op>(a, b, out), scalar_<op>(a, val, out) and ewise_<fn>(a, out).
-# np.maximum's semantics (NaN wins, max(-0., 0.) is 0.) written with where().
-BINARY_EXPR = {"add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}",
-               "pow": "{0} ** {1}",
-               "maximum": "where(({0} > {1}) | ({0} != {0}), {0}, {1})"}
-COMPARE_EXPR = {"eq": "{0} == {1}", "ne": "{0} != {1}", "lt": "{0} < {1}", "le": "{0} <= {1}",
-                "gt": "{0} > {1}", "ge": "{0} >= {1}"}
-UNARY_EXPR = {"neg": "-{0}", "log": "log({0})", "exp": "exp({0})", "tanh": "tanh({0})",
-              "sqrt": "sqrt({0})", "abs": "abs({0})", "sin": "sin({0})", "cos": "cos({0})"}
-EWISE_BINARY = tuple(BINARY_EXPR) + tuple(COMPARE_EXPR)
-EWISE_UNARY = tuple(UNARY_EXPR)
-COMPARISONS = frozenset(COMPARE_EXPR)
-# The functions the expressions call (each backend's code generator maps them to its own)
-FUNCTIONS = tuple(e.split("(")[0] for e in UNARY_EXPR.values() if "(" in e) + ("where",)
+    def formula(self) -> str:
+        """The expression over the parameter names (``a + val``), for docstrings."""
+        return (self.expr or "").format(*self.params)
 
+
+# The elementwise ops, one row each: name, NumPy's (and CuPy's) ufunc, and the expression in
+# Python syntax over the operands {0}, {1}. A row is the whole declaration: every backend makes
+# ewise_<name>(a, b, out) and scalar_<name>(a, val, out) from it (ewise_<name>(a, out) for one
+# operand) with the ufunc, the CUDA functor is the expression in C (kernel_specs.functors) and
+# needle.compile fuses the expression. An expression that compares writes bool.
+ELEMENTWISE = (
+    ("add", "add", "{0} + {1}"), ("sub", "subtract", "{0} - {1}"),
+    ("mul", "multiply", "{0} * {1}"), ("div", "true_divide", "{0} / {1}"),
+    ("pow", "power", "{0} ** {1}"),
+    # np.maximum's semantics (NaN wins, max(-0., 0.) is 0.) written with where()
+    ("maximum", "maximum", "where(({0} > {1}) | ({0} != {0}), {0}, {1})"),
+    ("eq", "equal", "{0} == {1}"), ("ne", "not_equal", "{0} != {1}"),
+    ("lt", "less", "{0} < {1}"), ("le", "less_equal", "{0} <= {1}"),
+    ("gt", "greater", "{0} > {1}"), ("ge", "greater_equal", "{0} >= {1}"),
+    ("neg", "negative", "-{0}"), ("log", "log", "log({0})"), ("exp", "exp", "exp({0})"),
+    ("tanh", "tanh", "tanh({0})"), ("sqrt", "sqrt", "sqrt({0})"), ("abs", "abs", "abs({0})"),
+    ("sin", "sin", "sin({0})"), ("cos", "cos", "cos({0})"),
+)
 _VIEW = ("shape", "strides", "offset")
 
 
-def _binary(op: str) -> Tuple[Primitive, Primitive]:
-    family = "compare" if op in COMPARISONS else "binary"
-    expr = {**BINARY_EXPR, **COMPARE_EXPR}[op]
-    return (Primitive(f"ewise_{op}", ("a", "b", "out"), ((0, None), (1, None)), 2,
-                      elementwise=True, expr=expr, family=family),
-            Primitive(f"scalar_{op}", ("a", "val", "out"), ((0, None),), 2,
-                      elementwise=True, expr=expr, scalar=1, family=family))
+def _compares(expr: str) -> bool:
+    """True when the expression's outermost operation is a comparison (it writes bool)."""
+    return isinstance(ast.parse(expr.format("x", "y"), mode="eval").body, ast.Compare)
 
 
-def _unary(op: str) -> Primitive:
-    return Primitive(f"ewise_{op}", ("a", "out"), ((0, None),), 1, elementwise=True,
-                     expr=UNARY_EXPR[op], family="unary")
+def elementwise(name: str, ufunc: str, expr: str) -> Tuple[Primitive, ...]:
+    """The primitives of one row of ``ELEMENTWISE``: ewise_<name>, and scalar_<name> when
+    the expression takes two operands."""
+    if "{1}" not in expr:
+        return (Primitive(f"ewise_{name}", ("a", "out"), ((0, None),), 1, elementwise=True,
+                          expr=expr, family="unary", ufunc=ufunc),)
+    family = "compare" if _compares(expr) else "binary"
+    return (Primitive(f"ewise_{name}", ("a", "b", "out"), ((0, None), (1, None)), 2,
+                      elementwise=True, expr=expr, family=family, ufunc=ufunc),
+            Primitive(f"scalar_{name}", ("a", "val", "out"), ((0, None),), 2,
+                      elementwise=True, expr=expr, scalar=1, family=family, ufunc=ufunc))
 
+
+EWISE_BINARY = tuple(name for name, _, expr in ELEMENTWISE if "{1}" in expr)
+EWISE_UNARY = tuple(name for name, _, expr in ELEMENTWISE if "{1}" not in expr)
+COMPARISONS = frozenset(n for n, _, expr in ELEMENTWISE if "{1}" in expr and _compares(expr))
+# The functions the expressions call (each backend's code generator maps them to its own)
+FUNCTIONS = tuple(dict.fromkeys(re.findall(r"([a-z]\w*)\(", " ".join(
+    expr for _, _, expr in ELEMENTWISE))))
 
 _BASE = (
     Primitive("fill", ("out", "val"), (), 0, elementwise=True, expr="{0}", scalar=1),
@@ -127,8 +154,7 @@ FUSED_OPS = (
 )
 
 TABLE: Dict[str, Primitive] = {p.name: p for p in (
-    *_BASE, *(q for op in EWISE_BINARY for q in _binary(op)), *map(_unary, EWISE_UNARY),
-    *_OPTIONAL, *FUSED_OPS)}
+    *_BASE, *(q for row in ELEMENTWISE for q in elementwise(*row)), *_OPTIONAL, *FUSED_OPS)}
 # Required primitives outside the ewise_/scalar_ families, and the optional ones.
 PRIMITIVES = tuple(p.name for p in _BASE)
 OPTIONAL_PRIMITIVES = tuple(p.name for p in _OPTIONAL) + ("adam_update",)

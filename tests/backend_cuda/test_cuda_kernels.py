@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from needle.backend_cuda import kernel_specs as K
+from needle.backend_ndarray import primitives as P
 
 
 @pytest.mark.parametrize("n", [1, 255, 256, 257, 10**6, 2**40])
@@ -88,9 +89,9 @@ def test_strided_index_arithmetic_matches_numpy():
 def test_name_expressions_cover_every_dtype_and_op():
     names = K.name_expressions("ewise.cu")
     for dt in K.FLOAT_DTYPES:
-        for op in K.BINARY_FUNCTOR:
+        for op in P.EWISE_BINARY:
             assert K.binary_name(op, dt) in names and K.binary_name(op, dt, True) in names
-        for op in K.UNARY_FUNCTOR:
+        for op in P.EWISE_UNARY:
             assert K.unary_name(op, dt) in names
         assert set(K.name_expressions("ewise.cu", dt)) <= set(names)
     assert K.binary_name("lt", "float16") == "ewise_binary<__half, bool, ndl::Lt>"

@@ -1,15 +1,13 @@
-"""``cupy.ElementwiseKernel`` for the emulator: the same CUDA source shape, built by load_module.
+"""The CUDA source of ``cupy.ElementwiseKernel`` for the emulator (``fake_cupy`` builds it).
 
 CuPy turns ``ElementwiseKernel("float32 x, float32 y", "float32 z", "z = x - y")`` into one
 ``extern "C" __global__`` kernel: a grid-stride loop over the broadcast shape in which each
 array parameter is a reference to its element (``const float &x = _raw_x[_ind.get()]``) at the
 byte strides of its (possibly strided or broadcast) view, then the operation. This writes that
-kernel with the index arithmetic spelled out (shape and byte strides in one int64 array) and
-keeps CuPy's checks: parameter types are NumPy dtype names (``float`` is refused, as CuPy
-refuses it), array dtypes must match, outputs must have the broadcast shape.
+kernel with the index arithmetic spelled out (shape and byte strides in one int64 array).
+Parameter types are NumPy dtype names (``float`` is refused, as CuPy refuses it).
 """
-import math
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import List, Sequence
 
 import numpy as np
 
@@ -42,7 +40,8 @@ class Param:
         self.dtype, self.ctype = dtype, CTYPE[dtype]
 
 
-def _params(text: str) -> List[Param]:
+def params(text: str) -> List[Param]:
+    """The parameters of an ElementwiseKernel's ``in_params`` or ``out_params`` string."""
     return [Param(p) for p in text.split(",") if p.strip()]
 
 
@@ -71,56 +70,3 @@ def kernel_source(name: str, ins: Sequence[Param], outs: Sequence[Param],
             f"      const long long _k = _r % _meta[_d]; _r /= _meta[_d];\n"
             f"      {' '.join(offsets)}\n"
             f"    }}\n    " + "\n    ".join(refs) + f"\n    {operation};\n  }}\n}}\n")
-
-
-class ElementwiseKernel:
-    """``cupy.ElementwiseKernel(in_params, out_params, operation, name)``."""
-
-    def __init__(self, in_params: str, out_params: str, operation: str, name: str = "kernel"):
-        self.ins, self.outs = _params(in_params), _params(out_params)
-        self.operation, self.name = operation, name
-        self._built: Dict[Tuple, Any] = {}
-
-    def __call__(self, *args: Any) -> Any:
-        from .fake_cupy import _check_device, asarray, ndarray
-        n_in, n_all = len(self.ins), len(self.ins) + len(self.outs)
-        if len(args) != n_all:
-            raise TypeError(f"Wrong number of arguments for {self.name!r}. It must be "
-                            f"{n_all} (outputs are not allocated by the emulator), "
-                            f"but given {len(args)}.")
-        params = self.ins + self.outs
-        is_array = tuple(isinstance(a, ndarray) for a in args)
-        for p, a, arr in zip(params, args, is_array):
-            if isinstance(a, np.ndarray) and not arr:
-                raise TypeError(f"{self.name}: Unsupported type {type(a)} for {p.name}")
-            if arr and a.dtype != p.dtype:
-                raise TypeError(f"Type is mismatched. {p.name} {a.dtype.type} {p.dtype.type}")
-            if arr:  # as CuPy: every array on the current device
-                _check_device(a, f"{self.name} ({p.name})")
-        if not all(is_array[n_in:]):
-            raise TypeError("Output arguments must be cupy.ndarray")
-        shape = np.broadcast_shapes(*(a.shape for a, arr in zip(args, is_array) if arr))
-        for p, a in zip(self.outs, args[n_in:]):
-            if a.shape != shape:
-                raise ValueError(f"Out shape is mismatched: {p.name} is {a.shape}, the "
-                                 f"broadcast shape is {shape}")
-        size = math.prod(shape)
-        if size == 0:
-            return args[n_in] if len(self.outs) == 1 else args[n_in:]
-        views = [np.broadcast_to(a, shape, subok=True) for a, arr in zip(args, is_array) if arr]
-        meta = asarray(np.array(list(shape) + [s for v in views for s in v.strides],
-                                dtype=np.int64))
-        kernel_args = [a if arr else p.dtype.type(a) for p, a, arr in zip(params, args, is_array)]
-        grid = min(math.ceil(size / BLOCK), 0x7FFFFFFF)
-        self._kernel(is_array, len(shape))((grid,), (BLOCK,),
-                                           (*kernel_args, meta, np.int64(size)))
-        return args[n_in] if len(self.outs) == 1 else args[n_in:]
-
-    def _kernel(self, is_array: Tuple[bool, ...], ndim: int) -> Any:
-        key = (is_array, ndim)
-        if key not in self._built:
-            from .fake_cupy import RawModule
-            src = kernel_source(self.name, self.ins, self.outs, is_array, self.operation, ndim)
-            self._built[key] = RawModule(code=src, name_expressions=(self.name,)).get_function(
-                self.name)
-        return self._built[key]

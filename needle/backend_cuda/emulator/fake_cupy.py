@@ -8,7 +8,7 @@ is expected raises TypeError, ``set`` checks dtype and shape, ``ElementwiseKerne
 parameter types (see ``elementwise.py``). cuBLAS and CuPy's ufuncs are NumPy's: they run on the
 CPU's math library, not the GPU's.
 """
-import ctypes
+import math
 import os
 import threading
 import types
@@ -17,15 +17,22 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import memcheck
-from .elementwise import ElementwiseKernel  # noqa: F401
+from ...backend_ndarray import primitives as P
+from . import elementwise, memcheck
+from .cublas import cublas  # noqa: F401  (cupy_backends.cuda.libs.cublas)
 
-# CuPy's ufuncs and reductions are NumPy's (``ndarray.__array_ufunc__`` checks the operands)
-_NUMPY_FUNCTIONS = ("abs", "add", "cos", "equal", "exp", "greater", "greater_equal", "less",
-                    "less_equal", "log", "matmul", "max", "maximum", "multiply", "negative",
-                    "not_equal", "power", "sin", "sqrt", "subtract", "sum", "take", "tanh",
-                    "true_divide")
+# CuPy's ufuncs and reductions are NumPy's (``ndarray.__array_ufunc__`` checks the operands):
+# the reductions and gathers the backend calls, and (``__getattr__``) each elementwise op's ufunc
+_NUMPY_FUNCTIONS = ("matmul", "max", "sum", "take")
 globals().update({name: getattr(np, name) for name in _NUMPY_FUNCTIONS})
+
+
+def __getattr__(name: str) -> Any:
+    """``cupy.<ufunc>`` for the ufunc of a row of the primitive table: NumPy's (read when asked,
+    so that a row added to the table is here too)."""
+    if any(ufunc == name for _, ufunc, _ in P.ELEMENTWISE):
+        return getattr(np, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r} (not emulated)")
 
 # Device 0 of the emulator: an H100-like device (sm_90, 132 SMs); kernels see only these numbers.
 _ATTRIBUTES = {"MultiProcessorCount": 132, "MaxThreadsPerBlock": 1024,
@@ -279,7 +286,7 @@ cuda = types.SimpleNamespace(
     device=types.SimpleNamespace(get_cublas_handle=lambda: 0))
 
 
-# ---------------------------------------------------------------------- cupyx, cuBLAS
+# ---------------------------------------------------------------------- cupyx
 def _scatter_add(a: ndarray, slices: Any, value: Any) -> None:
     for x in (a, slices, value):
         _check_device(x, "cupyx.scatter_add")
@@ -287,45 +294,6 @@ def _scatter_add(a: ndarray, slices: Any, value: Any) -> None:
 
 
 cupyx = types.SimpleNamespace(scatter_add=_scatter_add)
-
-_R16BF, _COMPUTE_32F, _OP_N, _OP_T = 14, 68, 0, 1
-
-
-def _host_matrices(ptr: int, rows: int, cols: int, ld: int, stride: int, batch: int
-                   ) -> np.ndarray:
-    """Column-major bfloat16 (rows, cols) matrices at ``ptr`` as a (batch, cols, rows) view."""
-    import ml_dtypes
-    count = (batch - 1) * stride + (cols - 1) * ld + rows if batch and cols and rows else 0
-    buf = np.ctypeslib.as_array((ctypes.c_uint16 * (count if count > 0 else 1)).from_address(ptr))
-    return np.lib.stride_tricks.as_strided(buf.view(ml_dtypes.bfloat16), (batch, cols, rows),
-                                           (stride * 2, ld * 2, 2))
-
-
-def _gemm_strided_batched_ex(handle: int, transa: int, transb: int, m: int, n: int, k: int,
-                             alpha: int, a: int, atype: int, lda: int, stride_a: int, b: int,
-                             btype: int, ldb: int, stride_b: int, beta: int, c: int,
-                             ctype: int, ldc: int, stride_c: int, batch: int, compute: int,
-                             algo: int) -> None:
-    """cublasGemmStridedBatchedEx for bfloat16 in, float32 compute (column-major), in NumPy."""
-    if (atype, btype, ctype, compute) != (_R16BF, _R16BF, _R16BF, _COMPUTE_32F):
-        raise NotImplementedError("the emulator's cuBLAS does bfloat16 GEMM with fp32 compute")
-    if transa != _OP_N or transb != _OP_N:
-        raise NotImplementedError("the emulator's cuBLAS GEMM takes untransposed operands")
-    al = np.ctypeslib.as_array((ctypes.c_float * 1).from_address(alpha))[0]
-    be = np.ctypeslib.as_array((ctypes.c_float * 1).from_address(beta))[0]
-    # column-major (rows, cols) = row-major (cols, rows): C^T = B^T @ A^T
-    at = _host_matrices(a, m, k, lda, stride_a, batch).astype(np.float32)  # (batch, k, m)
-    bt = _host_matrices(b, k, n, ldb, stride_b, batch).astype(np.float32)  # (batch, n, k)
-    ct = _host_matrices(c, m, n, ldc, stride_c, batch)  # (batch, n, m)
-    res = al * (bt @ at)
-    if be != 0:
-        res += be * ct.astype(np.float32)
-    ct[...] = res.astype(ct.dtype)
-
-
-cublas = types.SimpleNamespace(setStream=lambda handle, stream: None,
-                               gemmStridedBatchedEx=_gemm_strided_batched_ex)
-
 
 # ---------------------------------------------------------------------- kernels
 class RawKernel:
@@ -352,3 +320,56 @@ class RawModule:
     def get_function(self, name: str) -> RawKernel:
         """The kernel ``name`` (a name expression or an ``extern "C"`` name)."""
         return RawKernel(self._module.get_function(name), name)
+
+
+class ElementwiseKernel:
+    """``cupy.ElementwiseKernel(in_params, out_params, operation, name)``, with CuPy's checks
+    (parameter dtypes, devices, the broadcast output shape); its source is ``elementwise.py``'s."""
+
+    def __init__(self, in_params: str, out_params: str, operation: str, name: str = "kernel"):
+        self.ins, self.outs = elementwise.params(in_params), elementwise.params(out_params)
+        self.operation, self.name = operation, name
+        self._built: Dict[Tuple, Any] = {}
+
+    def __call__(self, *args: Any) -> Any:
+        n_in, n_all = len(self.ins), len(self.ins) + len(self.outs)
+        if len(args) != n_all:
+            raise TypeError(f"Wrong number of arguments for {self.name!r}. It must be "
+                            f"{n_all} (outputs are not allocated by the emulator), "
+                            f"but given {len(args)}.")
+        declared = self.ins + self.outs
+        is_array = tuple(isinstance(a, ndarray) for a in args)
+        for p, a, arr in zip(declared, args, is_array):
+            if isinstance(a, np.ndarray) and not arr:
+                raise TypeError(f"{self.name}: Unsupported type {type(a)} for {p.name}")
+            if arr and a.dtype != p.dtype:
+                raise TypeError(f"Type is mismatched. {p.name} {a.dtype.type} {p.dtype.type}")
+            if arr:  # as CuPy: every array on the current device
+                _check_device(a, f"{self.name} ({p.name})")
+        if not all(is_array[n_in:]):
+            raise TypeError("Output arguments must be cupy.ndarray")
+        shape = np.broadcast_shapes(*(a.shape for a, arr in zip(args, is_array) if arr))
+        for p, a in zip(self.outs, args[n_in:]):
+            if a.shape != shape:
+                raise ValueError(f"Out shape is mismatched: {p.name} is {a.shape}, the "
+                                 f"broadcast shape is {shape}")
+        size = math.prod(shape)
+        if size == 0:
+            return args[n_in] if len(self.outs) == 1 else args[n_in:]
+        views = [np.broadcast_to(a, shape, subok=True) for a, arr in zip(args, is_array) if arr]
+        meta = asarray(np.array(list(shape) + [s for v in views for s in v.strides],
+                                dtype=np.int64))
+        kernel_args = [a if arr else p.dtype.type(a) for p, a, arr in zip(declared, args, is_array)]
+        grid = min(math.ceil(size / elementwise.BLOCK), 0x7FFFFFFF)
+        self._kernel(is_array, len(shape))((grid,), (elementwise.BLOCK,),
+                                           (*kernel_args, meta, np.int64(size)))
+        return args[n_in] if len(self.outs) == 1 else args[n_in:]
+
+    def _kernel(self, is_array: Tuple[bool, ...], ndim: int) -> Any:
+        key = (is_array, ndim)
+        if key not in self._built:
+            src = elementwise.kernel_source(self.name, self.ins, self.outs, is_array,
+                                           self.operation, ndim)
+            self._built[key] = RawModule(code=src, name_expressions=(self.name,)).get_function(
+                self.name)
+        return self._built[key]

@@ -1,39 +1,12 @@
 // Elementwise and scalar ops over compact buffers of n elements (grid-stride loops).
 //
-// Each op is a functor applied in the accumulator type (float for half/bfloat16), so adding an
-// op is one struct. Binary ops write T (comparisons write bool); unary ops write T.
+// Each op is a functor applied in the accumulator type (float for half/bfloat16): struct ndl::Add
+// and friends, one per row of needle/backend_ndarray/primitives.py's ELEMENTWISE table, are that
+// row's expression in C, appended below this file by kernel_specs.source (functors()). Binary ops
+// write T (comparisons write bool); unary ops write T.
 #include "common.cuh"
 
 namespace ndl {
-
-struct Add { template <typename A> __device__ A operator()(A x, A y) const { return x + y; } };
-struct Sub { template <typename A> __device__ A operator()(A x, A y) const { return x - y; } };
-struct Mul { template <typename A> __device__ A operator()(A x, A y) const { return x * y; } };
-struct Div { template <typename A> __device__ A operator()(A x, A y) const { return x / y; } };
-struct Pow {
-  template <typename A> __device__ A operator()(A x, A y) const { return m_pow(x, y); }
-};
-// NaN-propagating like numpy.maximum.
-struct Maximum {
-  template <typename A> __device__ A operator()(A x, A y) const {
-    return (x != x || x > y) ? x : y;
-  }
-};
-struct Eq { template <typename A> __device__ bool operator()(A x, A y) const { return x == y; } };
-struct Ne { template <typename A> __device__ bool operator()(A x, A y) const { return x != y; } };
-struct Lt { template <typename A> __device__ bool operator()(A x, A y) const { return x < y; } };
-struct Le { template <typename A> __device__ bool operator()(A x, A y) const { return x <= y; } };
-struct Gt { template <typename A> __device__ bool operator()(A x, A y) const { return x > y; } };
-struct Ge { template <typename A> __device__ bool operator()(A x, A y) const { return x >= y; } };
-
-struct Neg { template <typename A> __device__ A operator()(A x) const { return -x; } };
-struct Log { template <typename A> __device__ A operator()(A x) const { return m_log(x); } };
-struct Exp { template <typename A> __device__ A operator()(A x) const { return m_exp(x); } };
-struct Tanh { template <typename A> __device__ A operator()(A x) const { return m_tanh(x); } };
-struct Sqrt { template <typename A> __device__ A operator()(A x) const { return m_sqrt(x); } };
-struct Abs { template <typename A> __device__ A operator()(A x) const { return m_abs(x); } };
-struct Sin { template <typename A> __device__ A operator()(A x) const { return m_sin(x); } };
-struct Cos { template <typename A> __device__ A operator()(A x) const { return m_cos(x); } };
 
 // Store an op result (accumulator value or bool) into TOut.
 template <typename TOut> __device__ __forceinline__ TOut store_result(bool v) { return v; }

@@ -12,6 +12,7 @@ import pytest
 from emu_helpers import NP_DTYPE, kernel, ptr
 
 from needle.backend_cuda import kernel_specs as K
+from needle.backend_ndarray import primitives as P
 
 DTYPES = K.FLOAT_DTYPES
 RTOL = {"float16": 2e-3, "bfloat16": 1.6e-2, "float32": 2e-5, "float64": 1e-11}
@@ -88,13 +89,13 @@ def acc_scalar(dtype: str, v: float):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("op", sorted(K.BINARY_FUNCTOR))
+@pytest.mark.parametrize("op", sorted(P.EWISE_BINARY))
 def test_ewise_binary_and_scalar(dtype, op):
     n = 700
     a, b = rand(n, dtype, 0.5, 2.0, 1), rand(n, dtype, 0.5, 2.0, 2)
     b[::7] = a[::7]  # equal pairs for the comparisons
     a[5], b[6] = np.nan, np.nan  # NaN-propagating maximum, NaN comparisons
-    cmp = op in K.COMPARISONS
+    cmp = op in P.COMPARISONS
     out_dt = np.bool_ if cmp else NP_DTYPE[dtype]
     for scalar in (False, True):
         out = np.zeros(n, out_dt)
@@ -109,7 +110,7 @@ def test_ewise_binary_and_scalar(dtype, op):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("op", sorted(K.UNARY_FUNCTOR))
+@pytest.mark.parametrize("op", sorted(P.EWISE_UNARY))
 def test_ewise_unary(dtype, op):
     n = 600
     a = rand(n, dtype, 0.1, 3.0, 3)

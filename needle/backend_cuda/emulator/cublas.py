@@ -1,0 +1,44 @@
+"""The part of cuBLAS needle's CUDA backend calls directly (bfloat16 GEMM), over NumPy on host
+memory, for the emulator's CuPy (``fake_cupy.cublas``)."""
+import ctypes
+import types
+
+import numpy as np
+
+_R16BF, _COMPUTE_32F, _OP_N, _OP_T = 14, 68, 0, 1
+
+
+def _host_matrices(ptr: int, rows: int, cols: int, ld: int, stride: int, batch: int
+                   ) -> np.ndarray:
+    """Column-major bfloat16 (rows, cols) matrices at ``ptr`` as a (batch, cols, rows) view."""
+    import ml_dtypes
+    count = (batch - 1) * stride + (cols - 1) * ld + rows if batch and cols and rows else 0
+    buf = np.ctypeslib.as_array((ctypes.c_uint16 * (count if count > 0 else 1)).from_address(ptr))
+    return np.lib.stride_tricks.as_strided(buf.view(ml_dtypes.bfloat16), (batch, cols, rows),
+                                           (stride * 2, ld * 2, 2))
+
+
+def _gemm_strided_batched_ex(handle: int, transa: int, transb: int, m: int, n: int, k: int,
+                             alpha: int, a: int, atype: int, lda: int, stride_a: int, b: int,
+                             btype: int, ldb: int, stride_b: int, beta: int, c: int,
+                             ctype: int, ldc: int, stride_c: int, batch: int, compute: int,
+                             algo: int) -> None:
+    """cublasGemmStridedBatchedEx for bfloat16 in, float32 compute (column-major), in NumPy."""
+    if (atype, btype, ctype, compute) != (_R16BF, _R16BF, _R16BF, _COMPUTE_32F):
+        raise NotImplementedError("the emulator's cuBLAS does bfloat16 GEMM with fp32 compute")
+    if transa != _OP_N or transb != _OP_N:
+        raise NotImplementedError("the emulator's cuBLAS GEMM takes untransposed operands")
+    al = np.ctypeslib.as_array((ctypes.c_float * 1).from_address(alpha))[0]
+    be = np.ctypeslib.as_array((ctypes.c_float * 1).from_address(beta))[0]
+    # column-major (rows, cols) = row-major (cols, rows): C^T = B^T @ A^T
+    at = _host_matrices(a, m, k, lda, stride_a, batch).astype(np.float32)  # (batch, k, m)
+    bt = _host_matrices(b, k, n, ldb, stride_b, batch).astype(np.float32)  # (batch, n, k)
+    ct = _host_matrices(c, m, n, ldc, stride_c, batch)  # (batch, n, m)
+    res = al * (bt @ at)
+    if be != 0:
+        res += be * ct.astype(np.float32)
+    ct[...] = res.astype(ct.dtype)
+
+
+cublas = types.SimpleNamespace(setStream=lambda handle, stream: None,
+                               gemmStridedBatchedEx=_gemm_strided_batched_ex)
