@@ -1,9 +1,11 @@
 """Collective benchmark in the style of nccl-tests, with the communicator's targets.
 
 Run ``mpiexec -n 2 python benchmarks/bench_collectives.py [--sizes 4K,1M,64M] [--batches 5]``;
-``--crossovers`` instead measures where the ring overtakes the latency-bound algorithm of
-allreduce, allgather and reduce-scatter, the thresholds ``select.py`` uses
-(``NEEDLE_ALLREDUCE_SMALL``, ``NEEDLE_ALLGATHER_SMALL``, ``NEEDLE_REDUCE_SCATTER_SMALL``).
+``--compare`` adds the communicator of commit 34d9b34 (``communicator_before.py``) beside the
+current one, interleaved, and prints their time ratio per size; ``--crossovers`` instead
+measures where the ring overtakes the latency-bound algorithm of allreduce, allgather and
+reduce-scatter, the thresholds ``select.py`` uses (``NEEDLE_ALLREDUCE_SMALL``,
+``NEEDLE_ALLGATHER_SMALL``, ``NEEDLE_REDUCE_SCATTER_SMALL``).
 
 For each size it times, in the same run: MPI's point-to-point bandwidth (``Sendrecv`` around the
 ring), our collectives (each algorithm), MPICH's native collectives and, when torch is installed,
@@ -75,7 +77,7 @@ def gloo_cases(dist: object, size: int, p: int) -> Dict[Tuple[str, str], Callabl
 
 
 def bench_size(comm: Communicator, quiet: Communicator, serial: Communicator, size: int,
-               batches: int, dist: Optional[object], largest: bool
+               batches: int, dist: Optional[object], largest: bool, before: Optional[object]
                ) -> Dict[Tuple[str, str], float]:
     """Seconds per call for every (collective, algorithm) at ``size`` bytes."""
     p, r, raw = comm.size, comm.rank, comm.transport.comm
@@ -115,6 +117,14 @@ def bench_size(comm: Communicator, quiet: Communicator, serial: Communicator, si
         cases[("allreduce", "auto ledger off")] = lambda: quiet.allreduce(x, out=out)
     if largest:
         cases[("allreduce", "auto no out=")] = lambda: comm.allreduce(x)
+    if before is not None:  # the same calls on the communicator of commit 34d9b34
+        b = before
+        cases.update({
+            ("allreduce", "auto before"): lambda: b.allreduce(x, out=out),  # type: ignore
+            ("allgather", "auto before"): lambda: b.allgather(part, out=gathered),  # type: ignore
+            ("reduce_scatter", "auto before"):
+                lambda: b.reduce_scatter(rs_in, out=scattered),  # type: ignore
+            ("broadcast", "binomial before"): lambda: b.broadcast(x, root=0, out=x)})  # type: ignore
     if dist is not None and p > 1:
         cases.update(gloo_cases(dist, size, p))
     if p > 1:
@@ -149,6 +159,17 @@ def floor_lines(results: Results) -> List[str]:
                 lines.append(f"{human(size):>9} {coll:<15} ours {ours * 1e6:8.1f}  floor "
                              f"{floor * 1e6:8.1f}  MPICH {native * 1e6:8.1f}  ours - floor "
                              f"{(ours - floor) * 1e6:7.1f}  MPICH / floor {native / floor:5.2f}")
+    return lines
+
+
+def compare_lines(results: Results) -> List[str]:
+    """Per size and collective: the current communicator's time over commit 34d9b34's."""
+    lines = ["new / old (commit 34d9b34) communicator, time per call, interleaved in one run"]
+    for size, res in results.items():
+        cells = [f"{coll} {res[(coll, algo)] / res[(coll, algo + ' before')]:5.2f}"
+                 for coll, algo in OURS.items() if (coll, algo + " before") in res]
+        if cells:
+            lines.append(f"{human(size):>9}  " + "  ".join(cells))
     return lines
 
 
@@ -349,6 +370,8 @@ def main() -> None:
                         help="comma-separated sizes, e.g. 4K,1M,64M")
     parser.add_argument("--batches", type=int, default=5)
     parser.add_argument("--no-gloo", action="store_true", help="skip torch.distributed")
+    parser.add_argument("--compare", action="store_true",
+                        help="also time the communicator of commit 34d9b34, interleaved")
     parser.add_argument("--crossovers", action="store_true",
                         help="only measure the allreduce algorithm crossover (select.py)")
     args = parser.parse_args()
@@ -367,8 +390,13 @@ def main() -> None:
     serial = Communicator(comm.transport)
     serial.overlap_check = False
     dist = None if args.no_gloo or comm.size == 1 else start_gloo(comm)
-    results = {size: bench_size(comm, quiet, serial, size, args.batches, dist, size == max(sizes))
-               for size in sizes}
+    before = None
+    if args.compare:
+        import communicator_before
+        before = communicator_before.Communicator(comm.transport)
+        before.nodes = comm.nodes
+    results = {size: bench_size(comm, quiet, serial, size, args.batches, dist, size == max(sizes),
+                                before) for size in sizes}
     stats = stats_line(comm, max(sizes))
     model = cost_model_lines(results, comm) if comm.rank == 0 else []
     if comm.rank == 0:
@@ -379,6 +407,7 @@ def main() -> None:
         print("\n".join(model))
         print("\n".join(floor_lines(results)))
         print("\n".join(targets(results, comm.size)))
+        print("\n".join(compare_lines(results)))
     if dist is not None:
         dist.destroy_process_group()
 

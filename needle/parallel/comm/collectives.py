@@ -1,0 +1,243 @@
+"""The table of collectives the communicator runs: one ``Spec`` per collective, one ``Method``
+per algorithm.
+
+A ``Spec`` says what a call's description names (``metadata.py`` hashes it), which own-rank
+checks it needs (``args.py``), its result's shape, whether it takes ``out=`` and whether only
+the root gets the result. A ``Method`` glues one algorithm generator (``ring.py``,
+``latency_bound.py``, ``hierarchical.py``) to a call: the scratch it borrows, and where the
+argument check travels: inside the algorithm's own data messages (``buffers``: recursive
+doubling allreduce and allgather, recursive halving reduce-scatter) or beside them, as the
+check's own 16-byte exchange posted with the first data messages (``metadata.overlapped``).
+Adding a collective or an algorithm means adding a row here (and its name to ``select.py``).
+"""
+import math
+from collections.abc import Hashable
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Union
+
+import numpy as np
+
+from . import latency_bound as lb
+from . import metadata
+from .hierarchical import hierarchical_allreduce
+from .progress import Algorithm, Channel, Group, Transport, Waiting
+from .reference import chunk_bounds
+from .ring import DEPTH, ring_allgather, ring_allreduce, ring_reduce_scatter_full
+
+NO_DATA = np.empty(0, np.uint8)  # a call without an array (barrier), or none in flight
+Carrier = Union[lb.RecursiveDoublingBuffers, lb.HeaderBuffers]
+
+
+class Carried(NamedTuple):
+    """What an algorithm that carries the check in its messages keeps: the buffers the header
+    rides in, where the input goes in, where the result comes out, and its steps."""
+
+    bufs: Carrier
+    source: np.ndarray
+    result: np.ndarray
+    steps: Callable[[Channel], Algorithm]
+
+
+class CallState:
+    """One kind of call (collective, algorithm, shape, dtype, op, root): its description and
+    hash, the buffers its check rides in, its channels and timeout message, kept from call to
+    call; and the arrays of the call in flight."""
+
+    __slots__ = ("key", "desc", "hash", "check", "source", "result", "steps", "ch", "ctl",
+                 "waiting", "items", "hosts", "x", "res", "restore")
+
+    def __init__(self, group: Group, t: Transport, spec: "Spec", key: tuple, x: np.ndarray,
+                 chunk_bytes: int, hosts: Callable[[], List[Hashable]]) -> None:
+        _, algo, _, _, op, root = key
+        values = {"op": op, "root": root, "dtype": x.dtype, "shape": x.shape, "algorithm": algo}
+        self.key, self.desc = key, (spec.name,) + sum(((f, values[f]) for f in spec.fields), ())
+        self.hash = metadata.describe_hash(self.desc)
+        self.items, self.hosts = max(1, chunk_bytes // max(1, x.itemsize)), hosts
+        method = spec.methods[algo]
+        self.ctl: Optional[Channel] = None
+        self.source = self.result = NO_DATA
+        self.check: Carrier
+        self.steps: Callable[[Channel], Algorithm]  # the check's: the algorithm's or its own
+        if method.buffers is not None:  # the check rides inside the data messages
+            self.check, self.source, self.result, self.steps = method.buffers(t, x, op or "sum")
+            self.ch = Channel(t, 0, self.check.header)
+        else:  # the check's own 16-byte messages, beside the first data messages
+            rd = self.check = lb.RecursiveDoublingBuffers(0, np.uint8, "min", t)
+            self.steps = lambda ch: lb.recursive_doubling_allreduce(ch, rd)
+            self.ctl, self.ch = Channel(t, 0), Channel(t, 0)
+        self.waiting = Waiting(group, spec.name, 0, [self.ch] if self.ctl is None
+                               else [self.ctl, self.ch])
+        self.x = self.res = NO_DATA
+        self.restore: Callable[[Any], Any] = _same
+
+
+Run = Callable[[CallState, Channel, List[np.ndarray]], Algorithm]
+
+
+def _carried(st: CallState, ch: Channel, s: List[np.ndarray]) -> Algorithm:
+    return st.steps(ch)
+
+
+def _no_scratch(st: CallState) -> Tuple[int, ...]:
+    return ()
+
+
+@dataclass(frozen=True)
+class Method:
+    """One algorithm: its generator, the scratch it borrows (bytes), and, when its messages
+    carry the argument check, ``buffers(transport, x, op)`` (None: the check runs beside)."""
+
+    run: Run = _carried
+    scratch: Callable[[CallState], Tuple[int, ...]] = _no_scratch
+    buffers: Optional[Callable[[Transport, np.ndarray, str], Carried]] = None
+
+
+def _same_shape(shape: tuple, p: int, r: int) -> tuple:
+    return shape
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One collective: its description's fields, its algorithms, its result's shape and its
+    own-rank checks (``rooted``: a root; ``reduces``: an op; ``whole``: at least one axis;
+    ``gather``: a 0-d input is one row, the output's bytes choose the algorithm); ``out``:
+    takes ``out=``; ``root_only``: other ranks get None."""
+
+    name: str
+    fields: Tuple[str, ...]
+    methods: Dict[str, Method]
+    shape: Callable[[tuple, int, int], tuple] = _same_shape
+    rooted: bool = False
+    reduces: bool = False
+    whole: bool = False
+    gather: bool = False
+    out: bool = True
+    root_only: bool = False
+
+
+def _workspace(st: CallState) -> Tuple[int, ...]:
+    return (DEPTH * st.items * st.x.itemsize,)
+
+
+def _workspace_and_acc(st: CallState) -> Tuple[int, ...]:
+    return (DEPTH * st.items * st.x.itemsize, st.x.nbytes)
+
+
+def _view(buf: np.ndarray, items: int, dtype: Any) -> np.ndarray:
+    return buf[:items * np.dtype(dtype).itemsize].view(dtype)
+
+
+def _ring_allreduce(st: CallState, ch: Channel, s: List[np.ndarray]) -> Algorithm:
+    x, res, items = st.x.reshape(-1), st.res.reshape(-1), st.items
+    return ring_allreduce(ch, x, res, st.key[4], items, _view(s[0], DEPTH * items, x.dtype))
+
+
+def _hierarchical(st: CallState, ch: Channel, s: List[np.ndarray]) -> Algorithm:
+    x, res, items = st.x.reshape(-1), st.res.reshape(-1), st.items
+    return hierarchical_allreduce(ch, x, res, st.hosts(), st.key[4], items,
+                                  _view(s[0], DEPTH * items, x.dtype), _view(s[1], x.size, x.dtype))
+
+
+def _rd_allreduce(t: Transport, x: np.ndarray, op: str) -> Carried:
+    rd = lb.RecursiveDoublingBuffers(x.nbytes, x.dtype, op, t)
+    shaped = rd.data.reshape(x.shape)
+    return Carried(rd, shaped, shaped, lambda ch: lb.recursive_doubling_allreduce(ch, rd))
+
+
+def _rd_allgather(t: Transport, x: np.ndarray, op: str) -> Carried:
+    n, p, r = x.nbytes, t.size, t.rank
+    ag = lb.AllgatherBuffers(n, p, t)
+    source = ag.work[r * n:(r + 1) * n].view(x.dtype).reshape(x.shape)
+    result = ag.work[:p * n].view(x.dtype).reshape((p * x.shape[0],) + x.shape[1:])
+    return Carried(ag, source, result, lambda ch: lb.recursive_doubling_allgather(ch, ag))
+
+
+def _rh_reduce_scatter(t: Transport, x: np.ndarray, op: str) -> Carried:
+    b, mine = segments(x.shape, t.size, t.rank)
+    rs = lb.ReduceScatterBuffers(b, x.dtype, op, t)
+    result = rs.data[b[t.rank]:b[t.rank + 1]].reshape((mine,) + x.shape[1:])
+    return Carried(rs, rs.data.reshape(x.shape), result,
+                   lambda ch: lb.recursive_halving_reduce_scatter(ch, rs))
+
+
+def _ring_allgather(st: CallState, ch: Channel, s: List[np.ndarray]) -> Algorithm:
+    return ring_allgather(ch, st.x.reshape(-1), st.res.reshape(-1), st.items)
+
+
+def _ring_reduce_scatter(st: CallState, ch: Channel, s: List[np.ndarray]) -> Algorithm:
+    # s[1]: the partial sums passing through (only p - 2 segments of them are ever used)
+    x, b, items = st.x.reshape(-1), segments(st.x.shape, ch.size, ch.rank)[0], st.items
+    return ring_reduce_scatter_full(ch, x, _view(s[1], x.size, x.dtype), b, st.key[4], items,
+                                    _view(s[0], DEPTH * items, x.dtype), st.res.reshape(-1))
+
+
+def _broadcast(st: CallState, ch: Channel, s: List[np.ndarray]) -> Algorithm:
+    if ch.rank == st.key[5] and st.res is not st.x:
+        st.res[...] = st.x
+    return lb.binomial_broadcast(ch, st.res.reshape(-1), st.key[5], st.items)
+
+
+def _reduce(st: CallState, ch: Channel, s: List[np.ndarray]) -> Algorithm:
+    x = st.x.reshape(-1)
+    return lb.binomial_reduce(ch, x, st.res.reshape(-1), st.key[5], st.key[4], st.items,
+                              _view(s[0], st.items, x.dtype))
+
+
+def _alltoall(st: CallState, ch: Channel, s: List[np.ndarray]) -> Algorithm:
+    x = st.x
+    return lb.pairwise_alltoall(ch, x.reshape(-1), st.res.reshape(-1), x.shape[0],
+                                math.prod(x.shape[1:]))
+
+
+def _nothing(st: CallState, ch: Channel, s: List[np.ndarray]) -> Algorithm:
+    return None
+    yield  # a generator that finishes at once
+
+
+def _gathered(shape: tuple, p: int, r: int) -> tuple:
+    return (p * shape[0],) + shape[1:]
+
+
+def _scattered(shape: tuple, p: int, r: int) -> tuple:
+    return (segments(shape, p, r)[1],) + shape[1:]
+
+
+def _exchanged(shape: tuple, p: int, r: int) -> tuple:
+    b = chunk_bounds(shape[0], p)
+    return (p * (b[r + 1] - b[r]),) + shape[1:]
+
+
+_ARRAY = ("dtype", "shape", "algorithm")
+ALLREDUCE = Spec("allreduce", ("op",) + _ARRAY, {
+    "recursive_doubling": Method(buffers=_rd_allreduce),
+    "ring": Method(_ring_allreduce, _workspace),
+    "hierarchical": Method(_hierarchical, _workspace_and_acc)}, reduces=True)
+ALLGATHER = Spec("allgather", _ARRAY, {
+    "recursive_doubling": Method(buffers=_rd_allgather),
+    "ring": Method(_ring_allgather)}, _gathered, gather=True)
+REDUCE_SCATTER = Spec("reduce_scatter", ("op",) + _ARRAY, {
+    "recursive_halving": Method(buffers=_rh_reduce_scatter),
+    "ring": Method(_ring_reduce_scatter, _workspace_and_acc)}, _scattered, reduces=True,
+    whole=True)
+BROADCAST = Spec("broadcast", ("root",) + _ARRAY, {"binomial": Method(_broadcast)}, rooted=True)
+REDUCE = Spec("reduce", ("root", "op") + _ARRAY, {
+    "binomial": Method(_reduce, lambda st: (st.items * st.x.itemsize,))},
+    rooted=True, reduces=True, out=False, root_only=True)
+ALLTOALL = Spec("alltoall", _ARRAY, {"pairwise": Method(_alltoall)}, _exchanged, whole=True,
+                out=False)
+BARRIER = Spec("barrier", (), {"check": Method(_nothing)})
+
+
+@lru_cache(maxsize=256)
+def segments(shape: tuple, p: int, r: int) -> tuple:
+    """Item offsets of the p reduce-scatter segments of an array of ``shape`` (near-equal
+    axis-0 chunks), and the rows of rank r's (cached: a call's Python costs as much as a
+    64 KiB message)."""
+    row = math.prod(shape[1:])
+    rows = chunk_bounds(shape[0], p)
+    return tuple(k * row for k in rows), rows[r + 1] - rows[r]
+
+
+def _same(result: Any) -> Any:
+    return result
