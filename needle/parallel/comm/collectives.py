@@ -29,6 +29,16 @@ NO_DATA = np.empty(0, np.uint8)  # a call without an array (barrier), or none in
 Carrier = Union[lb.RecursiveDoublingBuffers, lb.HeaderBuffers]
 
 
+@lru_cache(maxsize=256)
+def segments(shape: tuple, p: int, r: int) -> tuple:
+    """Item offsets of the p reduce-scatter segments of an array of ``shape`` (near-equal
+    axis-0 chunks), and the rows of rank r's (cached: a call's Python costs as much as a
+    64 KiB message)."""
+    row = math.prod(shape[1:])
+    rows = chunk_bounds(shape[0], p)
+    return tuple(k * row for k in rows), rows[r + 1] - rows[r]
+
+
 class Carried(NamedTuple):
     """What an algorithm that carries the check in its messages keeps: the buffers the header
     rides in, where the input goes in, where the result comes out, and its steps."""
@@ -69,7 +79,7 @@ class CallState:
         self.waiting = Waiting(group, spec.name, 0, [self.ch] if self.ctl is None
                                else [self.ctl, self.ch])
         self.x = self.res = NO_DATA
-        self.restore: Callable[[Any], Any] = _same
+        self.restore: Callable[[Any], Any] = same
 
 
 Run = Callable[[CallState, Channel, List[np.ndarray]], Algorithm]
@@ -93,10 +103,6 @@ class Method:
     buffers: Optional[Callable[[Transport, np.ndarray, str], Carried]] = None
 
 
-def _same_shape(shape: tuple, p: int, r: int) -> tuple:
-    return shape
-
-
 @dataclass(frozen=True)
 class Spec:
     """One collective: its description's fields, its algorithms, its result's shape and its
@@ -107,7 +113,7 @@ class Spec:
     name: str
     fields: Tuple[str, ...]
     methods: Dict[str, Method]
-    shape: Callable[[tuple, int, int], tuple] = _same_shape
+    shape: Callable[[tuple, int, int], tuple] = lambda shape, p, r: shape
     rooted: bool = False
     reduces: bool = False
     whole: bool = False
@@ -121,7 +127,7 @@ def _workspace(st: CallState) -> Tuple[int, ...]:
 
 
 def _workspace_and_acc(st: CallState) -> Tuple[int, ...]:
-    return (DEPTH * st.items * st.x.itemsize, st.x.nbytes)
+    return _workspace(st) + (st.x.nbytes,)
 
 
 def _view(buf: np.ndarray, items: int, dtype: Any) -> np.ndarray:
@@ -195,14 +201,6 @@ def _nothing(st: CallState, ch: Channel, s: List[np.ndarray]) -> Algorithm:
     yield  # a generator that finishes at once
 
 
-def _gathered(shape: tuple, p: int, r: int) -> tuple:
-    return (p * shape[0],) + shape[1:]
-
-
-def _scattered(shape: tuple, p: int, r: int) -> tuple:
-    return (segments(shape, p, r)[1],) + shape[1:]
-
-
 def _exchanged(shape: tuple, p: int, r: int) -> tuple:
     b = chunk_bounds(shape[0], p)
     return (p * (b[r + 1] - b[r]),) + shape[1:]
@@ -215,11 +213,11 @@ ALLREDUCE = Spec("allreduce", ("op",) + _ARRAY, {
     "hierarchical": Method(_hierarchical, _workspace_and_acc)}, reduces=True)
 ALLGATHER = Spec("allgather", _ARRAY, {
     "recursive_doubling": Method(buffers=_rd_allgather),
-    "ring": Method(_ring_allgather)}, _gathered, gather=True)
+    "ring": Method(_ring_allgather)}, lambda s, p, r: (p * s[0],) + s[1:], gather=True)
 REDUCE_SCATTER = Spec("reduce_scatter", ("op",) + _ARRAY, {
     "recursive_halving": Method(buffers=_rh_reduce_scatter),
-    "ring": Method(_ring_reduce_scatter, _workspace_and_acc)}, _scattered, reduces=True,
-    whole=True)
+    "ring": Method(_ring_reduce_scatter, _workspace_and_acc)},
+    lambda s, p, r: (segments(s, p, r)[1],) + s[1:], reduces=True, whole=True)
 BROADCAST = Spec("broadcast", ("root",) + _ARRAY, {"binomial": Method(_broadcast)}, rooted=True)
 REDUCE = Spec("reduce", ("root", "op") + _ARRAY, {
     "binomial": Method(_reduce, lambda st: (st.items * st.x.itemsize,))},
@@ -229,15 +227,6 @@ ALLTOALL = Spec("alltoall", _ARRAY, {"pairwise": Method(_alltoall)}, _exchanged,
 BARRIER = Spec("barrier", (), {"check": Method(_nothing)})
 
 
-@lru_cache(maxsize=256)
-def segments(shape: tuple, p: int, r: int) -> tuple:
-    """Item offsets of the p reduce-scatter segments of an array of ``shape`` (near-equal
-    axis-0 chunks), and the rows of rank r's (cached: a call's Python costs as much as a
-    64 KiB message)."""
-    row = math.prod(shape[1:])
-    rows = chunk_bounds(shape[0], p)
-    return tuple(k * row for k in rows), rows[r + 1] - rows[r]
-
-
-def _same(result: Any) -> Any:
+def same(result: Any) -> Any:
+    """``result`` itself (a numpy input's results stay numpy arrays)."""
     return result

@@ -5,24 +5,17 @@
     total = comm.allreduce(grad, op="sum")    # numpy array, needle NDArray or Tensor
     work = comm.allreduce_async(grad); ...; total = work.wait()
 
-Every collective is one row of a table (``SPECS``): a ``Spec`` says what its description names,
-which own-rank checks it needs (``args.py``), its result's shape and its algorithms; a
-``Method`` says how one algorithm runs (a generator of ``ring.py``, ``latency_bound.py`` or
-``hierarchical.py``), the scratch it borrows and where its argument check travels. One runner,
-``Communicator._run``, does the rest for every row: (1) the check that all ranks passed the same
-arguments (``metadata.py``), a 16-byte header either *inside* the algorithm's own data messages
-(recursive doubling allreduce and allgather, recursive halving reduce-scatter: a ``Method`` with
-``buffers``) or *beside* them, its messages posted together with the algorithm's first ones;
-(2) the algorithm, chosen by ``select.choose`` unless ``algorithm=`` names one; (3) the wait,
-with a deadline (``progress.py``; ``NEEDLE_COMM_TIMEOUT`` seconds, default 60), now or in a
-``Work``; (4) the counters (``comm.stats``) and a record in ``comm.ledger`` (``ledger.py``;
-``label=`` and ``comm.region(name)`` name it). What stays the same from one call to the next
-(description, hash, channels, buffers) is kept in one cache per communicator, keyed by the call.
-
+Every collective is a row of ``collectives.py``'s table, and one runner (``_run``) runs them
+all: it (1) checks that all ranks passed the same arguments (``metadata.py``; the check's
+header inside the algorithm's data messages or beside its first ones, as the algorithm says),
+(2) runs the algorithm ``select.choose`` picks (or ``algorithm=`` names) over point-to-point
+messages, (3) waits with a deadline (``progress.py``; ``NEEDLE_COMM_TIMEOUT`` seconds, default
+60), now or in a ``Work``, and (4) counts the bytes in ``comm.stats`` and adds a record to
+``comm.ledger`` (``label=`` and ``comm.region(name)`` name it). What stays the same from one
+call to the next (description, hash, channels, buffers, scratch) waits in one cache, by key.
 Messages go through a *transport*: MPI (``transport_mpi.py``) or the threads of the in-process
-virtual cluster (``transport_inprocess.py``, ``needle.parallel.virtual.run``). MPI's own
-collectives are never used here; they are only the reference in tests and benchmarks.
-Point-to-point ``send``/``recv`` are ``p2p.py``'s, held by the communicator.
+virtual cluster (``transport_inprocess.py``); MPI's own collectives are only the reference in
+tests and benchmarks. ``send``/``recv`` are those of the held ``p2p.PointToPoint``.
 
 Conventions: allgather concatenates along axis 0 in rank order (all ranks pass the same shape);
 reduce_scatter gives rank r chunk r of p near-equal axis-0 chunks (the first ``n % p`` chunks
@@ -38,7 +31,7 @@ import numpy as np
 
 from . import args, metadata, threads
 from . import collectives as table
-from .collectives import NO_DATA, CallState, Spec
+from .collectives import NO_DATA, CallState, Spec, same
 from .convert import to_numpy
 from .faults import install_abort_hook
 from .hierarchical import discover, host_name
@@ -169,7 +162,7 @@ class Communicator:
 
     def barrier(self, label: Label = None) -> None:
         """Return only once every rank has entered the barrier."""
-        self._run(table.BARRIER, "check", NO_DATA, NO_DATA, None, 0, label, True, 0, _same)
+        self._run(table.BARRIER, "check", NO_DATA, NO_DATA, None, 0, label, True, 0, same)
 
     # -- point-to-point: the held ``p2p.PointToPoint`` ------------------------------------------
     def send(self, a: Any, dest: int, tag: int = 0, label: Label = None) -> None:
@@ -249,8 +242,8 @@ class Communicator:
     def _run(self, spec: Spec, algo: str, x: np.ndarray, res: np.ndarray, op: Optional[str],
              root: int, label: Label, block: bool, context: int,
              restore: Callable[[Any], Any]) -> Any:
-        """The call on a cached (or new) ``_State``: its header written, its generator driven
-        now (``block``) or handed back as a ``Work``."""
+        """The call on a cached (or new) ``CallState``: its header written, its generator
+        driven now (``block``) or handed back as a ``Work``."""
         key = (spec.name, algo, x.shape, x.dtype, op, root)
         free = self._free.get(key)
         st = free.pop() if free else CallState(self, self._t, spec, key, x, self.chunk_bytes,
@@ -269,7 +262,7 @@ class Communicator:
             st.source[...] = x
         t0 = time.perf_counter() if self.ledger.enabled else None
         steps = self._steps(spec, st, tag, context, t0, self._regions.label(label))
-        return start(steps, self._t, self.timeout, st.waiting, _same, block)
+        return start(steps, self._t, self.timeout, st.waiting, same, block)
 
     def _steps(self, spec: Spec, st: CallState, tag: int, context: int, t0: Optional[float],
                label: Label) -> Algorithm:
@@ -283,8 +276,9 @@ class Communicator:
                 self._verify(st, tag, context)
                 st.res[...] = st.result
             else:
-                yield from metadata.overlapped(self.size, st.steps(st.ctl), body,
-                                       lambda: self._verify(st, tag, context), self.overlap_check)
+                verify = lambda: self._verify(st, tag, context)  # noqa: E731
+                yield from metadata.overlapped(self.size, st.steps(st.ctl), body, verify,
+                                               self.overlap_check)
         finally:  # (after a failure messages may still be posted into st's buffers: not reused)
             ch.flush(stat(self.stats, spec.name), stat(self.stats, "check"))
             if st.ctl is not None:
@@ -362,5 +356,3 @@ def _check_out(out: np.ndarray, shape: tuple, dtype: Any) -> np.ndarray:
     return out
 
 
-def _same(result: Any) -> Any:
-    return result
