@@ -34,12 +34,16 @@ from needle.parallel.comm.latency_bound import (
 )
 from needle.parallel.comm.ledger import Ledger, Regions
 from needle.parallel.comm.p2p import ANY_SOURCE, ANY_TAG, recv_message, send_message
-from needle.parallel.comm.progress import Algorithm, Channel, Stat, Work, drive, mpi, new_stat
+from needle.parallel.comm.progress import Algorithm, Channel, Stat, Work, drive, mpi
 from needle.parallel.comm.reference import chunk_bounds, finish_avg
 from needle.parallel.comm.result_pool import ResultPool
 from needle.parallel.comm.ring import DEPTH, ring_allgather, ring_allreduce, ring_reduce_scatter_full
 from needle.parallel.comm.select import choose
 from needle.parallel.comm.transport_mpi import MPITransport
+
+def new_stat() -> Stat:
+    return {"calls": 0, "bytes_sent": 0, "bytes_recv": 0}
+
 
 _SPLIT_TAG = 3  # collective calls use tags 4k, 4k+1, 4k+2; split's exchange uses 4k+3
 

@@ -1,14 +1,11 @@
-"""The table of collectives the communicator runs: one ``Spec`` per collective, one ``Method``
-per algorithm.
+"""The communicator's table: one ``Spec`` per collective, one ``Method`` per algorithm.
 
-A ``Spec`` says what a call's description names (``metadata.py`` hashes it), which own-rank
-checks it needs (``args.py``), its result's shape, whether it takes ``out=`` and whether only
-the root gets the result. A ``Method`` glues one algorithm generator (``ring.py``,
+A ``Spec`` names a call's description fields (``metadata.py`` hashes them), its own-rank checks
+(``args.py``) and its result's shape. A ``Method`` glues an algorithm generator (``ring.py``,
 ``latency_bound.py``, ``hierarchical.py``) to a call: the scratch it borrows, and where the
-argument check travels: inside the algorithm's own data messages (``buffers``: recursive
-doubling allreduce and allgather, recursive halving reduce-scatter) or beside them, as the
-check's own 16-byte exchange posted with the first data messages (``metadata.overlapped``).
-Adding a collective or an algorithm means adding a row here (and its name to ``select.py``).
+argument check travels: inside the algorithm's data messages (``buffers``: recursive doubling
+allreduce and allgather, recursive halving reduce-scatter) or beside them, its own 16-byte
+exchange posted with the first data messages (``metadata.overlapped``).
 """
 import math
 from collections.abc import Hashable
@@ -64,25 +61,24 @@ class CallState:
         self.key, self.desc = key, (spec.name,) + sum(((f, values[f]) for f in spec.fields), ())
         self.hash = metadata.describe_hash(self.desc)
         self.items, self.hosts = max(1, chunk_bytes // max(1, x.itemsize)), hosts
-        method = spec.methods[algo]
-        self.ctl: Optional[Channel] = None
-        self.source = self.result = NO_DATA
+        inside = spec.methods[algo].buffers  # the check rides inside the data messages
         self.check: Carrier
-        self.steps: Callable[[Channel], Algorithm]  # the check's: the algorithm's or its own
-        if method.buffers is not None:  # the check rides inside the data messages
-            self.check, self.source, self.result, self.steps = method.buffers(t, x, op or "sum")
-            self.ch = Channel(t, 0, self.check.header)
-        else:  # the check's own 16-byte messages, beside the first data messages
-            rd = self.check = lb.RecursiveDoublingBuffers(0, np.uint8, "min", t)
-            self.steps = lambda ch: lb.recursive_doubling_allreduce(ch, rd)
-            self.ctl, self.ch = Channel(t, 0), Channel(t, 0)
-        self.waiting = Waiting(group, spec.name, 0, [self.ch] if self.ctl is None
-                               else [self.ctl, self.ch])
+        self.check, self.source, self.result, self.steps = (inside or _beside)(t, x, op or "sum")
+        self.ch = Channel(t, 0, self.check.header if inside else 0)
+        self.ctl = None if inside else Channel(t, 0)  # the check's own messages go here
+        chans = [self.ch] if self.ctl is None else [self.ctl, self.ch]
+        self.waiting = Waiting(group, spec.name, 0, chans)
         self.x = self.res = NO_DATA
         self.restore: Callable[[Any], Any] = same
 
 
 Run = Callable[[CallState, Channel, List[np.ndarray]], Algorithm]
+
+
+def _beside(t: Transport, x: np.ndarray, op: str) -> Carried:
+    """The check's own 16-byte recursive doubling exchange, beside the data messages."""
+    rd = lb.RecursiveDoublingBuffers(0, np.uint8, "min", t)
+    return Carried(rd, NO_DATA, NO_DATA, lambda ch: lb.recursive_doubling_allreduce(ch, rd))
 
 
 def _carried(st: CallState, ch: Channel, s: List[np.ndarray]) -> Algorithm:
@@ -107,8 +103,8 @@ class Method:
 class Spec:
     """One collective: its description's fields, its algorithms, its result's shape and its
     own-rank checks (``rooted``: a root; ``reduces``: an op; ``whole``: at least one axis;
-    ``gather``: a 0-d input is one row, the output's bytes choose the algorithm); ``out``:
-    takes ``out=``; ``root_only``: other ranks get None."""
+    ``gather``: a 0-d input is one row, the output's bytes choose the algorithm);
+    ``root_only``: other ranks get None."""
 
     name: str
     fields: Tuple[str, ...]
@@ -118,7 +114,6 @@ class Spec:
     reduces: bool = False
     whole: bool = False
     gather: bool = False
-    out: bool = True
     root_only: bool = False
 
 
@@ -167,10 +162,6 @@ def _rh_reduce_scatter(t: Transport, x: np.ndarray, op: str) -> Carried:
                    lambda ch: lb.recursive_halving_reduce_scatter(ch, rs))
 
 
-def _ring_allgather(st: CallState, ch: Channel, s: List[np.ndarray]) -> Algorithm:
-    return ring_allgather(ch, st.x.reshape(-1), st.res.reshape(-1), st.items)
-
-
 def _ring_reduce_scatter(st: CallState, ch: Channel, s: List[np.ndarray]) -> Algorithm:
     # s[1]: the partial sums passing through (only p - 2 segments of them are ever used)
     x, b, items = st.x.reshape(-1), segments(st.x.shape, ch.size, ch.rank)[0], st.items
@@ -191,9 +182,8 @@ def _reduce(st: CallState, ch: Channel, s: List[np.ndarray]) -> Algorithm:
 
 
 def _alltoall(st: CallState, ch: Channel, s: List[np.ndarray]) -> Algorithm:
-    x = st.x
-    return lb.pairwise_alltoall(ch, x.reshape(-1), st.res.reshape(-1), x.shape[0],
-                                math.prod(x.shape[1:]))
+    x, row = st.x, math.prod(st.x.shape[1:])
+    return lb.pairwise_alltoall(ch, x.reshape(-1), st.res.reshape(-1), x.shape[0], row)
 
 
 def _nothing(st: CallState, ch: Channel, s: List[np.ndarray]) -> Algorithm:
@@ -213,7 +203,9 @@ ALLREDUCE = Spec("allreduce", ("op",) + _ARRAY, {
     "hierarchical": Method(_hierarchical, _workspace_and_acc)}, reduces=True)
 ALLGATHER = Spec("allgather", _ARRAY, {
     "recursive_doubling": Method(buffers=_rd_allgather),
-    "ring": Method(_ring_allgather)}, lambda s, p, r: (p * s[0],) + s[1:], gather=True)
+    "ring": Method(lambda st, ch, s: ring_allgather(ch, st.x.reshape(-1), st.res.reshape(-1),
+                                                    st.items))},
+    lambda s, p, r: (p * s[0],) + s[1:], gather=True)
 REDUCE_SCATTER = Spec("reduce_scatter", ("op",) + _ARRAY, {
     "recursive_halving": Method(buffers=_rh_reduce_scatter),
     "ring": Method(_ring_reduce_scatter, _workspace_and_acc)},
@@ -221,9 +213,8 @@ REDUCE_SCATTER = Spec("reduce_scatter", ("op",) + _ARRAY, {
 BROADCAST = Spec("broadcast", ("root",) + _ARRAY, {"binomial": Method(_broadcast)}, rooted=True)
 REDUCE = Spec("reduce", ("root", "op") + _ARRAY, {
     "binomial": Method(_reduce, lambda st: (st.items * st.x.itemsize,))},
-    rooted=True, reduces=True, out=False, root_only=True)
-ALLTOALL = Spec("alltoall", _ARRAY, {"pairwise": Method(_alltoall)}, _exchanged, whole=True,
-                out=False)
+    rooted=True, reduces=True, root_only=True)
+ALLTOALL = Spec("alltoall", _ARRAY, {"pairwise": Method(_alltoall)}, _exchanged, whole=True)
 BARRIER = Spec("barrier", (), {"check": Method(_nothing)})
 
 

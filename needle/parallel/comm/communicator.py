@@ -5,17 +5,15 @@
     total = comm.allreduce(grad, op="sum")    # numpy array, needle NDArray or Tensor
     work = comm.allreduce_async(grad); ...; total = work.wait()
 
-Every collective is a row of ``collectives.py``'s table, and one runner (``_run``) runs them
-all: it (1) checks that all ranks passed the same arguments (``metadata.py``; the check's
-header inside the algorithm's data messages or beside its first ones, as the algorithm says),
-(2) runs the algorithm ``select.choose`` picks (or ``algorithm=`` names) over point-to-point
-messages, (3) waits with a deadline (``progress.py``; ``NEEDLE_COMM_TIMEOUT`` seconds, default
-60), now or in a ``Work``, and (4) counts the bytes in ``comm.stats`` and adds a record to
-``comm.ledger`` (``label=`` and ``comm.region(name)`` name it). What stays the same from one
-call to the next (description, hash, channels, buffers, scratch) waits in one cache, by key.
-Messages go through a *transport*: MPI (``transport_mpi.py``) or the threads of the in-process
-virtual cluster (``transport_inprocess.py``); MPI's own collectives are only the reference in
-tests and benchmarks. ``send``/``recv`` are those of the held ``p2p.PointToPoint``.
+Each collective is a row of ``collectives.py``'s table; one runner (``_run``) runs every row:
+the check that all ranks passed the same arguments (``metadata.py``; inside the algorithm's data
+messages or beside its first ones, as the algorithm says), the algorithm ``select.choose``
+picks (or ``algorithm=`` names), the wait with a deadline (``progress.py``;
+``NEEDLE_COMM_TIMEOUT`` seconds, default 60) now or in a ``Work``, the counters
+(``comm.stats``) and a ``comm.ledger`` record (named by ``label=`` and ``comm.region``). What
+stays the same between calls (description, hash, channels, buffers) waits in one cache. The
+messages go over MPI (``transport_mpi.py``) or the in-process virtual cluster's threads
+(``transport_inprocess.py``). ``send``/``recv`` are the held ``p2p.PointToPoint``'s.
 
 Conventions: allgather concatenates along axis 0 in rank order (all ranks pass the same shape);
 reduce_scatter gives rank r chunk r of p near-equal axis-0 chunks (the first ``n % p`` chunks
@@ -90,9 +88,8 @@ class Communicator:
         """Each rank's host name, found once by exchanging host names over MPI;
         on the virtual cluster all ranks share one host unless ``comm.nodes`` is set."""
         if self.nodes is None:
-            mpi_ranks = isinstance(self._t, MPITransport)
-            self.nodes = list(discover(self._exchange, self.size)) if mpi_ranks \
-                else [0] * self.size
+            on_mpi = isinstance(self._t, MPITransport)
+            self.nodes = list(discover(self._exchange, self.size)) if on_mpi else [0] * self.size
         return self.nodes
 
     # -- the collectives ---------------------------------------------------------------------
@@ -167,22 +164,22 @@ class Communicator:
     # -- point-to-point: the held ``p2p.PointToPoint`` ------------------------------------------
     def send(self, a: Any, dest: int, tag: int = 0, label: Label = None) -> None:
         """Send an array to ``dest``; returns once the buffer may be reused."""
-        self.p2p.send(a, dest, tag, label)
+        self.p2p.isend(a, dest, tag, label, True)
 
     def isend(self, a: Any, dest: int, tag: int = 0, label: Label = None) -> Work:
         """Nonblocking ``send``: a ``Work`` (do not modify the array before ``wait()``)."""
-        return self.p2p.isend(a, dest, tag, label)
+        return self.p2p.isend(a, dest, tag, label, False)
 
     def recv(self, source: int, tag: int = 0, out: Out = None, label: Label = None,
              return_status: bool = False) -> Any:
         """Receive an array from ``source`` (or ``ANY_SOURCE``) with ``tag`` (or ``ANY_TAG``);
         with ``return_status`` returns ``(array, P2PStatus(source, tag))``."""
-        return self.p2p.recv(source, tag, out, label, return_status)
+        return self.p2p.irecv(source, tag, out, label, return_status, True)
 
     def irecv(self, source: int, tag: int = 0, out: Out = None, label: Label = None,
               return_status: bool = False) -> Work:
         """Nonblocking ``recv``: a ``Work`` whose ``wait()`` gives what ``recv`` returns."""
-        return self.p2p.irecv(source, tag, out, label, return_status)
+        return self.p2p.irecv(source, tag, out, label, return_status, False)
 
     # -- groups, labels, failure ---------------------------------------------------------------
     def split(self, color: int, key: int = 0) -> "Communicator":
@@ -219,10 +216,8 @@ class Communicator:
         algo = choose(spec.name, x.nbytes * p if spec.gather else x.nbytes, p, algorithm,
                       self.hosts)
         shape = spec.shape(x.shape, p, self.rank)
-        if out is None or not spec.out:
-            res = self._results.empty(shape, x.dtype)
-        else:
-            res = _check_out(out, shape, x.dtype)
+        res = self._results.empty(shape, x.dtype) if out is None else \
+            _check_out(out, shape, x.dtype)
         return self._run(spec, algo, x, res, op, root, label, block, context, restore)
 
     def _checked(self, spec: Spec, x: np.ndarray, op: Optional[str],
@@ -306,12 +301,9 @@ class Communicator:
         return free.pop() if free else np.empty(nbytes, np.uint8)
 
     def _give(self, key: tuple, thing: Any) -> None:
-        free = self._free.get(key)
-        if free is None:
-            if len(self._free) >= _KEEP:
-                self._free.clear()
-            free = self._free[key] = []
-        free.append(thing)
+        if key not in self._free and len(self._free) >= _KEEP:
+            self._free.clear()
+        self._free.setdefault(key, []).append(thing)
 
     def _tag(self) -> int:
         self._seq += 1
@@ -342,9 +334,8 @@ def create(mpi_comm: Any = None, timeout: Optional[float] = None,
     # collectives below: a rank that ended before create() must not leave the others in them.
     comm = Communicator(world, timeout)
     threads.place(world, blas_threads)
-    # Each rank's host, once, now (so a timeout can name the hosts of the ranks it waited
-    # for): setup metadata through MPI itself, like the Dup above, so that no exercise's code
-    # runs before the user's first call.
+    # Each rank's host, for timeout messages: through MPI itself, like the Dup, so that no
+    # exercise's code runs before the user's first call.
     comm.nodes = world.allgather(host_name())
     return comm
 

@@ -85,15 +85,13 @@ def mismatch_error(transport: Any, tag: int, desc: tuple, timeout: float,
 
 def overlapped(size: int, check: Algorithm, body: Algorithm, verify: Callable[[], None],
                overlap: bool = True) -> Algorithm:
-    """Run the argument ``check`` and ``body`` with the check's messages in flight together with
-    the body's first messages, so the check adds no round trip to the call (``overlap=False``:
-    the check first, then the body).
+    """The argument ``check`` with its messages in flight together with the ``body``'s first
+    ones, so that it adds no round trip (``overlap=False``: the check, then the body).
 
-    Safe on mismatched arguments: before the check has finished the body has only *posted*
-    messages (a generator posts, then yields what it waits for); nothing of the body is waited
-    for until ``verify()`` has passed, so a rank never blocks on a message that a rank with
-    other arguments will not send.  (A mismatch leaves those posted messages pending; they are
-    on this call's own tag, which no later call reuses before the tags wrap around.)
+    Safe on mismatched arguments: until ``verify()`` has passed the body has only *posted*
+    messages (a generator posts, then yields what it waits for), so no rank waits for a message
+    that a rank with other arguments will not send. (Those posted messages stay pending on this
+    call's own tag, which no later call reuses before the tags wrap around.)
     """
     if size == 1 or not overlap:
         if size > 1:

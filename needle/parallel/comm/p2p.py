@@ -90,8 +90,9 @@ def recv_message(hdr: Channel, source: int, data_transport: Transport,
 
 
 class PointToPoint:
-    """``send``/``recv``/``isend``/``irecv`` of a group (a ``Communicator`` holds one): its own
-    header and payload contexts, its sequence numbers, and the group's counters and ledger."""
+    """The messages behind a group's ``send``/``recv``/``isend``/``irecv`` (a ``Communicator``
+    holds one): its own header and payload contexts, its sequence numbers, and the group's
+    counters and ledger."""
 
     def __init__(self, group: Group, base: Transport, stats: Dict[str, Stat], ledger: Ledger,
                  regions: Regions) -> None:
@@ -100,13 +101,9 @@ class PointToPoint:
         self._seq: Dict[int, int] = {}  # the next payload tag for each destination
         self._calls = 0
 
-    def send(self, a: Any, dest: int, tag: int = 0, label: Optional[str] = None) -> None:
-        """Send an array to ``dest``; returns once the buffer may be reused."""
-        self.isend(a, dest, tag, label, _block=True)
-
-    def isend(self, a: Any, dest: int, tag: int = 0, label: Optional[str] = None,
-              _block: bool = False) -> Any:
-        """Nonblocking ``send``: a ``Work`` (do not modify the array before ``wait()``)."""
+    def isend(self, a: Any, dest: int, tag: int, label: Optional[str], block: bool) -> Any:
+        """Send an array to ``dest``: done when the buffer may be reused (``block``), else a
+        ``Work`` (do not modify the array before ``wait()``)."""
         x, _ = to_numpy(a)
         g = self._group
         dest = args.check_rank("send", "dest", dest, g.rank, g.size)
@@ -114,24 +111,18 @@ class PointToPoint:
         seq = self._seq.get(dest, 0)
         self._seq[dest] = (seq + 1) % self._data_t.tag_ub
         hdr, data = Channel(self._hdr_t, tag), Channel(self._data_t, seq)
-        done = self._book("send", [hdr, data], label)
+        done = self._book("send", label)
 
         def body() -> Algorithm:
             yield from send_message(hdr, data, x, dest)
             done(hdr, data, dest)
         return self._start(body(), f"send(dest={dest}, tag={tag})", [hdr, data],
-                           lambda r: None, _block)
+                           lambda r: None, block)
 
-    def recv(self, source: int, tag: int = 0, out: Optional[np.ndarray] = None,
-             label: Optional[str] = None, return_status: bool = False) -> Any:
-        """Receive an array from ``source`` (or ``ANY_SOURCE``) with ``tag`` (or ``ANY_TAG``);
-        with ``return_status`` returns ``(array, P2PStatus(source, tag))``."""
-        return self.irecv(source, tag, out, label, return_status, _block=True)
-
-    def irecv(self, source: int, tag: int = 0, out: Optional[np.ndarray] = None,
-              label: Optional[str] = None, return_status: bool = False,
-              _block: bool = False) -> Any:
-        """Nonblocking ``recv``: a ``Work`` whose ``wait()`` gives what ``recv`` returns."""
+    def irecv(self, source: int, tag: int, out: Optional[np.ndarray], label: Optional[str],
+              return_status: bool, block: bool) -> Any:
+        """Receive an array from ``source`` (or ``ANY_SOURCE``) with ``tag`` (or ``ANY_TAG``),
+        and ``P2PStatus(source, tag)`` with ``return_status``; now (``block``) or a ``Work``."""
         g = self._group
         if source != ANY_SOURCE:
             source = args.check_rank("recv", "source", source, g.rank, g.size)
@@ -141,7 +132,7 @@ class PointToPoint:
         src = self._hdr_t.ANY_SOURCE if source == ANY_SOURCE else source
         hdr = Channel(self._hdr_t, self._hdr_t.ANY_TAG if tag == ANY_TAG else tag)
         status = self._hdr_t.new_status()
-        done = self._book("recv", [hdr], label)
+        done = self._book("recv", label)
 
         def body() -> Algorithm:
             res, st, data = yield from recv_message(hdr, src, self._data_t, out, status)
@@ -149,7 +140,7 @@ class PointToPoint:
             return (res, st) if return_status else res
         name = f"recv(source={'any' if source == ANY_SOURCE else source}, " \
                f"tag={'any' if tag == ANY_TAG else tag})"
-        return self._start(body(), name, [hdr], lambda r: r, _block)
+        return self._start(body(), name, [hdr], lambda r: r, block)
 
     def _start(self, gen: Algorithm, name: str, chans: List[Channel],
                finish: Callable[[Any], Any], block: bool) -> Any:
@@ -157,8 +148,7 @@ class PointToPoint:
         waiting = Waiting(self._group, name, self._calls, chans)
         return start(gen, self._hdr_t, self._group.timeout, waiting, finish, block)
 
-    def _book(self, name: str, chans: List[Channel], label: Optional[str]
-              ) -> Callable[[Channel, Channel, int], None]:
+    def _book(self, name: str, label: Optional[str]) -> Callable[[Channel, Channel, int], None]:
         """Count the call now; the returned function counts its bytes and adds its ledger
         record once it has finished."""
         stat(self._stats, name)["calls"] += 1

@@ -59,16 +59,11 @@ class DeadlockError(CommTimeoutError):
     """Every rank of the in-process cluster waits and no message can ever arrive."""
 
 
-def new_stat() -> Stat:
-    """An empty per-collective counter."""
-    return {"calls": 0, "bytes_sent": 0, "bytes_recv": 0}
-
-
 def stat(stats: Dict[str, Stat], name: str) -> Stat:
-    """``stats[name]``, made empty on first use."""
+    """``stats[name]``: calls, bytes sent and received (made, at zero, on first use)."""
     found = stats.get(name)
     if found is None:
-        found = stats[name] = new_stat()
+        found = stats[name] = {"calls": 0, "bytes_sent": 0, "bytes_recv": 0}
     return found
 
 
