@@ -20,9 +20,11 @@ from . import metadata
 from .hierarchical import hierarchical_allreduce
 from .progress import Algorithm, Channel, Group, Transport, Waiting
 from .reference import chunk_bounds
+from .result_pool import MIN_BYTES
 from .ring import DEPTH, ring_allgather, ring_allreduce, ring_reduce_scatter_full
 
 NO_DATA = np.empty(0, np.uint8)  # a call without an array (barrier), or none in flight
+NO_SCRATCH: List[np.ndarray] = []  # (never appended to)
 Carrier = Union[lb.RecursiveDoublingBuffers, lb.HeaderBuffers]
 
 
@@ -51,17 +53,26 @@ class CallState:
     hash, the buffers its check rides in, its channels and timeout message, kept from call to
     call; and the arrays of the call in flight."""
 
-    __slots__ = ("key", "desc", "hash", "check", "source", "result", "steps", "ch", "ctl",
-                 "waiting", "items", "hosts", "x", "res", "restore")
+    __slots__ = ("key", "spec", "method", "algo", "op", "root", "shape", "pooled", "scratch",
+                 "desc", "hash", "check", "source", "result", "steps", "ch", "ctl", "waiting",
+                 "items", "hosts", "home", "x", "res", "restore")
 
-    def __init__(self, group: Group, t: Transport, spec: "Spec", key: tuple, x: np.ndarray,
-                 chunk_bytes: int, hosts: Callable[[], List[Hashable]]) -> None:
-        _, algo, _, _, op, root = key
+    def __init__(self, group: Group, t: Transport, spec: "Spec", key: tuple, algo: str,
+                 root: int, x: np.ndarray, chunk_bytes: int,
+                 hosts: Callable[[], List[Hashable]]) -> None:
+        op = key[4]
+        self.key, self.spec, self.method, self.algo = key, spec, spec.methods[algo], algo
+        self.op, self.root = op, root
+        self.shape = spec.shape(x.shape, t.size, t.rank)
+        self.pooled = math.prod(self.shape) * x.itemsize >= MIN_BYTES  # (result_pool.py)
         values = {"op": op, "root": root, "dtype": x.dtype, "shape": x.shape, "algorithm": algo}
-        self.key, self.desc = key, (spec.name,) + sum(((f, values[f]) for f in spec.fields), ())
+        self.desc = (spec.name,) + sum(((f, values[f]) for f in spec.fields), ())
         self.hash = metadata.describe_hash(self.desc)
         self.items, self.hosts = max(1, chunk_bytes // max(1, x.itemsize)), hosts
-        inside = spec.methods[algo].buffers  # the check rides inside the data messages
+        self.home: List[CallState] = []  # the cache's shelf it goes back to after a call
+        self.x = self.res = x  # (for the scratch sizes)
+        self.scratch = self.method.scratch(self)
+        inside = self.method.buffers  # the check rides inside the data messages
         self.check: Carrier
         self.check, self.source, self.result, self.steps = (inside or _beside)(t, x, op or "sum")
         self.ch = Channel(t, 0, self.check.header if inside else 0)
@@ -104,7 +115,7 @@ class Spec:
     """One collective: its description's fields, its algorithms, its result's shape and its
     own-rank checks (``rooted``: a root; ``reduces``: an op; ``whole``: at least one axis;
     ``gather``: a 0-d input is one row, the output's bytes choose the algorithm);
-    ``root_only``: other ranks get None."""
+    ``root_only``: other ranks get None; ``chosen``: ``select.choose`` picks the algorithm."""
 
     name: str
     fields: Tuple[str, ...]
@@ -115,6 +126,7 @@ class Spec:
     whole: bool = False
     gather: bool = False
     root_only: bool = False
+    chosen: bool = True
 
 
 def _workspace(st: CallState) -> Tuple[int, ...]:
@@ -131,12 +143,12 @@ def _view(buf: np.ndarray, items: int, dtype: Any) -> np.ndarray:
 
 def _ring_allreduce(st: CallState, ch: Channel, s: List[np.ndarray]) -> Algorithm:
     x, res, items = st.x.reshape(-1), st.res.reshape(-1), st.items
-    return ring_allreduce(ch, x, res, st.key[4], items, _view(s[0], DEPTH * items, x.dtype))
+    return ring_allreduce(ch, x, res, st.op, items, _view(s[0], DEPTH * items, x.dtype))
 
 
 def _hierarchical(st: CallState, ch: Channel, s: List[np.ndarray]) -> Algorithm:
     x, res, items = st.x.reshape(-1), st.res.reshape(-1), st.items
-    return hierarchical_allreduce(ch, x, res, st.hosts(), st.key[4], items,
+    return hierarchical_allreduce(ch, x, res, st.hosts(), st.op, items,
                                   _view(s[0], DEPTH * items, x.dtype), _view(s[1], x.size, x.dtype))
 
 
@@ -165,19 +177,19 @@ def _rh_reduce_scatter(t: Transport, x: np.ndarray, op: str) -> Carried:
 def _ring_reduce_scatter(st: CallState, ch: Channel, s: List[np.ndarray]) -> Algorithm:
     # s[1]: the partial sums passing through (only p - 2 segments of them are ever used)
     x, b, items = st.x.reshape(-1), segments(st.x.shape, ch.size, ch.rank)[0], st.items
-    return ring_reduce_scatter_full(ch, x, _view(s[1], x.size, x.dtype), b, st.key[4], items,
+    return ring_reduce_scatter_full(ch, x, _view(s[1], x.size, x.dtype), b, st.op, items,
                                     _view(s[0], DEPTH * items, x.dtype), st.res.reshape(-1))
 
 
 def _broadcast(st: CallState, ch: Channel, s: List[np.ndarray]) -> Algorithm:
-    if ch.rank == st.key[5] and st.res is not st.x:
+    if ch.rank == st.root and st.res is not st.x:
         st.res[...] = st.x
-    return lb.binomial_broadcast(ch, st.res.reshape(-1), st.key[5], st.items)
+    return lb.binomial_broadcast(ch, st.res.reshape(-1), st.root, st.items)
 
 
 def _reduce(st: CallState, ch: Channel, s: List[np.ndarray]) -> Algorithm:
     x = st.x.reshape(-1)
-    return lb.binomial_reduce(ch, x, st.res.reshape(-1), st.key[5], st.key[4], st.items,
+    return lb.binomial_reduce(ch, x, st.res.reshape(-1), st.root, st.op, st.items,
                               _view(s[0], st.items, x.dtype))
 
 
@@ -215,7 +227,7 @@ REDUCE = Spec("reduce", ("root", "op") + _ARRAY, {
     "binomial": Method(_reduce, lambda st: (st.items * st.x.itemsize,))},
     rooted=True, reduces=True, root_only=True)
 ALLTOALL = Spec("alltoall", _ARRAY, {"pairwise": Method(_alltoall)}, _exchanged, whole=True)
-BARRIER = Spec("barrier", (), {"check": Method(_nothing)})
+BARRIER = Spec("barrier", (), {"check": Method(_nothing)}, chosen=False)
 
 
 def same(result: Any) -> Any:

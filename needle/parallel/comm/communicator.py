@@ -5,7 +5,7 @@
     total = comm.allreduce(grad, op="sum")    # numpy array, needle NDArray or Tensor
     work = comm.allreduce_async(grad); ...; total = work.wait()
 
-Each collective is a row of ``collectives.py``'s table; one runner (``_run``) runs every row:
+Each collective is a row of ``collectives.py``'s table; one runner (``_call``) runs every row:
 the check that all ranks passed the same arguments (``metadata.py``; inside the algorithm's data
 messages or beside its first ones, as the algorithm says), the algorithm ``select.choose``
 picks (or ``algorithm=`` names), the wait with a deadline (``progress.py``;
@@ -23,13 +23,13 @@ is the sum divided by p, floor-divided for integer dtypes and rejected for bool.
 import os
 import time
 from collections.abc import Hashable
-from typing import Any, Callable, ContextManager, Dict, List, Optional, Tuple
+from typing import Any, ContextManager, Dict, List, Optional
 
 import numpy as np
 
 from . import args, metadata, threads
 from . import collectives as table
-from .collectives import NO_DATA, CallState, Spec, same
+from .collectives import NO_DATA, NO_SCRATCH, CallState, Spec, same
 from .convert import to_numpy
 from .faults import install_abort_hook
 from .hierarchical import discover, host_name
@@ -159,7 +159,7 @@ class Communicator:
 
     def barrier(self, label: Label = None) -> None:
         """Return only once every rank has entered the barrier."""
-        self._run(table.BARRIER, "check", NO_DATA, NO_DATA, None, 0, label, True, 0, same)
+        self._call(table.BARRIER, NO_DATA, "check", None, label, True)
 
     # -- point-to-point: the held ``p2p.PointToPoint`` ------------------------------------------
     def send(self, a: Any, dest: int, tag: int = 0, label: Label = None) -> None:
@@ -206,23 +206,50 @@ class Communicator:
         """Forget the byte and call counters."""
         self.stats.clear()
 
-    # -- the one runner ------------------------------------------------------------------------
+    # -- the one runner: _call, then _steps -----------------------------------------------------
     def _call(self, spec: Spec, a: Any, algorithm: str, out: Out, label: Label, block: bool,
               op: Optional[str] = None, root: int = 0, context: int = 0) -> Any:
-        """Own-rank checks, the algorithm's choice and the result array, then ``_run``."""
-        x, restore = to_numpy(a)
-        x, root = self._checked(spec, x, op, root)
-        p = self.size
-        algo = choose(spec.name, x.nbytes * p if spec.gather else x.nbytes, p, algorithm,
-                      self.hosts)
-        shape = spec.shape(x.shape, p, self.rank)
-        res = self._results.empty(shape, x.dtype) if out is None else \
-            _check_out(out, shape, x.dtype)
-        return self._run(spec, algo, x, res, op, root, label, block, context, restore)
+        """The call: its state (kept by its arguments, so each kind of call is checked and its
+        algorithm chosen once), result array, tag and header; its generator driven now
+        (``block``) or handed back as a ``Work``."""
+        if type(a) is np.ndarray and a.flags.c_contiguous:  # the common case, first
+            x, restore = a, same
+        else:
+            x, restore = to_numpy(a)
+        if spec.gather and x.ndim == 0:
+            x = x.reshape(1)  # a scalar is one row
+        key = (spec.name, algorithm, x.shape, x.dtype, op, root)
+        try:
+            free = self._free.get(key)
+        except TypeError:  # an unhashable argument: the checks name it
+            free = None
+        st = free.pop() if free else self._state(spec, key, x)
+        if out is not None:
+            st.res = _check_out(out, st.shape, x.dtype)
+        else:
+            st.res = self._results.empty(st.shape, x.dtype) if st.pooled else \
+                np.empty(st.shape, x.dtype)
+        st.x, st.restore = x, restore
+        counts = self.stats.get(spec.name) or stat(self.stats, spec.name)
+        counts["calls"] += 1
+        self._seq += 1
+        tag = ((self._seq - 1) % self._tags) * 4
+        if st.ctl is None:
+            st.ch.restart(tag)
+            st.source[...] = x
+        else:
+            st.ctl.restart(tag)
+            st.ch.restart(tag + 1)
+        st.waiting.seq = self._seq
+        st.check.set_header(metadata.with_context(st.hash, context) if context else st.hash)
+        t0 = time.perf_counter() if self.ledger.enabled else None
+        steps = self._steps(st, tag, context, t0, self._regions.label(label), counts)
+        return start(steps, self._t, self.timeout, st.waiting, same, block)
 
-    def _checked(self, spec: Spec, x: np.ndarray, op: Optional[str],
-                 root: int) -> Tuple[np.ndarray, int]:
-        """What this rank can check alone (``args.py``); a 0-d allgather input as one row."""
+    def _state(self, spec: Spec, key: tuple, x: np.ndarray) -> CallState:
+        """A new kind of call: what this rank can check alone (``args.py``), the algorithm
+        (``select.choose``) and the buffers."""
+        _, algorithm, _, _, op, root = key
         p, r = self.size, self.rank
         if spec.rooted:
             root = args.check_rank(spec.name, "root", root, r, p)
@@ -232,64 +259,44 @@ class Communicator:
             raise ValueError(f"{spec.name} needs an array with at least one axis")
         if not spec.reduces:
             args.check_dtype(spec.name, x.dtype, r, p)
-        return (x.reshape(1) if x.ndim == 0 and spec.gather else x), root
+        nbytes = x.nbytes * p if spec.gather else x.nbytes
+        algo = choose(spec.name, nbytes, p, algorithm, self.hosts) if spec.chosen else algorithm
+        st = CallState(self, self._t, spec, key, algo, root, x, self.chunk_bytes, self.hosts)
+        st.home = self._shelf(key)
+        return st
 
-    def _run(self, spec: Spec, algo: str, x: np.ndarray, res: np.ndarray, op: Optional[str],
-             root: int, label: Label, block: bool, context: int,
-             restore: Callable[[Any], Any]) -> Any:
-        """The call on a cached (or new) ``CallState``: its header written, its generator
-        driven now (``block``) or handed back as a ``Work``."""
-        key = (spec.name, algo, x.shape, x.dtype, op, root)
-        free = self._free.get(key)
-        st = free.pop() if free else CallState(self, self._t, spec, key, x, self.chunk_bytes,
-                                               self.hosts)
-        st.x, st.res, st.restore = x, res, restore
-        stat(self.stats, spec.name)["calls"] += 1
-        tag = self._tag()
-        if st.ctl is None:
-            st.ch.restart(tag)
-        else:
-            st.ctl.restart(tag)
-            st.ch.restart(tag + 1)
-        st.waiting.seq = self._seq
-        st.check.set_header(metadata.with_context(st.hash, context))
-        if st.ctl is None:
-            st.source[...] = x
-        t0 = time.perf_counter() if self.ledger.enabled else None
-        steps = self._steps(spec, st, tag, context, t0, self._regions.label(label))
-        return start(steps, self._t, self.timeout, st.waiting, same, block)
-
-    def _steps(self, spec: Spec, st: CallState, tag: int, context: int, t0: Optional[float],
-               label: Label) -> Algorithm:
+    def _steps(self, st: CallState, tag: int, context: int, t0: Optional[float], label: Label,
+               counts: Stat) -> Algorithm:
         """The check and the algorithm; then the counters, the ledger and the result."""
-        method, ch = spec.methods[st.key[1]], st.ch
-        scratch = [self._scratch(n) for n in method.scratch(st)]
-        body = method.run(st, ch, scratch)
+        spec, ch = st.spec, st.ch
+        scratch = [self._scratch(n) for n in st.scratch] if st.scratch else NO_SCRATCH
         try:
-            if st.ctl is None:  # the header rode in the data messages
-                yield from body
+            if st.ctl is None:  # the header rides in the data messages
+                yield from st.steps(ch)
                 self._verify(st, tag, context)
                 st.res[...] = st.result
             else:
                 verify = lambda: self._verify(st, tag, context)  # noqa: E731
-                yield from metadata.overlapped(self.size, st.steps(st.ctl), body, verify,
+                yield from metadata.overlapped(self.size, st.steps(st.ctl),
+                                               st.method.run(st, ch, scratch), verify,
                                                self.overlap_check)
         finally:  # (after a failure messages may still be posted into st's buffers: not reused)
-            ch.flush(stat(self.stats, spec.name), stat(self.stats, "check"))
+            check = self.stats.get("check") or stat(self.stats, "check")
+            ch.flush(counts, check)
             if st.ctl is not None:
-                st.ctl.flush(stat(self.stats, "check"))
+                st.ctl.flush(check)
         if t0 is not None:
             sent, recvd, msgs = ch.payload()
-            self.ledger.add((spec.name, st.key[1], label, sent, recvd, msgs,
+            self.ledger.add((spec.name, st.algo, label, sent, recvd, msgs,
                              time.perf_counter() - t0, None))
         res, restore = st.res, st.restore
         st.x = st.res = NO_DATA  # (a kept reference would keep the result pool from reusing it)
-        self._give(st.key, st)
+        st.home.append(st)  # back on its shelf (a cleared cache has dropped the shelf: gone)
         for buf in scratch:
-            self._give(("scratch", buf.nbytes), buf)
-        if spec.reduces and st.key[4] == "avg":
+            self._shelf(("scratch", buf.nbytes)).append(buf)
+        if st.op == "avg":
             finish_avg(res, self.size)
-        return None if spec.root_only and self.rank != st.key[5] else restore(res)
+        return None if spec.root_only and self.rank != st.root else restore(res)
 
     def _verify(self, st: CallState, tag: int, context: int) -> None:
         if self.size > 1 and not st.check.agrees():
@@ -300,14 +307,14 @@ class Communicator:
         free = self._free.get(("scratch", nbytes))
         return free.pop() if free else np.empty(nbytes, np.uint8)
 
-    def _give(self, key: tuple, thing: Any) -> None:
-        if key not in self._free and len(self._free) >= _KEEP:
-            self._free.clear()
-        self._free.setdefault(key, []).append(thing)
-
-    def _tag(self) -> int:
-        self._seq += 1
-        return ((self._seq - 1) % self._tags) * 4
+    def _shelf(self, key: tuple) -> List[Any]:
+        """The cache's list of free things (call states, scratch buffers) for ``key``."""
+        free = self._free.get(key)
+        if free is None:
+            if len(self._free) >= _KEEP:
+                self._free.clear()
+            free = self._free[key] = []
+        return free
 
     def _exchange(self, vals: np.ndarray) -> np.ndarray:
         """Allgather of a small int64 array on split's own tag (not in stats or the ledger)."""
