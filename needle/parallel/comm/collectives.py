@@ -31,8 +31,7 @@ Carrier = Union[lb.RecursiveDoublingBuffers, lb.HeaderBuffers]
 @lru_cache(maxsize=256)
 def segments(shape: tuple, p: int, r: int) -> tuple:
     """Item offsets of the p reduce-scatter segments of an array of ``shape`` (near-equal
-    axis-0 chunks), and the rows of rank r's (cached: a call's Python costs as much as a
-    64 KiB message)."""
+    axis-0 chunks), and the rows of rank r's."""
     row = math.prod(shape[1:])
     rows = chunk_bounds(shape[0], p)
     return tuple(k * row for k in rows), rows[r + 1] - rows[r]
@@ -53,16 +52,15 @@ class CallState:
     hash, the buffers its check rides in, its channels and timeout message, kept from call to
     call; and the arrays of the call in flight."""
 
-    __slots__ = ("key", "spec", "method", "algo", "op", "root", "shape", "pooled", "scratch",
-                 "desc", "hash", "check", "source", "result", "steps", "ch", "ctl", "waiting",
-                 "items", "hosts", "home", "x", "res", "restore")
+    __slots__ = ("spec", "method", "algo", "op", "root", "shape", "pooled", "scratch", "desc",
+                 "hash", "check", "source", "result", "steps", "ch", "ctl", "waiting", "items",
+                 "hosts", "home", "x", "res", "restore")
 
     def __init__(self, group: Group, t: Transport, spec: "Spec", key: tuple, algo: str,
                  root: int, x: np.ndarray, chunk_bytes: int,
                  hosts: Callable[[], List[Hashable]]) -> None:
-        op = key[4]
-        self.key, self.spec, self.method, self.algo = key, spec, spec.methods[algo], algo
-        self.op, self.root = op, root
+        op = self.op = key[4]
+        self.spec, self.method, self.algo, self.root = spec, spec.methods[algo], algo, root
         self.shape = spec.shape(x.shape, t.size, t.rank)
         self.pooled = math.prod(self.shape) * x.itemsize >= MIN_BYTES  # (result_pool.py)
         values = {"op": op, "root": root, "dtype": x.dtype, "shape": x.shape, "algorithm": algo}
@@ -92,21 +90,13 @@ def _beside(t: Transport, x: np.ndarray, op: str) -> Carried:
     return Carried(rd, NO_DATA, NO_DATA, lambda ch: lb.recursive_doubling_allreduce(ch, rd))
 
 
-def _carried(st: CallState, ch: Channel, s: List[np.ndarray]) -> Algorithm:
-    return st.steps(ch)
-
-
-def _no_scratch(st: CallState) -> Tuple[int, ...]:
-    return ()
-
-
 @dataclass(frozen=True)
 class Method:
     """One algorithm: its generator, the scratch it borrows (bytes), and, when its messages
     carry the argument check, ``buffers(transport, x, op)`` (None: the check runs beside)."""
 
-    run: Run = _carried
-    scratch: Callable[[CallState], Tuple[int, ...]] = _no_scratch
+    run: Run = lambda st, ch, s: st.steps(ch)
+    scratch: Callable[[CallState], Tuple[int, ...]] = lambda st: ()
     buffers: Optional[Callable[[Transport, np.ndarray, str], Carried]] = None
 
 

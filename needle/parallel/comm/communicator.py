@@ -209,9 +209,8 @@ class Communicator:
     # -- the one runner: _call, then _steps -----------------------------------------------------
     def _call(self, spec: Spec, a: Any, algorithm: str, out: Out, label: Label, block: bool,
               op: Optional[str] = None, root: int = 0, context: int = 0) -> Any:
-        """The call: its state (kept by its arguments, so each kind of call is checked and its
-        algorithm chosen once), result array, tag and header; its generator driven now
-        (``block``) or handed back as a ``Work``."""
+        """The call: its state (kept by its arguments: each kind of call is checked and its
+        algorithm chosen once), result, tag and header; its steps run now or as a ``Work``."""
         if type(a) is np.ndarray and a.flags.c_contiguous:  # the common case, first
             x, restore = a, same
         else:
@@ -224,12 +223,9 @@ class Communicator:
         except TypeError:  # an unhashable argument: the checks name it
             free = None
         st = free.pop() if free else self._state(spec, key, x)
-        if out is not None:
-            st.res = _check_out(out, st.shape, x.dtype)
-        else:
-            st.res = self._results.empty(st.shape, x.dtype) if st.pooled else \
-                np.empty(st.shape, x.dtype)
         st.x, st.restore = x, restore
+        st.res = _check_out(out, st.shape, x.dtype) if out is not None else \
+            self._results.empty(st.shape, x.dtype) if st.pooled else np.empty(st.shape, x.dtype)
         counts = self.stats.get(spec.name) or stat(self.stats, spec.name)
         counts["calls"] += 1
         self._seq += 1
@@ -304,7 +300,7 @@ class Communicator:
                                           context)
 
     def _scratch(self, nbytes: int) -> np.ndarray:
-        free = self._free.get(("scratch", nbytes))
+        free = self._shelf(("scratch", nbytes))
         return free.pop() if free else np.empty(nbytes, np.uint8)
 
     def _shelf(self, key: tuple) -> List[Any]:

@@ -89,9 +89,8 @@ def overlapped(size: int, check: Algorithm, body: Algorithm, verify: Callable[[]
     ones, so that it adds no round trip (``overlap=False``: the check, then the body).
 
     Safe on mismatched arguments: until ``verify()`` has passed the body has only *posted*
-    messages (a generator posts, then yields what it waits for), so no rank waits for a message
-    that a rank with other arguments will not send. (Those posted messages stay pending on this
-    call's own tag, which no later call reuses before the tags wrap around.)
+    messages (a generator posts, then yields what it waits for), so no rank waits for one that a
+    rank with other arguments will not send (they stay pending on this call's own tag).
     """
     if size == 1 or not overlap:
         if size > 1:

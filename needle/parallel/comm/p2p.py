@@ -90,9 +90,8 @@ def recv_message(hdr: Channel, source: int, data_transport: Transport,
 
 
 class PointToPoint:
-    """The messages behind a group's ``send``/``recv``/``isend``/``irecv`` (a ``Communicator``
-    holds one): its own header and payload contexts, its sequence numbers, and the group's
-    counters and ledger."""
+    """A group's ``send``/``recv`` (a ``Communicator`` holds one): its own header and payload
+    contexts and sequence numbers; the group's counters and ledger."""
 
     def __init__(self, group: Group, base: Transport, stats: Dict[str, Stat], ledger: Ledger,
                  regions: Regions) -> None:
@@ -145,8 +144,8 @@ class PointToPoint:
     def _start(self, gen: Algorithm, name: str, chans: List[Channel],
                finish: Callable[[Any], Any], block: bool) -> Any:
         self._calls += 1
-        waiting = Waiting(self._group, name, self._calls, chans)
-        return start(gen, self._hdr_t, self._group.timeout, waiting, finish, block)
+        return start(gen, self._hdr_t, self._group.timeout,
+                     Waiting(self._group, name, self._calls, chans), finish, block)
 
     def _book(self, name: str, label: Optional[str]) -> Callable[[Channel, Channel, int], None]:
         """Count the call now; the returned function counts its bytes and adds its ledger

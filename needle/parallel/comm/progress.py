@@ -26,7 +26,6 @@ Algorithm = Generator[Any, Optional[bool], Any]
 if TYPE_CHECKING:  # (they import this module)
     from .transport_inprocess import InProcessTransport
     from .transport_mpi import MPITransport
-# What messages travel over: one process per rank, or one thread per rank.
 Transport = Union["MPITransport", "InProcessTransport"]
 
 
@@ -225,8 +224,7 @@ class Work:
 
 def start(gen: Algorithm, transport: Transport, timeout: float, describe: Callable[[], str],
           finish: Callable[[Any], Any], block: bool) -> Any:
-    """Run ``gen`` to the end now and give ``finish`` of its result (``block``), else a
-    ``Work``."""
+    """``finish`` of ``gen``'s result, ``gen`` run to the end now (``block``), else a ``Work``."""
     if block:
         return finish(drive(gen, transport, timeout, describe))
     return Work(gen, transport, timeout, describe, finish)
