@@ -2,7 +2,9 @@
 
 Run ``mpiexec -n 2 python benchmarks/bench_collectives.py [--sizes 4K,1M,64M] [--batches 5]``;
 ``--compare`` adds the communicator of commit 34d9b34 (``communicator_before.py``) beside the
-current one, interleaved, and prints their time ratio per size; ``--crossovers`` instead
+current one, interleaved, and prints their time ratio per size; ``--engine`` (no mpiexec) times
+the two on the virtual cluster in process CPU time, which a loaded machine disturbs less: the
+Python each call costs, both ranks' together; ``--crossovers`` instead
 measures where the ring overtakes the latency-bound algorithm of allreduce, allgather and
 reduce-scatter, the thresholds ``select.py`` uses (``NEEDLE_ALLREDUCE_SMALL``,
 ``NEEDLE_ALLGATHER_SMALL``, ``NEEDLE_REDUCE_SCATTER_SMALL``).
@@ -342,6 +344,45 @@ def _pair(comm: Communicator, coll: str, size: int, fast: str
     return {(coll, a): (lambda a=a: call(a)) for a in (fast, "ring")}
 
 
+def _engine_rank(comm: Communicator, size: int, iters: int, reps: int) -> Dict[str, float]:
+    """Best CPU seconds per call of each collective, current (``new``) and commit 34d9b34's
+    (``old``) communicator, interleaved."""
+    import communicator_before
+
+    p, n = comm.size, size // 4
+    x, out, part = np.ones(n, np.float32), np.empty(n, np.float32), np.ones(n // p, np.float32)
+    gathered, scattered = np.empty(n // p * p, np.float32), np.empty(n // p, np.float32)
+    best: Dict[str, float] = {}
+    for _ in range(reps):
+        for tag, c in (("new", Communicator(comm.transport)),
+                       ("old", communicator_before.Communicator(comm.transport))):
+            calls = {"allreduce": lambda: c.allreduce(x, out=out),
+                     "allgather": lambda: c.allgather(part, out=gathered),
+                     "reduce_scatter": lambda: c.reduce_scatter(x[:n // p * p], out=scattered),
+                     "broadcast": lambda: c.broadcast(x, root=0, out=x),
+                     "reduce": lambda: c.reduce(x, root=0), "alltoall": lambda: c.alltoall(x)}
+            for name, fn in calls.items():
+                t0 = time.process_time()
+                for _ in range(iters):
+                    fn()
+                dt = (time.process_time() - t0) / iters
+                best[f"{name} {tag}"] = min(best.get(f"{name} {tag}", dt), dt)
+    return best
+
+
+def engine_lines() -> List[str]:
+    """``_engine_rank`` on virtual clusters of 1 and 2 ranks at 4 KiB and 64 KiB (us)."""
+    lines = ["engine: CPU us per call on the virtual cluster (all ranks), new / old (34d9b34)"]
+    for p in (1, 2):
+        for size in (4 << 10, 64 << 10):
+            best = virtual.run(p, _engine_rank, size, 300, 7)[0]
+            cells = [f"{k} {best[k + ' new'] * 1e6:.1f}/{best[k + ' old'] * 1e6:.1f}"
+                     for k in ("allreduce", "allgather", "reduce_scatter", "broadcast", "reduce",
+                               "alltoall")]
+            lines.append(f"p={p} {human(size):>4}  " + "  ".join(cells))
+    return lines
+
+
 def human(nbytes: int) -> str:
     """4096 -> '4K'."""
     for unit, shift in (("M", 20), ("K", 10)):
@@ -372,9 +413,14 @@ def main() -> None:
     parser.add_argument("--no-gloo", action="store_true", help="skip torch.distributed")
     parser.add_argument("--compare", action="store_true",
                         help="also time the communicator of commit 34d9b34, interleaved")
+    parser.add_argument("--engine", action="store_true",
+                        help="only the engine's CPU time per call, new and old (no mpiexec)")
     parser.add_argument("--crossovers", action="store_true",
                         help="only measure the allreduce algorithm crossover (select.py)")
     args = parser.parse_args()
+    if args.engine:
+        print("\n".join(engine_lines()), flush=True)
+        return
     if args.crossovers:
         comm = create()
         lines = crossovers(comm, args.batches)
