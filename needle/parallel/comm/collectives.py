@@ -39,12 +39,13 @@ def segments(shape: tuple, p: int, r: int) -> tuple:
 
 class Carried(NamedTuple):
     """What an algorithm that carries the check in its messages keeps: the buffers the header
-    rides in, where the input goes in, where the result comes out, and its steps."""
+    rides in, where the input goes in, where the result comes out, and its steps (called with
+    a channel and those buffers)."""
 
     bufs: Carrier
     source: np.ndarray
     result: np.ndarray
-    steps: Callable[[Channel], Algorithm]
+    steps: Callable[[Channel, Any], Algorithm]
 
 
 class CallState:
@@ -54,7 +55,7 @@ class CallState:
 
     __slots__ = ("spec", "method", "algo", "op", "root", "shape", "pooled", "scratch", "desc",
                  "hash", "check", "source", "result", "steps", "ch", "ctl", "waiting", "items",
-                 "hosts", "home", "x", "res", "restore")
+                 "hosts", "home", "finish", "x", "res", "restore")
 
     def __init__(self, group: Group, t: Transport, spec: "Spec", key: tuple, algo: str,
                  root: int, x: np.ndarray, chunk_bytes: int,
@@ -68,6 +69,7 @@ class CallState:
         self.hash = metadata.describe_hash(self.desc)
         self.items, self.hosts = max(1, chunk_bytes // max(1, x.itemsize)), hosts
         self.home: List[CallState] = []  # the cache's shelf it goes back to after a call
+        self.finish = op == "avg" or spec.root_only  # more to do than ``restore(result)``
         self.x = self.res = x  # (for the scratch sizes)
         self.scratch = self.method.scratch(self)
         inside = self.method.buffers  # the check rides inside the data messages
@@ -87,7 +89,7 @@ Run = Callable[[CallState, Channel, List[np.ndarray]], Algorithm]
 def _beside(t: Transport, x: np.ndarray, op: str) -> Carried:
     """The check's own 16-byte recursive doubling exchange, beside the data messages."""
     rd = lb.RecursiveDoublingBuffers(0, np.uint8, "min", t)
-    return Carried(rd, NO_DATA, NO_DATA, lambda ch: lb.recursive_doubling_allreduce(ch, rd))
+    return Carried(rd, NO_DATA, NO_DATA, lb.recursive_doubling_allreduce)
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,7 @@ class Method:
     """One algorithm: its generator, the scratch it borrows (bytes), and, when its messages
     carry the argument check, ``buffers(transport, x, op)`` (None: the check runs beside)."""
 
-    run: Run = lambda st, ch, s: st.steps(ch)
+    run: Run = lambda st, ch, s: st.steps(ch, st.check)
     scratch: Callable[[CallState], Tuple[int, ...]] = lambda st: ()
     buffers: Optional[Callable[[Transport, np.ndarray, str], Carried]] = None
 
@@ -145,7 +147,7 @@ def _hierarchical(st: CallState, ch: Channel, s: List[np.ndarray]) -> Algorithm:
 def _rd_allreduce(t: Transport, x: np.ndarray, op: str) -> Carried:
     rd = lb.RecursiveDoublingBuffers(x.nbytes, x.dtype, op, t)
     shaped = rd.data.reshape(x.shape)
-    return Carried(rd, shaped, shaped, lambda ch: lb.recursive_doubling_allreduce(ch, rd))
+    return Carried(rd, shaped, shaped, lb.recursive_doubling_allreduce)
 
 
 def _rd_allgather(t: Transport, x: np.ndarray, op: str) -> Carried:
@@ -153,15 +155,14 @@ def _rd_allgather(t: Transport, x: np.ndarray, op: str) -> Carried:
     ag = lb.AllgatherBuffers(n, p, t)
     source = ag.work[r * n:(r + 1) * n].view(x.dtype).reshape(x.shape)
     result = ag.work[:p * n].view(x.dtype).reshape((p * x.shape[0],) + x.shape[1:])
-    return Carried(ag, source, result, lambda ch: lb.recursive_doubling_allgather(ch, ag))
+    return Carried(ag, source, result, lb.recursive_doubling_allgather)
 
 
 def _rh_reduce_scatter(t: Transport, x: np.ndarray, op: str) -> Carried:
     b, mine = segments(x.shape, t.size, t.rank)
     rs = lb.ReduceScatterBuffers(b, x.dtype, op, t)
     result = rs.data[b[t.rank]:b[t.rank + 1]].reshape((mine,) + x.shape[1:])
-    return Carried(rs, rs.data.reshape(x.shape), result,
-                   lambda ch: lb.recursive_halving_reduce_scatter(ch, rs))
+    return Carried(rs, rs.data.reshape(x.shape), result, lb.recursive_halving_reduce_scatter)
 
 
 def _ring_reduce_scatter(st: CallState, ch: Channel, s: List[np.ndarray]) -> Algorithm:

@@ -268,12 +268,13 @@ class Communicator:
         scratch = [self._scratch(n) for n in st.scratch] if st.scratch else NO_SCRATCH
         try:
             if st.ctl is None:  # the header rides in the data messages
-                yield from st.steps(ch)
-                self._verify(st, tag, context)
+                yield from st.steps(ch, st.check)
+                if self.size > 1 and not st.check.agrees():
+                    self._verify(st, tag, context)
                 st.res[...] = st.result
             else:
                 verify = lambda: self._verify(st, tag, context)  # noqa: E731
-                yield from metadata.overlapped(self.size, st.steps(st.ctl),
+                yield from metadata.overlapped(self.size, st.steps(st.ctl, st.check),
                                                st.method.run(st, ch, scratch), verify,
                                                self.overlap_check)
         finally:  # (after a failure messages may still be posted into st's buffers: not reused)
@@ -290,6 +291,8 @@ class Communicator:
         st.home.append(st)  # back on its shelf (a cleared cache has dropped the shelf: gone)
         for buf in scratch:
             self._shelf(("scratch", buf.nbytes)).append(buf)
+        if not st.finish:
+            return restore(res)
         if st.op == "avg":
             finish_avg(res, self.size)
         return None if spec.root_only and self.rank != st.root else restore(res)
