@@ -38,9 +38,8 @@ def segments(shape: tuple, p: int, r: int) -> tuple:
 
 
 class Carried(NamedTuple):
-    """What an algorithm that carries the check in its messages keeps: the buffers the header
-    rides in, where the input goes in, where the result comes out, and its steps (called with
-    a channel and those buffers)."""
+    """An algorithm carrying the check in its messages: the buffers the header rides in, where
+    the input goes in and the result comes out, and its steps (on a channel and the buffers)."""
 
     bufs: Carrier
     source: np.ndarray
@@ -49,9 +48,8 @@ class Carried(NamedTuple):
 
 
 class CallState:
-    """One kind of call (collective, algorithm, shape, dtype, op, root): its description and
-    hash, the buffers its check rides in, its channels and timeout message, kept from call to
-    call; and the arrays of the call in flight."""
+    """One kind of call (collective, algorithm, shape, dtype, op, root): what stays the same
+    from call to call (description, hash, buffers, channels), and the arrays of one in flight."""
 
     __slots__ = ("spec", "method", "algo", "op", "root", "shape", "pooled", "scratch", "desc",
                  "hash", "check", "source", "result", "steps", "ch", "ctl", "waiting", "items",

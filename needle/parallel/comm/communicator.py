@@ -85,8 +85,7 @@ class Communicator:
         self.nodes: Optional[List[Hashable]] = None  # each rank's host; found on first need
 
     def hosts(self) -> List[Hashable]:
-        """Each rank's host name, found once by exchanging host names over MPI;
-        on the virtual cluster all ranks share one host unless ``comm.nodes`` is set."""
+        """Each rank's host name, found once over MPI (virtual cluster: one host, or ``nodes``)."""
         if self.nodes is None:
             on_mpi = isinstance(self._t, MPITransport)
             self.nodes = list(discover(self._exchange, self.size)) if on_mpi else [0] * self.size
