@@ -9,8 +9,8 @@ point-to-point messages), ``hierarchical.py`` (the allreduce for ranks that shar
 ``transport_inprocess.py`` + ``scheduler.py`` (MPI processes or the virtual cluster's threads),
 ``cost_model.py`` (alpha-beta), ``result_pool.py`` (memory for large results), ``faults.py``
 (ending the job when a rank fails), ``convert.py`` (numpy / NDArray / Tensor, the host bridge),
-``communicator.py``, the class that puts them together, and ``protocol.py`` (``Comm``: the type
-of every strategy's ``comm`` argument).
+``collectives.py`` (the table of collectives), ``communicator.py``, the class that runs it, and
+``protocol.py`` (``Comm``: the type of every strategy's ``comm`` argument).
 """
 from .communicator import Communicator, create
 from .progress import CommTimeoutError, DeadlockError, Work

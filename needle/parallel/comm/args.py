@@ -25,25 +25,21 @@ def _where(call: str, name: str, value: Any, rank: int, size: int) -> str:
 
 def check_rank(call: str, name: str, value: Any, rank: int, size: int) -> int:
     """``value`` as an int rank of a group of ``size``, else a ``ValueError`` naming it."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{_where(call, name, value, rank, size)}: {name} must be an int rank, "
-                        f"not {type(value).__name__}")
-    if not 0 <= int(value) < size:
+    n = check_int(call, name, value, rank, size, "an int rank")
+    if not 0 <= n < size:
         raise ValueError(f"{_where(call, name, value, rank, size)}: {name} must be a rank of "
                          f"this communicator, 0..{size - 1}")
-    return int(value)
+    return n
 
 
 def check_tag(call: str, tag: Any, tag_ub: int, rank: int, size: int,
               any_tag: Optional[int] = -1) -> int:
     """``tag`` in ``[0, tag_ub)`` (or ``any_tag`` where a receive allows it)."""
-    if isinstance(tag, bool) or not isinstance(tag, numbers.Integral):
-        raise TypeError(f"{_where(call, 'tag', tag, rank, size)}: tag must be an int, not "
-                        f"{type(tag).__name__}")
-    if tag != any_tag and not 0 <= int(tag) < tag_ub:
+    n = check_int(call, "tag", tag, rank, size)
+    if n != any_tag and not 0 <= n < tag_ub:
         raise ValueError(f"{_where(call, 'tag', tag, rank, size)}: tag must be in "
                          f"[0, {tag_ub})")
-    return int(tag)
+    return n
 
 
 def check_op(call: str, op: Any, dtype: Any, rank: int, size: int) -> None:
@@ -81,10 +77,11 @@ def check_recv_buffer(call: str, out: Any, rank: int, size: int) -> None:
                          f"numpy array, not a {what} {out.dtype}{out.shape} array")
 
 
-def check_int(call: str, name: str, value: Any, rank: int, size: int) -> int:
+def check_int(call: str, name: str, value: Any, rank: int, size: int, what: str = "an int"
+              ) -> int:
     """``value`` as an int (a split's color or key), else a ``TypeError`` naming it."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{_where(call, name, value, rank, size)}: {name} must be an int, not "
+        raise TypeError(f"{_where(call, name, value, rank, size)}: {name} must be {what}, not "
                         f"{type(value).__name__}")
     return int(value)
 

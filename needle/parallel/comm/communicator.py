@@ -5,60 +5,50 @@
     total = comm.allreduce(grad, op="sum")    # numpy array, needle NDArray or Tensor
     work = comm.allreduce_async(grad); ...; total = work.wait()
 
-Each call (1) describes its arguments and checks that all ranks agree (``metadata.py``): the
-latency-bound algorithms (recursive doubling allreduce and allgather, recursive halving
-reduce-scatter) carry the check's 16-byte header inside their own data messages, the others run
-its 16-byte messages together with their first ones; (2) runs one algorithm
-generator (``ring.py``, ``latency_bound.py``) over point-to-point messages, chosen by size
-(``select.py``) unless ``algorithm=`` names one, (3) waits with a deadline (``progress.py``;
-``NEEDLE_COMM_TIMEOUT`` seconds, default 60) and (4) appends a record to ``comm.ledger``
-(``ledger.py``; ``label=`` and ``comm.region(name)`` name it). Messages go through a
-*transport*: MPI (``transport_mpi.py``) or the threads of the in-process virtual cluster
-(``transport_inprocess.py``, ``needle.parallel.virtual.run``); everything above it is the same
-code. MPI's own collectives are never used here; they are only the reference in tests and
-benchmarks. Point-to-point ``send``/``recv`` are described in ``p2p.py``.
+Each collective is a row of ``collectives.py``'s table; one runner (``_call``) runs every row:
+the check that all ranks passed the same arguments (``metadata.py``; inside the algorithm's data
+messages or beside its first ones, as the algorithm says), the algorithm ``select.choose``
+picks (or ``algorithm=`` names), the wait with a deadline (``progress.py``;
+``NEEDLE_COMM_TIMEOUT`` seconds, default 60) now or in a ``Work``, the counters
+(``comm.stats``) and a ``comm.ledger`` record (named by ``label=`` and ``comm.region``). What
+stays the same between calls (description, hash, channels, buffers) waits in one cache. The
+messages go over MPI (``transport_mpi.py``) or the in-process virtual cluster's threads
+(``transport_inprocess.py``). ``send``/``recv`` are the held ``p2p.PointToPoint``'s.
 
 Conventions: allgather concatenates along axis 0 in rank order (all ranks pass the same shape);
 reduce_scatter gives rank r chunk r of p near-equal axis-0 chunks (the first ``n % p`` chunks
 one row longer, like ``np.array_split``); alltoall sends axis-0 chunk j to rank j.  ``op="avg"``
 is the sum divided by p, floor-divided for integer dtypes and rejected for bool.
 """
-import math
 import os
 import time
-from functools import lru_cache
-from typing import Any, Callable, ContextManager, Dict, List, Optional
+from collections.abc import Hashable
+from typing import Any, ContextManager, Dict, List, Optional
 
 import numpy as np
 
-from . import args, metadata, select, threads
+from . import args, metadata, threads
+from . import collectives as table
+from .collectives import NO_DATA, NO_SCRATCH, CallState, Spec, same
 from .convert import to_numpy
 from .faults import install_abort_hook
-from .hierarchical import discover, hierarchical_allreduce, host_name, where
-from .latency_bound import (
-    AllgatherBuffers,
-    RecursiveDoublingBuffers,
-    ReduceScatterBuffers,
-    binomial_broadcast,
-    binomial_reduce,
-    pairwise_alltoall,
-    recursive_doubling_allgather,
-    recursive_doubling_allreduce,
-    recursive_halving_reduce_scatter,
-)
+from .hierarchical import discover, host_name
 from .ledger import Ledger, Regions
 from .p2p import ANY_SOURCE, ANY_TAG, PointToPoint
-from .progress import Algorithm, Channel, Stat, Work, drive, mpi, new_stat
-from .reference import chunk_bounds, finish_avg
+from .progress import Algorithm, Channel, Stat, Transport, Waiting, Work, drive, mpi, start, stat
+from .reference import finish_avg
 from .result_pool import ResultPool
-from .ring import DEPTH, ring_allgather, ring_allreduce, ring_reduce_scatter_full
+from .ring import ring_allgather
 from .select import choose
 from .transport_mpi import MPITransport
 
 _SPLIT_TAG = 3  # collective calls use tags 4k, 4k+1, 4k+2; split's exchange uses 4k+3
+_KEEP = 64  # keys the cache holds at most (a long run may see many shapes)
+Out = Optional[np.ndarray]
+Label = Optional[str]
 
 
-class Communicator(PointToPoint):
+class Communicator:
     """A group of ranks with collectives and point-to-point messages, over MPI or in-process."""
 
     ANY_SOURCE = ANY_SOURCE
@@ -73,13 +63,12 @@ class Communicator(PointToPoint):
         env = os.environ.get("NEEDLE_COMM_TIMEOUT", "60")
         self.timeout = args.check_timeout(env if timeout is None else timeout,
                                           "NEEDLE_COMM_TIMEOUT" if timeout is None else "timeout=")
-        base = comm if hasattr(comm, "poll") else MPITransport(comm, timeout=self.timeout)
+        base: Transport = comm if hasattr(comm, "poll") else \
+            MPITransport(comm, timeout=self.timeout)
         # Private contexts: collectives, p2p headers and p2p payloads never match each other's
         # messages, nor the user's own MPI messages.
-        self._t, self._hdr_t, self._data_t = base.dup(), base.dup(), base.dup()
-        self.transport = self._t
-        self.rank: int = self._t.rank
-        self.size: int = self._t.size
+        self.transport = self._t = base.dup()
+        self.rank, self.size = self._t.rank, self._t.size
         if chunk_bytes is None:
             chunk_bytes = args.env_bytes("NEEDLE_RING_CHUNK", 1 << 20, minimum=1)
         elif int(chunk_bytes) < 1:
@@ -88,218 +77,108 @@ class Communicator(PointToPoint):
         self.stats: Dict[str, Stat] = {}
         self.ledger = Ledger()
         self._regions = Regions()
-        self._seq = self._p2p_calls = 0
-        self._p2p_seq: Dict[int, int] = {}
+        self.p2p = PointToPoint(self, base, self.stats, self.ledger, self._regions)
+        self._seq = 0
         self._tags = max(1, self._t.tag_ub // 4)
-        self._pool: List[np.ndarray] = []
-        self._fused: Dict[tuple, _Fused] = {}  # blocking small calls' buffers, reused
-        self._check = RecursiveDoublingBuffers(0, np.uint8, "min", self._t)
-        self._check_free: List[RecursiveDoublingBuffers] = []
-        chans = [Channel(self._t, 0), Channel(self._t, 1)]
-        self._blocking = (chans[0], chans[1], _Describe(self, "", 0, chans))
+        self._free: Dict[tuple, List[Any]] = {}  # call states and scratch, by key
         self._results = ResultPool()
-        self.nodes: Optional[List[Any]] = None  # each rank's host; found on first need
+        self.nodes: Optional[List[Hashable]] = None  # each rank's host; found on first need
 
-    def hosts(self) -> List[Any]:
-        """Each rank's host name, found once by exchanging host names over MPI;
-        on the virtual cluster all ranks share one host unless ``comm.nodes`` is set."""
+    def hosts(self) -> List[Hashable]:
+        """Each rank's host name, found once over MPI (virtual cluster: one host, or ``nodes``)."""
         if self.nodes is None:
-            mpi_ranks = isinstance(self._t, MPITransport)
-            self.nodes = discover(self._exchange, self.size) if mpi_ranks else [0] * self.size
+            on_mpi = isinstance(self._t, MPITransport)
+            self.nodes = list(discover(self._exchange, self.size)) if on_mpi else [0] * self.size
         return self.nodes
 
     # -- the collectives ---------------------------------------------------------------------
-    def allreduce(self, a: Any, op: str = "sum", algorithm: str = "auto",
-                  out: Optional[np.ndarray] = None, label: Optional[str] = None,
-                  context: int = 0) -> Any:
+    def allreduce(self, a: Any, op: str = "sum", algorithm: str = "auto", out: Out = None,
+                  label: Label = None, context: int = 0) -> Any:
         """Elementwise reduction over all ranks; every rank gets the result.
 
         ``context``: an integer that every rank must pass equal (checked with the arguments,
         at no extra cost; a mismatch raises ``CallMismatchError`` naming each rank's value)."""
-        # A small allreduce of a plain array is latency-bound: straight to recursive doubling.
-        if type(a) is np.ndarray and algorithm == "auto" and a.flags.c_contiguous and \
-                (a.nbytes <= select.ALLREDUCE_SMALL or self.size == 1):
-            res = np.empty(a.shape, a.dtype) if out is None else _check_out(out, a.shape, a.dtype)
-            return self._run_fused("allreduce", a, res, op, True, label, _same, context)
-        return self.allreduce_async(a, op, algorithm, out, label, _block=True, context=context)
+        return self._call(table.ALLREDUCE, a, algorithm, out, label, True, op, 0, context)
 
     def allreduce_async(self, a: Any, op: str = "sum", algorithm: str = "auto",
-                        out: Optional[np.ndarray] = None, label: Optional[str] = None,
-                        _block: bool = False, context: int = 0) -> Any:
+                        out: Out = None, label: Label = None, context: int = 0) -> Work:
         """Nonblocking ``allreduce``: returns a ``Work``; ``wait()`` gives the result."""
-        x, restore = to_numpy(a)
-        args.check_op("allreduce", op, x.dtype, self.rank, self.size)
-        algo = choose("allreduce", x.nbytes, self.size, algorithm, self.hosts)
-        res = self._output(out, x.shape, x.dtype)
-        if algo == "recursive_doubling":
-            return self._run_fused("allreduce", x, res, op, _block, label, restore, context)
-        desc = ("allreduce", "op", op, "dtype", x.dtype, "shape", x.shape, "algorithm", algo)
+        return self._call(table.ALLREDUCE, a, algorithm, out, label, False, op, 0, context)
 
-        def finish(_: Any) -> Any:  # both algorithms leave the sum in ``res``
-            return restore(finish_avg(res, self.size) if op == "avg" else res)
-        if algo == "ring":
-            ws = self._take(DEPTH * self.chunk_bytes)
-            items = max(1, self.chunk_bytes // x.itemsize)
-
-            def body(ch: Channel) -> Algorithm:
-                return ring_allreduce(ch, x.reshape(-1), res.reshape(-1), op, items,
-                                      ws[:DEPTH * items * x.itemsize].view(x.dtype))
-            return self._run("allreduce", algo, desc, body, finish, _block, label, [ws],
-                             context)
-        return self._run_hierarchical(x, res, op, desc, finish, _block, label, context)
-
-    def _run_hierarchical(self, x: np.ndarray, res: np.ndarray, op: str, desc: tuple,
-                          finish: Callable[[Any], Any], block: bool,
-                          label: Optional[str], context: int) -> Any:
-        """``hierarchical.py``'s allreduce over ``self.hosts()``, with the scratch it needs."""
-        nodes, items = self.hosts(), max(1, self.chunk_bytes // x.itemsize)
-        ws, acc_buf = self._take(DEPTH * self.chunk_bytes), self._take(x.nbytes)
-
-        def body(ch: Channel) -> Algorithm:
-            return hierarchical_allreduce(ch, x.reshape(-1), res.reshape(-1), nodes, op, items,
-                                          ws[:DEPTH * items * x.itemsize].view(x.dtype),
-                                          acc_buf[:x.nbytes].view(x.dtype))
-        return self._run("allreduce", "hierarchical", desc, body, finish, block, label,
-                         [ws, acc_buf], context)
-
-    def allgather(self, a: Any, algorithm: str = "auto", out: Optional[np.ndarray] = None,
-                  label: Optional[str] = None) -> Any:
+    def allgather(self, a: Any, algorithm: str = "auto", out: Out = None,
+                  label: Label = None) -> Any:
         """Rank-order concatenation along axis 0 of every rank's (same-shaped) array."""
-        return self.allgather_async(a, algorithm, out, label, _block=True)
+        return self._call(table.ALLGATHER, a, algorithm, out, label, True)
 
-    def allgather_async(self, a: Any, algorithm: str = "auto", out: Optional[np.ndarray] = None,
-                        label: Optional[str] = None, _block: bool = False) -> Any:
+    def allgather_async(self, a: Any, algorithm: str = "auto", out: Out = None,
+                        label: Label = None) -> Work:
         """Nonblocking ``allgather``."""
-        x, restore = to_numpy(a)
-        x = x.reshape(1) if x.ndim == 0 else x
-        args.check_dtype("allgather", x.dtype, self.rank, self.size)
-        algo = choose("allgather", x.nbytes * self.size, self.size, algorithm)
-        res = self._output(out, (self.size * x.shape[0],) + x.shape[1:], x.dtype)
-        if algo == "recursive_doubling":
-            return self._run_fused("allgather", x, res, None, _block, label, restore)
-        desc = ("allgather", "dtype", x.dtype, "shape", x.shape, "algorithm", algo)
-        items = max(1, self.chunk_bytes // x.itemsize)
+        return self._call(table.ALLGATHER, a, algorithm, out, label, False)
 
-        def body(ch: Channel) -> Algorithm:
-            return ring_allgather(ch, x.reshape(-1), res.reshape(-1), items)
-        return self._run("allgather", algo, desc, body, lambda r: restore(res), _block, label)
-
-    def reduce_scatter(self, a: Any, op: str = "sum", algorithm: str = "auto",
-                       out: Optional[np.ndarray] = None, label: Optional[str] = None) -> Any:
+    def reduce_scatter(self, a: Any, op: str = "sum", algorithm: str = "auto", out: Out = None,
+                       label: Label = None) -> Any:
         """Reduce over ranks; rank r gets chunk r (of p near-equal axis-0 chunks)."""
-        return self.reduce_scatter_async(a, op, algorithm, out, label, _block=True)
+        return self._call(table.REDUCE_SCATTER, a, algorithm, out, label, True, op)
 
     def reduce_scatter_async(self, a: Any, op: str = "sum", algorithm: str = "auto",
-                             out: Optional[np.ndarray] = None, label: Optional[str] = None,
-                             _block: bool = False) -> Any:
+                             out: Out = None, label: Label = None) -> Work:
         """Nonblocking ``reduce_scatter``."""
-        x, restore = to_numpy(a)
-        args.check_op("reduce_scatter", op, x.dtype, self.rank, self.size)
-        if x.ndim == 0:
-            raise ValueError("reduce_scatter needs an array with at least one axis")
-        algo = choose("reduce_scatter", x.nbytes, self.size, algorithm)
-        b, mine = _segments(x.shape, self.size, self.rank)
-        res = self._output(out, (mine,) + x.shape[1:], x.dtype)
-        if algo == "recursive_halving":
-            return self._run_fused("reduce_scatter", x, res, op, _block, label, restore)
-        desc = ("reduce_scatter", "op", op, "dtype", x.dtype, "shape", x.shape,
-                "algorithm", algo)
-        items = max(1, self.chunk_bytes // x.itemsize)
-        # Partial sums passing through (only p - 2 segments of them are ever used).
-        acc_buf, ws = self._take(x.nbytes), self._take(DEPTH * self.chunk_bytes)
-        acc = acc_buf[:x.nbytes].view(x.dtype)
-        tmp = ws[:DEPTH * items * x.itemsize].view(x.dtype)
+        return self._call(table.REDUCE_SCATTER, a, algorithm, out, label, False, op)
 
-        def body(ch: Channel) -> Algorithm:
-            return ring_reduce_scatter_full(ch, x.reshape(-1), acc, b, op, items, tmp,
-                                            res.reshape(-1))
-
-        def finish(_: np.ndarray) -> Any:
-            return restore(finish_avg(res, self.size) if op == "avg" else res)
-        return self._run("reduce_scatter", algo, desc, body, finish, _block, label,
-                         [acc_buf, ws])
-
-    def broadcast(self, a: Any, root: int = 0, algorithm: str = "auto",
-                  out: Optional[np.ndarray] = None, label: Optional[str] = None) -> Any:
+    def broadcast(self, a: Any, root: int = 0, algorithm: str = "auto", out: Out = None,
+                  label: Label = None) -> Any:
         """Every rank gets root's array (others pass an array of the same shape and dtype).
 
         ``out=a`` (a numpy array) broadcasts in place, like ``MPI_Bcast``: no copy on the root.
         """
-        return self.broadcast_async(a, root, algorithm, out, label, _block=True)
+        return self._call(table.BROADCAST, a, algorithm, out, label, True, None, root)
 
-    def broadcast_async(self, a: Any, root: int = 0, algorithm: str = "auto",
-                        out: Optional[np.ndarray] = None, label: Optional[str] = None,
-                        _block: bool = False) -> Any:
+    def broadcast_async(self, a: Any, root: int = 0, algorithm: str = "auto", out: Out = None,
+                        label: Label = None) -> Work:
         """Nonblocking ``broadcast``."""
-        x, restore = to_numpy(a)
-        root = args.check_rank("broadcast", "root", root, self.rank, self.size)
-        args.check_dtype("broadcast", x.dtype, self.rank, self.size)
-        algo = choose("broadcast", x.nbytes, self.size, algorithm)
-        desc = ("broadcast", "root", root, "dtype", x.dtype, "shape", x.shape,
-                "algorithm", algo)
-        res = self._output(out, x.shape, x.dtype)
-        if self.rank == root and res is not x:
-            res[...] = x
-        items = max(1, self.chunk_bytes // x.itemsize)
-
-        def body(ch: Channel) -> Algorithm:
-            return binomial_broadcast(ch, res.reshape(-1), root, items)
-        return self._run("broadcast", algo, desc, body, lambda r: restore(res), _block, label)
+        return self._call(table.BROADCAST, a, algorithm, out, label, False, None, root)
 
     def reduce(self, a: Any, root: int = 0, op: str = "sum", algorithm: str = "auto",
-               label: Optional[str] = None) -> Any:
+               label: Label = None) -> Any:
         """Reduction over ranks delivered to ``root``; other ranks get None."""
-        return self.reduce_async(a, root, op, algorithm, label, _block=True)
+        return self._call(table.REDUCE, a, algorithm, None, label, True, op, root)
 
     def reduce_async(self, a: Any, root: int = 0, op: str = "sum", algorithm: str = "auto",
-                     label: Optional[str] = None, _block: bool = False) -> Any:
+                     label: Label = None) -> Work:
         """Nonblocking ``reduce``."""
-        x, restore = to_numpy(a)
-        root = args.check_rank("reduce", "root", root, self.rank, self.size)
-        args.check_op("reduce", op, x.dtype, self.rank, self.size)
-        algo = choose("reduce", x.nbytes, self.size, algorithm)
-        desc = ("reduce", "root", root, "op", op, "dtype", x.dtype, "shape", x.shape,
-                "algorithm", algo)
-        res = self._results.empty(x.shape, x.dtype)
-        items = max(1, self.chunk_bytes // x.itemsize)
-        ws = self._take(items * x.itemsize)
+        return self._call(table.REDUCE, a, algorithm, None, label, False, op, root)
 
-        def body(ch: Channel) -> Algorithm:
-            return binomial_reduce(ch, x.reshape(-1), res.reshape(-1), root, op, items,
-                                   ws[:items * x.itemsize].view(x.dtype))
-
-        def finish(_: np.ndarray) -> Any:
-            if self.rank != root:
-                return None
-            return restore(finish_avg(res, self.size) if op == "avg" else res)
-        return self._run("reduce", algo, desc, body, finish, _block, label, [ws])
-
-    def alltoall(self, a: Any, algorithm: str = "auto", label: Optional[str] = None) -> Any:
+    def alltoall(self, a: Any, algorithm: str = "auto", label: Label = None) -> Any:
         """Axis-0 chunk j goes to rank j; the chunks received are concatenated in rank order."""
-        return self.alltoall_async(a, algorithm, label, _block=True)
+        return self._call(table.ALLTOALL, a, algorithm, None, label, True)
 
-    def alltoall_async(self, a: Any, algorithm: str = "auto", label: Optional[str] = None,
-                       _block: bool = False) -> Any:
+    def alltoall_async(self, a: Any, algorithm: str = "auto", label: Label = None) -> Work:
         """Nonblocking ``alltoall``."""
-        x, restore = to_numpy(a)
-        if x.ndim == 0:
-            raise ValueError("alltoall needs an array with at least one axis")
-        args.check_dtype("alltoall", x.dtype, self.rank, self.size)
-        algo = choose("alltoall", x.nbytes, self.size, algorithm)
-        desc = ("alltoall", "dtype", x.dtype, "shape", x.shape, "algorithm", algo)
-        b = chunk_bounds(x.shape[0], self.size)
-        row = math.prod(x.shape[1:])
-        res = self._results.empty((self.size * (b[self.rank + 1] - b[self.rank]),) + x.shape[1:],
-                                  x.dtype)
+        return self._call(table.ALLTOALL, a, algorithm, None, label, False)
 
-        def body(ch: Channel) -> Algorithm:
-            return pairwise_alltoall(ch, x.reshape(-1), res.reshape(-1), x.shape[0], row)
-        return self._run("alltoall", algo, desc, body, lambda r: restore(res), _block, label)
-
-    def barrier(self, label: Optional[str] = None) -> None:
+    def barrier(self, label: Label = None) -> None:
         """Return only once every rank has entered the barrier."""
-        self._run("barrier", "check", ("barrier",), lambda ch: _nothing(), lambda r: None, True,
-                  label)
+        self._call(table.BARRIER, NO_DATA, "check", None, label, True)
+
+    # -- point-to-point: the held ``p2p.PointToPoint`` ------------------------------------------
+    def send(self, a: Any, dest: int, tag: int = 0, label: Label = None) -> None:
+        """Send an array to ``dest``; returns once the buffer may be reused."""
+        self.p2p.isend(a, dest, tag, label, True)
+
+    def isend(self, a: Any, dest: int, tag: int = 0, label: Label = None) -> Work:
+        """Nonblocking ``send``: a ``Work`` (do not modify the array before ``wait()``)."""
+        return self.p2p.isend(a, dest, tag, label, False)
+
+    def recv(self, source: int, tag: int = 0, out: Out = None, label: Label = None,
+             return_status: bool = False) -> Any:
+        """Receive an array from ``source`` (or ``ANY_SOURCE``) with ``tag`` (or ``ANY_TAG``);
+        with ``return_status`` returns ``(array, P2PStatus(source, tag))``."""
+        return self.p2p.irecv(source, tag, out, label, return_status, True)
+
+    def irecv(self, source: int, tag: int = 0, out: Out = None, label: Label = None,
+              return_status: bool = False) -> Work:
+        """Nonblocking ``recv``: a ``Work`` whose ``wait()`` gives what ``recv`` returns."""
+        return self.p2p.irecv(source, tag, out, label, return_status, False)
 
     # -- groups, labels, failure ---------------------------------------------------------------
     def split(self, color: int, key: int = 0) -> "Communicator":
@@ -326,233 +205,121 @@ class Communicator(PointToPoint):
         """Forget the byte and call counters."""
         self.stats.clear()
 
-    # -- plumbing ----------------------------------------------------------------------------
-    def _tag(self) -> int:
-        self._seq += 1
-        return ((self._seq - 1) % self._tags) * 4
-
-    def _describe(self, name: str, chans: List[Channel], p2p: bool = False) -> "_Describe":
-        if p2p:
-            self._p2p_calls += 1
-        return _Describe(self, name, self._p2p_calls if p2p else self._seq, chans)
-
-    def _drive_or_work(self, gen: Algorithm, describe: Callable[[], str],
-                       finish: Callable[[Any], Any], block: bool) -> Any:
-        if block:
-            return finish(drive(gen, self._t, self.timeout, describe))
-        return Work(gen, self._t, self.timeout, describe, finish)
-
-    def _run(self, name: str, algo: str, desc: tuple, body: Callable[[Channel], Algorithm],
-             finish: Callable[[Any], Any], block: bool, label: Optional[str],
-             bufs: Optional[list] = None, context: int = 0) -> Any:
-        """Argument check (``desc`` and ``context``), then ``body``, driven now (block) or
-        returned as a ``Work``."""
-        stat = self._stat(name)
-        stat["calls"] += 1
-        tag = self._tag()
-        ctl, ch, describe = self._channels(name, tag, block)
-        t0 = time.perf_counter() if self.ledger.enabled else None
-        label = self._regions.label(label)
-
-        check = self._check_buffers(block)
-        metadata.fill_header(check, desc, context)
-
-        def checked() -> Algorithm:
-            try:
-                result = yield from _overlapped(
-                    self.size, recursive_doubling_allreduce(ctl, check), body,
-                    lambda: self._raise_if_mismatch(check, tag, desc, describe, context), ch,
-                    self.overlap_check)
-                if t0 is not None:
-                    self._record(name, algo, label, ch, t0)
-                # Only now: a mismatch or timeout leaves messages posted into these buffers.
-                self._pool.extend(bufs or [])
-                if not block:
-                    self._check_free.append(check)
-                return result
-            except BaseException:
-                if block:  # messages may still be posted into them: never reuse
-                    self._check = RecursiveDoublingBuffers(0, np.uint8, "min", self._t)
-                raise
-            finally:
-                ctl.flush(self._stat("check"))
-                ch.flush(stat)
-        return self._drive_or_work(checked(), describe, finish, block)
-
-    def _channels(self, name: str, tag: int, block: bool) -> tuple:
-        """The check's channel on ``tag``, the algorithm's on ``tag + 1`` and the timeout
-        message: one reused set for blocking calls (made afresh they cost about 1 us), a new
-        set for each nonblocking one."""
-        if not block:
-            ctl, ch = Channel(self._t, tag), Channel(self._t, tag + 1)
-            return ctl, ch, self._describe(name, [ctl, ch])
-        ctl, ch, describe = self._blocking
-        ctl.restart(tag)
-        ch.restart(tag + 1)
-        describe.name, describe.seq = name, self._seq
-        return ctl, ch, describe
-
-    def _check_buffers(self, block: bool) -> RecursiveDoublingBuffers:
-        """The 16-byte argument-check buffers: one set for blocking calls, a set per pending
-        nonblocking call (reused once it has finished)."""
-        if block:
-            return self._check
-        if self._check_free:
-            return self._check_free.pop()
-        return RecursiveDoublingBuffers(0, np.uint8, "min", self._t)
-
-    def _run_fused(self, name: str, x: np.ndarray, res: np.ndarray, op: Optional[str],
-                   block: bool, label: Optional[str], restore: Callable[[Any], Any],
-                   context: int = 0) -> Any:
-        """A recursive-doubling allreduce or allgather or a recursive-halving reduce-scatter,
-        the argument check carried in its data messages (``latency_bound.py``): blocking or
-        not, the one path of the small allreduce."""
-        call = self._fused_call(name, x, op, block)
-        call.source[...] = x
-        call.bufs.set_header(metadata.with_context(call.hash, context))
-        tag = self._tag()
-        call.channel.restart(tag)
-        call.describe.seq = self._seq
-        call.stat["calls"] += 1
-        t0 = time.perf_counter() if self.ledger.enabled else None
-        steps = self._fused_steps(call, tag, res, op, t0, self._regions.label(label), restore,
-                                  context)
-        return self._drive_or_work(steps, call.describe, _same, block)
-
-    def _fused_steps(self, call: "_Fused", tag: int, res: np.ndarray, op: Optional[str],
-                     t0: Optional[float], label: Optional[str],
-                     restore: Callable[[Any], Any], context: int) -> Algorithm:
-        """The algorithm, then the check of the headers, the result and the counters."""
-        ch = call.channel
+    # -- the one runner: _call, then _steps -----------------------------------------------------
+    def _call(self, spec: Spec, a: Any, algorithm: str, out: Out, label: Label, block: bool,
+              op: Optional[str] = None, root: int = 0, context: int = 0) -> Any:
+        """The call: its state (kept by its arguments: each kind of call is checked and its
+        algorithm chosen once), result, tag and header; its steps run now or as a ``Work``."""
+        if type(a) is np.ndarray and a.flags.c_contiguous:  # the common case, first
+            x, restore = a, same
+        else:
+            x, restore = to_numpy(a)
+        if spec.gather and x.ndim == 0:
+            x = x.reshape(1)  # a scalar is one row
+        key = (spec.name, algorithm, x.shape, x.dtype, op, root)
         try:
-            yield from call.steps(ch, call.bufs)
-            self._raise_if_mismatch(call.bufs, tag, call.desc, call.describe, context)
-            res[...] = call.result
-        except BaseException:
-            if self._fused.get(call.key) is call:  # messages may be posted into its buffers
-                del self._fused[call.key]
-            raise
-        finally:
-            ch.flush(call.stat, call.check_stat)
+            free = self._free.get(key)
+        except TypeError:  # an unhashable argument: the checks name it
+            free = None
+        st = free.pop() if free else self._state(spec, key, x)
+        st.x, st.restore = x, restore
+        st.res = _check_out(out, st.shape, x.dtype) if out is not None else \
+            self._results.empty(st.shape, x.dtype) if st.pooled else np.empty(st.shape, x.dtype)
+        counts = self.stats.get(spec.name) or stat(self.stats, spec.name)
+        counts["calls"] += 1
+        self._seq += 1
+        tag = ((self._seq - 1) % self._tags) * 4
+        if st.ctl is None:
+            st.ch.restart(tag)
+            st.source[...] = x
+        else:
+            st.ctl.restart(tag)
+            st.ch.restart(tag + 1)
+        st.waiting.seq = self._seq
+        st.check.set_header(metadata.with_context(st.hash, context) if context else st.hash)
+        t0 = time.perf_counter() if self.ledger.enabled else None
+        steps = self._steps(st, tag, context, t0, self._regions.label(label), counts)
+        return start(steps, self._t, self.timeout, st.waiting, same, block)
+
+    def _state(self, spec: Spec, key: tuple, x: np.ndarray) -> CallState:
+        """A new kind of call: what this rank can check alone (``args.py``), the algorithm
+        (``select.choose``) and the buffers."""
+        _, algorithm, _, _, op, root = key
+        p, r = self.size, self.rank
+        if spec.rooted:
+            root = args.check_rank(spec.name, "root", root, r, p)
+        if spec.reduces:
+            args.check_op(spec.name, op, x.dtype, r, p)
+        if x.ndim == 0 and spec.whole:
+            raise ValueError(f"{spec.name} needs an array with at least one axis")
+        if not spec.reduces:
+            args.check_dtype(spec.name, x.dtype, r, p)
+        nbytes = x.nbytes * p if spec.gather else x.nbytes
+        algo = choose(spec.name, nbytes, p, algorithm, self.hosts) if spec.chosen else algorithm
+        st = CallState(self, self._t, spec, key, algo, root, x, self.chunk_bytes, self.hosts)
+        st.home = self._shelf(key)
+        return st
+
+    def _steps(self, st: CallState, tag: int, context: int, t0: Optional[float], label: Label,
+               counts: Stat) -> Algorithm:
+        """The check and the algorithm; then the counters, the ledger and the result."""
+        spec, ch = st.spec, st.ch
+        scratch = [self._scratch(n) for n in st.scratch] if st.scratch else NO_SCRATCH
+        try:
+            if st.ctl is None:  # the header rides in the data messages
+                yield from st.steps(ch, st.check)
+                if self.size > 1 and not st.check.agrees():
+                    self._verify(st, tag, context)
+                st.res[...] = st.result
+            else:
+                verify = lambda: self._verify(st, tag, context)  # noqa: E731
+                yield from metadata.overlapped(self.size, st.steps(st.ctl, st.check),
+                                               st.method.run(st, ch, scratch), verify,
+                                               self.overlap_check)
+        finally:  # (after a failure messages may still be posted into st's buffers: not reused)
+            check = self.stats.get("check") or stat(self.stats, "check")
+            ch.flush(counts, check)
+            if st.ctl is not None:
+                st.ctl.flush(check)
         if t0 is not None:
-            self._record(call.name, call.algo, label, ch, t0)
-        return restore(finish_avg(res, self.size) if op == "avg" else res)
+            sent, recvd, msgs = ch.payload()
+            self.ledger.add((spec.name, st.algo, label, sent, recvd, msgs,
+                             time.perf_counter() - t0, None))
+        res, restore = st.res, st.restore
+        st.x = st.res = NO_DATA  # (a kept reference would keep the result pool from reusing it)
+        st.home.append(st)  # back on its shelf (a cleared cache has dropped the shelf: gone)
+        for buf in scratch:
+            self._shelf(("scratch", buf.nbytes)).append(buf)
+        if not st.finish:
+            return restore(res)
+        if st.op == "avg":
+            finish_avg(res, self.size)
+        return None if spec.root_only and self.rank != st.root else restore(res)
 
-    def _fused_call(self, name: str, x: np.ndarray, op: Optional[str], block: bool) -> "_Fused":
-        """The cached ``_Fused`` of this (collective, shape, dtype, op) for a blocking call,
-        else a fresh one (a nonblocking call may be in flight beside others)."""
-        key = (name, x.shape, x.dtype, op)
-        call = self._fused.get(key) if block else None
-        if call is None or call.stat is not self.stats.get(name):
-            call = self._new_fused(key, x)
-            if block:
-                if len(self._fused) >= 64:  # bounded: a long run may see many shapes
-                    self._fused.clear()
-                self._fused[key] = call
-        return call
+    def _verify(self, st: CallState, tag: int, context: int) -> None:
+        if self.size > 1 and not st.check.agrees():
+            raise metadata.mismatch_error(self._t, tag + 2, st.desc, self.timeout, st.waiting,
+                                          context)
 
-    def _new_fused(self, key: tuple, x: np.ndarray) -> "_Fused":
-        """Buffers, views and description of a recursive-doubling allreduce or allgather, or a
-        recursive-halving reduce-scatter."""
-        name, _, _, op = key
-        desc: tuple = ("dtype", x.dtype, "shape", x.shape, "algorithm", "recursive_doubling")
-        if name == "reduce_scatter":
-            b, mine = _segments(x.shape, self.size, self.rank)
-            rs = ReduceScatterBuffers(b, x.dtype, op, self._t)
-            result = rs.data[b[self.rank]:b[self.rank + 1]].reshape((mine,) + x.shape[1:])
-            return _Fused(self, key, ("reduce_scatter", "op", op) + desc[:-1]
-                          + ("recursive_halving",), rs, recursive_halving_reduce_scatter,
-                          rs.data.reshape(x.shape), result)
-        if name == "allreduce":
-            args.check_op("allreduce", op, x.dtype, self.rank, self.size)
-            rd = RecursiveDoublingBuffers(x.nbytes, x.dtype, op, self._t)
-            shaped = rd.data.reshape(x.shape)
-            return _Fused(self, key, ("allreduce", "op", op) + desc, rd,
-                          recursive_doubling_allreduce, shaped, shaped)
-        n, p = x.nbytes, self.size
-        ag = AllgatherBuffers(n, p, self._t)
-        source = ag.work[self.rank * n:(self.rank + 1) * n].view(x.dtype).reshape(x.shape)
-        result = ag.work[:p * n].view(x.dtype).reshape((p * x.shape[0],) + x.shape[1:])
-        return _Fused(self, key, ("allgather",) + desc, ag, recursive_doubling_allgather,
-                      source, result)
+    def _scratch(self, nbytes: int) -> np.ndarray:
+        free = self._shelf(("scratch", nbytes))
+        return free.pop() if free else np.empty(nbytes, np.uint8)
 
-    def _record(self, name: str, algo: str, label: Optional[str], ch: Channel, t0: float,
-                peer: Optional[int] = None) -> None:
-        sent, recvd, msgs = ch.payload()
-        self.ledger.add((name, algo, label, sent, recvd, msgs, time.perf_counter() - t0, peer))
+    def _shelf(self, key: tuple) -> List[Any]:
+        """The cache's list of free things (call states, scratch buffers) for ``key``."""
+        free = self._free.get(key)
+        if free is None:
+            if len(self._free) >= _KEEP:
+                self._free.clear()
+            free = self._free[key] = []
+        return free
 
     def _exchange(self, vals: np.ndarray) -> np.ndarray:
         """Allgather of a small int64 array on split's own tag (not in stats or the ledger)."""
         ch = Channel(self._t, _SPLIT_TAG)
         out = np.empty(vals.size * self.size, dtype=np.int64)
-        describe = _Describe(self, "split", self._seq, [ch])
-        return drive(ring_allgather(ch, vals, out, vals.size), self._t, self.timeout, describe)
-
-    def _raise_if_mismatch(self, bufs: Any, tag: int, desc: tuple,
-                           describe: Callable[[], str], context: int) -> None:
-        if self.size > 1 and not bufs.agrees():
-            raise metadata.mismatch_error(self._t, tag + 2, desc, self.timeout, describe,
-                                          context)
-
-    def _stat(self, name: str) -> Stat:
-        stat = self.stats.get(name)
-        if stat is None:
-            stat = self.stats[name] = new_stat()
-        return stat
-
-    def _output(self, out: Optional[np.ndarray], shape: tuple, dtype: Any) -> np.ndarray:
-        """``out`` checked, or a result array (large ones reuse dropped results' memory)."""
-        if out is None:
-            return self._results.empty(shape, dtype)
-        return _check_out(out, shape, dtype)
-
-    def _take(self, nbytes: int) -> np.ndarray:
-        """A reusable scratch buffer of at least ``nbytes`` (returned to the pool after use)."""
-        for i, buf in enumerate(self._pool):
-            if buf.nbytes >= nbytes:
-                return self._pool.pop(i)
-        return np.empty(max(nbytes, 1), dtype=np.uint8)
-
-
-class _Fused:
-    """A collective whose argument check rides in its data messages: its buffers and
-    algorithm (``latency_bound.py``), where the input goes in (``source``) and the result comes
-    out (``result``), its description and hash, channel, timeout message and counters."""
-
-    __slots__ = ("key", "name", "algo", "desc", "hash", "bufs", "steps", "source", "result",
-                 "channel", "describe", "stat", "check_stat")
-
-    def __init__(self, comm: Communicator, key: tuple, desc: tuple, bufs: Any,
-                 steps: Callable[[Channel, Any], Algorithm], source: np.ndarray,
-                 result: np.ndarray) -> None:
-        self.key, self.name, self.desc, self.bufs, self.steps = key, key[0], desc, bufs, steps
-        self.algo = desc[-1]
-        self.hash = metadata.describe_hash(desc)
-        self.source, self.result = source, result
-        self.channel = Channel(comm.transport, 0, bufs.header)
-        self.describe = _Describe(comm, self.name, 0, [self.channel])
-        self.stat, self.check_stat = comm._stat(self.name), comm._stat("check")
-
-
-class _Describe:
-    """What a waiting call is doing: ``what()`` for deadlock reports, ``()`` for timeouts."""
-
-    __slots__ = ("comm", "name", "seq", "chans")
-
-    def __init__(self, comm: Communicator, name: str, seq: int, chans: List[Channel]) -> None:
-        self.comm, self.name, self.seq, self.chans = comm, name, seq, chans
-
-    def what(self) -> str:
-        peers = sorted({q for c in self.chans for q in c.peers[-4:]})
-        return (f"{self.name} (call #{self.seq}) on rank {self.comm.rank} of {self.comm.size}, "
-                f"waiting for ranks {peers}")
-
-    def __call__(self) -> str:
-        peers = sorted({q for c in self.chans for q in c.peers[-4:]})
-        return (f"needle.parallel: {self.name} (call #{self.seq}) on rank {self.comm.rank} of "
-                f"{self.comm.size} did not finish within {self.comm.timeout:g} s "
-                f"(NEEDLE_COMM_TIMEOUT); waiting for ranks {peers}"
-                f"{where(peers, self.comm.nodes)}")
+        waiting = Waiting(self, "split", self._seq, [ch])
+        return drive(ring_allgather(ch, vals, out, vals.size), self._t, self.timeout, waiting)
 
 
 def create(mpi_comm: Any = None, timeout: Optional[float] = None,
@@ -572,9 +339,8 @@ def create(mpi_comm: Any = None, timeout: Optional[float] = None,
     # collectives below: a rank that ended before create() must not leave the others in them.
     comm = Communicator(world, timeout)
     threads.place(world, blas_threads)
-    # Each rank's host, once, now (so a timeout can name the hosts of the ranks it waited
-    # for): setup metadata through MPI itself, like the Dup above, so that no exercise's code
-    # runs before the user's first call.
+    # Each rank's host, for timeout messages: through MPI itself, like the Dup, so that no
+    # exercise's code runs before the user's first call.
     comm.nodes = world.allgather(host_name())
     return comm
 
@@ -586,61 +352,3 @@ def _check_out(out: np.ndarray, shape: tuple, dtype: Any) -> np.ndarray:
     return out
 
 
-def _overlapped(size: int, check: Algorithm, make_body: Callable[[Channel], Algorithm],
-                verify: Callable[[], None], ch: Channel, overlap: bool = True) -> Algorithm:
-    """Run the argument ``check`` and ``body`` with the check's messages in flight together with
-    the body's first messages, so the check adds no round trip to the call.
-
-    Safe on mismatched arguments: before the check has finished the body has only *posted*
-    messages (a generator posts, then yields what it waits for); nothing of the body is waited
-    for until ``verify()`` has passed, so a rank never blocks on a message that a rank with
-    other arguments will not send.  (A mismatch leaves those posted messages pending; they are
-    on this call's own tag, which no later call reuses before the tags wrap around.)
-    """
-    if size == 1:
-        return (yield from make_body(ch))
-    if not overlap:
-        yield from check
-        verify()
-        return (yield from make_body(ch))
-    body = make_body(ch)
-    item = next(check)  # the check's first exchange is posted first...
-    try:
-        first = next(body)  # ...then the body's first messages, which overlap it
-    except StopIteration as stop:
-        first, done = None, stop
-    else:
-        done = None
-    try:
-        while True:
-            item = check.send((yield item))
-    except StopIteration:
-        pass
-    verify()
-    if done is not None:
-        return done.value
-    try:
-        item = first
-        while True:
-            item = body.send((yield item))
-    except StopIteration as stop:
-        return stop.value
-
-
-@lru_cache(maxsize=256)
-def _segments(shape: tuple, p: int, r: int) -> tuple:
-    """Item offsets of the p reduce-scatter segments of an array of ``shape`` (near-equal
-    axis-0 chunks), and the rows of rank r's (cached: a call's Python costs as much as a
-    64 KiB message)."""
-    row = math.prod(shape[1:])
-    rows = chunk_bounds(shape[0], p)
-    return tuple(k * row for k in rows), rows[r + 1] - rows[r]
-
-
-def _same(result: Any) -> Any:
-    return result
-
-
-def _nothing() -> Algorithm:
-    return None
-    yield  # a generator that finishes at once

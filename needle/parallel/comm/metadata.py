@@ -7,7 +7,7 @@ and runs a recursive-doubling exchange of a 16-byte header holding h
 (``latency_bound.recursive_doubling_allreduce`` with no payload): each step compares the
 partner's header with its own and poisons its own on a difference, so every rank ends with h iff
 all ranks hashed the same string.  The exchange is posted together with the algorithm's first
-messages (``communicator._overlapped``), so it adds no round trip: the algorithm only waits for a
+messages (``overlapped`` below), so it adds no round trip: the algorithm only waits for a
 message once the check has passed.  The latency-bound algorithms (recursive doubling allreduce
 and allgather, recursive halving reduce-scatter) carry the same header inside their data
 messages instead, so they send no message of their own for it.
@@ -27,8 +27,7 @@ from typing import Any, Callable, Dict, List
 
 import numpy as np
 
-from .latency_bound import RecursiveDoublingBuffers
-from .progress import Channel, drive
+from .progress import Algorithm, Channel, drive
 from .ring import ring_allgather
 
 RECORD = 256  # bytes per rank in the detailed exchange: the context (int64), then the text
@@ -62,11 +61,6 @@ def with_context(h: int, context: int) -> int:
     return h if context == 0 else (h ^ (context * _GOLDEN)) & _MASK
 
 
-def fill_header(bufs: RecursiveDoublingBuffers, desc: tuple, context: int = 0) -> None:
-    """Write the header for ``desc`` (and ``context``) after the payload of ``bufs.work``."""
-    bufs.set_header(with_context(describe_hash(desc), context))
-
-
 def mismatch_error(transport: Any, tag: int, desc: tuple, timeout: float,
                    describe: Callable[[], str], context: int = 0) -> CallMismatchError:
     """Gather every rank's description and build the error that all ranks raise."""
@@ -87,3 +81,32 @@ def mismatch_error(transport: Any, tag: int, desc: tuple, timeout: float,
     return CallMismatchError(
         f"needle.parallel: ranks called a collective with different arguments (seen from rank "
         f"{ch.rank}): {lines}", contexts)
+
+
+def overlapped(size: int, check: Algorithm, body: Algorithm, verify: Callable[[], None],
+               overlap: bool = True) -> Algorithm:
+    """The argument ``check`` with its messages in flight together with the ``body``'s first
+    ones, so that it adds no round trip (``overlap=False``: the check, then the body).
+
+    Safe on mismatched arguments: until ``verify()`` has passed the body has only *posted*
+    messages (a generator posts, then yields what it waits for), so no rank waits for one that a
+    rank with other arguments will not send (they stay pending on this call's own tag).
+    """
+    if size == 1 or not overlap:
+        if size > 1:
+            yield from check
+            verify()
+        yield from body
+        return
+    item = next(check)  # the check's first exchange is posted first...
+    first = next(body, None)  # ...then the body's first messages, which overlap it
+    try:
+        while True:
+            item = check.send((yield item))
+    except StopIteration:
+        verify()
+    try:
+        while first is not None:
+            first = body.send((yield first))
+    except StopIteration:
+        pass

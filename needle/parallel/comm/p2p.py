@@ -17,13 +17,14 @@ data).  Stats and the ledger count the payload as ``"send"``/``"recv"``; headers
 ``stats["p2p_header"]``.  Point-to-point tags never mix with collective traffic.
 """
 import time
-from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
 from . import args
 from .convert import to_numpy
-from .progress import Algorithm, Channel
+from .ledger import Ledger, Regions
+from .progress import Algorithm, Channel, Group, Stat, Transport, Waiting, start, stat
 
 HEADER_WORDS = 24
 MAX_DIMS = 16
@@ -70,8 +71,8 @@ def send_message(hdr: Channel, data: Channel, x: np.ndarray, dest: int) -> Algor
     return None
 
 
-def recv_message(hdr: Channel, source: int, data_transport: Any, x_out: Optional[np.ndarray],
-                 status: Any) -> Algorithm:
+def recv_message(hdr: Channel, source: int, data_transport: Transport,
+                 x_out: Optional[np.ndarray], status: Any) -> Algorithm:
     """Receive a header from ``source`` (or any) with ``hdr.tag`` (or any), then its payload;
     returns ``(array, P2PStatus, data channel)``."""
     header = np.empty(HEADER_WORDS, dtype=np.int64)
@@ -89,80 +90,75 @@ def recv_message(hdr: Channel, source: int, data_transport: Any, x_out: Optional
 
 
 class PointToPoint:
-    """``send``/``recv``/``isend``/``irecv`` of the ``Communicator`` (which supplies the
-    contexts ``_hdr_t``/``_data_t``, the counters, the ledger and the drivers)."""
+    """A group's ``send``/``recv`` (a ``Communicator`` holds one): its own header and payload
+    contexts and sequence numbers; the group's counters and ledger."""
 
-    # supplied by the Communicator (declared here for the type checker)
-    rank: int
-    size: int
-    ledger: Any
-    _regions: Any
-    _hdr_t: Any
-    _data_t: Any
-    _p2p_seq: Dict[int, int]
-    _describe: Callable[..., Any]
-    _drive_or_work: Callable[..., Any]
-    _stat: Callable[[str], Any]
+    def __init__(self, group: Group, base: Transport, stats: Dict[str, Stat], ledger: Ledger,
+                 regions: Regions) -> None:
+        self._group, self._stats, self.ledger, self._regions = group, stats, ledger, regions
+        self._hdr_t, self._data_t = base.dup(), base.dup()
+        self._seq: Dict[int, int] = {}  # the next payload tag for each destination
+        self._calls = 0
 
-    def send(self, a: Any, dest: int, tag: int = 0, label: Optional[str] = None) -> None:
-        """Send an array to ``dest``; returns once the buffer may be reused."""
-        self.isend(a, dest, tag, label, _block=True)
-
-    def isend(self, a: Any, dest: int, tag: int = 0, label: Optional[str] = None,
-              _block: bool = False) -> Any:
-        """Nonblocking ``send``: a ``Work`` (do not modify the array before ``wait()``)."""
+    def isend(self, a: Any, dest: int, tag: int, label: Optional[str], block: bool) -> Any:
+        """Send an array to ``dest``: done when the buffer may be reused (``block``), else a
+        ``Work`` (do not modify the array before ``wait()``)."""
         x, _ = to_numpy(a)
-        dest = args.check_rank("send", "dest", dest, self.rank, self.size)
-        tag = args.check_tag("send", tag, self._hdr_t.tag_ub, self.rank, self.size, None)
-        self._stat("send")["calls"] += 1
-        seq = self._p2p_seq.get(dest, 0)
-        self._p2p_seq[dest] = (seq + 1) % self._data_t.tag_ub
+        g = self._group
+        dest = args.check_rank("send", "dest", dest, g.rank, g.size)
+        tag = args.check_tag("send", tag, self._hdr_t.tag_ub, g.rank, g.size, None)
+        seq = self._seq.get(dest, 0)
+        self._seq[dest] = (seq + 1) % self._data_t.tag_ub
         hdr, data = Channel(self._hdr_t, tag), Channel(self._data_t, seq)
-        describe = self._describe(f"send(dest={dest}, tag={tag})", [hdr, data], p2p=True)
-        t0 = time.perf_counter() if self.ledger.enabled else None
-        label = self._regions.label(label)
+        done = self._book("send", label)
 
         def body() -> Algorithm:
             yield from send_message(hdr, data, x, dest)
-            self._p2p_done("send", hdr, data, label, t0, dest)
-        return self._drive_or_work(body(), describe, lambda r: None, _block)
+            done(hdr, data, dest)
+        return self._start(body(), f"send(dest={dest}, tag={tag})", [hdr, data],
+                           lambda r: None, block)
 
-    def recv(self, source: int, tag: int = 0, out: Optional[np.ndarray] = None,
-             label: Optional[str] = None, return_status: bool = False) -> Any:
-        """Receive an array from ``source`` (or ``ANY_SOURCE``) with ``tag`` (or ``ANY_TAG``);
-        with ``return_status`` returns ``(array, P2PStatus(source, tag))``."""
-        return self.irecv(source, tag, out, label, return_status, _block=True)
-
-    def irecv(self, source: int, tag: int = 0, out: Optional[np.ndarray] = None,
-              label: Optional[str] = None, return_status: bool = False,
-              _block: bool = False) -> Any:
-        """Nonblocking ``recv``: a ``Work`` whose ``wait()`` gives what ``recv`` returns."""
+    def irecv(self, source: int, tag: int, out: Optional[np.ndarray], label: Optional[str],
+              return_status: bool, block: bool) -> Any:
+        """Receive an array from ``source`` (or ``ANY_SOURCE``) with ``tag`` (or ``ANY_TAG``),
+        and ``P2PStatus(source, tag)`` with ``return_status``; now (``block``) or a ``Work``."""
+        g = self._group
         if source != ANY_SOURCE:
-            source = args.check_rank("recv", "source", source, self.rank, self.size)
-        tag = args.check_tag("recv", tag, self._hdr_t.tag_ub, self.rank, self.size, ANY_TAG)
+            source = args.check_rank("recv", "source", source, g.rank, g.size)
+        tag = args.check_tag("recv", tag, self._hdr_t.tag_ub, g.rank, g.size, ANY_TAG)
         if out is not None:
-            args.check_recv_buffer("recv", out, self.rank, self.size)
-        self._stat("recv")["calls"] += 1
+            args.check_recv_buffer("recv", out, g.rank, g.size)
         src = self._hdr_t.ANY_SOURCE if source == ANY_SOURCE else source
         hdr = Channel(self._hdr_t, self._hdr_t.ANY_TAG if tag == ANY_TAG else tag)
-        name = f"recv(source={'any' if source == ANY_SOURCE else source}, " \
-               f"tag={'any' if tag == ANY_TAG else tag})"
-        describe = self._describe(name, [hdr], p2p=True)
-        t0 = time.perf_counter() if self.ledger.enabled else None
-        label = self._regions.label(label)
         status = self._hdr_t.new_status()
+        done = self._book("recv", label)
 
         def body() -> Algorithm:
             res, st, data = yield from recv_message(hdr, src, self._data_t, out, status)
-            self._p2p_done("recv", hdr, data, label, t0, st.source)
+            done(hdr, data, st.source)
             return (res, st) if return_status else res
-        return self._drive_or_work(body(), describe, lambda r: r, _block)
+        name = f"recv(source={'any' if source == ANY_SOURCE else source}, " \
+               f"tag={'any' if tag == ANY_TAG else tag})"
+        return self._start(body(), name, [hdr], lambda r: r, block)
 
-    def _p2p_done(self, name: str, hdr: Channel, data: Channel, label: Optional[str],
-                  t0: Optional[float], peer: int) -> None:
-        hdr.flush(self._stat("p2p_header"))
-        data.flush(self._stat(name))
-        if t0 is not None:
-            sent, recvd, msgs = data.payload()
-            self.ledger.add((name, "p2p", label, sent, recvd, msgs + hdr.nsend,
-                             time.perf_counter() - t0, peer))
+    def _start(self, gen: Algorithm, name: str, chans: List[Channel],
+               finish: Callable[[Any], Any], block: bool) -> Any:
+        self._calls += 1
+        return start(gen, self._hdr_t, self._group.timeout,
+                     Waiting(self._group, name, self._calls, chans), finish, block)
+
+    def _book(self, name: str, label: Optional[str]) -> Callable[[Channel, Channel, int], None]:
+        """Count the call now; the returned function counts its bytes and adds its ledger
+        record once it has finished."""
+        stat(self._stats, name)["calls"] += 1
+        t0 = time.perf_counter() if self.ledger.enabled else None
+        label = self._regions.label(label)
+
+        def done(hdr: Channel, data: Channel, peer: int) -> None:
+            hdr.flush(stat(self._stats, "p2p_header"))
+            data.flush(stat(self._stats, name))
+            if t0 is not None:
+                sent, recvd, msgs = data.payload()
+                self.ledger.add((name, "p2p", label, sent, recvd, msgs + hdr.nsend,
+                                 time.perf_counter() - t0, peer))
+        return done

@@ -16,10 +16,26 @@ raise ``CommTimeoutError``) and ``idle()`` (called when a nonblocking ``test`` f
 the same generators, checks, timeouts and counters run over both.
 """
 import time
-from typing import Any, Callable, Dict, Generator, List, Optional
+from collections.abc import Hashable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, List, Optional, Protocol, Union
 
 Stat = Dict[str, int]
 Algorithm = Generator[Any, Optional[bool], Any]
+
+
+if TYPE_CHECKING:  # (they import this module)
+    from .transport_inprocess import InProcessTransport
+    from .transport_mpi import MPITransport
+Transport = Union["MPITransport", "InProcessTransport"]
+
+
+class Group(Protocol):
+    """What a timeout message names: the rank, the group, the deadline and the hosts."""
+
+    rank: int
+    size: int
+    timeout: float
+    nodes: Optional[List[Hashable]]
 
 
 def mpi() -> Any:
@@ -42,9 +58,37 @@ class DeadlockError(CommTimeoutError):
     """Every rank of the in-process cluster waits and no message can ever arrive."""
 
 
-def new_stat() -> Stat:
-    """An empty per-collective counter."""
-    return {"calls": 0, "bytes_sent": 0, "bytes_recv": 0}
+def stat(stats: Dict[str, Stat], name: str) -> Stat:
+    """``stats[name]``: calls, bytes sent and received (made, at zero, on first use)."""
+    found = stats.get(name)
+    if found is None:
+        found = stats[name] = {"calls": 0, "bytes_sent": 0, "bytes_recv": 0}
+    return found
+
+
+class Waiting:
+    """What a waiting call is doing: ``what()`` for deadlock reports, ``()`` for timeouts."""
+
+    __slots__ = ("group", "name", "seq", "chans")
+
+    def __init__(self, group: Group, name: str, seq: int, chans: Sequence["Channel"]) -> None:
+        self.group, self.name, self.seq, self.chans = group, name, seq, chans
+
+    def what(self) -> str:
+        """``allreduce (call #3) on rank 0 of 2, waiting for ranks [1]``."""
+        g = self.group
+        return (f"{self.name} (call #{self.seq}) on rank {g.rank} of {g.size}, waiting for "
+                f"ranks {self._peers()}")
+
+    def __call__(self) -> str:
+        from .hierarchical import where  # (it imports this module)
+        g, peers = self.group, self._peers()
+        return (f"needle.parallel: {self.name} (call #{self.seq}) on rank {g.rank} of "
+                f"{g.size} did not finish within {g.timeout:g} s (NEEDLE_COMM_TIMEOUT); "
+                f"waiting for ranks {peers}{where(peers, g.nodes)}")
+
+    def _peers(self) -> List[int]:
+        return sorted({q for c in self.chans for q in c.peers[-4:]})
 
 
 class Channel:
@@ -57,7 +101,7 @@ class Channel:
     __slots__ = ("_isend", "_irecv", "rank", "size", "tag", "header", "sent", "recvd",
                  "nsend", "nrecv", "peers")
 
-    def __init__(self, transport: Any, tag: int, header: int = 0) -> None:
+    def __init__(self, transport: Transport, tag: int, header: int = 0) -> None:
         self._isend, self._irecv = transport.isend, transport.irecv
         self.rank, self.size, self.tag, self.header = transport.rank, transport.size, tag, header
         self.sent = self.recvd = self.nsend = self.nrecv = 0
@@ -100,7 +144,8 @@ class Channel:
             header_stat["bytes_recv"] += self.nrecv * self.header
 
 
-def drive(gen: Algorithm, transport: Any, timeout: float, describe: Callable[[], str]) -> Any:
+def drive(gen: Algorithm, transport: Transport, timeout: float,
+          describe: Callable[[], str]) -> Any:
     """Run an algorithm generator to completion over ``transport`` and return its result."""
     wait = transport.wait
     try:
@@ -127,7 +172,7 @@ class Work:
     bounds its own wait.
     """
 
-    def __init__(self, gen: Algorithm, transport: Any, timeout: float,
+    def __init__(self, gen: Algorithm, transport: Transport, timeout: float,
                  describe: Callable[[], str], finish: Callable[[Any], Any]) -> None:
         self._gen, self._transport, self._timeout = gen, transport, timeout
         self._describe, self._finish = describe, finish
@@ -175,3 +220,11 @@ class Work:
         while not self._done:
             self._advance(wait(self._item, self._timeout, self._describe))
         return self._result
+
+
+def start(gen: Algorithm, transport: Transport, timeout: float, describe: Callable[[], str],
+          finish: Callable[[Any], Any], block: bool) -> Any:
+    """``finish`` of ``gen``'s result, ``gen`` run to the end now (``block``), else a ``Work``."""
+    if block:
+        return finish(drive(gen, transport, timeout, describe))
+    return Work(gen, transport, timeout, describe, finish)

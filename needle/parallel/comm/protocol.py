@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, ContextManager, Dict, Optional, Protocol,
 
 import numpy as np
 
-from .progress import Stat, Work
+from .ledger import Ledger
+from .progress import Stat, Transport, Work
 
 __all__ = ["Comm"]
 
@@ -24,9 +25,9 @@ class Comm(Protocol):
     rank: int
     size: int
     timeout: float
-    ledger: Any  # comm.ledger: every call's bytes and label (ledger.py)
+    ledger: Ledger  # every call's bytes and label
     stats: Dict[str, Stat]  # per collective: calls, bytes sent and received (progress.py)
-    transport: Any  # what the messages travel over: MPI or the in-process cluster
+    transport: Transport  # what the messages travel over: MPI or the in-process cluster
 
     def allreduce(self, a: Any, op: str = "sum", algorithm: str = "auto",
                   out: Optional[np.ndarray] = None, label: Optional[str] = None, *,

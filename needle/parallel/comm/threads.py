@@ -3,8 +3,7 @@
 Each process's OpenBLAS (or MKL, or an OpenMP runtime) starts one thread per core it sees, so
 ``mpiexec -n 2`` on two cores runs four BLAS threads that preempt each other in every matmul
 (the measured cost is in benchmarks/README.md, "Figures behind constants and docstrings").
-``torchrun`` sets
-``OMP_NUM_THREADS=1`` for this reason; here ``create()`` gives each rank
+``torchrun`` sets ``OMP_NUM_THREADS=1`` for this reason; here ``create()`` gives each rank
 ``cores on the node // ranks on the node`` threads (at least one), with ``threadpoolctl``,
 because NumPy has loaded its BLAS before any communicator exists (environment variables set
 now would come too late). The user's choice wins: an explicit ``blas_threads``, or

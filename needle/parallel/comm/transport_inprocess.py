@@ -47,9 +47,6 @@ class Status:
     def Get_source(self) -> int:  # noqa: N802 (mpi4py's name)
         return self.source
 
-    def Get_tag(self) -> int:  # noqa: N802
-        return self.tag
-
     def Get_count(self, datatype: Any = None) -> int:  # noqa: N802
         return self.count
 
