@@ -54,6 +54,10 @@ class CallState:
     __slots__ = ("spec", "method", "algo", "op", "root", "shape", "pooled", "scratch", "desc",
                  "hash", "check", "source", "result", "steps", "ch", "ctl", "waiting", "items",
                  "hosts", "home", "finish", "x", "res", "restore")
+    x: np.ndarray
+    res: np.ndarray
+    items: int
+    steps: Callable[[Channel, Any], Algorithm]
 
     def __init__(self, group: Group, t: Transport, spec: "Spec", key: tuple, algo: str,
                  root: int, x: np.ndarray, chunk_bytes: int,
