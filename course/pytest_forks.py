@@ -51,8 +51,8 @@ def preload(names: Sequence[str] = PRELOAD) -> List[str]:
             entry.load()
         except Exception:  # noqa: BLE001 -- pytest itself reports a plugin that fails to load
             pass
-    # what is loaded now stays: the children's collections (pytest collects 5 times at the end
-    # of a session) need not walk it, and its pages stay shared with the server
+    # what is loaded now stays: a child's garbage collections (pytest runs 5 at the end of a
+    # session) need not walk it, and its pages stay shared with the server
     gc.freeze()
     return sorted(m for m in sys.modules if m.split(".")[0] in UNDER_TEST)
 
@@ -69,6 +69,7 @@ def _child(args: List[str], log: str) -> None:
         # the streams of fds 1 and 2 (a parent capturing its output may have replaced them)
         sys.stdout = open(1, "w", closefd=False)
         sys.stderr = open(2, "w", closefd=False)
+        sys.argv = [sys.argv[0], *args]  # as `python -m pytest ARGS` would see it
         code = int(pytest.main(args))
         sys.stdout.flush()
         sys.stderr.flush()
