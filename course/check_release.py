@@ -12,7 +12,9 @@
 5. isolation, per exercise E: the reference with only E's regions stubbed fails every graded
    test of E with the NotImplementedError naming E. A test passing there means some code outside
    E's regions (a fused or tuned copy, a helper) computes E's answer: a student could pass E
-   without writing it. Only E's graded tests run, from their own test modules.
+   without writing it. Only E's graded tests run, from their own test modules, each session
+   forked from a pytest server that imported the heavy libraries once (course/pytest_forks.py),
+   two copies of the tree side by side.
 6. ``--restore-each``: per exercise E, the release with E and its requirements written scores
    exactly their points. With 2 (no missing declaration) and 5 (no leak) this is the rubric
    rule of course/exercises.py; it runs a graded run per exercise, so CI runs it for a few.
