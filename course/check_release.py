@@ -12,7 +12,9 @@
 5. isolation, per exercise E: the reference with only E's regions stubbed fails every graded
    test of E with the NotImplementedError naming E. A test passing there means some code outside
    E's regions (a fused or tuned copy, a helper) computes E's answer: a student could pass E
-   without writing it. Only E's graded tests run, from their own test modules.
+   without writing it. Only E's graded tests run, from their own test modules, each session
+   forked from a pytest server that imported the heavy libraries once (course/pytest_forks.py),
+   two copies of the tree side by side.
 6. ``--restore-each``: per exercise E, the release with E and its requirements written scores
    exactly their points. With 2 (no missing declaration) and 5 (no leak) this is the rubric
    rule of course/exercises.py; it runs a graded run per exercise, so CI runs it for a few.
@@ -138,49 +140,113 @@ def check_reference(workdir: Path, root: Path = ROOT) -> Dict[str, List[str]]:
             "requires_graph": requires_problems()}
 
 
+class _Forks:
+    """A ``course.pytest_forks`` server in ``root``: graded sessions forked from one process
+    that imported the heavy libraries once (a fresh interpreter per session cost most of the
+    isolation check's time)."""
+
+    def __init__(self, root: Path, env: Dict[str, str], timeout: float, log: Path) -> None:
+        self.root = root
+        with open(log, "wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "course.pytest_forks", "--timeout", str(timeout)],
+                cwd=root, env={**_env(root), **env}, stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=err, text=True)
+
+    def graded_run(self, report: Path, args: Sequence[str]) -> Dict[str, Any]:
+        """The graded report of one session ``args`` (as ``_graded_run``'s)."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        request = {"args": [*PYTEST[2:], "--grade-report", str(report), *args],
+                   "log": str(report.with_suffix(".out"))}
+        report.unlink(missing_ok=True)  # a report left from an earlier run must not count
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline()
+        if not answer:
+            raise RuntimeError(f"the pytest server in {self.root} ended (exit status "
+                               f"{self.proc.wait()}): see its log")
+        if not report.exists():
+            raise RuntimeError(f"graded run in {self.root} wrote no report ({answer.strip()}): "
+                               f"{' '.join(request['args'])}; its output: {request['log']}")
+        return json.loads(report.read_text())
+
+    def close(self) -> None:
+        """End the server (it ends when its stdin closes)."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
 def _isolated_run(ex: Exercise, copy: Path, root: Path, regions: List[Region],
-                  workdir: Path) -> Dict[str, Any]:
+                  workdir: Path, forks: _Forks) -> Dict[str, Any]:
     """The graded report of ``ex``'s tests in ``copy`` with only ``ex``'s regions stubbed."""
     files = sorted({r.path for r in regions if r.exercise == ex.name})
     try:
         for rel in files:
             (copy / rel).write_text(stub_file(root / rel, root, only=[ex.name])[0])
-        return _graded_run(copy, workdir / f"isolation-{ex.name}.json", timeout=600,
-                           env={"HYPOTHESIS_PROFILE": "grade-failfast"},
-                           args=[f"--exercise={ex.name}", *test_files([ex.name], copy)])
+        return forks.graded_run(workdir / f"isolation-{ex.name}.json",
+                                [f"--exercise={ex.name}", *test_files([ex.name], copy)])
     finally:
         for rel in files:
             shutil.copy2(root / rel, copy / rel)
 
 
 def check_isolation(workdir: Path, root: Path = ROOT, names: Sequence[str] = (),
-                    log: Any = None) -> Dict[str, List[str]]:
+                    log: Any = None, workers: int = 2) -> Dict[str, List[str]]:
     """Per exercise (``names``: ids or prefixes, default all): its graded tests that do not fail
     with the NotImplementedError naming it when only its regions are stubbed; the exercises
-    no region names; and those none of whose tests ran here (all skipped: e.g. CUDA)."""
+    no region names; and those none of whose tests ran here (all skipped: e.g. CUDA).
+    ``workers`` copies of the tree, each with its own pytest server, check side by side."""
     regions = all_regions(root)
-    copy = workdir / "isolation"
-    make_release(copy, root, only=())  # the reference as shipped, nothing stubbed yet
     picked = set(select_exercises(list(names), [e.name for e in EXERCISES])) if names else None
+    todo = [ex for ex in EXERCISES if picked is None or ex.name in picked]
     res: Dict[str, List[str]] = {"not_isolated": [], "no_region": [], "isolation_unchecked": []}
-    for ex in EXERCISES:
-        if picked is not None and ex.name not in picked:
-            continue
-        if not any(r.exercise == ex.name for r in regions):
-            res["no_region"].append(ex.name)
-            continue
-        start = time.perf_counter()
-        tests = _tests(_isolated_run(ex, copy, root, regions, workdir))
-        for t in tests:
-            if t["outcome"] == "passed" or (t["outcome"] == "failed" and not (
-                    "NotImplementedError" in t["message"] and ex.name in t["message"])):
-                res["not_isolated"].append(f"{ex.name}: {t['test']}: {t['outcome']} "
-                                           f"{t['message'][:200]}")
-        if not any(t["outcome"] != "skipped" for t in tests):
-            res["isolation_unchecked"].append(f"{ex.name}: none of its {len(tests)} tests ran")
-        if log is not None:
-            log(f"isolation {ex.name}: {len(tests)} tests, {time.perf_counter() - start:.1f}s")
+    res["no_region"] = [ex.name for ex in todo if not any(r.exercise == ex.name for r in regions)]
+    todo = [ex for ex in todo if ex.name not in res["no_region"]]
+    shares = [todo[i::workers] for i in range(workers) if todo[i::workers]]
+    with ThreadPoolExecutor(max_workers=max(1, len(shares))) as pool:
+        found = [pool.submit(_isolate_share, share, workdir / f"isolation-copy-{i}", root,
+                             regions, workdir, log) for i, share in enumerate(shares)]
+        lines = {name: problems for f in found for name, problems in f.result().items()}
+    for ex in todo:  # in rubric order, whichever copy checked it
+        not_isolated, unchecked = lines[ex.name]
+        res["not_isolated"] += not_isolated
+        res["isolation_unchecked"] += unchecked
     return res
+
+
+def _isolate_share(share: List[Exercise], copy: Path, root: Path, regions: List[Region],
+                   workdir: Path, log: Any) -> Dict[str, Tuple[List[str], List[str]]]:
+    """exercise -> (not isolated lines, unchecked lines) of ``share``, checked one after the
+    other in ``copy`` (the reference as shipped) by one pytest server."""
+    make_release(copy, root, only=())  # nothing stubbed yet
+    forks = _Forks(copy, {"HYPOTHESIS_PROFILE": "grade-failfast"}, timeout=600,
+                   log=copy.with_name(copy.name + "-server.txt"))
+    try:
+        return {ex.name: _isolate(ex, copy, root, regions, workdir, forks, log) for ex in share}
+    finally:
+        forks.close()
+
+
+def _isolate(ex: Exercise, copy: Path, root: Path, regions: List[Region], workdir: Path,
+             forks: _Forks, log: Any) -> Tuple[List[str], List[str]]:
+    """(graded tests of ``ex`` not failing with its NotImplementedError when only its regions
+    are stubbed, a line if none of its tests ran)."""
+    start = time.perf_counter()
+    tests = _tests(_isolated_run(ex, copy, root, regions, workdir, forks))
+    not_isolated = [f"{ex.name}: {t['test']}: {t['outcome']} {t['message'][:200]}"
+                    for t in tests if t["outcome"] == "passed" or (
+                        t["outcome"] == "failed" and not (
+                            "NotImplementedError" in t["message"] and ex.name in t["message"]))]
+    unchecked = ([] if any(t["outcome"] != "skipped" for t in tests)
+                 else [f"{ex.name}: none of its {len(tests)} tests ran"])
+    if log is not None:
+        log(f"isolation {ex.name}: {len(tests)} tests, {time.perf_counter() - start:.1f}s")
+    return not_isolated, unchecked
 
 
 def _written_run(workdir: Path, root: Path, written: Set[str], graded: Sequence[str],

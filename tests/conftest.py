@@ -56,3 +56,12 @@ def _bound_emulated_cuda_tests(request: pytest.FixtureRequest):
     with wall_clock_bound(CUDA_TEST_TIMEOUT, f"an emulated CUDA test ran past "
                           f"{CUDA_TEST_TIMEOUT:.0f} s (NEEDLE_CUDA_TEST_TIMEOUT)"):
         yield
+
+
+@pytest.fixture(scope="session")
+def student_release(tmp_path_factory: pytest.TempPathFactory):
+    """(folder, regions) of the student release (``make student``), built once per session:
+    the tests given it only read it (a test that changes a release builds its own)."""
+    from course.make_student import make_release
+    folder = tmp_path_factory.mktemp("release") / "student"
+    return folder, make_release(folder)

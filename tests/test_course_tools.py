@@ -98,27 +98,26 @@ def test_stub_names_its_exercise_and_what_to_write(tmp_path):
     assert stub_file(path, tmp_path, only=["hw9.other"])[0] == SOURCE  # nothing of hw9: kept
 
 
-def test_release_has_no_solution_left(tmp_path):
-    regions = make_release(tmp_path / "student")
+def test_release_has_no_solution_left(student_release):
+    release, regions = student_release
     assert len(regions) == len(all_regions()) > 50
     for rel in {r.path for r in regions}:
         ref = (ROOT / rel).read_text()
-        out = (tmp_path / "student" / rel).read_text()
+        out = (release / rel).read_text()
         stub = KERNEL_STUB if rel.endswith(".cu") else "raise NotImplementedError("
         assert out.count(stub) >= 1
         assert len(out.splitlines()) < len(ref.splitlines())
-    assert (tmp_path / "student" / "notebooks").is_dir()
-    assert (tmp_path / "student" / "tests" / "conftest.py").is_file()
+    assert (release / "notebooks").is_dir()
+    assert (release / "tests" / "conftest.py").is_file()
     for tool in ("__init__.py", "testcluster/netns.py", "measure/pingpong.py"):  # tests use them
-        assert (tmp_path / "student" / "tools" / tool).is_file(), tool
+        assert (release / "tools" / tool).is_file(), tool
 
 
-def test_release_is_made_for_students(tmp_path):
+def test_release_is_made_for_students(student_release):
     """The release's README is the students' (start, order, notebooks, grading, CUDA), names
     only commands its Makefile has and notebooks it ships, and no instructor-only command."""
     import re
-    release = tmp_path / "student"
-    make_release(release)
+    release = student_release[0]
     readme, makefile = (release / "README.md").read_text(), (release / "Makefile").read_text()
     for needed in ("make install", "make grade", "jupyter notebook notebooks/", "--strict",
                    "NEEDLE_CUDA_EMULATOR=1", "## The order of the homework"):
@@ -223,15 +222,15 @@ def _ship_answer(root: Path, exercise: str, keep: str) -> int:
 def test_isolation_check_catches_a_shipped_answer(tmp_path):
     """A shipped answer: Adam.tuned=True by default outside any region, with the tuned step, the
     fused naive step and the numba kernel shipped, Adam's graded tests pass although Adam.step is
-    stubbed. The isolation check must flag it, and must pass on the tree as it is."""
+    stubbed. The isolation check must flag it (that it passes on the tree as it is, Adam
+    included, is test_every_exercise_is_isolated)."""
     ref = tmp_path / "ref"
     make_release(ref, only=())
     assert _ship_answer(ref, "hw2.optim.adam", keep="Adam.step") >= 3
     res = check_release.check_isolation(tmp_path / "work-shipped", root=ref,
                                         names=["hw2.optim.adam"])
     assert any("test_optimizers_match_torch[adam-" in line for line in res["not_isolated"]), res
-    res = check_release.check_isolation(tmp_path / "work", names=["hw2.optim.adam"])
-    assert res == {"not_isolated": [], "no_region": [], "isolation_unchecked": []}
+    assert res["no_region"] == res["isolation_unchecked"] == [], res
 
 
 # one test of each exercise made to pass with nothing written: the first of one exercise's
@@ -348,7 +347,7 @@ def test_release_run_that_runs_nothing_is_flagged(tmp_path):
 
 
 # ---------------------------------------------------------------------- CUDA C
-def test_cuda_kernels_ship_stubbed_with_their_exercise(tmp_path, monkeypatch):
+def test_cuda_kernels_ship_stubbed_with_their_exercise(student_release, monkeypatch):
     """The kernels of hw3's CUDA exercise (strided copies, matmul, reductions) are regions:
     the release ships them stubbed, and loading a stubbed kernel file raises the
     NotImplementedError naming the exercise (before anything is compiled)."""
@@ -359,8 +358,7 @@ def test_cuda_kernels_ship_stubbed_with_their_exercise(tmp_path, monkeypatch):
     names = {r.qualname for r in all_regions() if r.path.endswith(".cu")}
     assert {"strided_index", "compact", "matmul_naive", "matmul_tiled",
             "reduce_rows_block"} <= names
-    make_release(tmp_path / "student")
-    released = tmp_path / "student" / "needle" / "backend_cuda" / "kernels"
+    released = student_release[0] / "needle" / "backend_cuda" / "kernels"
     text = (released / "strided.cu").read_text()
     assert "idx += (i % s) * strides[d];" not in text  # the answer is gone
     assert "idx += (i % s) * strides[d];" in kernel_specs.source("strided.cu")

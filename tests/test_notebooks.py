@@ -1,5 +1,6 @@
 """Every notebook in notebooks/ runs top to bottom through a real Jupyter kernel (its code cells
 hold their own asserts), and is committed without outputs."""
+import ast
 import json
 import os
 import re
@@ -13,12 +14,31 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
+# the notebook's grading cells record the exercises they grade; the test grades them all at
+# the end in one `course.grade` run (a run per cell, two Python processes each, was most of a
+# homework notebook's time)
+RECORD_GRADES = """
+import course.notebook
+_GRADED = []
+
+
+def _record_grade(*exercises, timeout=600):
+    assert exercises and all(isinstance(e, str) for e in exercises), exercises
+    _GRADED.extend(exercises)
+
+
+course.notebook.grade = _record_grade
+"""
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_runs(path: Path) -> None:
+    """Every cell runs, and every exercise a grading cell names passes its graded tests."""
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel")
+    from course.notebook import grade
     nb = nbformat.read(str(path), as_version=4)
     assert any(c.cell_type == "code" for c in nb.cells), f"{path.name} has no code cells"
     # run from notebooks/ as a student would; the repository root on the path finds needle/apps
@@ -26,9 +46,17 @@ def test_notebook_runs(path: Path) -> None:
                                      resources={"metadata": {"path": str(path.parent)}})
     env_cell = nbformat.v4.new_code_cell(
         f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
-        "import matplotlib; matplotlib.use('Agg')")
+        "import matplotlib; matplotlib.use('Agg')\n" + RECORD_GRADES)
     nb.cells.insert(0, env_cell)
+    nb.cells.append(nbformat.v4.new_code_cell("import json; print(json.dumps(_GRADED))"))
     client.execute()
+    graded = json.loads(nb.cells[-1].outputs[0]["text"])
+    asked = [e for c in nb.cells[1:-1] if c.cell_type == "code"
+             for args in re.findall(r"^grade\((.*)\)\s*$", c.source, re.M)
+             for e in ast.literal_eval(f"({args},)")]
+    assert graded == asked, (graded, asked)  # every grading cell ran
+    if graded:
+        grade(*graded)  # raises ExerciseNotPassed naming the exercise
 
 
 # the assignments: in the student release each stops at its first question, naming it
@@ -42,17 +70,15 @@ FIRST_QUESTION = {"hw1_autograd.ipynb": "hw1.autograd.make_from_op",
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(FIRST_QUESTION))
-def test_release_notebook_stops_at_the_first_unwritten_question(name, tmp_path):
+def test_release_notebook_stops_at_the_first_unwritten_question(name, student_release):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel")
-    from course.make_student import make_release
     if name == "hw3_cuda_kernels.ipynb":
         from needle.backend_cuda import emulator
         if emulator.unavailable_reason():
             pytest.skip(f"no GPU emulator here: {emulator.unavailable_reason()}")
-    release = tmp_path / "student"
-    make_release(release)
+    release = student_release[0]
     path = release / "notebooks" / name
     nb = nbformat.read(str(path), as_version=4)
     nb.cells.insert(0, nbformat.v4.new_code_cell(
