@@ -290,28 +290,9 @@ class Tensor(Value):
                  dtype: Optional[str] = None, requires_grad: bool = True, **kwargs: Any):
         """Copy ``array`` (Tensor, NDArray, numpy array, list, scalar) to ``device``.
 
-        The dtype rule (without ``dtype``), the course's hw1 and hw3 behaviour at once:
-
-        - Tensors, NDArrays and NumPy arrays/scalars keep their dtype: ``Tensor(np.ones(3))``
-          is float64, gradients included, as in hw1's NumPy-backed needle and ``torch.tensor``
-          (integer widths needle does not store, e.g. uint16, widen to int64);
-        - Python lists, ints and bools give float32, the hw3/hw4 NDArray's dtype (``Tensor([6])``
-          is float32 and can take a gradient); a bare Python float is a double, float64, as
-          NumPy reads it (hw1 checks ``Tensor(np.random.randn())``, a Python float, in float64);
-        - init functions and layers make float32 parameters; optimizers keep each one's dtype;
-        - a binary op on two tensors computes in the wider float (float64 + float32 -> float64,
-          a float with an int -> the float); a Python scalar never widens a tensor
-          (float32 tensor * 0.1 stays float32): PyTorch's promotion rule;
-        - but a layer (``nn.Linear``) casts a float input to its weight's dtype, so a float32
-          model fed float64 NumPy data computes in float32, not silently in float64. PyTorch
-          raises there; the course's hw2/hw4 tests feed float64 data to float32 layers and
-          expect a result, and its hw1 tests matmul float32 data with float64 weights (so the
-          ops themselves promote).
-
-        Only floating-point tensors can require a gradient. Under ``NEEDLE_BACKEND=np``
-        (``backend_selection``) the data is a NumPy array, and Python lists, ints and bools give
-        float64 instead (a list of floats holds float64, as in the course's NumPy-backed hw1);
-        the rest of the rule holds as it stands.
+        Without ``dtype``, Tensors, NDArrays and NumPy data keep theirs; Python lists, ints and
+        bools give float32 (float64 under ``NEEDLE_BACKEND=np``), a bare Python float float64.
+        Only floating-point tensors can require a gradient. The whole rule: docs/dtypes.md.
         """
         if backend_selection.BACKEND == "np":
             data = array.realize_cached_data() if isinstance(array, Tensor) else None
@@ -342,7 +323,6 @@ class Tensor(Value):
     @staticmethod
     def _array_from_numpy(numpy_array: Any, device: BackendDevice, dtype: Any) -> NDArray:
         return array_api.array(numpy_array, device=device, dtype=dtype)
-
 
     @staticmethod
     def make_const(data: Any, requires_grad: bool = False) -> "Tensor":
