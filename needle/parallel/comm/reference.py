@@ -14,12 +14,11 @@ finished segments (allgather).  Each rank sends ``2 (p - 1) / p * N`` bytes in t
 optimal.  Recursive doubling and binomial trees follow R. Thakur, R. Rabenseifner and W. Gropp,
 "Optimization of collective communication operations in MPICH", IJHPCA 19(1), 2005.
 """
-from typing import Callable, List
+from typing import List
 
 import numpy as np
 
 Array = np.ndarray
-Reducer = Callable[..., Array]
 
 # Every reduction is elementwise and commutative; "avg" is "sum" followed by a division by p.
 UFUNCS = {"sum": np.add, "avg": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
