@@ -2,9 +2,8 @@
 
 MPI sends raw host memory, so every input becomes a C-contiguous numpy array first.  A CUDA
 NDArray or Tensor is staged through the host (``.numpy()``), and the result goes back to the
-input's device (each rank's own GPU: ``needle.parallel.devices``). The MPI wheel is not
-CUDA-aware (``devices.cuda_aware_mpi()`` says whether an MPI library is); a path handing device
-buffers to MPI directly would go here, used only where that says True.
+input's device (each rank's own GPU: ``needle.parallel.devices``): the MPI wheel is not
+CUDA-aware.
 
 The host bridge every strategy uses (data parallel, ZeRO/FSDP, the parameter server, the TP and
 MoE comms): ``host_view`` gives a tensor's data as NumPy (a view through DLPack on the CPU, no
