@@ -11,20 +11,7 @@ import functools
 import itertools
 import threading
 import weakref
-from typing import (
-    Any,
-    Callable,
-    Dict,
-    Iterable,
-    Iterator,
-    List,
-    Optional,
-    Sequence,
-    Tuple,
-    Type,
-    TypeVar,
-    Union,
-)
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, TypeVar, Union
 
 import numpy
 
@@ -114,11 +101,11 @@ class Op:
         """Forward computation on the inputs' NDArrays."""
         raise NotImplementedError()
 
-    def gradient(self, out_grad: Adjoint, node: "Value") -> Union[Adjoint, Tuple[Adjoint, ...]]:
+    def gradient(self, out_grad: Adjoint, node: "Value") -> Union[Adjoint, tuple[Adjoint, ...]]:
         """Partial adjoints of the inputs given the output adjoint ``out_grad``."""
         raise NotImplementedError()
 
-    def gradient_as_tuple(self, out_grad: Adjoint, node: "Value") -> Tuple[Adjoint, ...]:
+    def gradient_as_tuple(self, out_grad: Adjoint, node: "Value") -> tuple[Adjoint, ...]:
         """``gradient`` always returned as a tuple."""
         if _PROFILER is None:
             output = self.gradient(out_grad, node)
@@ -160,7 +147,7 @@ class Value:
                  "_hooks", "__dict__", "__weakref__")
 
     op: Optional[Op]
-    inputs: Tuple["Value", ...]
+    inputs: tuple["Value", ...]
     cached_data: NDArrayLike
     requires_grad: bool
     grad: Optional["Tensor"]
@@ -205,14 +192,14 @@ class Value:
         self._hooks = None  # gradient hooks (``register_hook``); None costs backward nothing
 
     @classmethod
-    def make_const(cls: Type[V], data: NDArrayLike, requires_grad: bool = False) -> V:
+    def make_const(cls: type[V], data: NDArrayLike, requires_grad: bool = False) -> V:
         """A leaf node holding ``data`` (not copied)."""
         value = cls.__new__(cls)
         value._init(None, (), cached_data=data, requires_grad=requires_grad)
         return value
 
     @classmethod
-    def make_from_op(cls: Type[V], op: Op, inputs: Tuple["Value", ...]) -> V:
+    def make_from_op(cls: type[V], op: Op, inputs: tuple["Value", ...]) -> V:
         """The node ``op(*inputs)``: computed now, or on first use in LAZY_MODE.
 
         Exercise hw1.autograd.make_from_op: ``record = _records_graph(inputs)`` (some input
@@ -245,7 +232,7 @@ class TensorTuple(Value):
 
     __slots__ = ()
 
-    inputs: Tuple["Tensor", ...]  # every TensorTupleOp takes Tensors
+    inputs: tuple["Tensor", ...]  # every TensorTupleOp takes Tensors
 
     def __len__(self) -> int:
         return len(self.realize_cached_data())
@@ -253,7 +240,7 @@ class TensorTuple(Value):
     def __getitem__(self, index: int) -> "Tensor":
         return ops.tuple_get_item(self, index)
 
-    def tuple(self) -> Tuple["Tensor", ...]:
+    def tuple(self) -> tuple["Tensor", ...]:
         """The elements as a Python tuple of Tensors."""
         return tuple(self[i] for i in range(len(self)))
 
@@ -284,7 +271,7 @@ class Tensor(Value):
     grad: "Tensor"
     # What an op's gradient reads: Tensors, but for tuple_get_item and stack, whose one input
     # is a TensorTuple (their gradients use it only as a Value).
-    inputs: Tuple["Tensor", ...]
+    inputs: tuple["Tensor", ...]
 
     def __init__(self, array: Any, *, device: Optional[BackendDevice] = None,
                  dtype: Optional[str] = None, requires_grad: bool = True, **kwargs: Any):
@@ -375,7 +362,7 @@ class Tensor(Value):
         return self
 
     @property
-    def shape(self) -> Tuple[int, ...]:
+    def shape(self) -> tuple[int, ...]:
         return self.realize_cached_data().shape
 
     @property
@@ -439,7 +426,7 @@ class Tensor(Value):
         """A DLPack capsule over this tensor's data (``torch.from_dlpack(t)``, no copy)."""
         return self.realize_cached_data().__dlpack__(**kwargs)
 
-    def __dlpack_device__(self) -> Tuple[int, int]:
+    def __dlpack_device__(self) -> tuple[int, int]:
         """(DLDeviceType, device id) of this tensor's data."""
         return self.realize_cached_data().__dlpack_device__()
 
@@ -499,7 +486,7 @@ class Tensor(Value):
     def max(self, axes: Any = None, keepdims: bool = False) -> "Tensor":
         return ops.max(self, axes, keepdims=keepdims)
 
-    def broadcast_to(self, shape: Tuple[int, ...]) -> "Tensor":
+    def broadcast_to(self, shape: tuple[int, ...]) -> "Tensor":
         return ops.BroadcastTo(shape)(self)
 
     def reshape(self, *shape: Any) -> "Tensor":
@@ -507,7 +494,7 @@ class Tensor(Value):
             shape = tuple(shape[0])
         return ops.Reshape(shape)(self)
 
-    def transpose(self, axes: Optional[Tuple[int, int]] = None) -> "Tensor":
+    def transpose(self, axes: Optional[tuple[int, int]] = None) -> "Tensor":
         return ops.Transpose(axes)(self)
 
     def exp(self) -> "Tensor":
@@ -536,8 +523,8 @@ class _Hooks:
     __slots__ = ("grad", "post_accumulate")
 
     def __init__(self) -> None:
-        self.grad: Dict[int, Callable] = {}
-        self.post_accumulate: Dict[int, Callable] = {}
+        self.grad: dict[int, Callable] = {}
+        self.post_accumulate: dict[int, Callable] = {}
 
 
 class RemovableHandle:
@@ -617,7 +604,7 @@ def queue_callback(fn: Callable[[], None]) -> None:
 def _backward_callbacks() -> Iterator[None]:
     """A fresh callback queue for one backward pass, run when the pass finishes."""
     outer = getattr(_BACKWARD_CALLBACKS, "queue", None)
-    queue: List[Callable[[], None]] = []
+    queue: list[Callable[[], None]] = []
     _BACKWARD_CALLBACKS.queue = queue
     try:
         yield
@@ -691,10 +678,10 @@ def compute_gradient_of_variables(output_tensor: Value, out_grad: Adjoint) -> No
       the gradient of a gradient works (``backward`` runs this under grad mode).
     """
     ### BEGIN YOUR SOLUTION (hw1.autograd.compute_gradient)
-    grads: Dict[int, List[Adjoint]] = {id(output_tensor): [out_grad]}
+    grads: dict[int, list[Adjoint]] = {id(output_tensor): [out_grad]}
     # a tuple's adjoint element by element: tuple_get_item's partial touches one element, so
     # n pieces of a split cost n (its gradient as a whole tuple would cost n each)
-    items: Dict[int, Dict[int, List[Tensor]]] = {}
+    items: dict[int, dict[int, list[Tensor]]] = {}
     for node in reversed(find_topo_sort([output_tensor])):
         node_grads = grads.pop(id(node), None)
         if node_grads is None:
@@ -721,8 +708,8 @@ def compute_gradient_of_variables(output_tensor: Value, out_grad: Adjoint) -> No
     ### END YOUR SOLUTION
 
 
-def _tuple_adjoint(node: Value, whole: List[Adjoint],
-                   items: Optional[Dict[int, List["Tensor"]]]) -> Adjoint:
+def _tuple_adjoint(node: Value, whole: list[Adjoint],
+                   items: Optional[dict[int, list["Tensor"]]]) -> Adjoint:
     """A node's adjoint: the sum of ``whole``, its partials; for a TensorTuple with partials
     of single elements (``items``, from ``tuple_get_item``) each element summed apart, with
     zeros only for elements no partial reaches: linear in the tuple's length plus the number
@@ -737,7 +724,7 @@ def _tuple_adjoint(node: Value, whole: List[Adjoint],
     return ops.make_tuple(*elements)
 
 
-def find_topo_sort(node_list: Sequence[Value], stop_at_realized: bool = False) -> List[Value]:
+def find_topo_sort(node_list: Sequence[Value], stop_at_realized: bool = False) -> list[Value]:
     """Nodes reachable from ``node_list`` with every node after all of its inputs.
 
     An iterative depth-first post-order, so a 100,000-node chain needs no recursion.
@@ -745,7 +732,7 @@ def find_topo_sort(node_list: Sequence[Value], stop_at_realized: bool = False) -
     """
     ### BEGIN YOUR SOLUTION (hw1.autograd.topo_sort)
     visited = set()
-    topo_order: List[Value] = []
+    topo_order: list[Value] = []
     for root in node_list:
         stack = [(root, False)]
         while stack:
@@ -775,7 +762,7 @@ def from_dlpack(obj: Any, device: Optional[BackendDevice] = None,
     return Tensor.make_const(data, requires_grad=requires_grad and _is_float(data))
 
 
-def sum_node_list(node_list: List[A]) -> A:
+def sum_node_list(node_list: list[A]) -> A:
     """Sum a list of adjoints (without creating a zero node)."""
     total = node_list[0]
     for node in node_list[1:]:

@@ -28,9 +28,13 @@ def prod(xs: Iterable[int]) -> int:
 
 
 def _method(kind: str, name: str) -> Callable[..., "NDArray"]:
-    """NDArray's method for the elementwise op ``name``: ``self.<kind>(*other, name)``."""
-    def method(self: "NDArray", *other: Any) -> "NDArray":
-        return getattr(self, kind)(*other, name)
+    """NDArray's method for the elementwise op ``name``: ``self.<kind>(other, name)``."""
+    def binary(self: "NDArray", other: Any) -> "NDArray":
+        return getattr(self, kind)(other, name)
+
+    def unary(self: "NDArray") -> "NDArray":
+        return self._unary(name)
+    method: Callable[..., "NDArray"] = unary if kind == "_unary" else binary
     method.__name__ = name
     method.__doc__ = f"Elementwise ``{primitives.TABLE['ewise_' + name].formula()}``."
     return method
