@@ -177,9 +177,7 @@ class Ledger:
                 totals.items(), key=lambda kv: (kv[0][0] or "", kv[0][1])):
             rows.append(f"{(label or '-')[:28]:<28} {name:<15} {calls:>6} {sent:>12} {recv:>12} "
                         f"{msgs:>7} {sec * 1e3:>9.3f}")
-        sent = sum(t[1] for t in totals.values())
-        recv = sum(t[2] for t in totals.values())
-        calls = sum(t[0] for t in totals.values())
+        calls, sent, recv = (sum(t[i] for t in totals.values()) for i in range(3))
         rows.append(f"{'total':<28} {'':<15} {calls:>6} {sent:>12} {recv:>12}")
         return "\n".join(rows)
 
