@@ -30,18 +30,14 @@ def to_numpy(a: Any) -> Tuple[np.ndarray, Restore]:
         return a, _identity
     if isinstance(a, (np.ndarray, np.generic, int, float, bool)):
         return _contiguous(np.asarray(a)), _identity
-    if isinstance(a, Tensor):
-        device = a.device
+    if isinstance(a, (Tensor, NDArray)):
+        device, tensor = a.device, isinstance(a, Tensor)
 
-        def restore_tensor(x: np.ndarray) -> Any:
-            return Tensor(x, device=device, dtype=x.dtype.name, requires_grad=False)
-        return _contiguous(a.numpy()), restore_tensor
-    if isinstance(a, NDArray):
-        device = a.device
-
-        def restore_ndarray(x: np.ndarray) -> Any:
+        def restore(x: np.ndarray) -> Any:
+            if tensor:
+                return Tensor(x, device=device, dtype=x.dtype.name, requires_grad=False)
             return array(x, dtype=x.dtype.name, device=device)
-        return _contiguous(a.numpy()), restore_ndarray
+        return _contiguous(a.numpy()), restore
     raise TypeError(f"collectives take numpy arrays, needle NDArrays or Tensors, not {type(a)}")
 
 
