@@ -76,9 +76,8 @@ class enable_grad(no_grad):
 
 
 def _records_graph(inputs: Iterable["Value"]) -> bool:
-    """True when an op on ``inputs`` must record its graph: grad mode is on and some input
-    requires a gradient (``_GRAD_ENABLED and any(x.requires_grad for x in inputs)``, without
-    the generator: this runs once per op)."""
+    """True when an op on ``inputs`` must record its graph: ``_GRAD_ENABLED and
+    any(x.requires_grad for x in inputs)``, without the generator (this runs once per op)."""
     if _GRAD_ENABLED:
         for x in inputs:
             if x.requires_grad:
@@ -250,8 +249,7 @@ class TensorTuple(Value):
     def __repr__(self) -> str:
         return "needle.TensorTuple" + str(self.tuple())
 
-    def __str__(self) -> str:
-        return self.__repr__()
+    __str__ = __repr__
 
     def __add__(self, other: Value) -> "TensorTuple":
         if not isinstance(other, TensorTuple) or len(self) != len(other):
@@ -468,11 +466,10 @@ class Tensor(Value):
     def __rtruediv__(self, other: Any) -> "Tensor":
         return ops.MulScalar(other)(ops.PowerScalar(-1)(self))
 
-    def __matmul__(self, other: "Tensor") -> "Tensor":
-        return ops.MatMul()(self, other)
-
     def matmul(self, other: "Tensor") -> "Tensor":
         return ops.MatMul()(self, other)
+
+    __matmul__ = matmul
 
     def __neg__(self) -> "Tensor":
         return ops.Negate()(self)
