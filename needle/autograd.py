@@ -56,10 +56,11 @@ class ModeContext(contextlib.AbstractContextManager):
 class no_grad(ModeContext):
     """Context manager (and decorator) under which ops record no graph."""
 
+    _mode = False  # grad mode inside the block
+
     def __enter__(self) -> None:
         global _GRAD_ENABLED
-        self._prev = _GRAD_ENABLED
-        _GRAD_ENABLED = False
+        self._prev, _GRAD_ENABLED = _GRAD_ENABLED, self._mode
 
     def __exit__(self, *exc: Any) -> None:
         global _GRAD_ENABLED
@@ -69,10 +70,7 @@ class no_grad(ModeContext):
 class enable_grad(no_grad):
     """Context manager that turns graph recording back on (e.g. inside no_grad)."""
 
-    def __enter__(self) -> None:
-        global _GRAD_ENABLED
-        self._prev = _GRAD_ENABLED
-        _GRAD_ENABLED = True
+    _mode = True
 
 
 def _records_graph(inputs: Iterable["Value"]) -> bool:

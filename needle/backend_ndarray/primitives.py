@@ -157,8 +157,4 @@ TABLE: Dict[str, Primitive] = {p.name: p for p in (
 PRIMITIVES = tuple(p.name for p in _BASE)
 OPTIONAL_PRIMITIVES = tuple(p.name for p in _OPTIONAL) + ("adam_update",)
 REQUIRED = tuple(n for n, p in TABLE.items() if p.required)
-
-
-def lookup(name: str) -> Optional[Primitive]:
-    """The declaration of primitive ``name``, or None for a name not declared here."""
-    return TABLE.get(name)
+lookup = TABLE.get  # lookup(name): the declaration of primitive ``name``, or None
