@@ -137,12 +137,8 @@ class NDArray:
     @property
     def dtype(self) -> str:
         """The dtype name, e.g. ``"float32"``."""
-        dt = self._handle.dtype
-        try:
-            return _DTYPE_NAMES[dt]
-        except KeyError:
-            _DTYPE_NAMES[dt] = dt.name
-            return dt.name
+        dt = self._handle.dtype  # its .name is slow: cached
+        return _DTYPE_NAMES.get(dt) or _DTYPE_NAMES.setdefault(dt, dt.name)
 
     @property
     def ndim(self) -> int:
