@@ -11,6 +11,7 @@ renamed over the target (``os.replace`` is atomic on POSIX). Three details a pla
   whose it is (``.<name>.<host>.<pid>.<random>.ndltmp``), so the next save to the same target
   removes those of this host whose process is gone.
 """
+import contextlib
 import os
 import socket
 import tempfile
@@ -79,11 +80,9 @@ def remove_stale(directory: str, base: str) -> int:
             continue
         pid = name[len(prefix):].split(".", 1)[0]
         if pid.isdigit() and not _alive(int(pid)):
-            try:
+            with contextlib.suppress(OSError):  # another saver may have removed it first
                 os.remove(os.path.join(directory, name))
                 removed += 1
-            except OSError:
-                pass  # another saver removed it first
     return removed
 
 
@@ -104,9 +103,6 @@ def _fsync_dir(directory: str) -> None:
         dfd = os.open(directory, os.O_RDONLY)
     except OSError:
         return
-    try:
+    with contextlib.suppress(OSError):
         os.fsync(dfd)
-    except OSError:
-        pass
-    finally:
-        os.close(dfd)
+    os.close(dfd)

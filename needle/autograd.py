@@ -11,20 +11,7 @@ import functools
 import itertools
 import threading
 import weakref
-from typing import (
-    Any,
-    Callable,
-    Dict,
-    Iterable,
-    Iterator,
-    List,
-    Optional,
-    Sequence,
-    Tuple,
-    Type,
-    TypeVar,
-    Union,
-)
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, TypeVar, Union
 
 import numpy
 
@@ -69,10 +56,11 @@ class ModeContext(contextlib.AbstractContextManager):
 class no_grad(ModeContext):
     """Context manager (and decorator) under which ops record no graph."""
 
+    _mode = False  # grad mode inside the block
+
     def __enter__(self) -> None:
         global _GRAD_ENABLED
-        self._prev = _GRAD_ENABLED
-        _GRAD_ENABLED = False
+        self._prev, _GRAD_ENABLED = _GRAD_ENABLED, self._mode
 
     def __exit__(self, *exc: Any) -> None:
         global _GRAD_ENABLED
@@ -82,16 +70,12 @@ class no_grad(ModeContext):
 class enable_grad(no_grad):
     """Context manager that turns graph recording back on (e.g. inside no_grad)."""
 
-    def __enter__(self) -> None:
-        global _GRAD_ENABLED
-        self._prev = _GRAD_ENABLED
-        _GRAD_ENABLED = True
+    _mode = True
 
 
 def _records_graph(inputs: Iterable["Value"]) -> bool:
-    """True when an op on ``inputs`` must record its graph: grad mode is on and some input
-    requires a gradient (``_GRAD_ENABLED and any(x.requires_grad for x in inputs)``, without
-    the generator: this runs once per op)."""
+    """True when an op on ``inputs`` must record its graph: ``_GRAD_ENABLED and
+    any(x.requires_grad for x in inputs)``, without the generator (this runs once per op)."""
     if _GRAD_ENABLED:
         for x in inputs:
             if x.requires_grad:
@@ -114,11 +98,11 @@ class Op:
         """Forward computation on the inputs' NDArrays."""
         raise NotImplementedError()
 
-    def gradient(self, out_grad: Adjoint, node: "Value") -> Union[Adjoint, Tuple[Adjoint, ...]]:
+    def gradient(self, out_grad: Adjoint, node: "Value") -> Union[Adjoint, tuple[Adjoint, ...]]:
         """Partial adjoints of the inputs given the output adjoint ``out_grad``."""
         raise NotImplementedError()
 
-    def gradient_as_tuple(self, out_grad: Adjoint, node: "Value") -> Tuple[Adjoint, ...]:
+    def gradient_as_tuple(self, out_grad: Adjoint, node: "Value") -> tuple[Adjoint, ...]:
         """``gradient`` always returned as a tuple."""
         if _PROFILER is None:
             output = self.gradient(out_grad, node)
@@ -160,7 +144,7 @@ class Value:
                  "_hooks", "__dict__", "__weakref__")
 
     op: Optional[Op]
-    inputs: Tuple["Value", ...]
+    inputs: tuple["Value", ...]
     cached_data: NDArrayLike
     requires_grad: bool
     grad: Optional["Tensor"]
@@ -205,14 +189,14 @@ class Value:
         self._hooks = None  # gradient hooks (``register_hook``); None costs backward nothing
 
     @classmethod
-    def make_const(cls: Type[V], data: NDArrayLike, requires_grad: bool = False) -> V:
+    def make_const(cls: type[V], data: NDArrayLike, requires_grad: bool = False) -> V:
         """A leaf node holding ``data`` (not copied)."""
         value = cls.__new__(cls)
         value._init(None, (), cached_data=data, requires_grad=requires_grad)
         return value
 
     @classmethod
-    def make_from_op(cls: Type[V], op: Op, inputs: Tuple["Value", ...]) -> V:
+    def make_from_op(cls: type[V], op: Op, inputs: tuple["Value", ...]) -> V:
         """The node ``op(*inputs)``: computed now, or on first use in LAZY_MODE.
 
         Exercise hw1.autograd.make_from_op: ``record = _records_graph(inputs)`` (some input
@@ -245,7 +229,7 @@ class TensorTuple(Value):
 
     __slots__ = ()
 
-    inputs: Tuple["Tensor", ...]  # every TensorTupleOp takes Tensors
+    inputs: tuple["Tensor", ...]  # every TensorTupleOp takes Tensors
 
     def __len__(self) -> int:
         return len(self.realize_cached_data())
@@ -253,7 +237,7 @@ class TensorTuple(Value):
     def __getitem__(self, index: int) -> "Tensor":
         return ops.tuple_get_item(self, index)
 
-    def tuple(self) -> Tuple["Tensor", ...]:
+    def tuple(self) -> tuple["Tensor", ...]:
         """The elements as a Python tuple of Tensors."""
         return tuple(self[i] for i in range(len(self)))
 
@@ -263,8 +247,7 @@ class TensorTuple(Value):
     def __repr__(self) -> str:
         return "needle.TensorTuple" + str(self.tuple())
 
-    def __str__(self) -> str:
-        return self.__repr__()
+    __str__ = __repr__
 
     def __add__(self, other: Value) -> "TensorTuple":
         if not isinstance(other, TensorTuple) or len(self) != len(other):
@@ -284,34 +267,15 @@ class Tensor(Value):
     grad: "Tensor"
     # What an op's gradient reads: Tensors, but for tuple_get_item and stack, whose one input
     # is a TensorTuple (their gradients use it only as a Value).
-    inputs: Tuple["Tensor", ...]
+    inputs: tuple["Tensor", ...]
 
     def __init__(self, array: Any, *, device: Optional[BackendDevice] = None,
                  dtype: Optional[str] = None, requires_grad: bool = True, **kwargs: Any):
         """Copy ``array`` (Tensor, NDArray, numpy array, list, scalar) to ``device``.
 
-        The dtype rule (without ``dtype``), the course's hw1 and hw3 behaviour at once:
-
-        - Tensors, NDArrays and NumPy arrays/scalars keep their dtype: ``Tensor(np.ones(3))``
-          is float64, gradients included, as in hw1's NumPy-backed needle and ``torch.tensor``
-          (integer widths needle does not store, e.g. uint16, widen to int64);
-        - Python lists, ints and bools give float32, the hw3/hw4 NDArray's dtype (``Tensor([6])``
-          is float32 and can take a gradient); a bare Python float is a double, float64, as
-          NumPy reads it (hw1 checks ``Tensor(np.random.randn())``, a Python float, in float64);
-        - init functions and layers make float32 parameters; optimizers keep each one's dtype;
-        - a binary op on two tensors computes in the wider float (float64 + float32 -> float64,
-          a float with an int -> the float); a Python scalar never widens a tensor
-          (float32 tensor * 0.1 stays float32): PyTorch's promotion rule;
-        - but a layer (``nn.Linear``) casts a float input to its weight's dtype, so a float32
-          model fed float64 NumPy data computes in float32, not silently in float64. PyTorch
-          raises there; the course's hw2/hw4 tests feed float64 data to float32 layers and
-          expect a result, and its hw1 tests matmul float32 data with float64 weights (so the
-          ops themselves promote).
-
-        Only floating-point tensors can require a gradient. Under ``NEEDLE_BACKEND=np``
-        (``backend_selection``) the data is a NumPy array, and Python lists, ints and bools give
-        float64 instead (a list of floats holds float64, as in the course's NumPy-backed hw1);
-        the rest of the rule holds as it stands.
+        Without ``dtype``, Tensors, NDArrays and NumPy data keep theirs; Python lists, ints and
+        bools give float32 (float64 under ``NEEDLE_BACKEND=np``), a bare Python float float64.
+        Only floating-point tensors can require a gradient. The whole rule: docs/dtypes.md.
         """
         if backend_selection.BACKEND == "np":
             data = array.realize_cached_data() if isinstance(array, Tensor) else None
@@ -342,7 +306,6 @@ class Tensor(Value):
     @staticmethod
     def _array_from_numpy(numpy_array: Any, device: BackendDevice, dtype: Any) -> NDArray:
         return array_api.array(numpy_array, device=device, dtype=dtype)
-
 
     @staticmethod
     def make_const(data: Any, requires_grad: bool = False) -> "Tensor":
@@ -395,7 +358,7 @@ class Tensor(Value):
         return self
 
     @property
-    def shape(self) -> Tuple[int, ...]:
+    def shape(self) -> tuple[int, ...]:
         return self.realize_cached_data().shape
 
     @property
@@ -459,7 +422,7 @@ class Tensor(Value):
         """A DLPack capsule over this tensor's data (``torch.from_dlpack(t)``, no copy)."""
         return self.realize_cached_data().__dlpack__(**kwargs)
 
-    def __dlpack_device__(self) -> Tuple[int, int]:
+    def __dlpack_device__(self) -> tuple[int, int]:
         """(DLDeviceType, device id) of this tensor's data."""
         return self.realize_cached_data().__dlpack_device__()
 
@@ -501,11 +464,10 @@ class Tensor(Value):
     def __rtruediv__(self, other: Any) -> "Tensor":
         return ops.MulScalar(other)(ops.PowerScalar(-1)(self))
 
-    def __matmul__(self, other: "Tensor") -> "Tensor":
-        return ops.MatMul()(self, other)
-
     def matmul(self, other: "Tensor") -> "Tensor":
         return ops.MatMul()(self, other)
+
+    __matmul__ = matmul
 
     def __neg__(self) -> "Tensor":
         return ops.Negate()(self)
@@ -519,7 +481,7 @@ class Tensor(Value):
     def max(self, axes: Any = None, keepdims: bool = False) -> "Tensor":
         return ops.max(self, axes, keepdims=keepdims)
 
-    def broadcast_to(self, shape: Tuple[int, ...]) -> "Tensor":
+    def broadcast_to(self, shape: tuple[int, ...]) -> "Tensor":
         return ops.BroadcastTo(shape)(self)
 
     def reshape(self, *shape: Any) -> "Tensor":
@@ -527,7 +489,7 @@ class Tensor(Value):
             shape = tuple(shape[0])
         return ops.Reshape(shape)(self)
 
-    def transpose(self, axes: Optional[Tuple[int, int]] = None) -> "Tensor":
+    def transpose(self, axes: Optional[tuple[int, int]] = None) -> "Tensor":
         return ops.Transpose(axes)(self)
 
     def exp(self) -> "Tensor":
@@ -556,8 +518,8 @@ class _Hooks:
     __slots__ = ("grad", "post_accumulate")
 
     def __init__(self) -> None:
-        self.grad: Dict[int, Callable] = {}
-        self.post_accumulate: Dict[int, Callable] = {}
+        self.grad: dict[int, Callable] = {}
+        self.post_accumulate: dict[int, Callable] = {}
 
 
 class RemovableHandle:
@@ -637,7 +599,7 @@ def queue_callback(fn: Callable[[], None]) -> None:
 def _backward_callbacks() -> Iterator[None]:
     """A fresh callback queue for one backward pass, run when the pass finishes."""
     outer = getattr(_BACKWARD_CALLBACKS, "queue", None)
-    queue: List[Callable[[], None]] = []
+    queue: list[Callable[[], None]] = []
     _BACKWARD_CALLBACKS.queue = queue
     try:
         yield
@@ -711,10 +673,10 @@ def compute_gradient_of_variables(output_tensor: Value, out_grad: Adjoint) -> No
       the gradient of a gradient works (``backward`` runs this under grad mode).
     """
     ### BEGIN YOUR SOLUTION (hw1.autograd.compute_gradient)
-    grads: Dict[int, List[Adjoint]] = {id(output_tensor): [out_grad]}
+    grads: dict[int, list[Adjoint]] = {id(output_tensor): [out_grad]}
     # a tuple's adjoint element by element: tuple_get_item's partial touches one element, so
     # n pieces of a split cost n (its gradient as a whole tuple would cost n each)
-    items: Dict[int, Dict[int, List[Tensor]]] = {}
+    items: dict[int, dict[int, list[Tensor]]] = {}
     for node in reversed(find_topo_sort([output_tensor])):
         node_grads = grads.pop(id(node), None)
         if node_grads is None:
@@ -741,8 +703,8 @@ def compute_gradient_of_variables(output_tensor: Value, out_grad: Adjoint) -> No
     ### END YOUR SOLUTION
 
 
-def _tuple_adjoint(node: Value, whole: List[Adjoint],
-                   items: Optional[Dict[int, List["Tensor"]]]) -> Adjoint:
+def _tuple_adjoint(node: Value, whole: list[Adjoint],
+                   items: Optional[dict[int, list["Tensor"]]]) -> Adjoint:
     """A node's adjoint: the sum of ``whole``, its partials; for a TensorTuple with partials
     of single elements (``items``, from ``tuple_get_item``) each element summed apart, with
     zeros only for elements no partial reaches: linear in the tuple's length plus the number
@@ -757,7 +719,7 @@ def _tuple_adjoint(node: Value, whole: List[Adjoint],
     return ops.make_tuple(*elements)
 
 
-def find_topo_sort(node_list: Sequence[Value], stop_at_realized: bool = False) -> List[Value]:
+def find_topo_sort(node_list: Sequence[Value], stop_at_realized: bool = False) -> list[Value]:
     """Nodes reachable from ``node_list`` with every node after all of its inputs.
 
     An iterative depth-first post-order, so a 100,000-node chain needs no recursion.
@@ -765,7 +727,7 @@ def find_topo_sort(node_list: Sequence[Value], stop_at_realized: bool = False) -
     """
     ### BEGIN YOUR SOLUTION (hw1.autograd.topo_sort)
     visited = set()
-    topo_order: List[Value] = []
+    topo_order: list[Value] = []
     for root in node_list:
         stack = [(root, False)]
         while stack:
@@ -795,7 +757,7 @@ def from_dlpack(obj: Any, device: Optional[BackendDevice] = None,
     return Tensor.make_const(data, requires_grad=requires_grad and _is_float(data))
 
 
-def sum_node_list(node_list: List[A]) -> A:
+def sum_node_list(node_list: list[A]) -> A:
     """Sum a list of adjoints (without creating a zero node)."""
     total = node_list[0]
     for node in node_list[1:]:

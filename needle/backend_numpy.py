@@ -1,10 +1,6 @@
-"""The ``np`` backend (``NEEDLE_BACKEND=np``): a Tensor's data is a NumPy array, as in hw1/hw2.
-
-``NumpyArray`` is a real ``np.ndarray`` (NumPy computes every op, with NumPy's dtype rules) that
-also answers the few NDArray methods the ops call, each in plain NumPy, so an op's ``compute``
-written once on NDArray methods runs on both backends. Nothing here goes through needle's
-strided NDArray (hw3's exercises): hw1 and hw2 run before it is written.
-"""
+"""The ``np`` backend (``NEEDLE_BACKEND=np``): a Tensor's data is a NumPy array, as in hw1/hw2
+(docs/dtypes.md). Nothing here goes through needle's strided NDArray (hw3's exercises): hw1 and
+hw2 run before it is written."""
 from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np

@@ -7,22 +7,13 @@ File layout (safetensors-style, https://github.com/huggingface/safetensors):
     H bytes   UTF-8 JSON header: {"tree": <structure>, "arrays": [{dtype, shape, offset, nbytes}]}
     ...       the raw little-endian bytes of every array, in header order
 
-Every array's entry carries the CRC-32 of its bytes and the path of its leaf ("obj['w']"), and
-the header carries the CRC-32 of its own tree and table ("crc32"), so a flipped byte anywhere in
-the file is refused on load, naming the file and the array. A file without them (the older
-format) loads only with ``load(path, verify=False)``.
-
-Loading trusts nothing in the file: every array's bytes lie inside the file, in table order,
-without overlap, and belong to exactly one leaf of the tree, so a header cannot make a small file
-ask for more memory than its own size; each array is read straight into its own buffer (a load
-holds about the file's size). Every failure, whatever Python would have raised on the crafted
-numbers, is a ``CheckpointError`` naming the file.
-
-The structure is a JSON tree of dicts/lists/tuples/scalars whose array leaves point into the
-array table, so loading only parses JSON and copies bytes: nothing in the file can run code.
-Arrays keep their exact dtype (bfloat16 included, by name). Floats are stored as ``float.hex``
-so they round-trip exactly. A save is atomic (``atomic_file.py``): a crash mid-save leaves the
-previous checkpoint intact, the file keeps its mode, and a symlink is written through.
+Every array's entry carries the CRC-32 of its bytes and its leaf's path ("obj['w']"), the
+header the CRC-32 of its tree and table, so a flipped byte is refused naming the file and the
+array; a file without them loads only with ``verify=False``. The tree is JSON whose array leaves
+point into the table: loading parses JSON and copies bytes, so nothing in the file runs code,
+and trusts no number in it (``_check_table``, ``_Arrays``): every failure is a
+``CheckpointError`` naming the file. Dtypes are exact (bfloat16 by name), floats ``float.hex``.
+A save is atomic (``atomic_file.py``).
 """
 import io
 import json
@@ -193,7 +184,7 @@ def _read_header(f: BinaryIO, size: int, path: str) -> Tuple[Dict[str, Any], int
 
 
 def _check_header_crc(header: Dict[str, Any], path: str, verify: bool) -> None:
-    """The header's own checksum; files of the older format have none and load only unverified."""
+    """The header's own checksum; a file without one loads only unverified."""
     if "crc32" not in header:
         if verify:
             raise _fail(path, "it has no checksums (written by an older needle, or its header "
@@ -355,8 +346,8 @@ def _decode_leaf(node: Dict, arrays: _Arrays, device: Optional[BackendDevice],
 def load(path: str, device: Optional[BackendDevice] = None, verify: bool = True) -> Any:
     """Read a checkpoint written by ``save``; Tensors/NDArrays land on ``device`` (default cpu).
 
-    Every failure is a ``CheckpointError`` naming the file. A file without checksums (the older
-    format) is refused unless ``verify=False``."""
+    Every failure is a ``CheckpointError`` naming the file. A file without checksums is refused
+    unless ``verify=False``."""
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"ndl.load: no checkpoint at {path}")

@@ -1,18 +1,16 @@
 """The CPU backend's optional ``adam_update`` primitive: ``adam.cu``'s step as a numba loop, one
 pass where composed ops make ten (benchmarks/README.md); offered where numba is installed."""
+import functools
 import importlib.util
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 AVAILABLE = importlib.util.find_spec("numba") is not None
-_KERNEL: Optional[Callable] = None
 
 
+@functools.lru_cache(maxsize=None)
 def _kernel() -> Callable:
-    global _KERNEL
-    if _KERNEL is None:
-        from .adam_cpu_kernel import adam_step  # imports numba: on first use only
-        _KERNEL = adam_step
-    return _KERNEL
+    from .adam_cpu_kernel import adam_step  # imports numba: on first use only
+    return adam_step
 
 
 def adam_update(p: Any, g: Any, m: Any, v: Any, lr: float, beta1: float, beta2: float,

@@ -96,11 +96,6 @@ def register_device_kind(name: str, factory: BackendFactory) -> None:
         del _DEVICES[key]  # devices made before registering were disabled: build them again
 
 
-def device_kinds() -> List[str]:
-    """The device kinds registered besides ``cpu``."""
-    return sorted(_FACTORIES)
-
-
 def device(name: str, index: int = 0) -> BackendDevice:
     """Device ``index`` of kind ``name``; disabled (``enabled()`` False) where it cannot run."""
     if name == "cpu":

@@ -5,6 +5,8 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
+from .dtypes import bfloat16
+
 _CPU, _CUDA = 1, 2  # DLDeviceType codes
 
 
@@ -130,7 +132,7 @@ def from_dlpack(obj: Any, device: Optional[Any] = None) -> Any:
     elif dev_type == _CPU:
         view = np.from_dlpack(obj)
         if is_bf16:
-            view = view.view(_bf16())
+            view = view.view(bfloat16)
         target = cpu()
         wrapped = _wrap_cpu(view)
     else:
@@ -138,11 +140,6 @@ def from_dlpack(obj: Any, device: Optional[Any] = None) -> Any:
     handle, shape, strides, offset = wrapped
     out = NDArray.make(shape, strides=strides, device=target, handle=handle, offset=offset)
     return out if device is None or device == target else out.to(device)
-
-
-def _bf16() -> np.dtype:
-    import ml_dtypes
-    return np.dtype(ml_dtypes.bfloat16)
 
 
 def buffer_span(shape: tuple, strides: tuple) -> tuple:

@@ -1,13 +1,10 @@
 """dtype names <-> NumPy dtypes (bfloat16 comes from ml_dtypes)."""
 from typing import Any, Dict
 
+import ml_dtypes
 import numpy as np
 
-try:
-    import ml_dtypes
-    bfloat16 = np.dtype(ml_dtypes.bfloat16)
-except ImportError:  # pragma: no cover - ml_dtypes is a dependency
-    bfloat16 = None
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
 
 SUPPORTED = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "bool", "int8", "uint8")
 _CACHE: Dict[Any, np.dtype] = {}
@@ -22,8 +19,6 @@ def to_numpy_dtype(dtype: Any) -> np.dtype:
     if dtype is None:
         return np.dtype(np.float32)
     if isinstance(dtype, str) and dtype == "bfloat16":
-        if bfloat16 is None:
-            raise TypeError("bfloat16 needs the ml_dtypes package")
         res = bfloat16
     else:
         try:
@@ -54,7 +49,7 @@ def promote(a: np.dtype, b: np.dtype) -> np.dtype:
         return a
     if is_floating(a) != is_floating(b):
         return a if is_floating(a) else b
-    if bfloat16 is not None and bfloat16 in (a, b):
+    if bfloat16 in (a, b):
         other = b if a == bfloat16 else a
         # bf16 with ints/bools stays bf16; with another float it widens to that float (>= fp32)
         if other.kind in "biu":

@@ -1,11 +1,15 @@
 """NumPy-style module functions over NDArray (``needle.backend_ndarray.exp(a)`` and friends)."""
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .axes import Axes
 from .device import BackendDevice, default_device
 from .ndarray import NDArray
+
+__all__ = ["array", "empty", "full", "zeros", "ones", "broadcast_to", "reshape", "transpose",
+           "maximum", "log", "exp", "tanh", "sqrt", "sum", "max", "flip", "matmul", "stack",
+           "split", "where", "take_rows", "scatter_add_rows"]
 
 
 def array(a: Any, dtype: Any = None, device: Optional[BackendDevice] = None) -> NDArray:
@@ -56,29 +60,15 @@ def transpose(a: NDArray, axes: Optional[Sequence[int]] = None) -> NDArray:
     return a.permute(tuple(range(a.ndim))[::-1] if axes is None else axes)
 
 
-def maximum(a: NDArray, b: Any) -> NDArray:
-    """Elementwise maximum."""
-    return a.maximum(b)
+def _elementwise(name: str) -> Callable[..., NDArray]:
+    """``name(a, ...)``: NDArray's method ``a.<name>(...)`` as a function."""
+    def fn(a: NDArray, *other: Any) -> NDArray:
+        return getattr(a, name)(*other)
+    fn.__name__, fn.__doc__ = name, getattr(NDArray, name).__doc__
+    return fn
 
 
-def log(a: NDArray) -> NDArray:
-    """Elementwise natural log."""
-    return a.log()
-
-
-def exp(a: NDArray) -> NDArray:
-    """Elementwise exponential."""
-    return a.exp()
-
-
-def tanh(a: NDArray) -> NDArray:
-    """Elementwise tanh."""
-    return a.tanh()
-
-
-def sqrt(a: NDArray) -> NDArray:
-    """Elementwise square root."""
-    return a.sqrt()
+maximum, log, exp, tanh, sqrt = map(_elementwise, ("maximum", "log", "exp", "tanh", "sqrt"))
 
 
 def sum(a: NDArray, axis: Axes = None, keepdims: bool = False) -> NDArray:

@@ -29,17 +29,12 @@ from .kernel_expr import rename, split
 from .primitives import FUNCTIONS
 
 _FUNCS = {f: getattr(np, f) for f in FUNCTIONS}  # exp -> np.exp, where -> np.where, ...
-_TRANSCENDENTAL = ("exp(", "log(", "tanh(", "sin(", "cos(", "sqrt(", "**")
+# the table's functions numba computes with scalar libm calls (see the module docstring)
+_TRANSCENDENTAL = tuple(f + "(" for f in FUNCTIONS if f not in ("where", "abs")) + ("**",)
 
 
-def _pick_engine() -> str:
-    env = os.environ.get("NEEDLE_FUSED_ENGINE")
-    if env:
-        return env
-    return "numba" if importlib.util.find_spec("numba") is not None else "numpy"
-
-
-ENGINE = _pick_engine()
+ENGINE = os.environ.get("NEEDLE_FUSED_ENGINE") or (
+    "numba" if importlib.util.find_spec("numba") is not None else "numpy")
 _CACHE: Dict[Tuple, Callable] = {}
 
 

@@ -2,7 +2,7 @@
 logic lives here; a backend supplies only the named primitives. Strides are in elements."""
 import math
 import operator
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -15,16 +15,23 @@ _STRIDES: Dict[Tuple[int, ...], Tuple[int, ...]] = {}
 _DTYPE_NAMES: Dict[np.dtype, str] = {}
 _BOOL = np.dtype(np.bool_)
 _I64 = np.dtype(np.int64)
-
-
 _F32 = np.dtype(np.float32)
 _COMPARISONS = primitives.COMPARISONS
 Scalar = Union[int, float, bool, np.generic]
+prod = math.prod  # the course's name for it
 
 
-def prod(xs: Iterable[int]) -> int:
-    """Product of a sequence of ints (1 for empty)."""
-    return math.prod(xs)
+def _method(kind: str, name: str) -> Callable[..., "NDArray"]:
+    """NDArray's method for the elementwise op ``name``: ``self.<kind>(other, name)``."""
+    def binary(self: "NDArray", other: Any) -> "NDArray":
+        return getattr(self, kind)(other, name)
+
+    def unary(self: "NDArray") -> "NDArray":
+        return self._unary(name)
+    method: Callable[..., "NDArray"] = unary if kind == "_unary" else binary
+    method.__name__ = name
+    method.__doc__ = f"Elementwise ``{primitives.TABLE['ewise_' + name].formula()}``."
+    return method
 
 
 class NDArray:
@@ -130,12 +137,8 @@ class NDArray:
     @property
     def dtype(self) -> str:
         """The dtype name, e.g. ``"float32"``."""
-        dt = self._handle.dtype
-        try:
-            return _DTYPE_NAMES[dt]
-        except KeyError:
-            _DTYPE_NAMES[dt] = dt.name
-            return dt.name
+        dt = self._handle.dtype  # its .name is slow: cached
+        return _DTYPE_NAMES.get(dt) or _DTYPE_NAMES.setdefault(dt, dt.name)
 
     @property
     def ndim(self) -> int:
@@ -424,62 +427,17 @@ class NDArray:
         scalar.fill(other)
         return scalar._binary(self, name)
 
-    def __add__(self, other: Any) -> "NDArray":
-        return self._binary(other, "add")
-
-    __radd__ = __add__
-
-    def __sub__(self, other: Any) -> "NDArray":
-        return self._binary(other, "sub")
-
-    def __rsub__(self, other: Any) -> "NDArray":
-        return self._rbinary(other, "sub")
-
-    def __mul__(self, other: Any) -> "NDArray":
-        return self._binary(other, "mul")
-
-    __rmul__ = __mul__
-
-    def __truediv__(self, other: Any) -> "NDArray":
-        return self._binary(other, "div")
-
-    def __rtruediv__(self, other: Any) -> "NDArray":
-        return self._rbinary(other, "div")
-
-    def __pow__(self, other: Any) -> "NDArray":
-        return self._binary(other, "pow")
-
-    def __rpow__(self, other: Any) -> "NDArray":
-        return self._rbinary(other, "pow")
-
-    def __neg__(self) -> "NDArray":
-        return self._unary("neg")
-
-    def __abs__(self) -> "NDArray":
-        return self._unary("abs")
-
-    def maximum(self, other: Any) -> "NDArray":
-        """Elementwise maximum with an array or scalar."""
-        return self._binary(other, "maximum")
-
-    def __eq__(self, other: Any) -> "NDArray":  # type: ignore[override]
-        return self._binary(other, "eq")
-
-    def __ne__(self, other: Any) -> "NDArray":  # type: ignore[override]
-        return self._binary(other, "ne")
-
-    def __lt__(self, other: Any) -> "NDArray":
-        return self._binary(other, "lt")
-
-    def __le__(self, other: Any) -> "NDArray":
-        return self._binary(other, "le")
-
-    def __gt__(self, other: Any) -> "NDArray":
-        return self._binary(other, "gt")
-
-    def __ge__(self, other: Any) -> "NDArray":
-        return self._binary(other, "ge")
-
+    # The operators, each a call of _binary, _rbinary, _inplace or _unary (see _method)
+    __add__ = __radd__ = _method("_binary", "add")
+    __sub__, __rsub__ = _method("_binary", "sub"), _method("_rbinary", "sub")
+    __mul__ = __rmul__ = _method("_binary", "mul")
+    __truediv__, __rtruediv__ = _method("_binary", "div"), _method("_rbinary", "div")
+    __pow__, __rpow__ = _method("_binary", "pow"), _method("_rbinary", "pow")
+    __neg__, __abs__ = _method("_unary", "neg"), _method("_unary", "abs")
+    maximum = _method("_binary", "maximum")
+    __eq__, __ne__ = _method("_binary", "eq"), _method("_binary", "ne")
+    __lt__, __le__ = _method("_binary", "lt"), _method("_binary", "le")
+    __gt__, __ge__ = _method("_binary", "gt"), _method("_binary", "ge")
     __hash__ = object.__hash__
 
     # In-place forms (``a += b``) write into ``a``'s own buffer when ``a`` is compact and the
@@ -499,17 +457,8 @@ class NDArray:
             return self._binary(other, name)
         return self
 
-    def __iadd__(self, other: Any) -> "NDArray":
-        return self._inplace(other, "add")
-
-    def __isub__(self, other: Any) -> "NDArray":
-        return self._inplace(other, "sub")
-
-    def __imul__(self, other: Any) -> "NDArray":
-        return self._inplace(other, "mul")
-
-    def __itruediv__(self, other: Any) -> "NDArray":
-        return self._inplace(other, "div")
+    __iadd__, __isub__ = _method("_inplace", "add"), _method("_inplace", "sub")
+    __imul__, __itruediv__ = _method("_inplace", "mul"), _method("_inplace", "div")
 
     def _unary(self, name: str) -> "NDArray":
         dt = self._handle.dtype
@@ -522,26 +471,9 @@ class NDArray:
         getattr(self._device, "ewise_" + name)(src.compact()._handle, out._handle)
         return out
 
-    def log(self) -> "NDArray":
-        return self._unary("log")
-
-    def exp(self) -> "NDArray":
-        return self._unary("exp")
-
-    def tanh(self) -> "NDArray":
-        return self._unary("tanh")
-
-    def sqrt(self) -> "NDArray":
-        return self._unary("sqrt")
-
-    def abs(self) -> "NDArray":
-        return self._unary("abs")
-
-    def sin(self) -> "NDArray":
-        return self._unary("sin")
-
-    def cos(self) -> "NDArray":
-        return self._unary("cos")
+    # one method per unary row of primitives.ELEMENTWISE but neg (which is __neg__)
+    log, exp, tanh, sqrt, abs, sin, cos = (
+        _method("_unary", n) for n in primitives.EWISE_UNARY if n != "neg")
 
     # ------------------------------------------------------------------ matmul
     def __matmul__(self, other: "NDArray") -> "NDArray":

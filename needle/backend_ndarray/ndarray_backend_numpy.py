@@ -3,23 +3,11 @@
 This module *is* the backend contract. ``NDArray`` (ndarray.py) does all shape, stride and
 view arithmetic in Python and calls only the functions below, each of which works on flat
 ``Array`` buffers plus, for the strided ones, a (shape, strides, offset) description.
-A new backend (see ``needle/backend_cuda``) implements exactly this list:
-
-    Array(size, dtype), fill, compact, ewise_setitem, scalar_setitem,
-    ewise_<op>(a, b, out) and scalar_<op>(a, val, out) (ewise_<op>(a, out) for one operand) for
-    each op of primitives.ELEMENTWISE, ewise_astype(a, out), ewise_where(c, a, b, out),
-    matmul(a, b, out, batch, m, n, p, trans_a, trans_b),
-    reduce_sum(a, out, reduce_size, inner_size), reduce_max(a, out, reduce_size, inner_size),
-    take_rows(a, idx, out, row_size), scatter_add_rows(src, idx, out, row_size) (embeddings),
-    from_numpy(a, out), to_numpy(a, shape, strides, offset);
-    optionally ewise_strided(name, a, a_view, b, b_view, out) (see its docstring),
-    fused_elementwise(expr, inputs, out, shape, reduce) (fused_elementwise_cpu.py), adam_update
-    (adam_cpu.py, where numba is installed; see fused_ops.py) and the course's
-    matmul_tiled(a, b, out, m, n, p) with ``__tile_size__``.
-
-The list, each primitive's parameters and the buffers it reads and writes are declared once,
-in ``primitives.py``. Strides and offsets are counted in elements, not bytes. The ``out`` of
-an elementwise or scalar primitive may be one of its inputs (in-place update, as ``a += b``).
+A new backend (see ``needle/backend_cuda``) implements ``Array(size, dtype)``, ``from_numpy``,
+``to_numpy`` and the required primitives of ``primitives.py``, where each one's parameters and
+the buffers it reads and writes are declared; it may offer the optional ones.
+Strides and offsets are counted in elements, not bytes. The ``out`` of an elementwise or
+scalar primitive may be one of its inputs (in-place update, as ``a += b``).
 """
 from typing import Any, Callable, Dict, Iterable, Sequence, Tuple
 

@@ -5,11 +5,8 @@ Every backend implements the required primitives (``ndarray_backend_numpy.py`` i
 reference, ``backend_cuda/ndarray_backend_cuda.py`` the GPU one) and may offer the optional
 ones. ``NDArray`` calls them by these names; ``needle.compile`` records them (``access`` says
 which buffers a call reads and writes) and fuses the elementwise ones into one
-``fused_elementwise`` kernel, whose statements are written from ``expr``. An elementwise op
-is one row of ``ELEMENTWISE``, from which every backend makes its functions and the CUDA
-kernels their functors (minitorch builds each backend's map from one scalar function). This
-module is pure data, so the CUDA backend (below ``backend_ndarray`` in the import order) may
-read it.
+``fused_elementwise`` kernel, whose statements are written from ``expr``. This module is pure
+data, so the CUDA backend (below ``backend_ndarray`` in the import order) may read it.
 
 A read is ``(position, view)``: the argument at ``position`` is a buffer read through
 ``view``: None (the whole buffer, element i for element i), the position of one argument
@@ -54,10 +51,11 @@ class Primitive(NamedTuple):
 
 
 # The elementwise ops, one row each: name, NumPy's (and CuPy's) ufunc, and the expression in
-# Python syntax over the operands {0}, {1}. A row is the whole declaration: every backend makes
-# ewise_<name>(a, b, out) and scalar_<name>(a, val, out) from it (ewise_<name>(a, out) for one
-# operand) with the ufunc, the CUDA functor is the expression in C (kernel_specs.functors) and
-# needle.compile fuses the expression. An expression that compares writes bool.
+# Python syntax over the operands {0}, {1}. A row is the whole declaration (minitorch builds
+# each backend's map from one scalar function): every backend makes ewise_<name>(a, b, out) and
+# scalar_<name>(a, val, out) from it (ewise_<name>(a, out) for one operand) with the ufunc, the
+# CUDA functor is the expression in C (kernel_specs.functors) and needle.compile fuses the
+# expression. An expression that compares writes bool.
 ELEMENTWISE = (
     ("add", "add", "{0} + {1}"), ("sub", "subtract", "{0} - {1}"),
     ("mul", "multiply", "{0} * {1}"), ("div", "true_divide", "{0} / {1}"),
@@ -159,8 +157,4 @@ TABLE: Dict[str, Primitive] = {p.name: p for p in (
 PRIMITIVES = tuple(p.name for p in _BASE)
 OPTIONAL_PRIMITIVES = tuple(p.name for p in _OPTIONAL) + ("adam_update",)
 REQUIRED = tuple(n for n, p in TABLE.items() if p.required)
-
-
-def lookup(name: str) -> Optional[Primitive]:
-    """The declaration of primitive ``name``, or None for a name not declared here."""
-    return TABLE.get(name)
+lookup = TABLE.get  # lookup(name): the declaration of primitive ``name``, or None

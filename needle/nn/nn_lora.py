@@ -21,8 +21,8 @@ from .nn_basic import Linear
 from .nn_module import Module, Parameter
 
 # the NF4 names stay importable from needle.nn, where QLoRA users find them
-__all__ = ["LoRALinear", "apply_lora", "merge_lora", "unmerge_lora", "lora_parameters",
-           "nf4_codebook", "NF4Tensor", "quantize_nf4", "QLoRALinear", "apply_qlora"]
+__all__ = ["LoRALinear", "apply_lora", "lora_parameters", "nf4_codebook", "NF4Tensor",
+           "quantize_nf4", "QLoRALinear", "apply_qlora"]
 
 
 # ---------------------------------------------------------------------------------- LoRA
@@ -104,8 +104,7 @@ def _replace_linears(model: Module, targets: Optional[Sequence[str]], make: Any)
 
 
 def _freeze_all_but_lora(model: Module) -> None:
-    lora = {id(p) for _, m in model.named_modules() if isinstance(m, (LoRALinear, QLoRALinear))
-            for p in (m.lora_A, m.lora_B)}
+    lora = {id(p) for p in lora_parameters(model)}
     for p in model.parameters():
         p.requires_grad = id(p) in lora
 
@@ -124,20 +123,6 @@ def lora_parameters(model: Module) -> List[Parameter]:
     """The trainable LoRA factors A and B of every LoRA layer."""
     return [p for _, m in model.named_modules() if isinstance(m, (LoRALinear, QLoRALinear))
             for p in (m.lora_A, m.lora_B)]
-
-
-def merge_lora(model: Module) -> None:
-    """Merge every LoRALinear of ``model``."""
-    for _, m in model.named_modules():
-        if isinstance(m, LoRALinear):
-            m.merge()
-
-
-def unmerge_lora(model: Module) -> None:
-    """Unmerge every LoRALinear of ``model``."""
-    for _, m in model.named_modules():
-        if isinstance(m, LoRALinear):
-            m.unmerge()
 
 
 class QLoRALinear(Module):

@@ -1,4 +1,5 @@
 """Reductions: sum, mean and max (whose gradient splits ties equally)."""
+import math
 
 from ..autograd import NDArray, Tensor, TensorOp
 from ..backend_ndarray.axes import Axes, keepdims_shape, normalize_axes
@@ -34,9 +35,7 @@ def summation(a: Tensor, axes: Axes = None, keepdims: bool = False) -> Tensor:
 
 def mean(a: Tensor, axes: Axes = None, keepdims: bool = False) -> Tensor:
     """Mean over ``axes`` (all when None)."""
-    count = 1
-    for ax in normalize_axes(axes, a.ndim):
-        count *= a.shape[ax]
+    count = math.prod(a.shape[ax] for ax in normalize_axes(axes, a.ndim))
     return summation(a, axes, keepdims) / count
 
 
@@ -55,10 +54,10 @@ class Max(TensorOp):
         shape = a.shape
         kept = keepdims_shape(shape, self.axes)
         data = a.realize_cached_data()
-        mask = (data == node.realize_cached_data().reshape(kept).broadcast_to(shape))
-        mask = mask.astype(data.dtype)
-        count = mask.sum(axis=normalize_axes(self.axes, len(shape)), keepdims=True)
-        count = count.broadcast_to(shape)
+        mask = (data == node.realize_cached_data().reshape(kept).broadcast_to(shape)
+                ).astype(data.dtype)
+        count = mask.sum(axis=normalize_axes(self.axes, len(shape)), keepdims=True
+                         ).broadcast_to(shape)
         share = Tensor.make_const(mask / count)
         # out_grad spread back over the reduced axes: Summation's gradient (hw1.ops.summation)
         return Summation(self.axes, self.keepdims).gradient(out_grad, node) * share

@@ -39,14 +39,9 @@ class TupleGetItem(TensorOp):
         return a[self.index]
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> TensorTuple:
-        index = self.index
-        in_grad = []
-        for i, value in enumerate(node.inputs[0].realize_cached_data()):
-            if i != index:
-                in_grad.append(Tensor.make_const(array_api.full(value.shape, 0, value.dtype,
-                                                                value.device)))
-            else:
-                in_grad.append(out_grad)
+        in_grad = [Tensor.make_const(array_api.full(v.shape, 0, v.dtype, v.device))
+                   for v in node.inputs[0].realize_cached_data()]
+        in_grad[self.index] = out_grad
         return MakeTensorTuple()(*in_grad)
 
 

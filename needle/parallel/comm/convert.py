@@ -2,9 +2,8 @@
 
 MPI sends raw host memory, so every input becomes a C-contiguous numpy array first.  A CUDA
 NDArray or Tensor is staged through the host (``.numpy()``), and the result goes back to the
-input's device (each rank's own GPU: ``needle.parallel.devices``). The MPI wheel is not
-CUDA-aware (``devices.cuda_aware_mpi()`` says whether an MPI library is); a path handing device
-buffers to MPI directly would go here, used only where that says True.
+input's device (each rank's own GPU: ``needle.parallel.devices``): the MPI wheel is not
+CUDA-aware.
 
 The host bridge every strategy uses (data parallel, ZeRO/FSDP, the parameter server, the TP and
 MoE comms): ``host_view`` gives a tensor's data as NumPy (a view through DLPack on the CPU, no
@@ -31,18 +30,14 @@ def to_numpy(a: Any) -> Tuple[np.ndarray, Restore]:
         return a, _identity
     if isinstance(a, (np.ndarray, np.generic, int, float, bool)):
         return _contiguous(np.asarray(a)), _identity
-    if isinstance(a, Tensor):
-        device = a.device
+    if isinstance(a, (Tensor, NDArray)):
+        device, tensor = a.device, isinstance(a, Tensor)
 
-        def restore_tensor(x: np.ndarray) -> Any:
-            return Tensor(x, device=device, dtype=x.dtype.name, requires_grad=False)
-        return _contiguous(a.numpy()), restore_tensor
-    if isinstance(a, NDArray):
-        device = a.device
-
-        def restore_ndarray(x: np.ndarray) -> Any:
+        def restore(x: np.ndarray) -> Any:
+            if tensor:
+                return Tensor(x, device=device, dtype=x.dtype.name, requires_grad=False)
             return array(x, dtype=x.dtype.name, device=device)
-        return _contiguous(a.numpy()), restore_ndarray
+        return _contiguous(a.numpy()), restore
     raise TypeError(f"collectives take numpy arrays, needle NDArrays or Tensors, not {type(a)}")
 
 

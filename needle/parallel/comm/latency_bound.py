@@ -20,16 +20,14 @@ operations in MPICH", IJHPCA 19(1), 2005:
 * **Pairwise exchange alltoall** (Section 4.5): in step i rank r sends to ``r + i`` and receives
   from ``r - i`` (``r XOR i`` when p is a power of two).
 
-The recursive doubling allreduce carries a 16-byte *header* after the data: a hash h of the
-call's arguments.  Each step compares the partner's header with ours; a different hash, a
-message of the wrong size or a partner's ``POISON`` makes ours ``POISON``.  Since every rank's
-header reaches every rank exactly as the data does, all ranks end with h when every rank passed
-the same arguments and with ``POISON`` otherwise, at no extra message cost.  The recursive
-doubling allgather and the recursive halving reduce-scatter carry the same header after the
-data of each message.  With an empty payload the
-allreduce is the cheap metadata check that runs beside the first messages of every other
-collective (see ``metadata.py``).  The ``*_steps`` function beside each generator declares what
-it sends (``ledger.Steps``; the headers are not payload).
+The recursive doubling allreduce, allgather and the recursive halving reduce-scatter carry a
+16-byte *header* after the data of each message: a hash h of the call's arguments. Each step
+compares the partner's header with ours; a different hash, a message of the wrong size or a
+partner's ``POISON`` makes ours ``POISON``. Every rank's header reaches every rank as the data
+does, so all ranks end with h when all passed the same arguments and with ``POISON`` otherwise,
+at no extra message cost. With an empty payload the allreduce is the metadata check beside the
+first messages of every other collective (``metadata.py``). The ``*_steps`` function beside each
+generator declares what it sends (``ledger.Steps``; the headers are not payload).
 """
 from typing import Any, List, Optional, Sequence
 

@@ -1,10 +1,5 @@
-"""The communication ledger: what every collective and point-to-point call of a communicator sent.
-
-    y = comm.allreduce(x, label="layer3.fc2")
-    with comm.region("tp.forward"):            # regions nest: "tp.forward/attn"
-        comm.allreduce(h)
-    print(comm.ledger.summary())                # a table by label and collective
-    comm.ledger.total("allreduce", label="tp.forward")  # payload bytes sent
+"""The communication ledger: what every collective and point-to-point call of a communicator sent
+(usage: docs/parallel.md, "The ledger").
 
 Each finished call appends a ``Record``: the collective (``"send"``/``"recv"`` for point to
 point), the algorithm, the label, the payload bytes this rank sent and received (the argument
@@ -15,9 +10,7 @@ of N bytes on p ranks records ``2 (p - 1) / p * N`` sent when p divides N.
 
 Up to ``maxlen`` of the newest records are kept; older ones are folded into totals, so
 ``summary()`` and ``total()`` are exact over every call since the last ``reset()``.
-``disable()`` stops recording (a disabled ledger costs one attribute test per call).  Every
-communicator has its own ledger and regions, including each one made by ``split``: record a
-tensor-parallel layer on the tp communicator.
+A disabled ledger costs one attribute test per call.
 
 ``Steps`` is the other side: what an algorithm declares it sends, round by round, written beside
 its generator and read through ``select.steps``; tests check it against the records.
@@ -184,9 +177,7 @@ class Ledger:
                 totals.items(), key=lambda kv: (kv[0][0] or "", kv[0][1])):
             rows.append(f"{(label or '-')[:28]:<28} {name:<15} {calls:>6} {sent:>12} {recv:>12} "
                         f"{msgs:>7} {sec * 1e3:>9.3f}")
-        sent = sum(t[1] for t in totals.values())
-        recv = sum(t[2] for t in totals.values())
-        calls = sum(t[0] for t in totals.values())
+        calls, sent, recv = (sum(t[i] for t in totals.values()) for i in range(3))
         rows.append(f"{'total':<28} {'':<15} {calls:>6} {sent:>12} {recv:>12}")
         return "\n".join(rows)
 

@@ -14,12 +14,11 @@ finished segments (allgather).  Each rank sends ``2 (p - 1) / p * N`` bytes in t
 optimal.  Recursive doubling and binomial trees follow R. Thakur, R. Rabenseifner and W. Gropp,
 "Optimization of collective communication operations in MPICH", IJHPCA 19(1), 2005.
 """
-from typing import Callable, List
+from typing import List
 
 import numpy as np
 
 Array = np.ndarray
-Reducer = Callable[..., Array]
 
 # Every reduction is elementwise and commutative; "avg" is "sum" followed by a division by p.
 UFUNCS = {"sum": np.add, "avg": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
@@ -114,8 +113,7 @@ def ring_allgather(xs: List[Array]) -> List[Array]:
 
 def ring_allreduce(xs: List[Array], op: str = "sum") -> List[Array]:
     """Ring allreduce = ring reduce-scatter followed by ring allgather (Patarasuk & Yuan 2009)."""
-    p = len(xs)
-    shape = np.shape(xs[0])
+    p, shape = len(xs), np.shape(xs[0])
     flat = [np.ascontiguousarray(x).reshape(-1) for x in xs]
     parts = reduce_scatter_segments(flat, chunk_bounds(flat[0].size, p), op, shift=1)
     in_order = [parts[(i - 1) % p] for i in range(p)]  # segment i lives on rank i - 1
@@ -151,8 +149,7 @@ def recursive_doubling_allreduce(xs: List[Array], op: str = "sum") -> List[Array
 def binomial_reduce(xs: List[Array], root: int = 0, op: str = "sum") -> Array:
     """Binomial-tree reduce to ``root``: at step k, virtual rank v receives from v + 2^k."""
     p, ufunc = len(xs), UFUNCS[op]
-    acc = [np.array(x, copy=True) for x in xs]  # indexed by virtual rank (r - root) % p
-    acc = [acc[(v + root) % p] for v in range(p)]
+    acc = [np.array(xs[(v + root) % p], copy=True) for v in range(p)]  # by virtual rank v
     mask = 1
     while mask < p:
         for v in range(0, p, 2 * mask):
@@ -165,8 +162,5 @@ def binomial_reduce(xs: List[Array], root: int = 0, op: str = "sum") -> Array:
 def pairwise_alltoall(xs: List[Array]) -> List[Array]:
     """Alltoall: rank r receives chunk r (axis 0) of every rank, concatenated in rank order."""
     p = len(xs)
-    outs = []
-    for r in range(p):
-        parts = [np.array_split(np.asarray(x), p, axis=0)[r] for x in xs]
-        outs.append(np.concatenate(parts, axis=0))
-    return outs
+    return [np.concatenate([np.array_split(np.asarray(x), p, axis=0)[r] for x in xs], axis=0)
+            for r in range(p)]

@@ -10,11 +10,9 @@ reduce-scatter (p a power of two) move as many bytes as the ring in ``log2 p`` r
 the argument check inside their messages, but copy the data in and out of their own buffers,
 so the ring (which works in place) wins once copying costs more than the rounds it saves.
 
-Each threshold is measured, on the machine and rank count at hand, by one command:
-``mpiexec -n P python benchmarks/bench_collectives.py --crossovers``, which times both
-algorithms of each collective side by side and prints the value to put here (or in the
-environment variable named beside it); the figures behind the defaults are in
-``benchmarks/README.md``.
+Each threshold is measured on the machine at hand by ``mpiexec -n P python
+benchmarks/bench_collectives.py --crossovers`` (figures behind the defaults:
+``benchmarks/README.md``).
 
 ``ALGORITHMS`` names each algorithm's ``*_steps``, what it sends, declared beside its
 generator: the communicator asks ``choose``; the cost models and the planner ``steps``.
