@@ -55,9 +55,12 @@ def _collate(samples: Sequence[Any]) -> Tuple[np.ndarray, ...]:
 class DataLoader:
     """Iterate over a dataset in (optionally shuffled) batches of ``ndl.Tensor``.
 
-    Shuffling draws one permutation per epoch from ``generator`` (or ``seed``), else from NumPy's
-    global RNG as in the course; a ``sampler`` replaces it. ``state_dict()`` captures the position
-    inside an epoch, so a resumed run sees the batches it would have seen."""
+    Shuffling draws one permutation per epoch from ``generator`` (an ``np.random.Generator``,
+    or one built from ``seed``); with neither, NumPy's global RNG is used, as in the course.
+    A ``sampler`` (e.g. ``DistributedSampler``) replaces shuffling: it lists the indices.
+    ``state_dict()`` / ``load_state_dict()`` capture the position inside an epoch so training
+    resumed from a checkpoint sees exactly the batches it would have seen.
+    """
 
     def __init__(self, dataset: Dataset, batch_size: Optional[int] = 1, shuffle: bool = False,
                  drop_last: bool = False, device: Optional[BackendDevice] = None,

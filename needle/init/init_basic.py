@@ -29,7 +29,10 @@ def _sample_dtype(dtype: Any) -> str:
 
 def rand(*shape: int, low: float = 0.0, high: float = 1.0, device: Optional[BackendDevice] = None,
          dtype: str = "float32", requires_grad: bool = False) -> Tensor:
-    """Uniform samples in [low, high) from NumPy's global RNG (seeded, as the course's)."""
+    """Uniform samples in [low, high).
+
+    Drawn with the device's ``rand`` (NumPy's global RNG, ``np.random.rand``), so seeded
+    results match the course's; scaled and shifted from [0, 1)."""
     ### BEGIN YOUR SOLUTION (hw2.init.rand)
     device = _device(device)
     array = device.rand(*shape, dtype=_sample_dtype(dtype)) * (high - low) + low
@@ -39,7 +42,10 @@ def rand(*shape: int, low: float = 0.0, high: float = 1.0, device: Optional[Back
 
 def randn(*shape: int, mean: float = 0.0, std: float = 1.0, device: Optional[BackendDevice] = None,
           dtype: str = "float32", requires_grad: bool = False) -> Tensor:
-    """Normal samples of mean ``mean`` and std ``std`` from NumPy's global RNG (as the course)."""
+    """Normal samples with the given mean and standard deviation.
+
+    Drawn with the device's ``randn`` (NumPy's global RNG, ``np.random.randn``), so seeded
+    results match the course's."""
     ### BEGIN YOUR SOLUTION (hw2.init.rand)
     device = _device(device)
     array = device.randn(*shape, dtype=_sample_dtype(dtype)) * std + mean

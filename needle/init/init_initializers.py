@@ -1,5 +1,13 @@
-"""Weight initializers: Xavier/Glorot (AISTATS 2010) and Kaiming/He (arXiv:1502.01852) on
-``(fan_in, fan_out)``; a conv kernel (K, K, C_in, C_out) passes ``fan_in = K*K*C_in``."""
+"""Weight initializers: Xavier/Glorot and Kaiming/He, uniform and normal.
+
+Xavier: Glorot & Bengio, "Understanding the difficulty of training deep feedforward neural
+networks" (AISTATS 2010): Var(w) = gain^2 * 2 / (fan_in + fan_out).
+Kaiming: He et al., "Delving Deep into Rectifiers" (arXiv:1502.01852): Var(w) = gain^2 / fan_in.
+
+The tensor has shape ``(fan_in, fan_out)`` unless ``shape`` is given. For a convolution kernel
+``shape=(K, K, C_in, C_out)`` the caller passes ``fan_in = K*K*C_in`` (as the course's hw4 does);
+when ``fan_in``/``fan_out`` are None they are computed from ``shape`` that way.
+"""
 import math
 from typing import Any, Optional, Tuple
 
@@ -41,7 +49,8 @@ def _fans(fan_in: Optional[int], fan_out: Optional[int],
 
 def xavier_uniform(fan_in: int, fan_out: int, gain: float = 1.0,
                    shape: Optional[Tuple[int, ...]] = None, **kwargs: Any) -> Tensor:
-    """U(-a, a), a = gain * sqrt(6 / (fan_in + fan_out)) (Glorot & Bengio, 2010)."""
+    """U(-a, a) with a = gain * sqrt(6 / (fan_in + fan_out)) (Glorot & Bengio, 2010), drawn
+    with ``rand``."""
     fan_in, fan_out, shape = _fans(fan_in, fan_out, shape)
     ### BEGIN YOUR SOLUTION (hw2.init.fan)
     a = gain * math.sqrt(6.0 / (fan_in + fan_out))
@@ -51,7 +60,8 @@ def xavier_uniform(fan_in: int, fan_out: int, gain: float = 1.0,
 
 def xavier_normal(fan_in: int, fan_out: int, gain: float = 1.0,
                   shape: Optional[Tuple[int, ...]] = None, **kwargs: Any) -> Tensor:
-    """N(0, std^2), std = gain * sqrt(2 / (fan_in + fan_out)) (Glorot & Bengio, 2010)."""
+    """N(0, std^2) with std = gain * sqrt(2 / (fan_in + fan_out)) (Glorot & Bengio, 2010),
+    drawn with ``randn``."""
     fan_in, fan_out, shape = _fans(fan_in, fan_out, shape)
     ### BEGIN YOUR SOLUTION (hw2.init.fan)
     std = gain * math.sqrt(2.0 / (fan_in + fan_out))
@@ -61,7 +71,9 @@ def xavier_normal(fan_in: int, fan_out: int, gain: float = 1.0,
 
 def kaiming_uniform(fan_in: int, fan_out: int, nonlinearity: str = "relu",
                     shape: Optional[Tuple[int, ...]] = None, **kwargs: Any) -> Tensor:
-    """U(-b, b) with b = gain * sqrt(3 / fan_in), gain = ``calculate_gain(nonlinearity)``."""
+    """U(-b, b) with b = gain * sqrt(3 / fan_in) (He et al., 2015), drawn with ``rand``.
+
+    gain = ``calculate_gain(nonlinearity)``: sqrt(2) for the course's default, relu."""
     fan_in, fan_out, shape = _fans(fan_in, fan_out, shape)
     ### BEGIN YOUR SOLUTION (hw2.init.fan)
     bound = calculate_gain(nonlinearity) * math.sqrt(3.0 / fan_in)
@@ -71,7 +83,9 @@ def kaiming_uniform(fan_in: int, fan_out: int, nonlinearity: str = "relu",
 
 def kaiming_normal(fan_in: int, fan_out: int, nonlinearity: str = "relu",
                    shape: Optional[Tuple[int, ...]] = None, **kwargs: Any) -> Tensor:
-    """N(0, std^2) with std = gain / sqrt(fan_in), gain = ``calculate_gain(nonlinearity)``."""
+    """N(0, std^2) with std = gain / sqrt(fan_in) (He et al., 2015), drawn with ``randn``.
+
+    gain = ``calculate_gain(nonlinearity)``: sqrt(2) for the course's default, relu."""
     fan_in, fan_out, shape = _fans(fan_in, fan_out, shape)
     ### BEGIN YOUR SOLUTION (hw2.init.fan)
     std = calculate_gain(nonlinearity) / math.sqrt(fan_in)

@@ -227,8 +227,9 @@ class Adam(Optimizer):
         ### END YOUR SOLUTION
 
     def _step_tuned(self) -> None:
-        """The same step with fewer temporaries: the fused ``adam_update`` where the device offers
-        it, else in-place m and v (hw2.optim.adam's answer again: stubbed in the release)."""
+        """The same step with fewer temporaries: one fused kernel on a device offering the
+        ``adam_update`` primitive, else m and v updated in place with the bias corrections
+        folded into scalars (hw2.optim.adam's answer again: stubbed in the release)."""
         ### BEGIN YOUR SOLUTION (hw2.optim.adam)
         b1, b2 = self.beta1, self.beta2
         for i, p, w, g in self._grads():

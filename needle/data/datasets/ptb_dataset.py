@@ -57,7 +57,10 @@ class Corpus:
 
 def batchify(data: Any, batch_size: int, device: Optional[BackendDevice] = None,
              dtype: Optional[str] = None) -> np.ndarray:
-    """Cut a token stream into ``batch_size`` contiguous columns (leftover tokens dropped)."""
+    """Cut a token stream into ``batch_size`` columns: shape (len(data) // batch_size, batch_size).
+
+    Column j holds the j-th contiguous chunk of the stream; leftover tokens are dropped.
+    """
     ### BEGIN YOUR SOLUTION (hw4.data.ptb)
     nbatch = len(data) // batch_size
     if nbatch == 0:
@@ -69,8 +72,11 @@ def batchify(data: Any, batch_size: int, device: Optional[BackendDevice] = None,
 
 def get_batch(batches: np.ndarray, i: int, bptt: int, device: Optional[BackendDevice] = None,
               dtype: Optional[str] = None) -> Tuple[Tensor, Tensor]:
-    """Inputs rows ``[i, i+L)`` (L, B) and targets rows ``[i+1, i+1+L)`` flattened (L*B,); float32
-    ids unless ``dtype`` says otherwise, as the course's hw4 (exact below 2**24)."""
+    """Inputs rows ``[i, i+L)`` (L, B) and targets rows ``[i+1, i+1+L)`` flattened (L*B,).
+
+    Token ids come back as float32 Tensors unless ``dtype`` says otherwise, as the course's
+    (float32-only) hw4 needle gives them; exact for ids below 2**24.
+    """
     ### BEGIN YOUR SOLUTION (hw4.data.ptb)
     seq_len = min(bptt, len(batches) - 1 - i)
     if seq_len <= 0:
