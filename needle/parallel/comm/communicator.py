@@ -5,15 +5,11 @@
     total = comm.allreduce(grad, op="sum")    # numpy array, needle NDArray or Tensor
     work = comm.allreduce_async(grad); ...; total = work.wait()
 
-Each collective is a row of ``collectives.py``'s table; one runner (``_call``) runs every row:
-the check that all ranks passed the same arguments (``metadata.py``; inside the algorithm's data
-messages or beside its first ones, as the algorithm says), the algorithm ``select.choose``
-picks (or ``algorithm=`` names), the wait with a deadline (``progress.py``;
-``NEEDLE_COMM_TIMEOUT`` seconds, default 60) now or in a ``Work``, the counters
-(``comm.stats``) and a ``comm.ledger`` record (named by ``label=`` and ``comm.region``). What
-stays the same between calls (description, hash, channels, buffers) waits in one cache. The
-messages go over MPI (``transport_mpi.py``) or the in-process virtual cluster's threads
-(``transport_inprocess.py``). ``send``/``recv`` are the held ``p2p.PointToPoint``'s.
+Each collective is a row of ``collectives.py``'s table, all run by ``_call``: the check that
+all ranks passed the same arguments (``metadata.py``), the algorithm ``select.choose`` picks
+(or ``algorithm=`` names), the wait with a deadline (``progress.py``; ``NEEDLE_COMM_TIMEOUT``
+seconds, default 60) now or in a ``Work``, ``comm.stats`` and a ``comm.ledger`` record (named
+by ``label=`` and ``comm.region``).
 
 Conventions: allgather concatenates along axis 0 in rank order (all ranks pass the same shape);
 reduce_scatter gives rank r chunk r of p near-equal axis-0 chunks (the first ``n % p`` chunks
@@ -53,8 +49,7 @@ class Communicator:
 
     ANY_SOURCE = ANY_SOURCE
     ANY_TAG = ANY_TAG
-    # False: finish the argument check before the first message (the older order; kept so
-    # that the benchmark can measure what overlapping saves).
+    # False: the argument check finishes before the first data message (no overlap).
     overlap_check = True
 
     def __init__(self, comm: Any, timeout: Optional[float] = None,
@@ -268,8 +263,7 @@ class Communicator:
         try:
             if st.ctl is None:  # the header rides in the data messages
                 yield from st.steps(ch, st.check)
-                if self.size > 1 and not st.check.agrees():
-                    self._verify(st, tag, context)
+                self._verify(st, tag, context)
                 st.res[...] = st.result
             else:
                 verify = lambda: self._verify(st, tag, context)  # noqa: E731

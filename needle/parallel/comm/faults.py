@@ -1,29 +1,12 @@
 """Making a failure on one rank end the whole job instead of hanging the others.
 
-MPI jobs fail badly by default: if rank 1 raises, rank 0 waits forever in its next receive.
-Two mechanisms prevent that: every wait has a deadline (``progress.wait`` raises
-``CommTimeoutError`` after ``NEEDLE_COMM_TIMEOUT`` seconds), and an uncaught exception calls
-``MPI_Abort`` on ``COMM_WORLD``, which makes ``mpiexec`` kill every rank and exit non-zero.
-(``python -m mpi4py script.py`` installs the same behaviour; ``needle.parallel.launch`` uses it.)
-
-Before MPI starts there is no communicator and no timeout: under plain ``mpiexec`` a rank that
-raises before ``communicator.create()`` leaves the others waiting inside MPI start-up forever
-(MPICH's hydra ends a job when a rank dies by a signal or aborts, not when it exits).  So when
-``needle.parallel`` is imported under an MPI launcher, ``install_exit_guard`` makes a rank that
-ends before initialising MPI join MPI start-up on its way out: with an uncaught exception it
-then calls ``MPI_Abort`` (the job ends at once); on a plain exit it finalises (the others then
-time out in their next call).  A watchdog kills the rank (SIGKILL, which hydra also turns into
-the end of the job) if start-up does not complete within ``NEEDLE_COMM_TIMEOUT`` seconds, e.g.
-when the other ranks never start MPI.
-
-After start-up, hydra cannot tell a rank that calls ``os._exit(0)`` mid-job from one that has
-finished: it kills the other ranks at once and exits with status 0, nobody named.  Under plain
-``mpiexec`` the watchdog therefore stays as the rank's guardian (``_guard``): it outlives such a
-rank, says which rank left, and keeps the job alive until the ranks waiting for it time out
-(naming it and the call) and abort the job.
-
-Under ``needle.parallel.launch`` the hook first records the exception in the launcher's report
-folder (``NEEDLE_LAUNCH_DIR``), so the launcher can say which rank failed first and why.
+Every wait has a deadline (``NEEDLE_COMM_TIMEOUT``) and an uncaught exception calls ``MPI_Abort``
+(``install_abort_hook``), so ``mpiexec`` kills every rank. Before MPI starts there is neither,
+and MPICH's hydra ends a job when a rank dies by a signal or aborts, not when it exits: so
+``install_exit_guard`` makes a rank that ends early join MPI start-up on its way out, and
+``start_mpi``'s watchdog kills a rank whose start-up does not complete in time, then (plain
+``mpiexec``) stays as its guardian (``_guard``). The behaviour, and the times measured for each
+fault, are in docs/reliability.md.
 """
 import atexit
 import json

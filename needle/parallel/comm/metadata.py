@@ -1,25 +1,17 @@
 """Checking that all ranks called the same collective with compatible arguments.
 
-A collective whose ranks disagree about the size, dtype or op would otherwise hang (a receive
-that never matches) or, worse, silently compute garbage.  Each rank therefore describes its call
-as a short string ("allreduce op=sum dtype=float32 shape=(4, 3) ..."), hashes it to an integer h
-and runs a recursive-doubling exchange of a 16-byte header holding h
-(``latency_bound.recursive_doubling_allreduce`` with no payload): each step compares the
-partner's header with its own and poisons its own on a difference, so every rank ends with h iff
-all ranks hashed the same string.  The exchange is posted together with the algorithm's first
-messages (``overlapped`` below), so it adds no round trip: the algorithm only waits for a
-message once the check has passed.  The latency-bound algorithms (recursive doubling allreduce
-and allgather, recursive halving reduce-scatter) carry the same header inside their data
-messages instead, so they send no message of their own for it.
+Ranks that disagree about the size, dtype or op would otherwise hang (a receive that never
+matches) or silently compute garbage. Each rank describes its call ("allreduce op=sum
+dtype=float32 shape=(4, 3) ...") and hashes it; a 16-byte header holding the hash goes around a
+recursive-doubling exchange in which a rank poisons its header on any difference. The exchange
+is posted with the algorithm's first messages (``overlapped``), so it adds no round trip; the
+latency-bound algorithms carry the header inside their data messages instead. Only when the
+hashes differ do the ranks allgather their full descriptions, so every rank raises the same
+error naming the ranks and their arguments.
 
-Only when the hashes differ do the ranks exchange their full description strings (a ring
-allgather of fixed-size byte records) so that every rank can raise the same ``ValueError``
-naming the ranks and their arguments.
-
-A caller may add an integer ``context`` to a call (DDP passes the number of backward passes its
-buckets hold): it is mixed into the hash when the header is written, not into the description,
-so the cached description of a shape stays one per shape; it travels, as 8 bytes, in the
-detailed exchange only, and the error carries every rank's value (``CallMismatchError``).
+A caller's integer ``context`` (DDP: the backward passes its buckets hold) is mixed into the
+hash, not the description (one cached description per shape); it travels in the detailed
+exchange only, and the error carries every rank's value (``CallMismatchError``).
 """
 import hashlib
 from functools import lru_cache

@@ -1,19 +1,11 @@
 """Running a collective: point-to-point channels, waiting with a deadline, and async handles.
 
-Every algorithm in this package is written as a *generator* that posts nonblocking sends and
-receives (``Channel.isend`` / ``Channel.irecv``) and then ``yield``s the list of requests it must
-see complete before it can go on.  Whoever drives the generator decides how to wait:
-
-* ``drive`` runs it to the end right away (the blocking collectives);
-* ``Work`` keeps it suspended, so the caller can compute while messages fly, and finishes it in
-  ``Work.wait()`` (the ``*_async`` collectives, for overlapping communication with compute).
-
-The requests belong to a *transport*: MPI (``transport_mpi.py``, one process per rank) or the
-in-process virtual cluster (``transport_inprocess.py``, one thread per rank).  A transport has
-``isend(buf, dest, tag)``, ``irecv(buf, source, tag)``, ``poll(item)`` (None while in flight,
-else whether a receive was truncated), ``wait(item, timeout, describe)`` (poll until done or
-raise ``CommTimeoutError``) and ``idle()`` (called when a nonblocking ``test`` found nothing), so
-the same generators, checks, timeouts and counters run over both.
+Every algorithm is a *generator* that posts nonblocking sends and receives (``Channel``) and
+``yield``s the requests it must see complete before it can go on. ``drive`` runs it to the end
+(blocking calls); ``Work`` keeps it suspended and finishes it in ``wait()`` (``*_async`` calls).
+A transport (``transport_mpi.py`` or ``transport_inprocess.py``) has ``isend``, ``irecv``,
+``poll(item)`` (None while in flight, else whether a receive was truncated), ``wait(item,
+timeout, describe)`` and ``idle()``, so the same generators run over both.
 """
 import time
 from collections.abc import Hashable, Sequence

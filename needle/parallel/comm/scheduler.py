@@ -1,17 +1,10 @@
 """Cooperative scheduling of the virtual cluster's rank threads: one baton, deadlock detection.
 
-Exactly one rank thread runs at a time: the one holding the *baton*.  A rank gives the baton
-away only when it waits on communication and a poll finds nothing complete; it goes to the next
-live rank in round-robin order.  Every choice is therefore a function of the program alone, so
-message order and results are the same on every run.
-
-Each rank behaves like its own process for process-global state: before the baton leaves a rank,
-every ``(getter, setter)`` pair of ``state`` saves that rank's value (numpy's global RNG, autograd's
-grad mode, ...), and the rank that receives the baton restores its own.
-
-Deadlock: a rank that finds nothing records the *epoch* (a counter bumped by every delivered
-message and every rank that ends).  When every live rank is waiting at the current epoch, no
-message can ever arrive: all of them raise ``DeadlockError``, naming every rank's pending call.
+One rank thread runs at a time, the one holding the *baton*; it passes it round-robin only when
+a poll finds nothing, so message order and results are the same on every run. Each pair of
+``state`` hooks (numpy's RNG, grad mode, ...) is saved when the baton leaves a rank and restored
+when it returns. A waiting rank records the *epoch* (bumped by every delivery and every rank
+that ends); when every live rank waits at the current epoch, all raise ``DeadlockError``.
 """
 import threading
 import time

@@ -1,15 +1,11 @@
 """BLAS/OpenMP threads per rank: the node's cores shared among the ranks on it.
 
-Each process's OpenBLAS (or MKL, or an OpenMP runtime) starts one thread per core it sees, so
-``mpiexec -n 2`` on two cores runs four BLAS threads that preempt each other in every matmul
-(the measured cost is in benchmarks/README.md, "Figures behind constants and docstrings").
-``torchrun`` sets ``OMP_NUM_THREADS=1`` for this reason; here ``create()`` gives each rank
-``cores on the node // ranks on the node`` threads (at least one), with ``threadpoolctl``,
-because NumPy has loaded its BLAS before any communicator exists (environment variables set
-now would come too late). The user's choice wins: an explicit ``blas_threads``, or
-``OMP_NUM_THREADS`` / ``OPENBLAS_NUM_THREADS`` / ``MKL_NUM_THREADS`` in the environment.
-Ranks on the node come from MPI (``Split_type(COMM_TYPE_SHARED)``); cores are the union of
-the CPUs those ranks may run on. The virtual cluster (threads in one process) is not touched.
+Each process's BLAS starts one thread per core it sees, so ``mpiexec -n 2`` on two cores runs
+four threads that preempt each other in every matmul (benchmarks/README.md, "Figures behind
+constants and docstrings"). ``create()`` gives each rank ``cores on the node // ranks on the
+node`` threads with ``threadpoolctl`` (NumPy has loaded its BLAS already: environment variables
+would come too late), unless ``blas_threads`` or ``OMP_NUM_THREADS`` / ``OPENBLAS_NUM_THREADS``
+/ ``MKL_NUM_THREADS`` say otherwise. The virtual cluster (threads of one process) is untouched.
 """
 import os
 from typing import Any, List, Optional, Set, Tuple

@@ -1,17 +1,11 @@
 """The in-process transport: the ranks are threads of one process (``needle.parallel.virtual``).
 
-Messages follow MPI's matching rules, so every algorithm generator runs unchanged: a receive
-matches the earliest message from its source (or any source) with its tag (or any tag) on its
-communicator, messages between two ranks never overtake each other, and a message longer than
-the receive buffer is a truncation error.  Like MPICH on shared memory, a message of at most
-``EAGER_BYTES`` is copied at once and its send completes (eager); a longer one is copied
-straight from the sender's buffer into the receiver's when both are posted (rendezvous), so a
-program that would deadlock under MPI deadlocks here too, and is reported at once.
-
-A communicator is a *context* (its message queues) shared by its member ranks; ``dup`` and
-``split`` derive the child context's id from the parent's and a per-rank counter, which every
-member advances in the same order (both are collective), so all members find the same context.
-``World.trace`` (when enabled) records every delivered message, for the alpha-beta cost model.
+Messages follow MPI's matching rules (earliest match by source and tag, no overtaking, a longer
+message than the buffer is a truncation), so every algorithm runs unchanged. Like MPICH on
+shared memory, a message of at most ``EAGER_BYTES`` completes its send at once; a longer one
+waits for the receive (rendezvous), so a program that deadlocks under MPI deadlocks here too.
+``dup`` and ``split`` derive a child context's id from the parent's and a per-rank counter that
+every member advances in the same order. ``World.trace`` records every delivered message.
 """
 import time
 from collections import deque
