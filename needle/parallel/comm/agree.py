@@ -1,12 +1,9 @@
 """Ranks agreeing on a strategy's settings before the first step.
 
-Ranks built with different settings (bucket size, ZeRO stage, number of microbatches, optimizer
-hyperparameters...) would otherwise fail far from the cause (a collective's sizes, a shape
-error deep in an ``add``) or, worse, train on silently.  So each strategy calls
-``agree(comm, "DistributedDataParallel", {"bucket_cap_mb": 25.0, ...})`` at construction: the
-ranks allgather a small fingerprint of their settings (a fixed-size JSON record) and, if any
-differ, every rank raises the same ``ValueError`` naming each setting that differs and every
-rank's value.
+Ranks built with different settings (bucket size, ZeRO stage, hyperparameters...) would fail
+far from the cause or train on silently. ``agree(comm, "DistributedDataParallel", {...})``
+allgathers a fixed-size JSON record of each rank's settings; if any differ, every rank raises
+the same ``ValueError`` naming each setting that differs and every rank's value.
 """
 import json
 from typing import Any, Dict, List, Tuple

@@ -1,11 +1,8 @@
 """Checking each rank's own arguments against its group before any message moves.
 
-``metadata.py`` checks that all ranks *agree*; this module checks what one rank can see alone:
-that a root or a peer is a rank of the group, a tag is in the transport's range, an op is one
-of the reductions and the dtype can be reduced with it.  Without these checks a root outside
-the group makes ``broadcast`` return zeros and ``reduce`` return None on every rank, silently.
-Every error names the argument, its value, the calling rank and the call, e.g.
-``broadcast(root=5): root must be a rank of this communicator, 0..1 (rank 0 of 2)``.
+``metadata.py`` checks that all ranks *agree*; this module, what one rank sees alone (a root
+outside the group would make ``broadcast`` return zeros, silently). Every error names the
+argument, its value, the rank and the call.
 """
 import numbers
 import os

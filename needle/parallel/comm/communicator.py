@@ -318,13 +318,8 @@ class Communicator:
 
 def create(mpi_comm: Any = None, timeout: Optional[float] = None,
            abort_on_error: bool = True, blas_threads: Optional[int] = None) -> Communicator:
-    """A ``Communicator`` over ``mpi_comm`` (default ``MPI.COMM_WORLD``).
-
-    With ``abort_on_error`` an uncaught exception on any rank aborts the whole MPI job (exit code
-    1) instead of leaving the other ranks waiting for it. Each rank's BLAS/OpenMP threads are
-    limited to its share of the node's cores unless ``blas_threads`` or the environment says
-    otherwise (``threads.py``).
-    """
+    """A ``Communicator`` over ``mpi_comm`` (default ``MPI.COMM_WORLD``); ``abort_on_error``:
+    an uncaught exception on any rank aborts the job; ``blas_threads``: see ``threads.py``."""
     MPI = mpi()
     if abort_on_error:
         install_abort_hook()

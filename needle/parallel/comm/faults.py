@@ -99,10 +99,9 @@ def start_mpi(why: str) -> Any:
     not finished within ``NEEDLE_COMM_TIMEOUT`` seconds (a rank that ended or is stuck before
     starting MPI would otherwise keep the others in start-up forever).
 
-    The watchdog is a forked process: ``MPI_Init`` runs inside an import, holding the GIL, so
-    no Python thread of this process could run while it waits.  Under plain ``mpiexec`` it
-    then stays as the rank's *guardian* (``_guard``); under ``needle.parallel.launch`` the
-    rank's supervisor does that job and the watchdog ends once MPI has started."""
+    The watchdog is a forked process (``MPI_Init`` holds the GIL: no thread could run). Under
+    plain ``mpiexec`` it stays as the rank's guardian (``_guard``); under the launcher, the
+    rank's supervisor is."""
     if _mpi_started() or not under_mpi_launcher() or not hasattr(os, "fork"):
         from mpi4py import MPI
         return MPI

@@ -78,11 +78,8 @@ def mismatch_error(transport: Any, tag: int, desc: tuple, timeout: float,
 def overlapped(size: int, check: Algorithm, body: Algorithm, verify: Callable[[], None],
                overlap: bool = True) -> Algorithm:
     """The argument ``check`` with its messages in flight together with the ``body``'s first
-    ones, so that it adds no round trip (``overlap=False``: the check, then the body).
-
-    Safe on mismatched arguments: until ``verify()`` has passed the body has only *posted*
-    messages (a generator posts, then yields what it waits for), so no rank waits for one that a
-    rank with other arguments will not send (they stay pending on this call's own tag).
+    ones, so that it adds no round trip (``overlap=False``: the check, then the body). Safe on
+    mismatched arguments: until ``verify()`` has passed the body has only *posted* messages.
     """
     if size == 1 or not overlap:
         if size > 1:

@@ -84,11 +84,8 @@ class Waiting:
 
 
 class Channel:
-    """The point-to-point messages of one call on one tag: per-call byte and message counts.
-
-    ``header`` bytes of every message (the argument check riding along with the data) are
-    counted apart from the payload, so ``sent``/``recvd`` are exactly the payload traffic.
-    """
+    """The point-to-point messages of one call on one tag: per-call byte and message counts
+    (``header`` bytes of each message, the argument check riding along, counted apart)."""
 
     __slots__ = ("_isend", "_irecv", "rank", "size", "tag", "header", "sent", "recvd",
                  "nsend", "nrecv", "peers")
@@ -151,17 +148,11 @@ def drive(gen: Algorithm, transport: Transport, timeout: float,
 class Work:
     """Handle of a nonblocking call: ``test()`` makes progress, ``wait()`` returns the result.
 
-    MPI moves messages only while some rank calls into it, so long computations between start and
-    ``wait()`` should call ``test()`` now and then to keep a pipelined collective flowing.  On the
-    virtual cluster a ``test()`` that finds nothing lets the other ranks run.
-
-    ``test()`` has the same deadline as ``wait()``: once the communicator's timeout has passed
-    since the call last made progress (posting it counts), it raises ``CommTimeoutError``, so a
-    rank polling ``test()`` in a loop for a peer that has left cannot poll forever.  A gap
-    longer than the timeout between two ``test()`` calls (the rank computed; under MPI nothing
-    moved meanwhile) starts the count again.  A caller that waits on purpose for longer (a
-    server's long poll for requests that come when workers are ready) uses ``poll()`` and
-    bounds its own wait.
+    MPI moves messages only while a rank calls into it: long computations before ``wait()``
+    call ``test()`` now and then. ``test()`` raises ``CommTimeoutError`` once the timeout has
+    passed without progress (a longer gap between two tests starts the count again), so a rank
+    cannot poll forever for a peer that has left; ``poll()`` has no deadline, for a caller (a
+    server's long poll) that bounds its own wait.
     """
 
     def __init__(self, gen: Algorithm, transport: Transport, timeout: float,

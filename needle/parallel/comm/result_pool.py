@@ -43,7 +43,3 @@ class ResultPool:
             self._bufs = [b for b in self._bufs if b is not free]
         self._bufs.append(buf)
         return buf.view(dtype).reshape(shape)
-
-    def clear(self) -> None:
-        """Forget every kept buffer (their memory is freed once their results are dropped)."""
-        self._bufs.clear()

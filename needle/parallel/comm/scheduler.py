@@ -94,11 +94,8 @@ class Scheduler:
         self._check(r)
 
     def pause(self, r: int, timeout: float = float("inf")) -> None:
-        """Rank ``r`` tested and found nothing but is not blocked: let the others run.
-
-        Once every other rank has ended, only this rank's own sends could still complete its
-        call: if it has polled alone for ``timeout`` seconds (a rank polling ``test()`` in a
-        loop would spin forever), raise ``DeadlockError``."""
+        """Rank ``r`` tested and found nothing but is not blocked: let the others run; raise
+        ``DeadlockError`` once it has polled alone (every other rank ended) for ``timeout``."""
         if self.size > 1 and not any(self.live[q] for q in range(self.size) if q != r):
             since = self._alone_since.setdefault(r, time.monotonic())
             if time.monotonic() - since > timeout:

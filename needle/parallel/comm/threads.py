@@ -60,11 +60,8 @@ def limit(n: int) -> None:
 
 
 def place(mpi_comm: Any, blas_threads: Optional[int] = None) -> Optional[str]:
-    """Limit this rank's BLAS/OpenMP threads (see module doc); rank 0 prints the choice.
-
-    Collective over ``mpi_comm`` (as creating a communicator is). Returns the line printed
-    (on every rank), or None when nothing was decided (a single rank, or already placed).
-    """
+    """Limit this rank's BLAS/OpenMP threads (collective); rank 0 prints the choice, every
+    rank returns it (None when nothing was decided: a single rank, or already placed)."""
     global _placed
     if blas_threads is not None and (not isinstance(blas_threads, int)
                                      or isinstance(blas_threads, bool) or blas_threads < 1):

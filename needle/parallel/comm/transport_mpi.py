@@ -1,11 +1,9 @@
 """The MPI transport: one process per rank, point-to-point messages through mpi4py.
 
-Waiting is a polling loop over ``MPI.Request.Testall`` rather than ``Waitall``, so that a call
-that cannot finish (a peer that never arrives) raises ``CommTimeoutError`` after ``timeout``
-seconds instead of hanging forever.  MPICH's own ``Waitall`` also spins, so polling costs no
-more CPU; after a few hundred empty polls we ``sched_yield`` so that other processes can run.
-When a node runs more ranks than it has cores (oversubscribed), the transport yields after every
-empty poll: a spinning rank would otherwise hold the core its peer needs.
+Waiting polls ``MPI.Request.Testall`` (not ``Waitall``) so that a call that cannot finish
+raises ``CommTimeoutError`` after ``timeout`` seconds; MPICH's ``Waitall`` spins too, so this
+costs no more CPU. After ``spin`` empty polls a rank yields its core (at once when the node is
+oversubscribed: a spinning rank would hold the core its peer needs).
 """
 import os
 import time
@@ -65,12 +63,8 @@ class MPITransport:
 
     def poll(self, item: Any) -> Optional[bool]:
         """Test ``item`` (requests, or ``(requests, statuses)``) once: None if still in flight,
-        else whether a receive was truncated.
-
-        A truncated receive means a peer sent more bytes than this rank expected (mismatched
-        arguments).  We finish the remaining requests and report it, so the algorithm can run to
-        the end and every rank learns of the mismatch, instead of some raising and others hanging.
-        """
+        else whether a receive was truncated (a peer with other arguments sent more bytes): the
+        algorithm then runs to the end, so every rank learns of the mismatch and none hangs."""
         reqs, statuses = item if type(item) is tuple else (item, None)
         try:
             return False if self._testall(reqs, statuses) else None
