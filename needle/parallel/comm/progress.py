@@ -52,10 +52,7 @@ class DeadlockError(CommTimeoutError):
 
 def stat(stats: Dict[str, Stat], name: str) -> Stat:
     """``stats[name]``: calls, bytes sent and received (made, at zero, on first use)."""
-    found = stats.get(name)
-    if found is None:
-        found = stats[name] = {"calls": 0, "bytes_sent": 0, "bytes_recv": 0}
-    return found
+    return stats.setdefault(name, {"calls": 0, "bytes_sent": 0, "bytes_recv": 0})
 
 
 class Waiting:

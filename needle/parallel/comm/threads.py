@@ -74,8 +74,7 @@ def place(mpi_comm: Any, blas_threads: Optional[int] = None) -> Optional[str]:
     elif _placed or ranks == 1:
         return None
     elif env is not None:
-        line = f"needle: BLAS/OpenMP threads left as the environment sets them ({env[0]}=" \
-               f"{env[1]})"
+        line = f"needle: BLAS/OpenMP threads left as the environment sets them ({env[0]}={env[1]})"
     else:
         n = threads_per_rank(cores, ranks)
         limit(n)

@@ -74,10 +74,7 @@ class World:
 
     def context(self, cid: tuple, members: List[int]) -> _Context:
         """The context ``cid``, created by the first member to ask for it."""
-        ctx = self._contexts.get(cid)
-        if ctx is None:
-            ctx = self._contexts[cid] = _Context(cid, members)
-        return ctx
+        return self._contexts.setdefault(cid, _Context(cid, members))
 
     def deliver(self, ctx: _Context, send: _Request, recv: _Request, dst: int) -> None:
         """Copy a matched message into its receive buffer and complete both requests."""
@@ -147,31 +144,24 @@ class InProcessTransport:
 
     def poll(self, item: Any) -> Optional[bool]:
         """None while any request is in flight, else whether a receive was truncated."""
-        reqs, statuses = item if isinstance(item, tuple) else (item, None)
-        for req in reqs:
-            if not req.done:
-                return None
-        truncated = False
-        for i, req in enumerate(reqs):
-            truncated = truncated or req.truncated
-            if statuses is not None and i < len(statuses) and not req.send:
-                st = statuses[i]
+        reqs, statuses = item if isinstance(item, tuple) else (item, ())
+        if not all(req.done for req in reqs):
+            return None
+        for req, st in zip(reqs, statuses):
+            if not req.send:
                 st.source, st.tag, st.count = req.peer, req.tag, req.count
-        return truncated
+        return any(req.truncated for req in reqs)
 
     def wait(self, item: Any, timeout: float, describe: Callable[[], str]) -> bool:
         """Poll; while nothing completes let the other ranks run (deadlock raises at once)."""
-        done = self.poll(item)
-        if done is not None:
-            return done
         deadline = time.monotonic() + timeout
-        while True:
-            self.world.sched.block(self.me, describe)
-            done = self.poll(item)
-            if done is not None:
-                return done
+        done = self.poll(item)
+        while done is None:
             if time.monotonic() > deadline:
                 raise CommTimeoutError(describe())
+            self.world.sched.block(self.me, describe)
+            done = self.poll(item)
+        return done
 
     def idle(self) -> None:
         """A nonblocking test found nothing: let the other ranks run."""
