@@ -53,11 +53,9 @@ def agree(comm: Comm, who: str, settings: Dict[str, Any]) -> None:
     every = comm.allgather(_record(settings, who)).reshape(comm.size, RECORD)
     if (every == every[0]).all():
         return
-    per_rank: List[Dict[str, Any]] = [
-        json.loads(bytes(row).rstrip(b"\0").decode()) for row in every]
-    keys = sorted({k for s in per_rank for k in s})
+    per_rank = [json.loads(bytes(row).rstrip(b"\0").decode()) for row in every]
     lines = []
-    for k in keys:
+    for k in sorted({k for s in per_rank for k in s}):
         values = [s.get(k, "<not set>") for s in per_rank]
         if any(v != values[0] for v in values):
             by_value: Dict[str, List[int]] = {}

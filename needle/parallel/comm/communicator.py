@@ -89,10 +89,9 @@ class Communicator:
     # -- the collectives ---------------------------------------------------------------------
     def allreduce(self, a: Any, op: str = "sum", algorithm: str = "auto", out: Out = None,
                   label: Label = None, context: int = 0) -> Any:
-        """Elementwise reduction over all ranks; every rank gets the result.
-
-        ``context``: an integer that every rank must pass equal (checked with the arguments,
-        at no extra cost; a mismatch raises ``CallMismatchError`` naming each rank's value)."""
+        """Elementwise reduction over all ranks; every rank gets the result. ``context``: an int
+        that every rank must pass equal (checked with the arguments, at no extra cost; a
+        mismatch raises ``CallMismatchError`` naming each rank's value)."""
         return self._call(table.ALLREDUCE, a, algorithm, out, label, True, op, 0, context)
 
     def allreduce_async(self, a: Any, op: str = "sum", algorithm: str = "auto",
@@ -122,10 +121,8 @@ class Communicator:
 
     def broadcast(self, a: Any, root: int = 0, algorithm: str = "auto", out: Out = None,
                   label: Label = None) -> Any:
-        """Every rank gets root's array (others pass an array of the same shape and dtype).
-
-        ``out=a`` (a numpy array) broadcasts in place, like ``MPI_Bcast``: no copy on the root.
-        """
+        """Every rank gets root's array (others pass an array of the same shape and dtype);
+        ``out=a`` (a numpy array) broadcasts in place, like ``MPI_Bcast``."""
         return self._call(table.BROADCAST, a, algorithm, out, label, True, None, root)
 
     def broadcast_async(self, a: Any, root: int = 0, algorithm: str = "auto", out: Out = None,
@@ -177,9 +174,8 @@ class Communicator:
 
     # -- groups, labels, failure ---------------------------------------------------------------
     def split(self, color: int, key: int = 0) -> "Communicator":
-        """Sub-communicators of the ranks with equal ``color``, ordered by ``key`` (collective).
-
-        The new communicator has its own ``stats``, ``ledger`` and regions."""
+        """Sub-communicators of the ranks with equal ``color``, ordered by ``key`` (collective);
+        each has its own ``stats``, ``ledger`` and regions."""
         color, key = (args.check_int("split", n, v, self.rank, self.size)
                       for n, v in (("color", color), ("key", key)))
         child = self._t.split(color, key, self._exchange)

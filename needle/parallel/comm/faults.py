@@ -68,11 +68,8 @@ def install_abort_hook() -> None:
 
 
 # Under the launcher, a rank that timed out waiting for others waits this long before aborting
-# the job: the supervisors of the ranks it waited for (starved under heavy load) may not have
-# recorded yet how those ended, and the abort would kill them first (the launcher would then
-# know only of the timeout).  A supervisor that records ends the job itself, sooner.
+# the job, so that the (perhaps starved) supervisors of those ranks record how they ended first.
 CONSEQUENCE_GRACE = 2.0
-
 
 # What a rank raises when another rank failed (it waited for it in vain), by class name.
 CONSEQUENCES = ("CommTimeoutError", "DeadlockError")
@@ -176,14 +173,10 @@ def _read(rd: int, seconds: float, rank_pid: int) -> Optional[bytes]:
 
 
 def _guard(rank_pid: int, rd: int, told: bytes, timeout: float) -> None:
-    """Plain ``mpiexec`` cannot tell a rank's ``os._exit(0)`` mid-job from a clean end: it tears
-    the job down with status 0 at once, before any rank can say what happened.  So this process
-    (forked before ``MPI_Init``, holding the rank's output and PMI connection) outlives the rank:
-    if the rank ends with code 0 without Python's exit, it says so and keeps those open, so the
-    other ranks' calls waiting for it time out, naming it and the call, and abort the job; if the
-    job still runs ``2 * timeout + 5`` s later, it aborts it itself (a PMI ``abort``).  A rank
-    that ends with a nonzero code or a signal without Python's exit (``MPI_Abort`` on a
-    sub-communicator exits with its code) has the job aborted with that code at once."""
+    """Outlive the rank (holding its output and PMI connection): plain ``mpiexec`` would end the
+    job with status 0 at a rank's ``os._exit(0)`` mid-job. Say so, and let the ranks waiting
+    for it time out naming it, or abort the job after ``2 * timeout + 5`` s; a rank that ends
+    with a nonzero code or a signal without Python's exit has the job aborted with that code."""
     while CLEAN_EXIT not in told:
         chunk = _read(rd, 1.0, rank_pid)
         if chunk == b"":
@@ -267,9 +260,7 @@ def _abort_if_running(kind: Any) -> None:
 
 def _finalize_if_never_started() -> None:
     """At exit, a rank that never started MPI joins start-up and finalises, so that the ranks
-    waiting in start-up go on (and then time out waiting for this one, naming it).  No
-    watchdog here: ranks still busy without MPI (a job that never uses it) join at their own
-    exit, and those waiting in start-up have theirs."""
+    waiting in start-up go on (and time out waiting for this one, naming it); no watchdog."""
     if _mpi_started():
         return
     from mpi4py import MPI

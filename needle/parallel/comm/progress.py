@@ -145,12 +145,9 @@ def drive(gen: Algorithm, transport: Transport, timeout: float,
 class Work:
     """Handle of a nonblocking call: ``test()`` makes progress, ``wait()`` returns the result.
 
-    MPI moves messages only while a rank calls into it: long computations before ``wait()``
-    call ``test()`` now and then. ``test()`` raises ``CommTimeoutError`` once the timeout has
-    passed without progress (a longer gap between two tests starts the count again), so a rank
-    cannot poll forever for a peer that has left; ``poll()`` has no deadline, for a caller (a
-    server's long poll) that bounds its own wait.
-    """
+    MPI moves messages only while a rank calls into it: long computations call ``test()`` now
+    and then. ``test()`` has ``wait()``'s deadline (docs/reliability.md, "Polling"); ``poll()``
+    has none, for a caller (a server's long poll) that bounds its own wait."""
 
     def __init__(self, gen: Algorithm, transport: Transport, timeout: float,
                  describe: Callable[[], str], finish: Callable[[Any], Any]) -> None:

@@ -45,10 +45,8 @@ class MPITransport:
         return MPITransport(self.comm.Dup(), self.spin)
 
     def split(self, color: int, key: int, exchange: Any = None) -> "MPITransport":
-        """The transport of the ranks with equal ``color``, ordered by ``key`` (collective).
-
-        ``exchange`` (an allgather with a deadline) first: ``MPI_Comm_split`` has none, and
-        would wait forever for a rank that never calls it."""
+        """The transport of the ranks with equal ``color``, ordered by ``key`` (collective), after
+        ``exchange`` (an allgather with the deadline ``MPI_Comm_split`` lacks)."""
         if exchange is not None:
             exchange(np.array([color, key], dtype=np.int64))
         return MPITransport(self.comm.Split(color, key), self.spin)
