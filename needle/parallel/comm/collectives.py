@@ -103,10 +103,9 @@ class Method:
 
 @dataclass(frozen=True)
 class Spec:
-    """One collective: its description's fields, its algorithms, its result's shape and its
-    own-rank checks (``rooted``: a root; ``reduces``: an op; ``whole``: at least one axis;
-    ``gather``: a 0-d input is one row, the output's bytes choose the algorithm);
-    ``root_only``: other ranks get None; ``chosen``: ``select.choose`` picks the algorithm."""
+    """One collective: its description's fields, algorithms, result shape and own-rank checks
+    (``rooted``: a root; ``reduces``: an op; ``whole``: at least one axis; ``gather``: a 0-d
+    input is one row, the output's bytes choose); ``root_only``: other ranks get None."""
 
     name: str
     fields: Tuple[str, ...]

@@ -93,12 +93,9 @@ def _mpi_started() -> bool:
 
 def start_mpi(why: str) -> Any:
     """Initialise MPI (``mpi4py.MPI``); under an MPI launcher, SIGKILL this rank if start-up has
-    not finished within ``NEEDLE_COMM_TIMEOUT`` seconds (a rank that ended or is stuck before
-    starting MPI would otherwise keep the others in start-up forever).
-
-    The watchdog is a forked process (``MPI_Init`` holds the GIL: no thread could run). Under
-    plain ``mpiexec`` it stays as the rank's guardian (``_guard``); under the launcher, the
-    rank's supervisor is."""
+    not finished within ``NEEDLE_COMM_TIMEOUT`` seconds. The watchdog is a forked process
+    (``MPI_Init`` holds the GIL: no thread could run); under plain ``mpiexec`` it stays as the
+    rank's guardian (``_guard``)."""
     if _mpi_started() or not under_mpi_launcher() or not hasattr(os, "fork"):
         from mpi4py import MPI
         return MPI

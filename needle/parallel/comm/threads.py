@@ -8,7 +8,7 @@ would come too late), unless ``blas_threads`` or ``OMP_NUM_THREADS`` / ``OPENBLA
 / ``MKL_NUM_THREADS`` say otherwise. The virtual cluster (threads of one process) is untouched.
 """
 import os
-from typing import Any, List, Optional, Set, Tuple
+from typing import Any, Optional, Set, Tuple
 
 ENV_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -29,28 +29,22 @@ def user_setting() -> Optional[Tuple[str, str]]:
     return None
 
 
-def _cpus() -> List[int]:
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except AttributeError:  # no affinity on this platform
-        return list(range(os.cpu_count() or 1))
-
-
 def node_shape(mpi_comm: Any) -> Tuple[int, int]:
     """(ranks on this node, cores they may run on), collective over ``mpi_comm``."""
     from mpi4py import MPI
+    mine = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        list(range(os.cpu_count() or 1))  # (no affinity on this platform)
     node = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED)
     try:
-        cpus = node.allgather(_cpus())
+        cpus = node.allgather(mine)
         return node.Get_size(), len(set().union(*cpus))
     finally:
         node.Free()
 
 
 def limit(n: int) -> None:
-    """At most ``n`` threads in every BLAS and OpenMP pool loaded in this process, and in
-    those loaded later (SciPy's OpenBLAS, torch's OpenMP): they read the environment, so the
-    variables the user did not set are set to ``n``."""
+    """At most ``n`` threads in every BLAS and OpenMP pool loaded in this process, and (the
+    variables the user did not set, set to ``n``) in those loaded later."""
     from threadpoolctl import threadpool_limits
     threadpool_limits(limits=n)
     for var in ENV_VARS:

@@ -91,11 +91,6 @@ class World:
         self.sched.delivered()
 
 
-def _bytes(buf: np.ndarray) -> np.ndarray:
-    """A flat uint8 view of a C-contiguous numpy buffer."""
-    return buf.reshape(-1).view(np.uint8)
-
-
 class InProcessTransport:
     """One rank's end of one in-process communicator."""
 
@@ -112,7 +107,7 @@ class InProcessTransport:
 
     def isend(self, buf: np.ndarray, dest: int, tag: int) -> _Request:
         """Post a send: matched at once if the receive is posted, else queued."""
-        data = _bytes(buf)
+        data = buf.reshape(-1).view(np.uint8)  # C-contiguous: a flat view of its bytes
         req = _Request(self.rank, tag, data, True)
         posted = self._ctx.posted[dest]
         me = self.rank
@@ -128,7 +123,7 @@ class InProcessTransport:
 
     def irecv(self, buf: np.ndarray, source: int, tag: int) -> _Request:
         """Post a receive: matched at once with the earliest queued message that fits."""
-        req = _Request(source, tag, _bytes(buf), False)
+        req = _Request(source, tag, buf.reshape(-1).view(np.uint8), False)
         queue = self._ctx.unexpected[self.rank]
         for i, send in enumerate(queue):
             if (source == ANY or source == send.peer) and (tag == ANY or tag == send.tag):

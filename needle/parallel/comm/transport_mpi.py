@@ -122,9 +122,8 @@ def arrive(mpi_comm: Any, timeout: float) -> None:
 
 
 def _spin_polls(mpi_comm: Any) -> int:
-    """Empty polls before a waiting rank yields its core: 256, or 0 when this node runs more
-    ranks than this process may use cores (oversubscribed); ``NEEDLE_POLLS_BEFORE_YIELD``
-    overrides."""
+    """Empty polls before a waiting rank yields its core: 256, or 0 when this node is
+    oversubscribed (more ranks than cores); ``NEEDLE_POLLS_BEFORE_YIELD`` overrides."""
     env = os.environ.get("NEEDLE_POLLS_BEFORE_YIELD")
     if env is not None:
         return int(env)
