@@ -17,8 +17,7 @@ RECORD = 2048  # bytes per rank: settings are a few numbers and names
 
 def optimizer_settings(spec: Tuple[Any, Dict[str, Any]],
                        prefix: str = "optimizer") -> Dict[str, Any]:
-    """``(optimizer class, its keyword arguments)`` as settings: the class name and each
-    hyperparameter (``optimizer.lr``...)."""
+    """``(optimizer class, kwargs)`` as settings: its name and each ``optimizer.<kwarg>``."""
     cls, kwargs = spec
     out: Dict[str, Any] = {prefix: getattr(cls, "__name__", str(cls))}
     out.update({f"{prefix}.{k}": v for k, v in sorted(kwargs.items())})

@@ -84,8 +84,7 @@ def check_int(call: str, name: str, value: Any, rank: int, size: int, what: str 
 
 
 def env_bytes(name: str, default: int, minimum: int = 0) -> int:
-    """A byte count from environment variable ``name`` (``default`` when unset): an integer
-    of at least ``minimum``, else an error naming the variable and what it holds."""
+    """An int of at least ``minimum`` bytes from environment variable ``name`` (or ``default``)."""
     raw = os.environ.get(name)
     if raw is None:
         return default

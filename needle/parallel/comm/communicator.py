@@ -233,8 +233,7 @@ class Communicator:
         return start(steps, self._t, self.timeout, st.waiting, same, block)
 
     def _state(self, spec: Spec, key: tuple, x: np.ndarray) -> CallState:
-        """A new kind of call: what this rank can check alone (``args.py``), the algorithm
-        (``select.choose``) and the buffers."""
+        """A new kind of call: this rank's own checks (``args.py``), algorithm and buffers."""
         _, algorithm, _, _, op, root = key
         p, r = self.size, self.rank
         if spec.rooted:

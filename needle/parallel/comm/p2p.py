@@ -143,8 +143,7 @@ class PointToPoint:
                      Waiting(self._group, name, self._calls, chans), finish, block)
 
     def _book(self, name: str, label: Optional[str]) -> Callable[[Channel, Channel, int], None]:
-        """Count the call now; the returned function counts its bytes and adds its ledger
-        record once it has finished."""
+        """Count the call now; the function returned adds its bytes and ledger record at its end."""
         stat(self._stats, name)["calls"] += 1
         t0 = time.perf_counter() if self.ledger.enabled else None
         label = self._regions.label(label)

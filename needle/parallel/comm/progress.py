@@ -94,8 +94,7 @@ class Channel:
         self.peers: List[int] = []  # peers of the posted messages, for timeout messages
 
     def restart(self, tag: int) -> "Channel":
-        """This channel for a new call on ``tag``, its counters at zero (a cached call reuses
-        its channel instead of making one)."""
+        """This channel for a new call on ``tag``, its counters at zero (cached calls reuse it)."""
         self.tag = tag
         self.sent = self.recvd = self.nsend = self.nrecv = 0
         self.peers.clear()
@@ -164,8 +163,7 @@ class Work:
             self._done, self._result = True, self._finish(stop.value)
 
     def test(self) -> bool:
-        """Make progress without blocking; True once the call has finished.  Raises
-        ``CommTimeoutError`` once the timeout has passed since the call last made progress."""
+        """Make progress without blocking; True once finished (with a deadline: see above)."""
         if self.poll():
             return True
         now = time.monotonic()

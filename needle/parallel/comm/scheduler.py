@@ -28,8 +28,7 @@ class Scheduler:
         self._gates = [threading.Lock() for _ in range(size)]
         for gate in self._gates:
             gate.acquire()  # a rank runs only once its gate is released
-        first = self.snapshot()
-        self._saved: List[List[Any]] = [first] * size  # every rank starts from the caller's state
+        self._saved: List[List[Any]] = [self.snapshot()] * size  # all start from the caller's
         self.live = [True] * size
         self.epoch = 0
         self._blocked: List[Optional[int]] = [None] * size

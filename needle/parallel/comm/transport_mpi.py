@@ -85,8 +85,7 @@ class MPITransport:
         return True
 
     def wait(self, item: Any, timeout: float, describe: Callable[[], str]) -> bool:
-        """Wait for ``item``, raising ``CommTimeoutError`` after ``timeout`` seconds; after
-        ``spin`` empty polls, give the core away between polls."""
+        """Wait for ``item`` with a deadline; after ``spin`` empty polls, yield the core between."""
         reqs, statuses = item if type(item) is tuple else (item, None)
         testall = self._testall
         polls, deadline, spin = 0, None, self.spin
@@ -109,8 +108,7 @@ class MPITransport:
 
 
 def arrive(mpi_comm: Any, timeout: float) -> None:
-    """A barrier that raises ``CommTimeoutError`` (naming the missing ranks' count) after
-    ``timeout`` seconds instead of blocking forever (``MPI_Ibarrier`` polled)."""
+    """A barrier that raises ``CommTimeoutError`` after ``timeout`` s (``MPI_Ibarrier`` polled)."""
     req, deadline = mpi_comm.Ibarrier(), time.monotonic() + timeout
     while not req.Test():
         if time.monotonic() > deadline:
