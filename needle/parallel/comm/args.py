@@ -53,13 +53,10 @@ def check_op(call: str, op: Any, dtype: Any, rank: int, size: int) -> None:
 def check_dtype(call: str, dtype: Any, rank: int, size: int, reduce: bool = False) -> None:
     """A dtype that can travel as raw bytes (and, with ``reduce``, be reduced)."""
     dt = np.dtype(dtype)
-    bad = dt.hasobject  # pointers: meaningless in another process
-    if reduce and dt.kind not in _REDUCIBLE and dt.name != "bfloat16":
-        bad = True  # strings, records, datetimes: no elementwise sum
-    if bad:
-        what = "reduced" if reduce else "sent"
+    # objects are pointers (meaningless in another process); strings, records, datetimes: no sum
+    if dt.hasobject or reduce and dt.kind not in _REDUCIBLE and dt.name != "bfloat16":
         raise TypeError(f"{call} on rank {rank} of {size}: arrays of dtype {dt} cannot be "
-                        f"{what}")
+                        f"{'reduced' if reduce else 'sent'}")
 
 
 def check_recv_buffer(call: str, out: Any, rank: int, size: int) -> None:

@@ -60,8 +60,7 @@ class Communicator:
                                           "NEEDLE_COMM_TIMEOUT" if timeout is None else "timeout=")
         base: Transport = comm if hasattr(comm, "poll") else \
             MPITransport(comm, timeout=self.timeout)
-        # Private contexts: collectives, p2p headers and p2p payloads never match each other's
-        # messages, nor the user's own MPI messages.
+        # Private contexts: collectives, p2p and the user's own MPI messages never match.
         self.transport = self._t = base.dup()
         self.rank, self.size = self._t.rank, self._t.size
         if chunk_bytes is None:
@@ -86,7 +85,6 @@ class Communicator:
             self.nodes = list(discover(self._exchange, self.size)) if on_mpi else [0] * self.size
         return self.nodes
 
-    # -- the collectives ---------------------------------------------------------------------
     def allreduce(self, a: Any, op: str = "sum", algorithm: str = "auto", out: Out = None,
                   label: Label = None, context: int = 0) -> Any:
         """Elementwise reduction over all ranks; every rank gets the result. ``context``: an int
@@ -152,7 +150,6 @@ class Communicator:
         """Return only once every rank has entered the barrier."""
         self._call(table.BARRIER, NO_DATA, "check", None, label, True)
 
-    # -- point-to-point: the held ``p2p.PointToPoint`` ------------------------------------------
     def send(self, a: Any, dest: int, tag: int = 0, label: Label = None) -> None:
         """Send an array to ``dest``; returns once the buffer may be reused."""
         self.p2p.isend(a, dest, tag, label, True)
@@ -172,7 +169,6 @@ class Communicator:
         """Nonblocking ``recv``: a ``Work`` whose ``wait()`` gives what ``recv`` returns."""
         return self.p2p.irecv(source, tag, out, label, return_status, False)
 
-    # -- groups, labels, failure ---------------------------------------------------------------
     def split(self, color: int, key: int = 0) -> "Communicator":
         """Sub-communicators of the ranks with equal ``color``, ordered by ``key`` (collective);
         each has its own ``stats``, ``ledger`` and regions."""
@@ -196,7 +192,6 @@ class Communicator:
         """Forget the byte and call counters."""
         self.stats.clear()
 
-    # -- the one runner: _call, then _steps -----------------------------------------------------
     def _call(self, spec: Spec, a: Any, algorithm: str, out: Out, label: Label, block: bool,
               op: Optional[str] = None, root: int = 0, context: int = 0) -> Any:
         """The call: its state (kept by its arguments: each kind of call is checked and its
@@ -319,12 +314,10 @@ def create(mpi_comm: Any = None, timeout: Optional[float] = None,
     if abort_on_error:
         install_abort_hook()
     world = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
-    # Every rank arrives (with a deadline) inside Communicator() before the blocking setup
-    # collectives below: a rank that ended before create() must not leave the others in them.
+    # Every rank arrives (with a deadline) in Communicator() before the blocking setup below.
     comm = Communicator(world, timeout)
     threads.place(world, blas_threads)
-    # Each rank's host, for timeout messages: through MPI itself, like the Dup, so that no
-    # exercise's code runs before the user's first call.
+    # Hosts (for timeout messages) via MPI itself, like the Dup: no exercise code runs in create().
     comm.nodes = world.allgather(host_name())
     return comm
 

@@ -179,9 +179,8 @@ def _guard(rank_pid: int, rd: int, told: bytes, timeout: float) -> None:
         if chunk == b"":
             break
         told += chunk or b""
-    # A dying rank closes its files before its children are re-parented: wait for that.  A rank
-    # alive a second after the pipe closed closed it itself (its descriptors): it can no longer
-    # tell a clean end (blind).
+    # A dying rank closes its files before its children are re-parented: wait for that. A rank
+    # alive a second after the pipe closed closed it itself: it can no longer tell (blind).
     blind, since = False, time.monotonic()
     while CLEAN_EXIT not in told and os.getppid() == rank_pid:
         blind = time.monotonic() - since > 1.0

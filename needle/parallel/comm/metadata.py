@@ -1,17 +1,12 @@
 """Checking that all ranks called the same collective with compatible arguments.
 
-Ranks that disagree about the size, dtype or op would otherwise hang (a receive that never
-matches) or silently compute garbage. Each rank describes its call ("allreduce op=sum
-dtype=float32 shape=(4, 3) ...") and hashes it; a 16-byte header holding the hash goes around a
-recursive-doubling exchange in which a rank poisons its header on any difference. The exchange
-is posted with the algorithm's first messages (``overlapped``), so it adds no round trip; the
-latency-bound algorithms carry the header inside their data messages instead. Only when the
-hashes differ do the ranks allgather their full descriptions, so every rank raises the same
-error naming the ranks and their arguments.
-
-A caller's integer ``context`` (DDP: the backward passes its buckets hold) is mixed into the
-hash, not the description (one cached description per shape); it travels in the detailed
-exchange only, and the error carries every rank's value (``CallMismatchError``).
+Ranks that disagree about the size, dtype or op would otherwise hang or compute garbage. Each
+rank hashes a description of its call ("allreduce op=sum dtype=float32 ..."); a 16-byte header
+holding the hash goes around a recursive-doubling exchange in which a rank poisons its header
+on any difference, posted with the algorithm's first messages (``overlapped``) or inside them.
+Only when the hashes differ do the ranks allgather their full descriptions, so every rank
+raises the same error. A caller's integer ``context`` (DDP: its backward passes) is mixed into
+the hash, not the cached description; the error carries every rank's value.
 """
 import hashlib
 from functools import lru_cache

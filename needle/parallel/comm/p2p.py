@@ -5,11 +5,10 @@
     y, st = comm.recv(comm.ANY_SOURCE, return_status=True)   # st.source, st.tag
     w = comm.isend(x, 1); ...; w.wait()              # Work handles, like the collectives
 
-The receiver need not know the shape or dtype: each message is a 192-byte *header* (tag,
-sequence number, shape, dtype) on a header context, then the payload on a data context with the
-per-destination sequence number as tag, so a payload never matches the wrong header, even with
-several ``ANY_SOURCE`` receives in flight. Stats and the ledger count the payload as
-``"send"``/``"recv"``; headers go to ``stats["p2p_header"]``.
+The receiver need not know the shape or dtype: a 192-byte *header* (tag, sequence number,
+shape, dtype) goes on a header context, the payload on a data context tagged with the
+per-destination sequence number, so a payload never matches the wrong header. Stats count
+headers as ``stats["p2p_header"]``.
 """
 import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple

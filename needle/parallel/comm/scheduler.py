@@ -40,7 +40,6 @@ class Scheduler:
         self.done = threading.Event()
         self._alone_since: Dict[int, float] = {}
 
-    # -- process-global state ------------------------------------------------------------------
     def snapshot(self) -> List[Any]:
         """The current value of every registered piece of process-global state."""
         return [get() for get, _ in self._state]
@@ -50,7 +49,6 @@ class Scheduler:
         for (_, set_), value in zip(self._state, values):
             set_(value)
 
-    # -- the baton -----------------------------------------------------------------------------
     def begin(self) -> None:
         """From the caller: give the baton to rank 0."""
         self._gates[0].release()

@@ -1,11 +1,9 @@
 """The in-process transport: the ranks are threads of one process (``needle.parallel.virtual``).
 
-Messages follow MPI's matching rules (earliest match by source and tag, no overtaking, a longer
-message than the buffer is a truncation), so every algorithm runs unchanged. Like MPICH on
-shared memory, a message of at most ``EAGER_BYTES`` completes its send at once; a longer one
-waits for the receive (rendezvous), so a program that deadlocks under MPI deadlocks here too.
-``dup`` and ``split`` derive a child context's id from the parent's and a per-rank counter that
-every member advances in the same order. ``World.trace`` records every delivered message.
+Messages follow MPI's matching rules, so every algorithm runs unchanged. Like MPICH on shared
+memory, a message of at most ``EAGER_BYTES`` completes its send at once and a longer one waits
+for the receive (rendezvous), so a program that deadlocks under MPI deadlocks here too. ``dup``
+and ``split`` derive a child context's id from the parent's and a per-rank counter.
 """
 import time
 from collections import deque
