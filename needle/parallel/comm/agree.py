@@ -1,12 +1,9 @@
 """Ranks agreeing on a strategy's settings before the first step.
 
-Ranks built with different settings (bucket size, ZeRO stage, number of microbatches, optimizer
-hyperparameters...) would otherwise fail far from the cause (a collective's sizes, a shape
-error deep in an ``add``) or, worse, train on silently.  So each strategy calls
-``agree(comm, "DistributedDataParallel", {"bucket_cap_mb": 25.0, ...})`` at construction: the
-ranks allgather a small fingerprint of their settings (a fixed-size JSON record) and, if any
-differ, every rank raises the same ``ValueError`` naming each setting that differs and every
-rank's value.
+Ranks built with different settings (bucket size, ZeRO stage, hyperparameters...) would fail
+far from the cause or train on silently. ``agree(comm, "DistributedDataParallel", {...})``
+allgathers a fixed-size JSON record of each rank's settings; if any differ, every rank raises
+the same ``ValueError`` naming each setting that differs and every rank's value.
 """
 import json
 from typing import Any, Dict, List, Tuple
@@ -20,8 +17,7 @@ RECORD = 2048  # bytes per rank: settings are a few numbers and names
 
 def optimizer_settings(spec: Tuple[Any, Dict[str, Any]],
                        prefix: str = "optimizer") -> Dict[str, Any]:
-    """``(optimizer class, its keyword arguments)`` as settings: the class name and each
-    hyperparameter (``optimizer.lr``...)."""
+    """``(optimizer class, kwargs)`` as settings: its name and each ``optimizer.<kwarg>``."""
     cls, kwargs = spec
     out: Dict[str, Any] = {prefix: getattr(cls, "__name__", str(cls))}
     out.update({f"{prefix}.{k}": v for k, v in sorted(kwargs.items())})
@@ -56,11 +52,9 @@ def agree(comm: Comm, who: str, settings: Dict[str, Any]) -> None:
     every = comm.allgather(_record(settings, who)).reshape(comm.size, RECORD)
     if (every == every[0]).all():
         return
-    per_rank: List[Dict[str, Any]] = [
-        json.loads(bytes(row).rstrip(b"\0").decode()) for row in every]
-    keys = sorted({k for s in per_rank for k in s})
+    per_rank = [json.loads(bytes(row).rstrip(b"\0").decode()) for row in every]
     lines = []
-    for k in keys:
+    for k in sorted({k for s in per_rank for k in s}):
         values = [s.get(k, "<not set>") for s in per_rank]
         if any(v != values[0] for v in values):
             by_value: Dict[str, List[int]] = {}

@@ -1,11 +1,8 @@
 """Checking each rank's own arguments against its group before any message moves.
 
-``metadata.py`` checks that all ranks *agree*; this module checks what one rank can see alone:
-that a root or a peer is a rank of the group, a tag is in the transport's range, an op is one
-of the reductions and the dtype can be reduced with it.  Without these checks a root outside
-the group makes ``broadcast`` return zeros and ``reduce`` return None on every rank, silently.
-Every error names the argument, its value, the calling rank and the call, e.g.
-``broadcast(root=5): root must be a rank of this communicator, 0..1 (rank 0 of 2)``.
+``metadata.py`` checks that all ranks *agree*; this module, what one rank sees alone (a root
+outside the group would make ``broadcast`` return zeros, silently). Every error names the
+argument, its value, the rank and the call.
 """
 import numbers
 import os
@@ -56,13 +53,10 @@ def check_op(call: str, op: Any, dtype: Any, rank: int, size: int) -> None:
 def check_dtype(call: str, dtype: Any, rank: int, size: int, reduce: bool = False) -> None:
     """A dtype that can travel as raw bytes (and, with ``reduce``, be reduced)."""
     dt = np.dtype(dtype)
-    bad = dt.hasobject  # pointers: meaningless in another process
-    if reduce and dt.kind not in _REDUCIBLE and dt.name != "bfloat16":
-        bad = True  # strings, records, datetimes: no elementwise sum
-    if bad:
-        what = "reduced" if reduce else "sent"
+    # objects are pointers (meaningless in another process); strings, records, datetimes: no sum
+    if dt.hasobject or reduce and dt.kind not in _REDUCIBLE and dt.name != "bfloat16":
         raise TypeError(f"{call} on rank {rank} of {size}: arrays of dtype {dt} cannot be "
-                        f"{what}")
+                        f"{'reduced' if reduce else 'sent'}")
 
 
 def check_recv_buffer(call: str, out: Any, rank: int, size: int) -> None:
@@ -87,8 +81,7 @@ def check_int(call: str, name: str, value: Any, rank: int, size: int, what: str 
 
 
 def env_bytes(name: str, default: int, minimum: int = 0) -> int:
-    """A byte count from environment variable ``name`` (``default`` when unset): an integer
-    of at least ``minimum``, else an error naming the variable and what it holds."""
+    """An int of at least ``minimum`` bytes from environment variable ``name`` (or ``default``)."""
     raw = os.environ.get(name)
     if raw is None:
         return default

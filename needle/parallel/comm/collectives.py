@@ -1,11 +1,8 @@
 """The communicator's table: one ``Spec`` per collective, one ``Method`` per algorithm.
 
-A ``Spec`` names a call's description fields (``metadata.py`` hashes them), its own-rank checks
-(``args.py``) and its result's shape. A ``Method`` glues an algorithm generator (``ring.py``,
-``latency_bound.py``, ``hierarchical.py``) to a call: the scratch it borrows, and where the
-argument check travels: inside the algorithm's data messages (``buffers``: recursive doubling
-allreduce and allgather, recursive halving reduce-scatter) or beside them, its own 16-byte
-exchange posted with the first data messages (``metadata.overlapped``).
+A ``Method`` glues an algorithm generator (``ring.py``, ``latency_bound.py``,
+``hierarchical.py``) to a call: the scratch it borrows, and whether the argument check rides
+inside its data messages (``buffers``) or beside them (``metadata.overlapped``).
 """
 import math
 from collections.abc import Hashable
@@ -106,10 +103,9 @@ class Method:
 
 @dataclass(frozen=True)
 class Spec:
-    """One collective: its description's fields, its algorithms, its result's shape and its
-    own-rank checks (``rooted``: a root; ``reduces``: an op; ``whole``: at least one axis;
-    ``gather``: a 0-d input is one row, the output's bytes choose the algorithm);
-    ``root_only``: other ranks get None; ``chosen``: ``select.choose`` picks the algorithm."""
+    """One collective: its description's fields, algorithms, result shape and own-rank checks
+    (``rooted``: a root; ``reduces``: an op; ``whole``: at least one axis; ``gather``: a 0-d
+    input is one row, the output's bytes choose); ``root_only``: other ranks get None."""
 
     name: str
     fields: Tuple[str, ...]

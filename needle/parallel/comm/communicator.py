@@ -5,15 +5,11 @@
     total = comm.allreduce(grad, op="sum")    # numpy array, needle NDArray or Tensor
     work = comm.allreduce_async(grad); ...; total = work.wait()
 
-Each collective is a row of ``collectives.py``'s table; one runner (``_call``) runs every row:
-the check that all ranks passed the same arguments (``metadata.py``; inside the algorithm's data
-messages or beside its first ones, as the algorithm says), the algorithm ``select.choose``
-picks (or ``algorithm=`` names), the wait with a deadline (``progress.py``;
-``NEEDLE_COMM_TIMEOUT`` seconds, default 60) now or in a ``Work``, the counters
-(``comm.stats``) and a ``comm.ledger`` record (named by ``label=`` and ``comm.region``). What
-stays the same between calls (description, hash, channels, buffers) waits in one cache. The
-messages go over MPI (``transport_mpi.py``) or the in-process virtual cluster's threads
-(``transport_inprocess.py``). ``send``/``recv`` are the held ``p2p.PointToPoint``'s.
+Each collective is a row of ``collectives.py``'s table, all run by ``_call``: the check that
+all ranks passed the same arguments (``metadata.py``), the algorithm ``select.choose`` picks
+(or ``algorithm=`` names), the wait with a deadline (``progress.py``; ``NEEDLE_COMM_TIMEOUT``
+seconds, default 60) now or in a ``Work``, ``comm.stats`` and a ``comm.ledger`` record (named
+by ``label=`` and ``comm.region``).
 
 Conventions: allgather concatenates along axis 0 in rank order (all ranks pass the same shape);
 reduce_scatter gives rank r chunk r of p near-equal axis-0 chunks (the first ``n % p`` chunks
@@ -53,8 +49,7 @@ class Communicator:
 
     ANY_SOURCE = ANY_SOURCE
     ANY_TAG = ANY_TAG
-    # False: finish the argument check before the first message (the older order; kept so
-    # that the benchmark can measure what overlapping saves).
+    # False: the argument check finishes before the first data message (no overlap).
     overlap_check = True
 
     def __init__(self, comm: Any, timeout: Optional[float] = None,
@@ -65,8 +60,7 @@ class Communicator:
                                           "NEEDLE_COMM_TIMEOUT" if timeout is None else "timeout=")
         base: Transport = comm if hasattr(comm, "poll") else \
             MPITransport(comm, timeout=self.timeout)
-        # Private contexts: collectives, p2p headers and p2p payloads never match each other's
-        # messages, nor the user's own MPI messages.
+        # Private contexts: collectives, p2p and the user's own MPI messages never match.
         self.transport = self._t = base.dup()
         self.rank, self.size = self._t.rank, self._t.size
         if chunk_bytes is None:
@@ -91,13 +85,11 @@ class Communicator:
             self.nodes = list(discover(self._exchange, self.size)) if on_mpi else [0] * self.size
         return self.nodes
 
-    # -- the collectives ---------------------------------------------------------------------
     def allreduce(self, a: Any, op: str = "sum", algorithm: str = "auto", out: Out = None,
                   label: Label = None, context: int = 0) -> Any:
-        """Elementwise reduction over all ranks; every rank gets the result.
-
-        ``context``: an integer that every rank must pass equal (checked with the arguments,
-        at no extra cost; a mismatch raises ``CallMismatchError`` naming each rank's value)."""
+        """Elementwise reduction over all ranks; every rank gets the result. ``context``: an int
+        that every rank must pass equal (checked with the arguments, at no extra cost; a
+        mismatch raises ``CallMismatchError`` naming each rank's value)."""
         return self._call(table.ALLREDUCE, a, algorithm, out, label, True, op, 0, context)
 
     def allreduce_async(self, a: Any, op: str = "sum", algorithm: str = "auto",
@@ -127,10 +119,8 @@ class Communicator:
 
     def broadcast(self, a: Any, root: int = 0, algorithm: str = "auto", out: Out = None,
                   label: Label = None) -> Any:
-        """Every rank gets root's array (others pass an array of the same shape and dtype).
-
-        ``out=a`` (a numpy array) broadcasts in place, like ``MPI_Bcast``: no copy on the root.
-        """
+        """Every rank gets root's array (others pass an array of the same shape and dtype);
+        ``out=a`` (a numpy array) broadcasts in place, like ``MPI_Bcast``."""
         return self._call(table.BROADCAST, a, algorithm, out, label, True, None, root)
 
     def broadcast_async(self, a: Any, root: int = 0, algorithm: str = "auto", out: Out = None,
@@ -160,7 +150,6 @@ class Communicator:
         """Return only once every rank has entered the barrier."""
         self._call(table.BARRIER, NO_DATA, "check", None, label, True)
 
-    # -- point-to-point: the held ``p2p.PointToPoint`` ------------------------------------------
     def send(self, a: Any, dest: int, tag: int = 0, label: Label = None) -> None:
         """Send an array to ``dest``; returns once the buffer may be reused."""
         self.p2p.isend(a, dest, tag, label, True)
@@ -180,11 +169,9 @@ class Communicator:
         """Nonblocking ``recv``: a ``Work`` whose ``wait()`` gives what ``recv`` returns."""
         return self.p2p.irecv(source, tag, out, label, return_status, False)
 
-    # -- groups, labels, failure ---------------------------------------------------------------
     def split(self, color: int, key: int = 0) -> "Communicator":
-        """Sub-communicators of the ranks with equal ``color``, ordered by ``key`` (collective).
-
-        The new communicator has its own ``stats``, ``ledger`` and regions."""
+        """Sub-communicators of the ranks with equal ``color``, ordered by ``key`` (collective);
+        each has its own ``stats``, ``ledger`` and regions."""
         color, key = (args.check_int("split", n, v, self.rank, self.size)
                       for n, v in (("color", color), ("key", key)))
         child = self._t.split(color, key, self._exchange)
@@ -205,7 +192,6 @@ class Communicator:
         """Forget the byte and call counters."""
         self.stats.clear()
 
-    # -- the one runner: _call, then _steps -----------------------------------------------------
     def _call(self, spec: Spec, a: Any, algorithm: str, out: Out, label: Label, block: bool,
               op: Optional[str] = None, root: int = 0, context: int = 0) -> Any:
         """The call: its state (kept by its arguments: each kind of call is checked and its
@@ -242,8 +228,7 @@ class Communicator:
         return start(steps, self._t, self.timeout, st.waiting, same, block)
 
     def _state(self, spec: Spec, key: tuple, x: np.ndarray) -> CallState:
-        """A new kind of call: what this rank can check alone (``args.py``), the algorithm
-        (``select.choose``) and the buffers."""
+        """A new kind of call: this rank's own checks (``args.py``), algorithm and buffers."""
         _, algorithm, _, _, op, root = key
         p, r = self.size, self.rank
         if spec.rooted:
@@ -268,8 +253,7 @@ class Communicator:
         try:
             if st.ctl is None:  # the header rides in the data messages
                 yield from st.steps(ch, st.check)
-                if self.size > 1 and not st.check.agrees():
-                    self._verify(st, tag, context)
+                self._verify(st, tag, context)
                 st.res[...] = st.result
             else:
                 verify = lambda: self._verify(st, tag, context)  # noqa: E731
@@ -324,23 +308,16 @@ class Communicator:
 
 def create(mpi_comm: Any = None, timeout: Optional[float] = None,
            abort_on_error: bool = True, blas_threads: Optional[int] = None) -> Communicator:
-    """A ``Communicator`` over ``mpi_comm`` (default ``MPI.COMM_WORLD``).
-
-    With ``abort_on_error`` an uncaught exception on any rank aborts the whole MPI job (exit code
-    1) instead of leaving the other ranks waiting for it. Each rank's BLAS/OpenMP threads are
-    limited to its share of the node's cores unless ``blas_threads`` or the environment says
-    otherwise (``threads.py``).
-    """
+    """A ``Communicator`` over ``mpi_comm`` (default ``MPI.COMM_WORLD``); ``abort_on_error``:
+    an uncaught exception on any rank aborts the job; ``blas_threads``: see ``threads.py``."""
     MPI = mpi()
     if abort_on_error:
         install_abort_hook()
     world = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
-    # Every rank arrives (with a deadline) inside Communicator() before the blocking setup
-    # collectives below: a rank that ended before create() must not leave the others in them.
+    # Every rank arrives (with a deadline) in Communicator() before the blocking setup below.
     comm = Communicator(world, timeout)
     threads.place(world, blas_threads)
-    # Each rank's host, for timeout messages: through MPI itself, like the Dup, so that no
-    # exercise's code runs before the user's first call.
+    # Hosts (for timeout messages) via MPI itself, like the Dup: no exercise code runs in create().
     comm.nodes = world.allgather(host_name())
     return comm
 

@@ -1,18 +1,13 @@
 """Making a failure on one rank end the whole job instead of hanging the others
 (docs/reliability.md, "Dead ranks").
 
-MPI jobs fail badly by default: if rank 1 raises, rank 0 waits forever in its next receive.
-Every wait has a deadline (``progress.wait`` raises ``CommTimeoutError`` after
-``NEEDLE_COMM_TIMEOUT`` seconds), and an uncaught exception calls ``MPI_Abort`` on
-``COMM_WORLD`` (``install_abort_hook``), which makes ``mpiexec`` kill every rank.
-
-Before MPI starts there is no communicator and no timeout, and MPICH's hydra ends a job when a
-rank dies by a signal or aborts, not when it exits. So ``install_exit_guard`` makes a rank that
-ends before starting MPI join MPI start-up on its way out (to abort, or to finalise), and
-``start_mpi``'s watchdog kills a rank whose start-up does not finish in time, then stays, under
-plain ``mpiexec``, as the rank's guardian (``_guard``) against an ``os._exit(0)`` mid-job.
-Under ``needle.parallel.launch`` the hooks first record how the rank ended in the launcher's
-report folder (``NEEDLE_LAUNCH_DIR``), so the launcher can say which rank failed first and why.
+Every wait has a deadline (``NEEDLE_COMM_TIMEOUT``) and an uncaught exception calls ``MPI_Abort``
+(``install_abort_hook``), so ``mpiexec`` kills every rank. Before MPI starts there is neither,
+and MPICH's hydra ends a job when a rank dies by a signal or aborts, not when it exits: so
+``install_exit_guard`` makes a rank that ends early join MPI start-up on its way out, and
+``start_mpi``'s watchdog kills a rank whose start-up does not complete in time, then (plain
+``mpiexec``) stays as its guardian (``_guard``). The times measured for each fault are in
+docs/reliability.md.
 """
 import atexit
 import json
@@ -74,11 +69,8 @@ def install_abort_hook() -> None:
 
 
 # Under the launcher, a rank that timed out waiting for others waits this long before aborting
-# the job: the supervisors of the ranks it waited for (starved under heavy load) may not have
-# recorded yet how those ended, and the abort would kill them first (the launcher would then
-# know only of the timeout).  A supervisor that records ends the job itself, sooner.
+# the job, so that the (perhaps starved) supervisors of those ranks record how they ended first.
 CONSEQUENCE_GRACE = 2.0
-
 
 # What a rank raises when another rank failed (it waited for it in vain), by class name.
 CONSEQUENCES = ("CommTimeoutError", "DeadlockError")
@@ -102,13 +94,9 @@ def _mpi_started() -> bool:
 
 def start_mpi(why: str) -> Any:
     """Initialise MPI (``mpi4py.MPI``); under an MPI launcher, SIGKILL this rank if start-up has
-    not finished within ``NEEDLE_COMM_TIMEOUT`` seconds (a rank that ended or is stuck before
-    starting MPI would otherwise keep the others in start-up forever).
-
-    The watchdog is a forked process: ``MPI_Init`` runs inside an import, holding the GIL, so
-    no Python thread of this process could run while it waits.  Under plain ``mpiexec`` it
-    then stays as the rank's *guardian* (``_guard``); under ``needle.parallel.launch`` the
-    rank's supervisor does that job and the watchdog ends once MPI has started."""
+    not finished within ``NEEDLE_COMM_TIMEOUT`` seconds. The watchdog is a forked process
+    (``MPI_Init`` holds the GIL: no thread could run); under plain ``mpiexec`` it stays as the
+    rank's guardian (``_guard``)."""
     if _mpi_started() or not under_mpi_launcher() or not hasattr(os, "fork"):
         from mpi4py import MPI
         return MPI
@@ -183,22 +171,17 @@ def _read(rd: int, seconds: float, rank_pid: int) -> Optional[bytes]:
 
 
 def _guard(rank_pid: int, rd: int, told: bytes, timeout: float) -> None:
-    """Plain ``mpiexec`` cannot tell a rank's ``os._exit(0)`` mid-job from a clean end: it tears
-    the job down with status 0 at once, before any rank can say what happened.  So this process
-    (forked before ``MPI_Init``, holding the rank's output and PMI connection) outlives the rank:
-    if the rank ends with code 0 without Python's exit, it says so and keeps those open, so the
-    other ranks' calls waiting for it time out, naming it and the call, and abort the job; if the
-    job still runs ``2 * timeout + 5`` s later, it aborts it itself (a PMI ``abort``).  A rank
-    that ends with a nonzero code or a signal without Python's exit (``MPI_Abort`` on a
-    sub-communicator exits with its code) has the job aborted with that code at once."""
+    """Outlive the rank (holding its output and PMI connection): plain ``mpiexec`` would end the
+    job with status 0 at a rank's ``os._exit(0)`` mid-job. Say so, and let the ranks waiting
+    for it time out naming it, or abort the job after ``2 * timeout + 5`` s; a rank that ends
+    with a nonzero code or a signal without Python's exit has the job aborted with that code."""
     while CLEAN_EXIT not in told:
         chunk = _read(rd, 1.0, rank_pid)
         if chunk == b"":
             break
         told += chunk or b""
-    # A dying rank closes its files before its children are re-parented: wait for that.  A rank
-    # alive a second after the pipe closed closed it itself (its descriptors): it can no longer
-    # tell a clean end (blind).
+    # A dying rank closes its files before its children are re-parented: wait for that. A rank
+    # alive a second after the pipe closed closed it itself: it can no longer tell (blind).
     blind, since = False, time.monotonic()
     while CLEAN_EXIT not in told and os.getppid() == rank_pid:
         blind = time.monotonic() - since > 1.0
@@ -274,9 +257,7 @@ def _abort_if_running(kind: Any) -> None:
 
 def _finalize_if_never_started() -> None:
     """At exit, a rank that never started MPI joins start-up and finalises, so that the ranks
-    waiting in start-up go on (and then time out waiting for this one, naming it).  No
-    watchdog here: ranks still busy without MPI (a job that never uses it) join at their own
-    exit, and those waiting in start-up have theirs."""
+    waiting in start-up go on (and time out waiting for this one, naming it); no watchdog."""
     if _mpi_started():
         return
     from mpi4py import MPI

@@ -1,25 +1,12 @@
 """Checking that all ranks called the same collective with compatible arguments.
 
-A collective whose ranks disagree about the size, dtype or op would otherwise hang (a receive
-that never matches) or, worse, silently compute garbage.  Each rank therefore describes its call
-as a short string ("allreduce op=sum dtype=float32 shape=(4, 3) ..."), hashes it to an integer h
-and runs a recursive-doubling exchange of a 16-byte header holding h
-(``latency_bound.recursive_doubling_allreduce`` with no payload): each step compares the
-partner's header with its own and poisons its own on a difference, so every rank ends with h iff
-all ranks hashed the same string.  The exchange is posted together with the algorithm's first
-messages (``overlapped`` below), so it adds no round trip: the algorithm only waits for a
-message once the check has passed.  The latency-bound algorithms (recursive doubling allreduce
-and allgather, recursive halving reduce-scatter) carry the same header inside their data
-messages instead, so they send no message of their own for it.
-
-Only when the hashes differ do the ranks exchange their full description strings (a ring
-allgather of fixed-size byte records) so that every rank can raise the same ``ValueError``
-naming the ranks and their arguments.
-
-A caller may add an integer ``context`` to a call (DDP passes the number of backward passes its
-buckets hold): it is mixed into the hash when the header is written, not into the description,
-so the cached description of a shape stays one per shape; it travels, as 8 bytes, in the
-detailed exchange only, and the error carries every rank's value (``CallMismatchError``).
+Ranks that disagree about the size, dtype or op would otherwise hang or compute garbage. Each
+rank hashes a description of its call ("allreduce op=sum dtype=float32 ..."); a 16-byte header
+holding the hash goes around a recursive-doubling exchange in which a rank poisons its header
+on any difference, posted with the algorithm's first messages (``overlapped``) or inside them.
+Only when the hashes differ do the ranks allgather their full descriptions, so every rank
+raises the same error. A caller's integer ``context`` (DDP: its backward passes) is mixed into
+the hash, not the cached description; the error carries every rank's value.
 """
 import hashlib
 from functools import lru_cache
@@ -86,11 +73,8 @@ def mismatch_error(transport: Any, tag: int, desc: tuple, timeout: float,
 def overlapped(size: int, check: Algorithm, body: Algorithm, verify: Callable[[], None],
                overlap: bool = True) -> Algorithm:
     """The argument ``check`` with its messages in flight together with the ``body``'s first
-    ones, so that it adds no round trip (``overlap=False``: the check, then the body).
-
-    Safe on mismatched arguments: until ``verify()`` has passed the body has only *posted*
-    messages (a generator posts, then yields what it waits for), so no rank waits for one that a
-    rank with other arguments will not send (they stay pending on this call's own tag).
+    ones, so that it adds no round trip (``overlap=False``: the check, then the body). Safe on
+    mismatched arguments: until ``verify()`` has passed the body has only *posted* messages.
     """
     if size == 1 or not overlap:
         if size > 1:

@@ -5,16 +5,10 @@
     y, st = comm.recv(comm.ANY_SOURCE, return_status=True)   # st.source, st.tag
     w = comm.isend(x, 1); ...; w.wait()              # Work handles, like the collectives
 
-The receiver does not need to know the shape or dtype: every message is two messages, a 192-byte
-*header* (tag, sequence number, shape, dtype) on a header context, then the payload on a data
-context.  The receive takes the first header that matches (source or ``ANY_SOURCE``, tag or
-``ANY_TAG``), learns the sender, the size and the sequence number from it, and then receives the
-payload from that sender with the sequence number as tag.  Two contexts and a per-destination
-sequence number mean that payloads can never be matched to the wrong header, even with several
-``ANY_SOURCE`` receives in flight.  ``out=`` receives into a given array (its shape and dtype
-must match the sender's).  Arrays arrive as numpy arrays (NDArray/Tensor inputs are sent as their
-data).  Stats and the ledger count the payload as ``"send"``/``"recv"``; headers go to
-``stats["p2p_header"]``.  Point-to-point tags never mix with collective traffic.
+The receiver need not know the shape or dtype: a 192-byte *header* (tag, sequence number,
+shape, dtype) goes on a header context, the payload on a data context tagged with the
+per-destination sequence number, so a payload never matches the wrong header. Stats count
+headers as ``stats["p2p_header"]``.
 """
 import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
@@ -148,8 +142,7 @@ class PointToPoint:
                      Waiting(self._group, name, self._calls, chans), finish, block)
 
     def _book(self, name: str, label: Optional[str]) -> Callable[[Channel, Channel, int], None]:
-        """Count the call now; the returned function counts its bytes and adds its ledger
-        record once it has finished."""
+        """Count the call now; the function returned adds its bytes and ledger record at its end."""
         stat(self._stats, name)["calls"] += 1
         t0 = time.perf_counter() if self.ledger.enabled else None
         label = self._regions.label(label)

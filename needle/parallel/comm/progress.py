@@ -1,19 +1,11 @@
 """Running a collective: point-to-point channels, waiting with a deadline, and async handles.
 
-Every algorithm in this package is written as a *generator* that posts nonblocking sends and
-receives (``Channel.isend`` / ``Channel.irecv``) and then ``yield``s the list of requests it must
-see complete before it can go on.  Whoever drives the generator decides how to wait:
-
-* ``drive`` runs it to the end right away (the blocking collectives);
-* ``Work`` keeps it suspended, so the caller can compute while messages fly, and finishes it in
-  ``Work.wait()`` (the ``*_async`` collectives, for overlapping communication with compute).
-
-The requests belong to a *transport*: MPI (``transport_mpi.py``, one process per rank) or the
-in-process virtual cluster (``transport_inprocess.py``, one thread per rank).  A transport has
-``isend(buf, dest, tag)``, ``irecv(buf, source, tag)``, ``poll(item)`` (None while in flight,
-else whether a receive was truncated), ``wait(item, timeout, describe)`` (poll until done or
-raise ``CommTimeoutError``) and ``idle()`` (called when a nonblocking ``test`` found nothing), so
-the same generators, checks, timeouts and counters run over both.
+Every algorithm is a *generator* that posts nonblocking sends and receives (``Channel``) and
+``yield``s the requests it must see complete before it can go on. ``drive`` runs it to the end
+(blocking calls); ``Work`` keeps it suspended and finishes it in ``wait()`` (``*_async`` calls).
+A transport (``transport_mpi.py`` or ``transport_inprocess.py``) has ``isend``, ``irecv``,
+``poll(item)`` (None while in flight, else whether a receive was truncated), ``wait(item,
+timeout, describe)`` and ``idle()``, so the same generators run over both.
 """
 import time
 from collections.abc import Hashable, Sequence
@@ -60,10 +52,7 @@ class DeadlockError(CommTimeoutError):
 
 def stat(stats: Dict[str, Stat], name: str) -> Stat:
     """``stats[name]``: calls, bytes sent and received (made, at zero, on first use)."""
-    found = stats.get(name)
-    if found is None:
-        found = stats[name] = {"calls": 0, "bytes_sent": 0, "bytes_recv": 0}
-    return found
+    return stats.setdefault(name, {"calls": 0, "bytes_sent": 0, "bytes_recv": 0})
 
 
 class Waiting:
@@ -92,11 +81,8 @@ class Waiting:
 
 
 class Channel:
-    """The point-to-point messages of one call on one tag: per-call byte and message counts.
-
-    ``header`` bytes of every message (the argument check riding along with the data) are
-    counted apart from the payload, so ``sent``/``recvd`` are exactly the payload traffic.
-    """
+    """The point-to-point messages of one call on one tag: per-call byte and message counts
+    (``header`` bytes of each message, the argument check riding along, counted apart)."""
 
     __slots__ = ("_isend", "_irecv", "rank", "size", "tag", "header", "sent", "recvd",
                  "nsend", "nrecv", "peers")
@@ -108,8 +94,7 @@ class Channel:
         self.peers: List[int] = []  # peers of the posted messages, for timeout messages
 
     def restart(self, tag: int) -> "Channel":
-        """This channel for a new call on ``tag``, its counters at zero (a cached call reuses
-        its channel instead of making one)."""
+        """This channel for a new call on ``tag``, its counters at zero (cached calls reuse it)."""
         self.tag = tag
         self.sent = self.recvd = self.nsend = self.nrecv = 0
         self.peers.clear()
@@ -159,18 +144,9 @@ def drive(gen: Algorithm, transport: Transport, timeout: float,
 class Work:
     """Handle of a nonblocking call: ``test()`` makes progress, ``wait()`` returns the result.
 
-    MPI moves messages only while some rank calls into it, so long computations between start and
-    ``wait()`` should call ``test()`` now and then to keep a pipelined collective flowing.  On the
-    virtual cluster a ``test()`` that finds nothing lets the other ranks run.
-
-    ``test()`` has the same deadline as ``wait()``: once the communicator's timeout has passed
-    since the call last made progress (posting it counts), it raises ``CommTimeoutError``, so a
-    rank polling ``test()`` in a loop for a peer that has left cannot poll forever.  A gap
-    longer than the timeout between two ``test()`` calls (the rank computed; under MPI nothing
-    moved meanwhile) starts the count again.  A caller that waits on purpose for longer (a
-    server's long poll for requests that come when workers are ready) uses ``poll()`` and
-    bounds its own wait.
-    """
+    MPI moves messages only while a rank calls into it: long computations call ``test()`` now
+    and then. ``test()`` has ``wait()``'s deadline (docs/reliability.md, "Polling"); ``poll()``
+    has none, for a caller (a server's long poll) that bounds its own wait."""
 
     def __init__(self, gen: Algorithm, transport: Transport, timeout: float,
                  describe: Callable[[], str], finish: Callable[[Any], Any]) -> None:
@@ -187,8 +163,7 @@ class Work:
             self._done, self._result = True, self._finish(stop.value)
 
     def test(self) -> bool:
-        """Make progress without blocking; True once the call has finished.  Raises
-        ``CommTimeoutError`` once the timeout has passed since the call last made progress."""
+        """Make progress without blocking; True once finished (with a deadline: see above)."""
         if self.poll():
             return True
         now = time.monotonic()

@@ -1,12 +1,7 @@
 """What a strategy may ask of the communicator it is handed: the ``Comm`` protocol.
 
-Every strategy takes its communicator as an argument (``comm: Comm``), never from a global. The
-protocol names the part of ``communicator.Communicator`` the strategies use: the group's rank
-and size, the collectives (blocking, and ``*_async`` returning a ``Work`` whose ``wait()`` gives
-the result), point-to-point messages, ``split`` into subgroups, and the ``ledger`` and ``stats``
-of what was sent. Arrays are numpy arrays, needle NDArrays or Tensors; results come back in the
-same kind. mypy checks every call against it (``make lint``); any object with these members
-will do (the MPI-backed and the in-process communicators are both ``Communicator``).
+Every strategy takes ``comm: Comm`` as an argument, never a global; mypy checks every call
+against it, and ``communicator.Communicator`` (over MPI or in-process) satisfies it.
 """
 from typing import TYPE_CHECKING, Any, ContextManager, Dict, Optional, Protocol, runtime_checkable
 

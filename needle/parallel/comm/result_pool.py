@@ -1,15 +1,10 @@
 """Memory for large collective results, reused once the caller has dropped them.
 
-``comm.allreduce(x)`` without ``out=`` must return a fresh array.  A fresh 64 MiB array comes
-straight from ``mmap`` (glibc serves allocations over 32 MiB that way), so each of its 16384
-pages is faulted in and zeroed by the kernel the first time the collective writes it, which made
-the plain call clearly slower than one with ``out=`` (figure in benchmarks/README.md, "Figures
-behind constants and docstrings").
-
-The pool keeps the buffers of the last few large results.  A buffer is handed out again only when
-nothing but the pool refers to it: every numpy view of a result (and every object holding such a
-view) keeps a reference to the buffer it was carved from, so a result the caller still holds is
-never reused.  Small results (< ``MIN_BYTES``) come from ``np.empty`` as usual.
+A fresh 64 MiB result comes straight from ``mmap``, and the kernel faults in and zeroes each
+page on the collective's first write: the plain call was clearly slower than one with ``out=``
+(benchmarks/README.md, "Figures behind constants and docstrings"). The pool keeps the last few
+large buffers and hands one out again only when nothing but the pool refers to it (every view
+of a result keeps its buffer alive). Results under ``MIN_BYTES`` come from ``np.empty``.
 """
 import math
 import sys
@@ -48,7 +43,3 @@ class ResultPool:
             self._bufs = [b for b in self._bufs if b is not free]
         self._bufs.append(buf)
         return buf.view(dtype).reshape(shape)
-
-    def clear(self) -> None:
-        """Forget every kept buffer (their memory is freed once their results are dropped)."""
-        self._bufs.clear()

@@ -1,17 +1,10 @@
 """Cooperative scheduling of the virtual cluster's rank threads: one baton, deadlock detection.
 
-Exactly one rank thread runs at a time: the one holding the *baton*.  A rank gives the baton
-away only when it waits on communication and a poll finds nothing complete; it goes to the next
-live rank in round-robin order.  Every choice is therefore a function of the program alone, so
-message order and results are the same on every run.
-
-Each rank behaves like its own process for process-global state: before the baton leaves a rank,
-every ``(getter, setter)`` pair of ``state`` saves that rank's value (numpy's global RNG, autograd's
-grad mode, ...), and the rank that receives the baton restores its own.
-
-Deadlock: a rank that finds nothing records the *epoch* (a counter bumped by every delivered
-message and every rank that ends).  When every live rank is waiting at the current epoch, no
-message can ever arrive: all of them raise ``DeadlockError``, naming every rank's pending call.
+One rank thread runs at a time, the one holding the *baton*; it passes it round-robin only when
+a poll finds nothing, so message order and results are the same on every run. Each pair of
+``state`` hooks (numpy's RNG, grad mode, ...) is saved when the baton leaves a rank and restored
+when it returns. A waiting rank records the *epoch* (bumped by every delivery and every rank
+that ends); when every live rank waits at the current epoch, all raise ``DeadlockError``.
 """
 import threading
 import time
@@ -35,8 +28,7 @@ class Scheduler:
         self._gates = [threading.Lock() for _ in range(size)]
         for gate in self._gates:
             gate.acquire()  # a rank runs only once its gate is released
-        first = self.snapshot()
-        self._saved: List[List[Any]] = [first] * size  # every rank starts from the caller's state
+        self._saved: List[List[Any]] = [self.snapshot()] * size  # all start from the caller's
         self.live = [True] * size
         self.epoch = 0
         self._blocked: List[Optional[int]] = [None] * size
@@ -48,7 +40,6 @@ class Scheduler:
         self.done = threading.Event()
         self._alone_since: Dict[int, float] = {}
 
-    # -- process-global state ------------------------------------------------------------------
     def snapshot(self) -> List[Any]:
         """The current value of every registered piece of process-global state."""
         return [get() for get, _ in self._state]
@@ -58,7 +49,6 @@ class Scheduler:
         for (_, set_), value in zip(self._state, values):
             set_(value)
 
-    # -- the baton -----------------------------------------------------------------------------
     def begin(self) -> None:
         """From the caller: give the baton to rank 0."""
         self._gates[0].release()
@@ -101,11 +91,8 @@ class Scheduler:
         self._check(r)
 
     def pause(self, r: int, timeout: float = float("inf")) -> None:
-        """Rank ``r`` tested and found nothing but is not blocked: let the others run.
-
-        Once every other rank has ended, only this rank's own sends could still complete its
-        call: if it has polled alone for ``timeout`` seconds (a rank polling ``test()`` in a
-        loop would spin forever), raise ``DeadlockError``."""
+        """Rank ``r`` tested and found nothing but is not blocked: let the others run; raise
+        ``DeadlockError`` once it has polled alone (every other rank ended) for ``timeout``."""
         if self.size > 1 and not any(self.live[q] for q in range(self.size) if q != r):
             since = self._alone_since.setdefault(r, time.monotonic())
             if time.monotonic() - since > timeout:

@@ -1,18 +1,14 @@
 """BLAS/OpenMP threads per rank: the node's cores shared among the ranks on it.
 
-Each process's OpenBLAS (or MKL, or an OpenMP runtime) starts one thread per core it sees, so
-``mpiexec -n 2`` on two cores runs four BLAS threads that preempt each other in every matmul
-(the measured cost is in benchmarks/README.md, "Figures behind constants and docstrings").
-``torchrun`` sets ``OMP_NUM_THREADS=1`` for this reason; here ``create()`` gives each rank
-``cores on the node // ranks on the node`` threads (at least one), with ``threadpoolctl``,
-because NumPy has loaded its BLAS before any communicator exists (environment variables set
-now would come too late). The user's choice wins: an explicit ``blas_threads``, or
-``OMP_NUM_THREADS`` / ``OPENBLAS_NUM_THREADS`` / ``MKL_NUM_THREADS`` in the environment.
-Ranks on the node come from MPI (``Split_type(COMM_TYPE_SHARED)``); cores are the union of
-the CPUs those ranks may run on. The virtual cluster (threads in one process) is not touched.
+Each process's BLAS starts one thread per core it sees, so ``mpiexec -n 2`` on two cores runs
+four threads that preempt each other in every matmul (benchmarks/README.md, "Figures behind
+constants and docstrings"). ``create()`` gives each rank ``cores on the node // ranks on the
+node`` threads with ``threadpoolctl`` (NumPy has loaded its BLAS already: environment variables
+would come too late), unless ``blas_threads`` or ``OMP_NUM_THREADS`` / ``OPENBLAS_NUM_THREADS``
+/ ``MKL_NUM_THREADS`` say otherwise. The virtual cluster (threads of one process) is untouched.
 """
 import os
-from typing import Any, List, Optional, Set, Tuple
+from typing import Any, Optional, Set, Tuple
 
 ENV_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -33,28 +29,22 @@ def user_setting() -> Optional[Tuple[str, str]]:
     return None
 
 
-def _cpus() -> List[int]:
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except AttributeError:  # no affinity on this platform
-        return list(range(os.cpu_count() or 1))
-
-
 def node_shape(mpi_comm: Any) -> Tuple[int, int]:
     """(ranks on this node, cores they may run on), collective over ``mpi_comm``."""
     from mpi4py import MPI
+    mine = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        list(range(os.cpu_count() or 1))  # (no affinity on this platform)
     node = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED)
     try:
-        cpus = node.allgather(_cpus())
+        cpus = node.allgather(mine)
         return node.Get_size(), len(set().union(*cpus))
     finally:
         node.Free()
 
 
 def limit(n: int) -> None:
-    """At most ``n`` threads in every BLAS and OpenMP pool loaded in this process, and in
-    those loaded later (SciPy's OpenBLAS, torch's OpenMP): they read the environment, so the
-    variables the user did not set are set to ``n``."""
+    """At most ``n`` threads in every BLAS and OpenMP pool loaded in this process, and (the
+    variables the user did not set, set to ``n``) in those loaded later."""
     from threadpoolctl import threadpool_limits
     threadpool_limits(limits=n)
     for var in ENV_VARS:
@@ -64,11 +54,8 @@ def limit(n: int) -> None:
 
 
 def place(mpi_comm: Any, blas_threads: Optional[int] = None) -> Optional[str]:
-    """Limit this rank's BLAS/OpenMP threads (see module doc); rank 0 prints the choice.
-
-    Collective over ``mpi_comm`` (as creating a communicator is). Returns the line printed
-    (on every rank), or None when nothing was decided (a single rank, or already placed).
-    """
+    """Limit this rank's BLAS/OpenMP threads (collective); rank 0 prints the choice, every
+    rank returns it (None when nothing was decided: a single rank, or already placed)."""
     global _placed
     if blas_threads is not None and (not isinstance(blas_threads, int)
                                      or isinstance(blas_threads, bool) or blas_threads < 1):
@@ -81,8 +68,7 @@ def place(mpi_comm: Any, blas_threads: Optional[int] = None) -> Optional[str]:
     elif _placed or ranks == 1:
         return None
     elif env is not None:
-        line = f"needle: BLAS/OpenMP threads left as the environment sets them ({env[0]}=" \
-               f"{env[1]})"
+        line = f"needle: BLAS/OpenMP threads left as the environment sets them ({env[0]}={env[1]})"
     else:
         n = threads_per_rank(cores, ranks)
         limit(n)

@@ -1,17 +1,9 @@
 """The in-process transport: the ranks are threads of one process (``needle.parallel.virtual``).
 
-Messages follow MPI's matching rules, so every algorithm generator runs unchanged: a receive
-matches the earliest message from its source (or any source) with its tag (or any tag) on its
-communicator, messages between two ranks never overtake each other, and a message longer than
-the receive buffer is a truncation error.  Like MPICH on shared memory, a message of at most
-``EAGER_BYTES`` is copied at once and its send completes (eager); a longer one is copied
-straight from the sender's buffer into the receiver's when both are posted (rendezvous), so a
-program that would deadlock under MPI deadlocks here too, and is reported at once.
-
-A communicator is a *context* (its message queues) shared by its member ranks; ``dup`` and
-``split`` derive the child context's id from the parent's and a per-rank counter, which every
-member advances in the same order (both are collective), so all members find the same context.
-``World.trace`` (when enabled) records every delivered message, for the alpha-beta cost model.
+Messages follow MPI's matching rules, so every algorithm runs unchanged. Like MPICH on shared
+memory, a message of at most ``EAGER_BYTES`` completes its send at once and a longer one waits
+for the receive (rendezvous), so a program that deadlocks under MPI deadlocks here too. ``dup``
+and ``split`` derive a child context's id from the parent's and a per-rank counter.
 """
 import time
 from collections import deque
@@ -80,10 +72,7 @@ class World:
 
     def context(self, cid: tuple, members: List[int]) -> _Context:
         """The context ``cid``, created by the first member to ask for it."""
-        ctx = self._contexts.get(cid)
-        if ctx is None:
-            ctx = self._contexts[cid] = _Context(cid, members)
-        return ctx
+        return self._contexts.setdefault(cid, _Context(cid, members))
 
     def deliver(self, ctx: _Context, send: _Request, recv: _Request, dst: int) -> None:
         """Copy a matched message into its receive buffer and complete both requests."""
@@ -98,11 +87,6 @@ class World:
             self.trace.append(Message(ctx.members[recv.peer], ctx.members[dst], n, recv.tag,
                                       ctx.cid))
         self.sched.delivered()
-
-
-def _bytes(buf: np.ndarray) -> np.ndarray:
-    """A flat uint8 view of a C-contiguous numpy buffer."""
-    return buf.reshape(-1).view(np.uint8)
 
 
 class InProcessTransport:
@@ -121,7 +105,7 @@ class InProcessTransport:
 
     def isend(self, buf: np.ndarray, dest: int, tag: int) -> _Request:
         """Post a send: matched at once if the receive is posted, else queued."""
-        data = _bytes(buf)
+        data = buf.reshape(-1).view(np.uint8)  # C-contiguous: a flat view of its bytes
         req = _Request(self.rank, tag, data, True)
         posted = self._ctx.posted[dest]
         me = self.rank
@@ -137,7 +121,7 @@ class InProcessTransport:
 
     def irecv(self, buf: np.ndarray, source: int, tag: int) -> _Request:
         """Post a receive: matched at once with the earliest queued message that fits."""
-        req = _Request(source, tag, _bytes(buf), False)
+        req = _Request(source, tag, buf.reshape(-1).view(np.uint8), False)
         queue = self._ctx.unexpected[self.rank]
         for i, send in enumerate(queue):
             if (source == ANY or source == send.peer) and (tag == ANY or tag == send.tag):
@@ -153,31 +137,24 @@ class InProcessTransport:
 
     def poll(self, item: Any) -> Optional[bool]:
         """None while any request is in flight, else whether a receive was truncated."""
-        reqs, statuses = item if isinstance(item, tuple) else (item, None)
-        for req in reqs:
-            if not req.done:
-                return None
-        truncated = False
-        for i, req in enumerate(reqs):
-            truncated = truncated or req.truncated
-            if statuses is not None and i < len(statuses) and not req.send:
-                st = statuses[i]
+        reqs, statuses = item if isinstance(item, tuple) else (item, ())
+        if not all(req.done for req in reqs):
+            return None
+        for req, st in zip(reqs, statuses):
+            if not req.send:
                 st.source, st.tag, st.count = req.peer, req.tag, req.count
-        return truncated
+        return any(req.truncated for req in reqs)
 
     def wait(self, item: Any, timeout: float, describe: Callable[[], str]) -> bool:
         """Poll; while nothing completes let the other ranks run (deadlock raises at once)."""
-        done = self.poll(item)
-        if done is not None:
-            return done
         deadline = time.monotonic() + timeout
-        while True:
-            self.world.sched.block(self.me, describe)
-            done = self.poll(item)
-            if done is not None:
-                return done
+        done = self.poll(item)
+        while done is None:
             if time.monotonic() > deadline:
                 raise CommTimeoutError(describe())
+            self.world.sched.block(self.me, describe)
+            done = self.poll(item)
+        return done
 
     def idle(self) -> None:
         """A nonblocking test found nothing: let the other ranks run."""

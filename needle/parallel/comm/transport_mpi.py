@@ -1,11 +1,9 @@
 """The MPI transport: one process per rank, point-to-point messages through mpi4py.
 
-Waiting is a polling loop over ``MPI.Request.Testall`` rather than ``Waitall``, so that a call
-that cannot finish (a peer that never arrives) raises ``CommTimeoutError`` after ``timeout``
-seconds instead of hanging forever.  MPICH's own ``Waitall`` also spins, so polling costs no
-more CPU; after a few hundred empty polls we ``sched_yield`` so that other processes can run.
-When a node runs more ranks than it has cores (oversubscribed), the transport yields after every
-empty poll: a spinning rank would otherwise hold the core its peer needs.
+Waiting polls ``MPI.Request.Testall`` (not ``Waitall``) so that a call that cannot finish
+raises ``CommTimeoutError`` after ``timeout`` seconds; MPICH's ``Waitall`` spins too, so this
+costs no more CPU. After ``spin`` empty polls a rank yields its core (at once when the node is
+oversubscribed: a spinning rank would hold the core its peer needs).
 """
 import os
 import time
@@ -47,10 +45,8 @@ class MPITransport:
         return MPITransport(self.comm.Dup(), self.spin)
 
     def split(self, color: int, key: int, exchange: Any = None) -> "MPITransport":
-        """The transport of the ranks with equal ``color``, ordered by ``key`` (collective).
-
-        ``exchange`` (an allgather with a deadline) first: ``MPI_Comm_split`` has none, and
-        would wait forever for a rank that never calls it."""
+        """The transport of the ranks with equal ``color``, ordered by ``key`` (collective), after
+        ``exchange`` (an allgather with the deadline ``MPI_Comm_split`` lacks)."""
         if exchange is not None:
             exchange(np.array([color, key], dtype=np.int64))
         return MPITransport(self.comm.Split(color, key), self.spin)
@@ -65,12 +61,8 @@ class MPITransport:
 
     def poll(self, item: Any) -> Optional[bool]:
         """Test ``item`` (requests, or ``(requests, statuses)``) once: None if still in flight,
-        else whether a receive was truncated.
-
-        A truncated receive means a peer sent more bytes than this rank expected (mismatched
-        arguments).  We finish the remaining requests and report it, so the algorithm can run to
-        the end and every rank learns of the mismatch, instead of some raising and others hanging.
-        """
+        else whether a receive was truncated (a peer with other arguments sent more bytes): the
+        algorithm then runs to the end, so every rank learns of the mismatch and none hangs."""
         reqs, statuses = item if type(item) is tuple else (item, None)
         try:
             return False if self._testall(reqs, statuses) else None
@@ -93,8 +85,7 @@ class MPITransport:
         return True
 
     def wait(self, item: Any, timeout: float, describe: Callable[[], str]) -> bool:
-        """Wait for ``item``, raising ``CommTimeoutError`` after ``timeout`` seconds; after
-        ``spin`` empty polls, give the core away between polls."""
+        """Wait for ``item`` with a deadline; after ``spin`` empty polls, yield the core between."""
         reqs, statuses = item if type(item) is tuple else (item, None)
         testall = self._testall
         polls, deadline, spin = 0, None, self.spin
@@ -117,8 +108,7 @@ class MPITransport:
 
 
 def arrive(mpi_comm: Any, timeout: float) -> None:
-    """A barrier that raises ``CommTimeoutError`` (naming the missing ranks' count) after
-    ``timeout`` seconds instead of blocking forever (``MPI_Ibarrier`` polled)."""
+    """A barrier that raises ``CommTimeoutError`` after ``timeout`` s (``MPI_Ibarrier`` polled)."""
     req, deadline = mpi_comm.Ibarrier(), time.monotonic() + timeout
     while not req.Test():
         if time.monotonic() > deadline:
@@ -130,9 +120,8 @@ def arrive(mpi_comm: Any, timeout: float) -> None:
 
 
 def _spin_polls(mpi_comm: Any) -> int:
-    """Empty polls before a waiting rank yields its core: 256, or 0 when this node runs more
-    ranks than this process may use cores (oversubscribed); ``NEEDLE_POLLS_BEFORE_YIELD``
-    overrides."""
+    """Empty polls before a waiting rank yields its core: 256, or 0 when this node is
+    oversubscribed (more ranks than cores); ``NEEDLE_POLLS_BEFORE_YIELD`` overrides."""
     env = os.environ.get("NEEDLE_POLLS_BEFORE_YIELD")
     if env is not None:
         return int(env)
