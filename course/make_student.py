@@ -16,6 +16,7 @@ import argparse
 import ast
 import re
 import shutil
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, List, Optional, Sequence
@@ -78,6 +79,17 @@ def _enclosing_defs(tree: ast.AST) -> List[tuple]:
     return spans
 
 
+# CPython 3.11: two threads parsing at once raised "AST constructor recursion depth
+# mismatch" (SystemError; see CPython gh-106905); check_release stubs from two threads.
+_AST_LOCK = threading.Lock()
+
+
+def _parse(text: str) -> ast.Module:
+    """``ast.parse(text)``, one thread at a time."""
+    with _AST_LOCK:
+        return ast.parse(text)
+
+
 def begin_exercise(line: str) -> Optional[str]:
     """The exercise named by a BEGIN marker line ('' when it names none); None for other lines."""
     match = _BEGIN_RE.match(line.strip())
@@ -86,7 +98,7 @@ def begin_exercise(line: str) -> Optional[str]:
 
 def _python_qualname(text: str) -> Callable[[int], str]:
     """line -> the innermost def or class enclosing it ("<module>" outside any)."""
-    spans = _enclosing_defs(ast.parse(text))
+    spans = _enclosing_defs(_parse(text))
 
     def at(line: int) -> str:
         inner = [s for s in spans if s[0] <= line <= s[1]]
@@ -144,7 +156,7 @@ def _in_function(path: Path) -> dict:
     if path.suffix in CUDA_SUFFIXES:
         return {i: "cuda" for i, line in enumerate(path.read_text().splitlines(), 1)
                 if begin_exercise(line) is not None}
-    spans = _enclosing_defs(ast.parse(path.read_text()))
+    spans = _enclosing_defs(_parse(path.read_text()))
     res = {}
     for i, line in enumerate(path.read_text().splitlines(), 1):
         if begin_exercise(line) is not None:
