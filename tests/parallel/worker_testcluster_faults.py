@@ -24,9 +24,11 @@ def main() -> None:
     except CommTimeoutError as e:
         record = {"time": time.time(), "error": str(e)}
         (folder / f"error{comm.rank}.json").write_text(json.dumps(record))
-        # The first rank to raise aborts the job; give the others (whose deadlines fall a few
-        # milliseconds apart, more on a loaded machine) time to record theirs too.
-        time.sleep(1.0)
+        # The first rank to raise aborts the job; give the others time to record theirs too.
+        # Any survivor's call began before this one failed, so its deadline is at most one
+        # timeout away (a rank that was still finishing the call before, behind a stalled
+        # host, started this one late: 1 s was not always enough).
+        time.sleep(comm.timeout + 1.0)
         raise
 
 
