@@ -60,15 +60,19 @@ def _child(item: pytest.Item, nextitem: Optional[pytest.Item], out: Path, dump: 
         os._exit(code)
 
 
-def _wait(pid: int, timeout: float) -> Optional[int]:
-    """The child's return code (negative: killed by that signal), None if it timed out."""
+def wait_child(pid: int, timeout: float) -> Optional[int]:
+    """The child's return code (negative: killed by that signal), None if it timed out (then
+    it is killed with its process group, where it made one)."""
     deadline = time.monotonic() + timeout
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             return os.waitstatus_to_exitcode(status)
         if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:  # no group of its own (yet)
+                os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             return None
         time.sleep(0.01)
@@ -83,7 +87,7 @@ def run_forked(item: pytest.Item, nextitem: Optional[pytest.Item], timeout: floa
         pid = os.fork()
         if pid == 0:
             _child(item, nextitem, out, dump)
-        code = _wait(pid, timeout)
+        code = wait_child(pid, timeout)
         if code == 0 and out.exists():
             hook = item.config.hook
             return [hook.pytest_report_from_serializable(config=item.config, data=d)

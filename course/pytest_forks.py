@@ -23,12 +23,12 @@ import importlib
 import importlib.metadata
 import json
 import os
-import signal
 import sys
-import time
 from typing import List, Optional, Sequence
 
 import pytest
+
+from .forked import wait_child
 
 # what graded test modules import at collection (measured), plus torch, which the tests that
 # compare with PyTorch import; each is skipped where it is not installed
@@ -77,23 +77,6 @@ def _child(args: List[str], log: str) -> None:
         os._exit(code)
 
 
-def _wait(pid: int, timeout: float) -> Optional[int]:
-    """The child's exit status (negative: its signal); None when killed past ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        if time.monotonic() > deadline:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:  # it had not made its group yet
-                os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return None
-        time.sleep(0.02)
-
-
 def run(args: List[str], log: str, timeout: float) -> Optional[int]:
     """One pytest session ``args`` in a forked child: its exit status, None past ``timeout``."""
     sys.stdout.flush()
@@ -102,7 +85,7 @@ def run(args: List[str], log: str, timeout: float) -> Optional[int]:
     if pid == 0:
         # the preloaded plugins are not assertion-rewritten: expected here, not worth a warning
         _child(["-W", "ignore::pytest.PytestAssertRewriteWarning", *args], log)
-    return _wait(pid, timeout)
+    return wait_child(pid, timeout)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
