@@ -26,7 +26,8 @@ def test_dry_run_runs_every_section_on_the_emulator(tmp_path):
     assert res.returncode == 0, res.stdout[-3000:]
     sections = report["sections"]
     assert list(sections) == ["env", "cupy-contract", "cuda-tests", "notebook", "memcheck",
-                              "racecheck", "kernels", "train-step", "emu-vs-gpu"]
+                              "racecheck", "kernels", "train-step", "step-profile",
+                              "emu-vs-gpu"]
     for name, sec in sections.items():
         want = "skipped" if name in ("memcheck", "racecheck") else "ok"
         assert sec["status"] == want, (name, sec.get("tail", "")[-2000:])
@@ -36,6 +37,9 @@ def test_dry_run_runs_every_section_on_the_emulator(tmp_path):
     assert len(rows) >= 8 + 2 + 8 and all(r["mode"] == "emulated" for r in rows)
     assert not any("torch_GBps" in r or "torch_ms" in r for r in rows)  # no GPU to time torch
     assert all(r["ok"] for r in sections["emu-vs-gpu"]["figures"]["rows"])
+    profile = sections["step-profile"]["figures"]["rows"]
+    assert profile[0]["calls_per_step"] > 1000 and profile[0]["profiled_ms"] > 0
+    assert {"autograd", "ops", "backend_ndarray"} <= {r.get("layer") for r in profile}
     md = (tmp_path / "report.md").read_text()
     assert md.startswith("# needle GPU check (emulated)") and "no figure here is a GPU" in md
 

@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Tuple
 
 import numpy as np
 from gpu_check_sections import _sync, _torch_cuda, emit, timed
@@ -73,7 +73,7 @@ def _torch_step(torch: Any, model: Any, x: Any, y: Any) -> Callable[[], None]:
 def train_step(dry: bool) -> None:
     """One optimizer step of ResNet9 and of the transformer LM: needle and PyTorch eager."""
     import needle as ndl
-    from apps.models import LanguageModel, ResNet9
+    from apps.models import ResNet9
     torch = _torch_cuda(dry)
     sync, reps, dev = _sync(torch), 1 if dry else 10, ndl.cuda()
     rng = np.random.default_rng(0)
@@ -91,22 +91,79 @@ def train_step(dry: bool) -> None:
                                                   torch.tensor(lab, device="cuda")), sync,
                                       reps) * 1e3, 2)
     emit(**row, mode="emulated" if dry else "gpu")
-    t, b, vocab, d, hidden, layers, heads = ((8, 2, 50, 16, 32, 1, 2) if dry
-                                             else (128, 32, 8192, 512, 2048, 4, 8))
-    ids = rng.integers(0, vocab, (t, b))
-    lm = LanguageModel(d, vocab, hidden, layers, seq_model="transformer", seq_len=t,
-                       device=dev, num_head=heads, dim_head=d // heads, dropout=0.0,
-                       causal=True)
-    s = timed(_needle_step(lm, ndl.nn.SoftmaxLoss(), ndl.Tensor(ids, device=dev, dtype="int64"),
-                           ndl.Tensor(ids.reshape(-1), device=dev, dtype="int64"),
-                           ndl.optim.Adam(lm.parameters(), lr=1e-3)), sync, reps)
-    row = {"model": f"transformer LM T={t} B={b} d={d} L={layers}", "needle_ms": round(s * 1e3, 2)}
+    lm, ids, shape = _language_model(dry, dev, rng)
+    s = timed(_lm_step(lm, ids, dev), sync, reps)
+    row = {"model": "transformer LM " + shape, "needle_ms": round(s * 1e3, 2)}
     if torch is not None:
+        t, b, vocab, d, hidden, layers, heads = LM_SIZES[dry]
         tlm = _torch_lm(torch, vocab, d, hidden, layers, heads).cuda()
-        tid = torch.tensor(ids, device="cuda")
+        tid = torch.tensor(ids.numpy(), device="cuda")
         row["torch_ms"] = round(timed(_torch_step(torch, tlm, tid, tid.reshape(-1)), sync,
                                       reps) * 1e3, 2)
     emit(**row, mode="emulated" if dry else "gpu")
+
+# (T, B, vocab, d, hidden, layers, heads): the GPU run's, a dry run's
+LM_SIZES = {False: (128, 32, 8192, 512, 2048, 4, 8), True: (8, 2, 50, 16, 32, 1, 2)}
+
+
+def _language_model(dry: bool, dev: Any, rng: np.random.Generator) -> Tuple[Any, Any, str]:
+    """The course's transformer LM (``apps/models.py``), token ids, and its shape in words."""
+    import needle as ndl
+    from apps.models import LanguageModel
+    t, b, vocab, d, hidden, layers, heads = LM_SIZES[dry]
+    lm = LanguageModel(d, vocab, hidden, layers, seq_model="transformer", seq_len=t,
+                       device=dev, num_head=heads, dim_head=d // heads, dropout=0.0,
+                       causal=True)
+    ids = ndl.Tensor(rng.integers(0, vocab, (t, b)), device=dev, dtype="int64")
+    return lm, ids, f"T={t} B={b} d={d} L={layers}"
+
+
+def _lm_step(lm: Any, ids: Any, dev: Any) -> Callable[[], None]:
+    import needle as ndl
+    return _needle_step(lm, ndl.nn.SoftmaxLoss(), ids, ids.reshape((-1,)),
+                        ndl.optim.Adam(lm.parameters(), lr=1e-3))
+
+
+def _where(path: str) -> str:
+    """The layer a profiled function lives in, from its file."""
+    for part in ("autograd", "ops", "nn", "optim", "backend_ndarray", "backend_cuda", "cupy"):
+        if f"/{part}/" in path or f"/{part}." in path or path.startswith(f"{part}."):
+            return part
+    return "built-in" if path == "~" else "other"
+
+
+def step_profile(dry: bool) -> None:
+    """Where a transformer LM step's wall time goes: the host's Python by layer and by
+    function (cProfile over a few steps, synchronized), and the calls per step, so a gap to
+    PyTorch reads as host work or GPU work."""
+    import cProfile
+    import pstats
+
+    import needle as ndl
+    dev, reps = ndl.cuda(), 1 if dry else 3
+    lm, ids, shape = _language_model(dry, dev, np.random.default_rng(0))
+    step, sync = _lm_step(lm, ids, dev), _sync(None)
+    wall = timed(step, sync, reps)
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(reps):
+        step()
+    sync()
+    prof.disable()
+    st: Any = pstats.Stats(prof)
+    layers: Dict[str, float] = {}
+    for (path, _, _), (_, _, own, _, _) in st.stats.items():
+        layers[_where(path)] = layers.get(_where(path), 0.0) + own / reps
+    mode = "emulated" if dry else "gpu"
+    emit(model="transformer LM " + shape, wall_ms=round(wall * 1e3, 2),
+         profiled_ms=round(st.total_tt / reps * 1e3, 2),
+         calls_per_step=sum(v[1] for v in st.stats.values()) // reps, mode=mode)
+    for layer, own in sorted(layers.items(), key=lambda kv: -kv[1]):
+        emit(layer=layer, own_ms_per_step=round(own * 1e3, 2), mode=mode)
+    top = sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:12]
+    for (path, line, name), (_, calls, own, _, _) in top:
+        emit(function=f"{Path(path).name}:{line}({name})", calls_per_step=calls // reps,
+             own_ms_per_step=round(own / reps * 1e3, 2), mode=mode)
 
 
 # ---------------------------------------------------------------------- emulator vs GPU

@@ -24,13 +24,22 @@ def _site_dirs() -> List[str]:
     return [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]
 
 
+def _cuda_roots() -> List[str]:
+    """CUDA toolkit folders: $CUDA_PATH, $CUDA_HOME, /usr/local/cuda."""
+    roots = [os.environ.get(var, "") for var in ("CUDA_PATH", "CUDA_HOME")]
+    return [r for r in roots + ["/usr/local/cuda"] if r and os.path.isdir(r)]
+
+
 def find_nvrtc() -> Optional[str]:
-    """Path of libnvrtc.so from the pip package (or $NEEDLE_NVRTC), None when absent."""
+    """Path of libnvrtc.so (or $NEEDLE_NVRTC), None when absent: the pip wheels' first
+    (``nvidia/cuda_nvrtc/lib`` for CUDA 12, ``nvidia/cu13/lib`` for CUDA 13), then a toolkit's."""
     env = os.environ.get("NEEDLE_NVRTC")
     if env:
         return env
-    for d in _site_dirs():
-        hits = sorted(glob.glob(os.path.join(d, "nvidia", "cuda_nvrtc", "lib", "libnvrtc.so*")))
+    folders = [os.path.join(d, "nvidia", "*", "lib") for d in _site_dirs()]
+    folders += [os.path.join(r, "lib64") for r in _cuda_roots()]
+    for folder in folders:
+        hits = sorted(glob.glob(os.path.join(folder, "libnvrtc.so*")))
         hits = [h for h in hits if ".alt." not in h and "builtins" not in h]
         if hits:
             return hits[0]
@@ -38,12 +47,14 @@ def find_nvrtc() -> Optional[str]:
 
 
 def find_cuda_include() -> Optional[str]:
-    """A directory holding cuda_fp16.h (pip ``nvidia-cuda-runtime-cu12`` or $CUDA_PATH)."""
-    cands = [os.path.join(d, "nvidia", "cuda_runtime", "include") for d in _site_dirs()]
-    for var in ("CUDA_PATH", "CUDA_HOME"):
-        if os.environ.get(var):
-            cands.append(os.path.join(os.environ[var], "include"))
-    cands.append("/usr/local/cuda/include")
+    """A folder holding cuda_fp16.h: the one beside libnvrtc first (the headers of the same
+    CUDA version), then the pip runtime wheels', then a toolkit's."""
+    nvrtc = find_nvrtc()
+    cands = [os.path.join(os.path.dirname(os.path.dirname(nvrtc)), "include")] if nvrtc else []
+    cands += [os.path.join(d, "nvidia", "cuda_runtime", "include") for d in _site_dirs()]
+    cands += [c for d in _site_dirs() for c in sorted(glob.glob(os.path.join(d, "nvidia", "cu*",
+                                                                              "include")))]
+    cands += [os.path.join(r, "include") for r in _cuda_roots()]
     for c in cands:
         if os.path.isfile(os.path.join(c, "cuda_fp16.h")):
             return c

@@ -19,12 +19,16 @@ def _host_matrices(ptr: int, rows: int, cols: int, ld: int, stride: int, batch: 
 
 
 def _gemm_strided_batched_ex(handle: int, transa: int, transb: int, m: int, n: int, k: int,
-                             alpha: int, a: int, atype: int, lda: int, stride_a: int, b: int,
-                             btype: int, ldb: int, stride_b: int, beta: int, c: int,
-                             ctype: int, ldc: int, stride_c: int, batch: int, compute: int,
-                             algo: int) -> None:
-    """cublasGemmStridedBatchedEx for bfloat16 in, float32 compute (column-major), in NumPy."""
-    if (atype, btype, ctype, compute) != (_R16BF, _R16BF, _R16BF, _COMPUTE_32F):
+                             alpha: int, A: int, Atype: int, lda: int, strideA: int, B: int,
+                             Btype: int, ldb: int, strideB: int, beta: int, C: int,
+                             Ctype: int, ldc: int, strideC: int, batchCount: int,
+                             computeType: int, algo: int) -> None:
+    """cublasGemmStridedBatchedEx for bfloat16 in, float32 compute (column-major), in NumPy.
+    The arguments carry CuPy's names (``cupy_backends.cuda.libs.cublas``), checked by
+    ``tests/backend_cuda/test_cupy_contract.py`` on a machine where CuPy's cuBLAS loads."""
+    a, b, c, batch = A, B, C, batchCount
+    stride_a, stride_b, stride_c = strideA, strideB, strideC
+    if (Atype, Btype, Ctype, computeType) != (_R16BF, _R16BF, _R16BF, _COMPUTE_32F):
         raise NotImplementedError("the emulator's cuBLAS does bfloat16 GEMM with fp32 compute")
     if transa != _OP_N or transb != _OP_N:
         raise NotImplementedError("the emulator's cuBLAS GEMM takes untransposed operands")
