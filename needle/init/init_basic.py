@@ -9,7 +9,6 @@ from ..backend_ndarray import (
     BackendDevice,
     NDArray,
     default_device,
-    take_rows,
     to_numpy_dtype,
 )
 
@@ -94,10 +93,9 @@ def one_hot(n: int, i: Any, device: Optional[BackendDevice] = None, dtype: str =
     device = _device(device)
     data = i.realize_cached_data() if isinstance(i, Tensor) else i
     if isinstance(data, NDArray) and data.dtype in ("int32", "int64") and data.device == device:
-        # integer labels already on the device: gather rows of the identity there, so no data
-        # goes to the host (a step stays traceable by needle.compile); take_rows checks range
-        eye = NDArray(np.eye(n, dtype=to_numpy_dtype(dtype)), device=device)
-        return Tensor(take_rows(eye, data), device=device, dtype=dtype,
+        # integer labels already on the device: compare them with arange(n) there, so no
+        # n x n identity is built (a step stays traceable by needle.compile)
+        return Tensor(device.one_hot(n, data, dtype=dtype), device=device, dtype=dtype,
                       requires_grad=requires_grad)
     if isinstance(i, (Tensor, NDArray)):
         i = i.numpy()

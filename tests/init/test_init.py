@@ -63,6 +63,19 @@ def test_one_hot(device):
                                   np.eye(3)[[2, 0]])
     with pytest.raises(ValueError, match=r"\[0, 4\)"):
         init.one_hot(4, np.array([4]), device=device)
+    with pytest.raises(ValueError, match=r"\[0, 4\)"):  # labels already on the device
+        init.one_hot(4, ndl.Tensor([1, 5], dtype="int64", device=device), device=device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("on_device", [True, False])
+def test_one_hot_costs_the_rows_not_the_identity(device, on_device):
+    """A vocabulary of 300,000: an n x n identity would be 360 GB; the rows are 3.6 MB."""
+    n, idx = 300_000, np.array([[299_999, 0, 7]])
+    labels = ndl.Tensor(idx, dtype="int64", device=device) if on_device else idx
+    oh = init.one_hot(n, labels, device=device).numpy()
+    assert oh.shape == (1, 3, n) and oh.sum() == 3
+    assert oh[0, 0, -1] == oh[0, 1, 0] == oh[0, 2, 7] == 1
 
 
 def _sample_std(t):
