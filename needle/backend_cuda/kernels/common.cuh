@@ -88,4 +88,17 @@ template <typename A> __device__ A block_sum(A v, A* smem) {
   return smem[0];
 }
 
+// A row of at most ROW_REGS * blockDim.x elements, loaded once into each thread's registers
+// (element threadIdx.x + u * blockDim.x in v[u], ``pad`` past the row's end): the loads are
+// issued together, and a kernel making several passes over the row reads it from memory once.
+constexpr int ROW_REGS = 4;
+template <typename T, typename A>
+__device__ __forceinline__ void load_row(const T* x, long long cols, A (&v)[ROW_REGS], A pad) {
+#pragma unroll
+  for (int u = 0; u < ROW_REGS; ++u) {
+    const long long j = threadIdx.x + (long long)u * blockDim.x;
+    v[u] = j < cols ? to_acc(x[j]) : pad;
+  }
+}
+
 }  // namespace ndl

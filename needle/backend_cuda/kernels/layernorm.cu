@@ -15,8 +15,34 @@ __global__ void layernorm_fwd(const T* x, const T* w, const T* b, T* y,
                               long long cols, typename ndl::Acc<T>::type eps) {
   typedef typename ndl::Acc<T>::type A;
   __shared__ A smem[32];
+  const bool in_registers = cols <= ndl::ROW_REGS * (long long)blockDim.x;
   for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* xr = x + r * cols;
+    if (in_registers) {  // the same sums in the same order, from one read of the row
+      A v[ndl::ROW_REGS], s = A(0), q = A(0);
+      ndl::load_row(xr, cols, v, A(0));
+#pragma unroll
+      for (int u = 0; u < ndl::ROW_REGS; ++u) s += v[u];
+      const A mean = ndl::block_sum(s, smem) / A(cols);
+#pragma unroll
+      for (int u = 0; u < ndl::ROW_REGS; ++u) {
+        const A d = v[u] - mean;
+        if (threadIdx.x + (long long)u * blockDim.x < cols) q += d * d;
+      }
+      const A rstd = A(1) / ndl::m_sqrt(ndl::block_sum(q, smem) / A(cols) + A(eps));
+#pragma unroll
+      for (int u = 0; u < ndl::ROW_REGS; ++u) {
+        const long long j = threadIdx.x + (long long)u * blockDim.x;
+        if (j < cols)
+          y[r * cols + j] = ndl::from_acc<T>((v[u] - mean) * rstd * ndl::to_acc(w[j]) +
+                                             ndl::to_acc(b[j]));
+      }
+      if (threadIdx.x == 0) {
+        mean_out[r] = mean;
+        rstd_out[r] = rstd;
+      }
+      continue;
+    }
     A s = A(0);
     for (long long j = threadIdx.x; j < cols; j += blockDim.x) s += ndl::to_acc(xr[j]);
     const A mean = ndl::block_sum(s, smem) / A(cols);
