@@ -152,9 +152,11 @@ class NamespaceHosts:
             self._shape(br, f"v{i}")
 
     def _shape(self, ns: str, dev: str) -> None:
-        """A token bucket on ``dev``'s egress: ``rate``, a burst of ~4 ms of it."""
+        """A token bucket on ``dev``'s egress: ``rate``, a burst of ~1 ms of it and at least two
+        64 KiB segments (a bucket smaller than the veth's largest GSO segment stalls tbf; a
+        burst of ~4 ms carried half of a 1 MiB message at once, faster than any wire)."""
         assert self.rate is not None and self.rate_bps is not None  # only called with a rate
-        burst = max(int(self.rate_bps / 8 / 250), 32 * 1024)
+        burst = max(int(self.rate_bps / 8 / 1000), 128 * 1024)
         cmd = ["tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "tbf", "rate", self.rate,
                "burst", str(burst), "latency", "50ms"]
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
