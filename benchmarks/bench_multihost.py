@@ -55,7 +55,7 @@ def exchange(raw, peer: int, nbytes: int, iters: int) -> float:
 
 def fit_links(raw):
     """(intra-host, inter-host) ``CostModel``: the sustained rate of back-to-back 16 MiB
-    exchanges (tbf's burst, 4 ms of the rate, is 3% of the first), alpha 0: from 1 MiB up a
+    exchanges (tbf's burst, 1 ms of the rate, is 1% of the first), alpha 0: from 1 MiB up a
     message's latency hides behind the transfer here, and an alpha fitted over 1-16 MiB is
     noise (0-2 ms across runs on this shared 2-core machine, whose small messages measure its
     scheduler), as is the rate at 1 MiB (10% slower, run to run)."""
