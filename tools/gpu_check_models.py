@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 from gpu_check_sections import _sync, _torch_cuda, emit, timed
@@ -101,6 +101,9 @@ def train_step(dry: bool) -> None:
         row["torch_ms"] = round(timed(_torch_step(torch, tlm, tid, tid.reshape(-1)), sync,
                                       reps) * 1e3, 2)
     emit(**row, mode="emulated" if dry else "gpu")
+    s16 = timed(_lm_step(lm, ids, dev, amp="float16"), sync, reps)
+    emit(model="transformer LM " + shape + ", float16 autocast", needle_ms=round(s16 * 1e3, 2),
+         speedup_vs_float32=round(s / s16, 2), mode="emulated" if dry else "gpu")
 
 # (T, B, vocab, d, hidden, layers, heads): the GPU run's, a dry run's
 LM_SIZES = {False: (128, 32, 8192, 512, 2048, 4, 8), True: (8, 2, 50, 16, 32, 1, 2)}
@@ -118,10 +121,21 @@ def _language_model(dry: bool, dev: Any, rng: np.random.Generator) -> Tuple[Any,
     return lm, ids, f"T={t} B={b} d={d} L={layers}"
 
 
-def _lm_step(lm: Any, ids: Any, dev: Any) -> Callable[[], None]:
+def _lm_step(lm: Any, ids: Any, dev: Any, amp: Optional[str] = None) -> Callable[[], None]:
+    """One LM training step; with ``amp``, forward and loss under ``needle.amp.autocast(amp)``."""
     import needle as ndl
-    return _needle_step(lm, ndl.nn.SoftmaxLoss(), ids, ids.reshape((-1,)),
-                        ndl.optim.Adam(lm.parameters(), lr=1e-3))
+    from needle.amp import autocast
+    loss_fn, y = ndl.nn.SoftmaxLoss(), ids.reshape((-1,))
+    opt = ndl.optim.Adam(lm.parameters(), lr=1e-3)
+
+    def step() -> None:
+        opt.reset_grad()
+        with autocast(amp or "float16", enabled=amp is not None):
+            out = lm(ids)
+            loss = loss_fn(out[0] if isinstance(out, tuple) else out, y)
+        loss.backward()
+        opt.step()
+    return step
 
 
 def _where(path: str) -> str:
