@@ -55,11 +55,11 @@ fuzz: install
 		tests/ops/test_differential_primitives.py
 
 # Every CUDA kernel test on the emulator's thread engine under ThreadSanitizer, then
-# AddressSanitizer (needle/backend_cuda/emulator/sanitize.py): fails on a data race, an
+# AddressSanitizer (tools/sanitize.py): fails on a data race, an
 # out-of-bounds access or a divergent barrier. `make test` runs the float32 part of it
 # (tests/backend_cuda/emulator/test_emu_sanitize.py). Installs gcc's runtimes when missing.
 # Prints each report in full (OS threads named "B<block> T<thread>"); pytest arguments after
-# --: `python -m needle.backend_cuda.emulator.sanitize --mode thread -- -k float32`. Without a
+# --: `python -m tools.sanitize --mode thread -- -k float32`. Without a
 # sanitizer, NEEDLE_CUDA_EMULATOR_CHECK=full catches shared-memory races and uninitialised reads.
 test-cuda-sanitize: install
 	@for lib in libtsan.so libasan.so; do \
@@ -67,7 +67,7 @@ test-cuda-sanitize: install
 		[ -e "$$p" ] || (apt-get update -q && apt-get install -y -q libtsan2 libasan8) || \
 			{ echo "test-cuda-sanitize needs gcc's libtsan2 and libasan8"; exit 1; }; \
 	done
-	$(PYTHON) -m needle.backend_cuda.emulator.sanitize --mode both
+	$(PYTHON) -m tools.sanitize --mode both
 
 # Every CPU benchmark, one after the other (run on a quiet machine); figures go in
 # benchmarks/README.md. GPU: see benchmarks/README.md (needs a CUDA machine).

@@ -1,4 +1,5 @@
-"""Shared test utilities: the device list and float64 central-difference gradients.
+"""Shared test utilities: the device list, float64 central-difference gradients and the dropout
+kernel's uniforms in NumPy.
 
 Import from any test module with ``from helpers import DEVICES, numerical_grad`` (``pytest.ini``
 puts ``tests/`` on the path).
@@ -131,3 +132,16 @@ def wall_clock_bound(seconds: float, message: str) -> Iterator[None]:
         faulthandler.cancel_dump_traceback_later()
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+
+
+def dropout_uniform_reference(seed: int, offset: int, n: int) -> np.ndarray:
+    """The uniforms dropout.cu draws, computed with NumPy (SplitMix64), for exact tests."""
+    def mix(z: np.ndarray) -> np.ndarray:
+        z = z + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+    with np.errstate(over="ignore"):
+        i = np.uint64(offset % 2 ** 64) + np.arange(n, dtype=np.uint64)
+        h = mix(np.uint64(seed % 2 ** 64) ^ mix(i))
+    return (h >> np.uint64(40)).astype(np.float32) * np.float32(1.0 / 16777216.0)

@@ -1,5 +1,5 @@
 """The CUDA backend's ``fused_elementwise``: the same statements (``kernel_expr.py``) as one
-line of CUDA C each in a CuPy ElementwiseKernel; ``standalone_source`` is CI's NVRTC version."""
+line of CUDA C each in a CuPy ElementwiseKernel."""
 import ast
 import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
@@ -69,26 +69,6 @@ def _dtype_name(t: np.dtype) -> str:
     if t not in _CTYPE:
         raise TypeError(f"fused_elementwise: no CUDA kernel for dtype {t}")
     return t.name
-
-
-def standalone_source(expr: str, in_types: Sequence[np.dtype], n_arrays: int,
-                      out_type: np.dtype, name: str = "fused") -> str:
-    """A ``__global__`` kernel over contiguous arrays with the same body (for NVRTC checks)."""
-    params, loads = [], []
-    for j, t in enumerate(in_types):
-        ct = _CTYPE[np.dtype(t)]
-        if j < n_arrays:
-            params.append(f"const {ct}* __restrict__ p_x{j}")
-            loads.append(f"    const {ct} x{j} = p_x{j}[i];")
-        else:
-            params.append(f"const {ct} c{j - n_arrays}")
-    oc = _CTYPE[np.dtype(out_type)]
-    params += [f"{oc}* __restrict__ p_out", "const long long n"]
-    body = "\n".join("    " + line for line in body_lines(expr))
-    return (f'extern "C" __global__ void {name}({", ".join(params)}) {{\n'
-            f"    const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
-            f"    if (i >= n) return;\n" + "\n".join(loads) +
-            f"\n    {oc} out;\n{body}\n    p_out[i] = out;\n}}\n")
 
 
 _KERNELS: Dict[Tuple, Any] = {}

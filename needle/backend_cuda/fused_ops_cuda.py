@@ -8,7 +8,7 @@ import numpy as np
 from . import kernel_specs as K
 
 __all__ = ["softmax_rows", "logsumexp_rows", "layer_norm_fwd", "layer_norm_bwd", "adam_update",
-           "dropout", "dropout_backward", "dropout_uniform_reference"]
+           "dropout", "dropout_backward"]
 
 
 def _acc(val: float, x: Any) -> Any:
@@ -109,16 +109,3 @@ def dropout_backward(dy: Any, mask: Any, dx: Any, prob: float) -> None:
     n = dy.size
     _launch_flat("dropout.cu", "dropout_bwd", dy, n,
                  (dy.array, mask.array, dx.array, np.int64(n), _acc(1.0 / (1.0 - prob), dy)))
-
-
-def dropout_uniform_reference(seed: int, offset: int, n: int) -> np.ndarray:
-    """The uniforms dropout.cu draws, computed with NumPy (SplitMix64), for exact tests."""
-    def mix(z: np.ndarray) -> np.ndarray:
-        z = z + np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return z ^ (z >> np.uint64(31))
-    with np.errstate(over="ignore"):
-        i = np.uint64(offset % 2 ** 64) + np.arange(n, dtype=np.uint64)
-        h = mix(np.uint64(seed % 2 ** 64) ^ mix(i))
-    return (h >> np.uint64(40)).astype(np.float32) * np.float32(1.0 / 16777216.0)

@@ -221,4 +221,3 @@ def _step_text(tr: Trace, s: Any) -> str:
     out = f"%{s.write} = " if s.write >= 0 else ""
     info = f"  ({tr.size(s.write)},) {tr.dtype(s.write)}" if s.write >= 0 else ""
     return f"{out}{s.name}({', '.join(args)}){info}"
-

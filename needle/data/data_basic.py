@@ -38,10 +38,8 @@ def _to_tensor(x: Any, device: Optional[BackendDevice], dtype: Optional[str]) ->
     """Floating data becomes ``dtype`` (float32 by default); integer and bool data keep theirs."""
     arr = np.asarray(x)
     if arr.dtype.kind in "iub":
-        name = arr.dtype.name if arr.dtype.name in _INT_DTYPES else "int64"
-        return Tensor(arr, device=device, dtype=name, requires_grad=False)
-    return Tensor(arr, device=device, dtype=dtype if dtype is not None else "float32",
-                  requires_grad=False)
+        dtype = arr.dtype.name if arr.dtype.name in _INT_DTYPES else "int64"
+    return Tensor(arr, device=device, dtype=dtype or "float32", requires_grad=False)
 
 
 def _collate(samples: Sequence[Any]) -> Tuple[np.ndarray, ...]:

@@ -9,7 +9,6 @@ from .checkpoint import (
 )
 from .checkpoint_boundaries import (
     CheckpointPlan,
-    brute_force_plan,
     evaluate_plan,
     plan_checkpoints,
     profile_chain,

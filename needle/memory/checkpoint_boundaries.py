@@ -13,10 +13,8 @@ Chen et al. 2016 (arXiv:1604.06174, sec. 4.3) search greedily over a per-segment
 the search is exact: for every cap K on a segment's inside (the distinct segment sums), the
 least ``stored`` of each prefix is a one-objective DP ``f_K(t) = min_j f_K(j) + out[t-1]`` over
 segments [j, t) whose sum is <= K, vectorised over K. The plan with the least recompute whose
-peak fits the budget is returned (ties: the smaller peak). ``brute_force_plan`` enumerates every
-plan for tests.
+peak fits the budget is returned (ties: the smaller peak).
 """
-import itertools
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional, Sequence, Tuple
@@ -25,8 +23,7 @@ import numpy as np
 
 from .tracker import MemoryTracker
 
-__all__ = ["CheckpointPlan", "plan_checkpoints", "evaluate_plan", "brute_force_plan",
-           "profile_chain"]
+__all__ = ["CheckpointPlan", "plan_checkpoints", "evaluate_plan", "profile_chain"]
 
 
 @dataclass
@@ -147,24 +144,6 @@ def _reconstruct(seg: np.ndarray, o: np.ndarray, t: int, cap: float) -> List[Tup
         segments.append((int(arg[e]), e))
         e = int(arg[e])
     return segments[::-1]
-
-
-def brute_force_plan(act: Sequence[float], budget: float, out: Optional[Sequence[float]] = None,
-                     cost: Optional[Sequence[float]] = None) -> Optional[Tuple[float, float]]:
-    """(recompute, peak) of the best plan by enumerating all of them (tiny chains only)."""
-    act = [float(v) for v in act]
-    n = len(act)
-    out = list(act) if out is None else [float(v) for v in out]
-    cost = [1.0] * n if cost is None else [float(v) for v in cost]
-    best = None
-    for t in range(n + 1):
-        for cuts in itertools.product((0, 1), repeat=max(t - 1, 0)):
-            starts = [0] + [i + 1 for i, cut in enumerate(cuts) if cut] if t else []
-            segments = list(zip(starts, starts[1:] + [t])) if t else []
-            peak, rec, _ = evaluate_plan(segments, t, act, out, cost)
-            if peak <= budget and (best is None or (rec, peak) < best):
-                best = (rec, peak)
-    return best
 
 
 def profile_chain(modules: Sequence[Callable[[Any], Any]], x: Any

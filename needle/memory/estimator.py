@@ -306,8 +306,7 @@ def estimate_module(model: Any, sample_inputs: Sequence[Any], *,
     params = [p for p in model.parameters() if p.requires_grad]
     shapes = [tuple(p.shape) for p in params]
     psi = sum(int(np.prod(s)) for s in shapes)
-    itemsize = np.dtype(params[0].dtype).itemsize if params and \
-        params[0].dtype != "bfloat16" else 2
+    itemsize = _itemsize(params[0].dtype) if params else 2
     est = MemoryEstimate(num_params=psi)
     frozen = [p for p in model.parameters() if not p.requires_grad]
     if frozen:

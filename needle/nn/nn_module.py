@@ -39,12 +39,9 @@ def _walk(value: Any, prefix: str) -> Iterator[Tuple[str, Any]]:
     """(name, item) for Modules, Parameters and Tensors found in attributes/containers."""
     if isinstance(value, (Module, Tensor)):
         yield prefix, value
-    elif isinstance(value, dict):
-        for k, v in value.items():
+    elif isinstance(value, (dict, list, tuple)):
+        for k, v in value.items() if isinstance(value, dict) else enumerate(value):
             yield from _walk(v, f"{prefix}.{k}" if prefix else str(k))
-    elif isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            yield from _walk(v, f"{prefix}.{i}" if prefix else str(i))
 
 
 class Module:
@@ -157,9 +154,7 @@ class Module:
 
     # ------------------------------------------------------------------ state
     def _state_tensors(self) -> Dict[str, Tensor]:
-        out: Dict[str, Tensor] = dict(self.named_parameters())
-        out.update(self.named_buffers())
-        return out
+        return dict([*self.named_parameters(), *self.named_buffers()])
 
     def state_dict(self) -> Dict[str, np.ndarray]:
         """Parameters and buffers by dotted name, as NumPy copies."""

@@ -168,9 +168,8 @@ def supervise(prefix: str, rest: List[str]) -> int:
         status = {"returncode": code, "time": died}
         if code == 0 and not (Path(report) / f"rank{rank_from_env()}.exit").exists():
             status["no_exit"] = True  # os._exit(0): MPI never finalised, the job is torn down
-        write_status(status)
-        if status.get("no_exit"):
             code = 1
+        write_status(status)
     if code < 0:  # killed by a signal: die the same way so mpiexec sees it
         if -code not in (signal.SIGKILL, signal.SIGSTOP):  # those have no handler to reset
             signal.signal(-code, signal.SIG_DFL)
@@ -233,7 +232,6 @@ def first_failure(folder: Path) -> Optional[str]:
     # ahead of it only by a clock (under heavy load, a rank's death can be seen seconds late).
     failed.sort(key=lambda r: (consequence(r[2]), r[0]))
     when, rank, status = failed[0]
-    how = _how(status)
     early = [(t, q) for t, q, st in reports if t < when and st.get("returncode") == 0]
     err = folder / f"rank{rank}.err"
     tail = err.read_bytes().decode(errors="replace").splitlines()[-TAIL_LINES:] \
@@ -241,7 +239,7 @@ def first_failure(folder: Path) -> Optional[str]:
     lines = [f"needle.parallel.launch: rank {q} exited with code 0 mid-job, {when - t:.1f} s "
              "before the first failure, while other ranks still waited for it." for t, q in early]
     first = "failed first" if early else "ended first"
-    lines.append(f"needle.parallel.launch: rank {rank} {first}: it {how}.")
+    lines.append(f"needle.parallel.launch: rank {rank} {first}: it {_how(status)}.")
     if consequence(status):  # nobody else recorded a failure: the ranks it waited for are
         lines.append("needle.parallel.launch: no rank it waited for recorded how it ended "
                      "(stuck without communicating, or killed with the job).")

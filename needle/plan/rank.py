@@ -62,4 +62,3 @@ def _fast_predict(spec: ModelSpec, lay: Layout, setup: Setup, cluster: ClusterSp
         return Prediction(lay, mem, False, why_not=f"does not fit: {mem['total'] / 1e9:.1f} GB "
                                                    f"> {cluster.gpu_memory / 1e9:.0f} GB")
     return predict(spec, lay, setup, cluster)
-

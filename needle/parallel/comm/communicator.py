@@ -327,5 +327,3 @@ def _check_out(out: np.ndarray, shape: tuple, dtype: Any) -> np.ndarray:
             or not out.flags.c_contiguous:
         raise ValueError(f"out must be a C-contiguous numpy array of shape {shape}, {dtype}")
     return out
-
-

@@ -165,4 +165,3 @@ def ring_allgather(ch: Channel, x: np.ndarray, out: np.ndarray, chunk: int) -> A
     sends = [ch.isend(x[k:k + chunk], right) for k in range(0, n, chunk)] if p > 1 else []
     out[r * n:(r + 1) * n] = x
     return (yield from ring_gather(ch, out, b, r, chunk, sends, own_sent=True))
-

@@ -184,4 +184,3 @@ class InProcessTransport:
     def abort(self, code: int) -> None:
         """End every rank of the virtual cluster: they raise ``CommAbortedError``."""
         self.world.sched.abort(self.me, code)
-

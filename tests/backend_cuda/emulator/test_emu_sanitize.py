@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from needle.backend_cuda import kernel_specs as K
-from needle.backend_cuda.emulator import build, sanitize
+from needle.backend_cuda.emulator import build
+from tools import sanitize
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]

@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from . import build
+from needle.backend_cuda.emulator import build
 
 SANITIZER_EXIT = 66
 DEFAULT_TESTS = ("tests/backend_cuda/emulator/test_emu_kernels.py",)
@@ -75,7 +75,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(ours)
     modes = ("thread", "address") if args.mode == "both" else (args.mode,)
     rest = [*(args.tests or DEFAULT_TESTS), *pytest_args]
-    root = str(Path(__file__).resolve().parents[3])
+    root = str(Path(__file__).resolve().parents[1])
     status = 0
     for mode in modes:
         res = run_pytest(mode, rest, cwd=root)
