@@ -28,16 +28,18 @@ def _plain(v: Any) -> Any:
     """A JSON-friendly scalar (or tuple of scalars) version of ``v``, else None."""
     if isinstance(v, (bool, int, float, str)):
         return v
-    if isinstance(v, np.generic):
+    if isinstance(v, (np.number, np.bool_, np.str_)):
         return v.item()
-    if isinstance(v, (tuple, list)) and all(isinstance(x, (bool, int, float, str)) for x in v):
-        return list(v)
+    if isinstance(v, (tuple, list)) and all(_plain(x) is not None and not isinstance(x, (
+            tuple, list)) for x in v):
+        return [_plain(x) for x in v]
     return None
 
 
 def _record(settings: Dict[str, Any], who: str) -> np.ndarray:
-    raw = json.dumps({k: v if v is None or _plain(v) is not None else repr(v)
-                      for k, v in settings.items()}, sort_keys=True).encode()
+    values = {k: _plain(v) for k, v in settings.items()}
+    raw = json.dumps({k: repr(settings[k]) if v is None and settings[k] is not None else v
+                      for k, v in values.items()}, sort_keys=True).encode()
     if len(raw) > RECORD:
         raise ValueError(f"{who}: settings fingerprint too long ({len(raw)} > {RECORD} bytes)")
     out = np.zeros(RECORD, dtype=np.uint8)

@@ -158,3 +158,21 @@ def test_a_rank_that_left_is_not_reported_as_a_configuration_disagreement():
     assert isinstance(err, CommTimeoutError), err
     assert "allgather (call #2) on rank 0 of 2, waiting for ranks [1]" in str(err), err
     assert "disagree" not in str(err)
+
+
+def test_numpy_scalar_settings_are_compared_by_value():
+    """Settings read through NumPy (an np.float32 learning rate, np.int64 sizes) are compared
+    by value, and a difference is named like any other (JSON cannot encode NumPy scalars)."""
+    from needle.parallel.comm.agree import agree
+
+    def build(comm, lr_one):
+        try:
+            agree(comm, "Config", {"lr": np.float32(lr_one if comm.rank else 0.25),
+                                   "steps": np.int64(4), "sizes": (np.int64(2), 3)})
+        except ValueError as err:
+            return str(err)
+        return None
+    assert virtual.run(2, build, 0.25, timeout=10) == [None, None]
+    for r, msg in enumerate(virtual.run(2, build, 0.5, timeout=10)):
+        assert msg is not None and f"Config (rank {r}): ranks disagree" in msg, msg
+        assert "lr: rank 0 has 0.25, rank 1 has 0.5" in msg and "steps" not in msg, msg
