@@ -13,11 +13,17 @@ OPS = ("add", "exp", "sum_rows", "matmul_tiled", "matmul_cublas", "softmax", "la
        "adam")
 
 
-def _needle_step(model: Any, loss_fn: Any, x: Any, y: Any, opt: Any) -> Callable[[], None]:
+def _needle_step(model: Any, loss_fn: Any, x: Any, y: Any, opt: Any,
+                 amp: Optional[str] = None) -> Callable[[], None]:
+    """One training step; with ``amp``, forward and loss under ``needle.amp.autocast(amp)``."""
+    from needle.amp import autocast
+
     def step() -> None:
         opt.reset_grad()
-        out = model(x)
-        loss_fn(out[0] if isinstance(out, tuple) else out, y).backward(create_graph=False)
+        with autocast(amp or "float16", enabled=amp is not None):
+            out = model(x)
+            loss = loss_fn(out[0] if isinstance(out, tuple) else out, y)
+        loss.backward(create_graph=False)
         opt.step()
     return step
 
@@ -92,7 +98,7 @@ def train_step(dry: bool) -> None:
                                       reps) * 1e3, 2)
     emit(**row, mode="emulated" if dry else "gpu")
     lm, ids, shape = _language_model(dry, dev, rng)
-    s = timed(_lm_step(lm, ids, dev), sync, reps)
+    s = timed(_lm_step(lm, ids), sync, reps)
     row = {"model": "transformer LM " + shape, "needle_ms": round(s * 1e3, 2)}
     if torch is not None:
         t, b, vocab, d, hidden, layers, heads = LM_SIZES[dry]
@@ -101,7 +107,7 @@ def train_step(dry: bool) -> None:
         row["torch_ms"] = round(timed(_torch_step(torch, tlm, tid, tid.reshape(-1)), sync,
                                       reps) * 1e3, 2)
     emit(**row, mode="emulated" if dry else "gpu")
-    s16 = timed(_lm_step(lm, ids, dev, amp="float16"), sync, reps)
+    s16 = timed(_lm_step(lm, ids, amp="float16"), sync, reps)
     emit(model="transformer LM " + shape + ", float16 autocast", needle_ms=round(s16 * 1e3, 2),
          speedup_vs_float32=round(s / s16, 2), mode="emulated" if dry else "gpu")
 
@@ -121,21 +127,10 @@ def _language_model(dry: bool, dev: Any, rng: np.random.Generator) -> Tuple[Any,
     return lm, ids, f"T={t} B={b} d={d} L={layers}"
 
 
-def _lm_step(lm: Any, ids: Any, dev: Any, amp: Optional[str] = None) -> Callable[[], None]:
-    """One LM training step; with ``amp``, forward and loss under ``needle.amp.autocast(amp)``."""
+def _lm_step(lm: Any, ids: Any, amp: Optional[str] = None) -> Callable[[], None]:
     import needle as ndl
-    from needle.amp import autocast
-    loss_fn, y = ndl.nn.SoftmaxLoss(), ids.reshape((-1,))
-    opt = ndl.optim.Adam(lm.parameters(), lr=1e-3)
-
-    def step() -> None:
-        opt.reset_grad()
-        with autocast(amp or "float16", enabled=amp is not None):
-            out = lm(ids)
-            loss = loss_fn(out[0] if isinstance(out, tuple) else out, y)
-        loss.backward()
-        opt.step()
-    return step
+    return _needle_step(lm, ndl.nn.SoftmaxLoss(), ids, ids.reshape((-1,)),
+                        ndl.optim.Adam(lm.parameters(), lr=1e-3), amp)
 
 
 def _where(path: str) -> str:
@@ -156,7 +151,7 @@ def step_profile(dry: bool) -> None:
     import needle as ndl
     dev, reps = ndl.cuda(), 1 if dry else 3
     lm, ids, shape = _language_model(dry, dev, np.random.default_rng(0))
-    step, sync = _lm_step(lm, ids, dev), _sync(None)
+    step, sync = _lm_step(lm, ids), _sync(None)
     wall = timed(step, sync, reps)
     prof = cProfile.Profile()
     prof.enable()
@@ -167,7 +162,8 @@ def step_profile(dry: bool) -> None:
     st: Any = pstats.Stats(prof)
     layers: Dict[str, float] = {}
     for (path, _, _), (_, _, own, _, _) in st.stats.items():
-        layers[_where(path)] = layers.get(_where(path), 0.0) + own / reps
+        layer = _where(path)
+        layers[layer] = layers.get(layer, 0.0) + own / reps
     mode = "emulated" if dry else "gpu"
     emit(model="transformer LM " + shape, wall_ms=round(wall * 1e3, 2),
          profiled_ms=round(st.total_tt / reps * 1e3, 2),

@@ -12,12 +12,11 @@ def _touch(path: Path) -> str:
     return str(path)
 
 
-def _only(monkeypatch, site: Path, cuda_path: str = "/nonexistent") -> None:
+def _only(monkeypatch, site: Path, cuda_path: str = "") -> None:
+    """Search only ``site`` (and the toolkit folder ``cuda_path``, if given)."""
     monkeypatch.setattr(cc, "_site_dirs", lambda: [str(site)])
     monkeypatch.delenv("NEEDLE_NVRTC", raising=False)
-    monkeypatch.delenv("CUDA_HOME", raising=False)
-    monkeypatch.setenv("CUDA_PATH", cuda_path)
-    monkeypatch.setattr(cc, "_cuda_roots", lambda: [cuda_path] if Path(cuda_path).is_dir() else [])
+    monkeypatch.setattr(cc, "_cuda_roots", lambda: [cuda_path] if cuda_path else [])
 
 
 def test_cuda12_wheels(tmp_path, monkeypatch):

@@ -26,8 +26,6 @@ def _gemm_strided_batched_ex(handle: int, transa: int, transb: int, m: int, n: i
     """cublasGemmStridedBatchedEx for bfloat16 in, float32 compute (column-major), in NumPy.
     The arguments carry CuPy's names (``cupy_backends.cuda.libs.cublas``), checked by
     ``tests/backend_cuda/test_cupy_contract.py`` on a machine where CuPy's cuBLAS loads."""
-    a, b, c, batch = A, B, C, batchCount
-    stride_a, stride_b, stride_c = strideA, strideB, strideC
     if (Atype, Btype, Ctype, computeType) != (_R16BF, _R16BF, _R16BF, _COMPUTE_32F):
         raise NotImplementedError("the emulator's cuBLAS does bfloat16 GEMM with fp32 compute")
     if transa != _OP_N or transb != _OP_N:
@@ -35,9 +33,9 @@ def _gemm_strided_batched_ex(handle: int, transa: int, transb: int, m: int, n: i
     al = np.ctypeslib.as_array((ctypes.c_float * 1).from_address(alpha))[0]
     be = np.ctypeslib.as_array((ctypes.c_float * 1).from_address(beta))[0]
     # column-major (rows, cols) = row-major (cols, rows): C^T = B^T @ A^T
-    at = _host_matrices(a, m, k, lda, stride_a, batch).astype(np.float32)  # (batch, k, m)
-    bt = _host_matrices(b, k, n, ldb, stride_b, batch).astype(np.float32)  # (batch, n, k)
-    ct = _host_matrices(c, m, n, ldc, stride_c, batch)  # (batch, n, m)
+    at = _host_matrices(A, m, k, lda, strideA, batchCount).astype(np.float32)  # (batch, k, m)
+    bt = _host_matrices(B, k, n, ldb, strideB, batchCount).astype(np.float32)  # (batch, n, k)
+    ct = _host_matrices(C, m, n, ldc, strideC, batchCount)  # (batch, n, m)
     res = al * (bt @ at)
     if be != 0:
         res += be * ct.astype(np.float32)
