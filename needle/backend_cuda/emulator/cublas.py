@@ -5,6 +5,8 @@ import types
 
 import numpy as np
 
+from . import counts
+
 _R16BF, _COMPUTE_32F, _OP_N, _OP_T = 14, 68, 0, 1
 
 
@@ -26,6 +28,7 @@ def _gemm_strided_batched_ex(handle: int, transa: int, transb: int, m: int, n: i
     """cublasGemmStridedBatchedEx for bfloat16 in, float32 compute (column-major), in NumPy.
     The arguments carry CuPy's names (``cupy_backends.cuda.libs.cublas``), checked by
     ``tests/backend_cuda/test_cupy_contract.py`` on a machine where CuPy's cuBLAS loads."""
+    counts.record("library", "cublas.gemmStridedBatchedEx")
     if (Atype, Btype, Ctype, computeType) != (_R16BF, _R16BF, _R16BF, _COMPUTE_32F):
         raise NotImplementedError("the emulator's cuBLAS does bfloat16 GEMM with fp32 compute")
     if transa != _OP_N or transb != _OP_N:

@@ -18,20 +18,34 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ...backend_ndarray import primitives as P
-from . import elementwise, memcheck
+from . import counts, elementwise, memcheck
 from .cublas import cublas  # noqa: F401  (cupy_backends.cuda.libs.cublas)
 
 # CuPy's ufuncs and reductions are NumPy's (``ndarray.__array_ufunc__`` checks the operands):
 # the reductions and gathers the backend calls, and (``__getattr__``) each elementwise op's ufunc
 _NUMPY_FUNCTIONS = ("matmul", "max", "sum", "take")
-globals().update({name: getattr(np, name) for name in _NUMPY_FUNCTIONS})
+
+
+def _library(name: str) -> Any:
+    """NumPy's ``name``, counted as one CuPy library call (``counts``) where it is called."""
+    f = getattr(np, name)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        counts.record("library", f"cupy.{name}")
+        with counts.quiet():
+            return f(*args, **kwargs)
+    call.__name__ = name
+    return call
+
+
+globals().update({name: _library(name) for name in _NUMPY_FUNCTIONS})
 
 
 def __getattr__(name: str) -> Any:
     """``cupy.<ufunc>`` for the ufunc of a row of the primitive table: NumPy's (read when asked,
     so that a row added to the table is here too)."""
     if any(ufunc == name for _, ufunc, _ in P.ELEMENTWISE):
-        return getattr(np, name)
+        return getattr(np, name)  # counted by ndarray.__array_ufunc__
     raise AttributeError(f"module {__name__!r} has no attribute {name!r} (not emulated)")
 
 # Device 0 of the emulator: an H100-like device (sm_90, 132 SMs); kernels see only these numbers.
@@ -69,6 +83,7 @@ class MemoryPool:
         self._used: Dict[int, int] = {}
 
     def _track(self, owner: np.ndarray, device_id: int) -> None:
+        counts.record("alloc", "buffer")
         self._used[device_id] = self._used.get(device_id, 0) + owner.nbytes
         weakref.finalize(owner, self._release, owner.nbytes, device_id)
 
@@ -149,7 +164,10 @@ class ndarray(np.ndarray):
         inputs = tuple(x.view(np.ndarray) if isinstance(x, ndarray) else x for x in inputs)
         if out:
             kwargs["out"] = tuple(x.view(np.ndarray) for x in out)
-        res = getattr(ufunc, method)(*inputs, **kwargs)
+        counts.record("library", f"cupy.{ufunc.__name__}" + ("" if method == "__call__"
+                                                             else f".{method}"))
+        with counts.quiet():
+            res = getattr(ufunc, method)(*inputs, **kwargs)
         if out:
             return out[0] if len(out) == 1 else out
         return _to_device(res)
@@ -165,8 +183,45 @@ class ndarray(np.ndarray):
         return Device(self._device_id)
 
     def get(self) -> np.ndarray:
-        """A NumPy copy on the host."""
+        """A NumPy copy on the host (a device-to-host copy: the host waits for the GPU)."""
+        counts.record("d2h", "ndarray.get")
+        counts.record("sync", "ndarray.get")
         return np.array(self.view(np.ndarray), copy=True)
+
+    def _host_read(self, what: str) -> Any:
+        counts.record("d2h", what)
+        counts.record("sync", what)
+        return self.view(np.ndarray)
+
+    def __bool__(self) -> bool:
+        return bool(self._host_read("bool(ndarray)"))
+
+    def __float__(self) -> float:
+        return float(self._host_read("float(ndarray)"))
+
+    def __int__(self) -> int:
+        return int(self._host_read("int(ndarray)"))
+
+    def item(self, *args: Any) -> Any:
+        """The element as a Python scalar (a device-to-host copy)."""
+        return self._host_read("ndarray.item").item(*args)
+
+    def fill(self, value: Any) -> None:
+        """Set every element (one CuPy kernel)."""
+        counts.record("library", "ndarray.fill")
+        self.view(np.ndarray).fill(value)
+
+    def astype(self, dtype: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        """A converted copy (one CuPy kernel and a new buffer)."""
+        counts.record("library", "ndarray.astype")
+        with counts.quiet():
+            res = self.view(np.ndarray).astype(dtype, *args, **kwargs)
+        return _to_device(res)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        counts.record("library", "ndarray.__setitem__")
+        with counts.quiet():
+            super().__setitem__(key, value)
 
     def set(self, arr: np.ndarray) -> None:
         """Copy the host array ``arr`` in (CuPy's checks: a NumPy array, same dtype and shape)."""
@@ -176,6 +231,7 @@ class ndarray(np.ndarray):
             raise TypeError(f"{arr.dtype} array cannot be set to {self.dtype} array")
         if self.shape != arr.shape:
             raise ValueError(f"Shape mismatch. Old shape: {self.shape}, new shape: {arr.shape}")
+        counts.record("h2d", "ndarray.set")
         self.view(np.ndarray)[...] = arr
 
 
@@ -213,6 +269,7 @@ def asarray(a: Any, dtype: Any = None) -> ndarray:
     if isinstance(a, ndarray) and (dtype is None or a.dtype == dtype):
         return a
     host = np.asarray(a, dtype=dtype)
+    counts.record("h2d", "cupy.asarray")
     out = empty(host.shape, host.dtype)
     out.view(np.ndarray)[...] = host
     return out
@@ -222,6 +279,7 @@ def copyto(dst: ndarray, src: Any, casting: str = "same_kind", where: Any = None
     """``numpy.copyto`` between device arrays."""
     for x in (dst, src, where):
         _check_device(x, "cupy.copyto")
+    counts.record("library", "cupy.copyto")
     # CuPy's casting is any str (checked by NumPy at run time); NumPy's stubs want a Literal
     np.copyto(dst, src, casting=casting,  # type: ignore[arg-type]
               where=True if where is None else where)
@@ -290,6 +348,7 @@ cuda = types.SimpleNamespace(
 def _scatter_add(a: ndarray, slices: Any, value: Any) -> None:
     for x in (a, slices, value):
         _check_device(x, "cupyx.scatter_add")
+    counts.record("library", "cupyx.scatter_add")
     np.add.at(a.view(np.ndarray), np.asarray(slices), np.asarray(value))
 
 
@@ -306,7 +365,9 @@ class RawKernel:
                  shared_mem: int = 0) -> None:
         for x in args:
             _check_device(x, f"kernel {self.name}")
-        self._function(tuple(grid), tuple(block), tuple(args), shared_mem=shared_mem)
+        counts.record("launch", self.name)
+        if counts.executing():
+            self._function(tuple(grid), tuple(block), tuple(args), shared_mem=shared_mem)
 
 
 class RawModule:
@@ -356,6 +417,14 @@ class ElementwiseKernel:
         size = math.prod(shape)
         if size == 0:
             return args[n_in] if len(self.outs) == 1 else args[n_in:]
+        counts.record("launch", self.name)
+        with counts.quiet():  # CuPy passes the shape and strides as arguments: no copy
+            self._launch(args, is_array, shape, size)
+        return args[n_in] if len(self.outs) == 1 else args[n_in:]
+
+    def _launch(self, args: Sequence[Any], is_array: Tuple[bool, ...], shape: Tuple[int, ...],
+                size: int) -> None:
+        declared = self.ins + self.outs
         views = [np.broadcast_to(a, shape, subok=True) for a, arr in zip(args, is_array) if arr]
         meta = asarray(np.array(list(shape) + [s for v in views for s in v.strides],
                                 dtype=np.int64))
@@ -363,7 +432,6 @@ class ElementwiseKernel:
         grid = min(math.ceil(size / elementwise.BLOCK), 0x7FFFFFFF)
         self._kernel(is_array, len(shape))((grid,), (elementwise.BLOCK,),
                                            (*kernel_args, meta, np.int64(size)))
-        return args[n_in] if len(self.outs) == 1 else args[n_in:]
 
     def _kernel(self, is_array: Tuple[bool, ...], ndim: int) -> Any:
         key = (is_array, ndim)

@@ -1,0 +1,171 @@
+"""What one training step asks of the GPU, counted on the CUDA emulator: per phase (forward,
+backward, optimizer) of the course's transformer LM (4 layers, Adam) and of ResNet9 (Adam),
+kernel launches, CuPy library calls (cuBLAS, ufuncs, reductions, gathers), device allocations,
+host-to-device and device-to-host copies, host synchronisations, Python calls into needle's own
+functions, and the host's microseconds per device operation with kernel bodies not executed.
+
+    python benchmarks/bench_step_counts.py [--model lm|resnet9|both] [--reps 5] [--json]
+
+The counts depend on a model's structure, not its sizes or the card (the H100's 377 launches
+and 516 allocations per LM step were the emulator's too), so the models here are small. The
+suite holds upper bounds on them (``tests/backend_cuda/test_step_counts.py``). Host time is
+this machine's CPU running needle's Python and the emulator's stand-in calls; it is not a GPU
+figure.
+"""
+import argparse
+import cProfile
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, Tuple
+
+os.environ.setdefault("NEEDLE_CUDA_EMULATOR", "force")
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script: the checkout's needle and apps/
+    sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+import needle as ndl  # noqa: E402
+from needle.backend_cuda.emulator import counts  # noqa: E402
+
+PHASES = ("forward", "backward", "optimizer")
+_NEEDLE = str(ROOT / "needle") + os.sep
+_EMULATOR = str(ROOT / "needle" / "backend_cuda" / "emulator") + os.sep
+
+
+def language_model(dev: Any) -> Tuple[Any, Any, Any]:
+    """The course's transformer LM (4 layers, causal) on small sizes: model, input, labels."""
+    from apps.models import LanguageModel
+    t, b, vocab, d = 8, 2, 50, 16
+    lm = LanguageModel(d, vocab, 32, 4, seq_model="transformer", seq_len=t, device=dev,
+                       num_head=2, dim_head=d // 2, dropout=0.0, causal=True)
+    ids = np.random.default_rng(0).integers(0, vocab, (t, b))
+    x = ndl.Tensor(ids, device=dev, dtype="int64")
+    return lm, x, ndl.Tensor(ids.reshape(-1), device=dev, dtype="int64")
+
+
+def resnet9(dev: Any) -> Tuple[Any, Any, Any]:
+    """The course's ResNet9 on a batch of two 32x32 images."""
+    from apps.models import ResNet9
+    rng = np.random.default_rng(0)
+    x = ndl.Tensor(rng.standard_normal((2, 3, 32, 32), dtype=np.float32), device=dev)
+    return ResNet9(device=dev), x, ndl.Tensor(rng.integers(0, 10, 2), device=dev, dtype="int64")
+
+
+MODELS: Dict[str, Callable[[Any], Tuple[Any, Any, Any]]] = {"lm": language_model,
+                                                           "resnet9": resnet9}
+
+
+def step_phases(name: str) -> Dict[str, Callable[[], None]]:
+    """The three phases of one Adam training step of model ``name`` on ``ndl.cuda()``."""
+    model, x, y = MODELS[name](ndl.cuda())
+    opt = ndl.optim.Adam(model.parameters(), lr=1e-3)
+    loss_fn = ndl.nn.SoftmaxLoss()
+    box: Dict[str, Any] = {}
+
+    def forward() -> None:
+        out = model(x)
+        box["loss"] = loss_fn(out[0] if isinstance(out, tuple) else out, y)
+
+    def backward() -> None:
+        box.pop("loss").backward()
+
+    def optimizer() -> None:
+        opt.step()
+        opt.reset_grad()
+    return {"forward": forward, "backward": backward, "optimizer": optimizer}
+
+
+def needle_calls(prof: cProfile.Profile) -> int:
+    """Calls of functions defined in needle's own files (the emulator, CuPy's stand-in, aside)."""
+    prof.create_stats()
+    return sum(ncalls for (path, _, _), (_, ncalls, *_) in prof.stats.items()  # type: ignore
+               if path.startswith(_NEEDLE) and not path.startswith(_EMULATOR))
+
+
+def measure(name: str) -> Dict[str, Dict[str, Any]]:
+    """phase -> {kind: count, "python_calls": n, "by_name": {kind: {name: n}}} for one step
+    after a warm-up step (kernels compiled, optimizer state made)."""
+    phases = step_phases(name)
+    for run in phases.values():
+        run()
+    out: Dict[str, Dict[str, Any]] = {}
+    for phase, run in phases.items():
+        prof = cProfile.Profile()
+        with counts.counting() as c:
+            prof.enable()
+            run()
+            prof.disable()
+        row: Dict[str, Any] = dict(c.totals())
+        row["python_calls"] = needle_calls(prof)
+        row["by_name"] = {k: dict(v) for k, v in c.by_kind.items() if v}
+        out[phase] = row
+    return out
+
+
+def host_us_per_op(name: str, reps: int) -> float:
+    """Median host microseconds per device operation (launch or library call) of one step with
+    kernel bodies skipped."""
+    phases = step_phases(name)
+    for run in phases.values():
+        run()
+    counts.set_execute(False)
+    try:
+        times, ops = [], 0
+        for _ in range(reps):
+            with counts.counting() as c:
+                t0 = time.perf_counter()
+                for run in phases.values():
+                    run()
+                times.append(time.perf_counter() - t0)
+            ops = c.total("launch") + c.total("library")
+    finally:
+        counts.set_execute(True)
+    return statistics.median(times) / max(ops, 1) * 1e6
+
+
+def report(name: str, reps: int) -> Dict[str, Any]:
+    """Counts per phase and in total, and the host time per device op."""
+    phases = measure(name)
+    total = {k: sum(p[k] for p in phases.values()) for k in (*counts.KINDS, "python_calls")}
+    return {"model": name, "phases": phases, "total": total,
+            "host_us_per_device_op": round(host_us_per_op(name, reps), 1)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", choices=("lm", "resnet9", "both"), default="both")
+    ap.add_argument("--reps", type=int, default=5, help="steps timed for host us per op")
+    ap.add_argument("--json", action="store_true", help="one JSON object per model")
+    ap.add_argument("--names", action="store_true", help="also print counts by name")
+    args = ap.parse_args()
+    if args.reps < 1:
+        ap.error(f"--reps must be >= 1, got {args.reps}")
+    if not getattr(ndl.cuda().mod, "EMULATED", False):
+        raise SystemExit("bench_step_counts: ndl.cuda() is not the emulator here "
+                         "(NEEDLE_CUDA_EMULATOR=force needs g++ and NVIDIA's header wheels)")
+    cols = (*counts.KINDS, "python_calls")
+    for name in (("lm", "resnet9") if args.model == "both" else (args.model,)):
+        rep = report(name, args.reps)
+        if args.json:
+            print(json.dumps(rep))
+            continue
+        print(f"{name}: per training step (emulated CUDA; counts are the GPU's)")
+        print(f"  {'phase':10s}" + "".join(f"{c:>13s}" for c in cols))
+        for phase in (*PHASES, "total"):
+            row = rep["total"] if phase == "total" else rep["phases"][phase]
+            print(f"  {phase:10s}" + "".join(f"{row[c]:>13d}" for c in cols))
+        print(f"  host us per device op, kernels not executed: {rep['host_us_per_device_op']}")
+        if args.names:
+            for phase in PHASES:
+                for kind, names in rep["phases"][phase]["by_name"].items():
+                    top = sorted(names.items(), key=lambda kv: -kv[1])
+                    print(f"  {phase} {kind}: " + ", ".join(f"{k} {v}" for k, v in top))
+
+
+if __name__ == "__main__":
+    main()
