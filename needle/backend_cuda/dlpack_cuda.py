@@ -12,6 +12,7 @@ def dlpack_view(handle: Any, shape: Tuple[int, ...], strides: Tuple[int, ...],
                 offset: int) -> Any:
     """A zero-copy CuPy view of the strided view (shape, strides, offset in items) of a buffer."""
     item = handle.array.itemsize
+    handle.known_range = None  # the consumer may write it: its values are no longer known
     mem = handle.array.data + offset * item
     return cp.ndarray(shape, dtype=handle.array.dtype, memptr=mem,
                       strides=tuple(s * item for s in strides))

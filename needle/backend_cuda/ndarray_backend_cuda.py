@@ -42,7 +42,7 @@ _ALLOC_HOOK = None
 class Array:
     """A flat buffer of ``size`` elements on one GPU (a 1-D CuPy array underneath)."""
 
-    __slots__ = ("array", "size", "dtype", "device_index", "__weakref__")
+    __slots__ = ("array", "size", "dtype", "device_index", "known_range", "__weakref__")
 
     def __init__(self, size: int, dtype: Any = np.float32, device_index: int = 0):
         dt = np.dtype(dtype)
@@ -54,6 +54,9 @@ class Array:
         self.size = int(size)  # plain attributes, not properties: read on every op
         self.dtype = dt  # the NumPy dtype (bfloat16 from ml_dtypes; stored as uint16 bits)
         self.device_index = device_index
+        # (min, max) of an integer buffer uploaded from the host, until something writes it:
+        # index checks read it instead of the device (no synchronisation)
+        self.known_range: Any = None
         if _ALLOC_HOOK is not None:
             _ALLOC_HOOK(self)
 
@@ -387,6 +390,7 @@ def from_numpy(a: np.ndarray, out: Array) -> None:
         return
     with _on(out):
         out.array.set(host.view(out.array.dtype))
+    out.known_range = (int(host.min()), int(host.max())) if host.dtype.kind in "iu" else None
 
 
 def to_numpy(a: Array, shape: Tuple[int, ...], strides: Tuple[int, ...], offset: int

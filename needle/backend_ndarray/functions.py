@@ -141,7 +141,8 @@ def _row_indices(table: NDArray, indices: NDArray, num_rows: int, what: str) -> 
     if indices.dtype not in ("int32", "int64", "int8", "uint8"):
         raise TypeError(f"{what}: indices must be integers, got dtype {indices.dtype}")
     flat = indices.compact().reshape((indices.size,)).astype("int64")
-    if flat.size:
+    known = getattr(indices._handle, "known_range", None)  # a view's values lie within it
+    if flat.size and not (known is not None and 0 <= known[0] and known[1] < num_rows):
         host = flat.numpy()  # indices are small next to the table: check them on the host
         lo, hi = int(host.min()), int(host.max())
         if lo < 0 or hi >= num_rows:

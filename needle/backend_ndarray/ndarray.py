@@ -167,6 +167,7 @@ class NDArray:
     # ------------------------------------------------------------------ basics
     def fill(self, value: Scalar) -> None:
         """Fill (in place) with a constant value."""
+        _written(self._handle)
         self._device.fill(self._handle, value)
 
     def to(self, device: BackendDevice) -> "NDArray":
@@ -366,6 +367,7 @@ class NDArray:
     def __setitem__(self, idxs: Any, other: Union["NDArray", Scalar]) -> None:
         """Write an NDArray (broadcast to the view's shape) or a scalar into the indexed view."""
         view = self._view_of(idxs)
+        _written(self._handle)
         if isinstance(other, NDArray):
             _check_device(self, other, "setitem")
             try:
@@ -446,6 +448,7 @@ class NDArray:
     def _inplace(self, other: Any, name: str) -> "NDArray":
         if not self.is_compact():
             return self._binary(other, name)
+        _written(self._handle)
         dev, dt = self._device, self._handle.dtype
         if isinstance(other, NDArray):
             if other._device != dev or other._shape != self._shape or other._handle.dtype != dt:
@@ -653,6 +656,12 @@ def _keeps_dtype(dt: np.dtype, scalar: Any, name: str) -> bool:
     if not isinstance(scalar, (int, float, np.generic)) or isinstance(scalar, (bool, np.bool_)):
         return False
     return _out_dtype(name, _scalar_dtype(dt, scalar, name)) == dt
+
+
+def _written(handle: Any) -> None:
+    """``handle`` is about to be written in place: what a backend knew of its values is gone."""
+    if getattr(handle, "known_range", None) is not None:
+        handle.known_range = None
 
 
 def _check_device(a: NDArray, b: NDArray, what: str) -> None:

@@ -76,3 +76,43 @@ def test_bad_indices_are_named():
         nd.take_rows(nd.array(np.ones(5)), nd.array(np.array([0]), dtype="int64"))
     with pytest.raises(ValueError, match=r"src of shape \(2, 3\).*indices of shape \(3,\)"):
         nd.scatter_add_rows(nd.array(np.ones((2, 3))), nd.array(np.arange(3), dtype="int64"), 4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("write", ["setitem", "fill", "inplace", "dlpack"])
+def test_indices_changed_on_the_device_are_checked_again(device, write):
+    """Indices uploaded from the host are range-checked from the values seen on upload (no
+    device read); once written on the device that knowledge is dropped, and a bad index is
+    still named."""
+    table = ndl.Tensor(np.ones((5, 3), dtype=np.float32), device=device)
+    idx = nd.array(np.array([0, 4, 2]), dtype="int64", device=device)
+    ops.embedding(table, idx)
+    if write == "setitem":
+        idx[1:2] = 5
+    elif write == "fill":
+        idx.fill(9)
+    elif write == "inplace":
+        idx += 3
+    elif device.name == "cuda":  # a DLPack consumer's view writes the buffer
+        from needle.backend_cuda.dlpack_cuda import dlpack_view
+        dlpack_view(idx._handle, idx.shape, idx.strides, 0)[0] = 7
+    else:
+        idx[0:1] = 7
+    with pytest.raises(ValueError, match=r"\[0, 5\)"):
+        ops.embedding(table, idx)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not getattr(ndl.cuda().mod, "EMULATED", False),
+                    reason="counted at the emulator's CuPy surface")
+def test_uploaded_indices_are_checked_without_reading_the_device():
+    from needle.backend_cuda.emulator import counts
+    dev = ndl.cuda()
+    table = ndl.Tensor(np.ones((5, 3), dtype=np.float32), device=dev, requires_grad=True)
+    idx = ndl.Tensor(np.array([[0, 4], [2, 2]]), device=dev, dtype="int64")
+    with counts.counting() as c:
+        ops.embedding(table, idx).sum().backward()
+        ndl.init.one_hot(5, idx, device=dev)
+    assert c.total("sync") == 0 and c.total("d2h") == 0, c.by_kind["sync"]
+    with pytest.raises(ValueError, match=r"\[0, 3\).*\[0, 4\]"):
+        ndl.init.one_hot(3, idx, device=dev)
