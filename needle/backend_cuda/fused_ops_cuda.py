@@ -72,15 +72,16 @@ def layer_norm_bwd(dy: Any, x: Any, w: Any, mean: Any, rstd: Any, dx: Any, dw: A
             return
         rows_per = max(32, math.ceil(rows / 256))  # about 256 row chunks: partials stay small
         chunks = math.ceil(rows / rows_per)
-        dw_part = cp.empty((chunks, cols), dtype=dw.array.dtype)
-        db_part = cp.empty((chunks, cols), dtype=db.array.dtype)
-        k = rt.kernel("layernorm.cu", K.typed_name("layernorm_bwd_dwdb", x.dtype.name),
-                      x.dtype.name, idx)
+        part = cp.empty(2 * chunks * cols, dtype=dw.array.dtype)  # dw's partials, then db's
+        dt = x.dtype.name
+        k = rt.kernel("layernorm.cu", K.typed_name("layernorm_bwd_dwdb", dt), dt, idx)
         rt.launch(k, (math.ceil(cols / 256), chunks), (256,),
-                  (dy.array, x.array, mean.array, rstd.array, dw_part, db_part, np.int64(rows),
-                   np.int64(cols), np.int64(rows_per)), idx)
-        dw.array[...] = dw_part.sum(axis=0)  # (chunks, cols) -> (cols,)
-        db.array[...] = db_part.sum(axis=0)
+                  (dy.array, x.array, mean.array, rstd.array, part, part[chunks * cols:],
+                   np.int64(rows), np.int64(cols), np.int64(rows_per)), idx)
+        grid, block = K.ewise_launch(cols)
+        k = rt.kernel("layernorm.cu", K.typed_name("layernorm_bwd_dwdb_sum", dt), dt, idx)
+        rt.launch(k, (grid,), (block,), (part, part[chunks * cols:], dw.array, db.array,
+                                         np.int64(chunks), np.int64(cols)), idx)
 
 
 def adam_update(p: Any, g: Any, m: Any, v: Any, lr: float, beta1: float, beta2: float,

@@ -142,7 +142,8 @@ def name_expressions(filename: str, dtype: str = "") -> List[str]:
     per_dtype = {
         "matmul.cu": ("matmul_naive", "matmul_tiled"),
         "softmax.cu": ("softmax_rows", "logsumexp_rows"),
-        "layernorm.cu": ("layernorm_fwd", "layernorm_bwd_dx", "layernorm_bwd_dwdb"),
+        "layernorm.cu": ("layernorm_fwd", "layernorm_bwd_dx", "layernorm_bwd_dwdb",
+                     "layernorm_bwd_dwdb_sum"),
         "adam.cu": ("adam_step",),
         "dropout.cu": ("dropout_fwd", "dropout_bwd"),
     }

@@ -6,6 +6,7 @@ buffers (indices, masks) use CuPy's ufuncs. Matmul goes to cuBLAS by default; se
 ``NEEDLE_CUDA_MATMUL=tiled`` (or ``set_matmul_kernel("tiled")``) to run the teaching kernel.
 ``ndl.cuda(i)`` holds ``for_device(i)``: the same functions, allocating on GPU i.
 """
+import functools
 import inspect
 import math
 from typing import Any, Callable, Dict, Iterable, Tuple
@@ -218,20 +219,38 @@ def get_matmul_kernel() -> str:
     return _MATMUL_MODE[0]
 
 
-def _gemm_bf16(a: Array, b: Array, out: Array, batch: int, m: int, n: int, p: int) -> None:
-    """bfloat16 GEMM through cuBLAS directly (CuPy has no bfloat16 matmul).
+# cudaDataType and cublasComputeType_t of each float dtype: (data type, compute type, the
+# alpha / beta scalars in the compute type). Half types compute in float32, as CuPy's matmul.
+_GEMM_TYPES = {"float32": (0, 68, np.float32), "float64": (1, 70, np.float64),
+               "float16": (2, 68, np.float32), "bfloat16": (14, 68, np.float32)}
+_GEMM_SCALARS = {t: (np.ones((), t), np.zeros((), t)) for t in (np.float32, np.float64)}
+_OP_N, _OP_T, _GEMM_DEFAULT = 0, 1, -1
 
-    Row-major C = A @ B is column-major C^T = B^T @ A^T, so B is passed first.
+
+@functools.lru_cache(maxsize=None)
+def _cublas() -> Any:
+    """CuPy's cuBLAS bindings (loaded on the first GEMM: a CuPy without cuBLAS still imports)."""
+    return cupy_module("cupy_backends.cuda.libs.cublas")
+
+
+def _gemm(a: Array, b: Array, out: Array, batch: int, m: int, n: int, p: int, trans_a: bool,
+          trans_b: bool) -> None:
+    """out[i] = op(a[i]) @ op(b[i]) by one cuBLAS ``gemmStridedBatchedEx`` call (no CuPy
+    matmul in between: its argument handling cost more host time than the GEMM launch).
+
+    Row-major C = A @ B is column-major C^T = B^T @ A^T, so B is passed first; a transposed
+    operand is read as it is stored (op T).
     """
-    cublas = cupy_module("cupy_backends.cuda.libs.cublas")
-    r16bf, compute_32f, op_n, gemm_default = 14, 68, 0, -1  # cudaDataType / cublas enums
-    one, zero = np.ones((), np.float32), np.zeros((), np.float32)
+    dtype, compute, scalar = _GEMM_TYPES[out.dtype.name]
+    one, zero = _GEMM_SCALARS[scalar]
+    cublas = _cublas()
     handle = cp.cuda.device.get_cublas_handle()
     cublas.setStream(handle, cp.cuda.get_current_stream().ptr)
-    cublas.gemmStridedBatchedEx(handle, op_n, op_n, p, m, n, one.ctypes.data,
-                                b.ptr(), r16bf, p, n * p, a.ptr(), r16bf, n, m * n,
-                                zero.ctypes.data, out.ptr(), r16bf, p, m * p, batch,
-                                compute_32f, gemm_default)
+    cublas.gemmStridedBatchedEx(
+        handle, _OP_T if trans_b else _OP_N, _OP_T if trans_a else _OP_N, p, m, n,
+        one.ctypes.data, b.array.data.ptr, dtype, n if trans_b else p, n * p,
+        a.array.data.ptr, dtype, m if trans_a else n, m * n,
+        zero.ctypes.data, out.array.data.ptr, dtype, p, m * p, batch, compute, _GEMM_DEFAULT)
 
 
 def _transposed(a: Array, batch: int, rows: int, cols: int) -> Array:
@@ -248,8 +267,8 @@ def matmul(a: Array, b: Array, out: Array, batch: int, m: int, n: int, p: int,
     """out[i] = op(a[i]) @ op(b[i]) for ``batch`` (m, n) @ (n, p) products.
 
     ``a`` holds compact (m, n) matrices, or (n, m) ones when ``trans_a`` (op = transpose);
-    likewise ``b``. cuBLAS reads transposed operands as they are; the teaching kernels and the
-    bfloat16 GEMM take row-major operands, so those get a transposed copy first.
+    likewise ``b``. cuBLAS reads transposed operands as they are; the teaching kernels take
+    row-major operands, so those get a transposed copy first.
     """
     if batch * m * p == 0:
         return
@@ -257,7 +276,7 @@ def matmul(a: Array, b: Array, out: Array, batch: int, m: int, n: int, p: int,
         fill(out, 0)
         return
     dt, mode = out.dtype.name, _MATMUL_MODE[0]
-    if (trans_a or trans_b) and (mode != "cublas" or dt == "bfloat16"):
+    if (trans_a or trans_b) and mode != "cublas":
         a = _transposed(a, batch, n, m) if trans_a else a
         b = _transposed(b, batch, p, n) if trans_b else b
         trans_a = trans_b = False
@@ -274,17 +293,14 @@ def matmul(a: Array, b: Array, out: Array, batch: int, m: int, n: int, p: int,
                                            out.array[s * m * p:], np.int32(m), np.int32(n),
                                            np.int32(p)), out.device_index)
             ### END YOUR SOLUTION
-        elif dt == "bfloat16":
-            _gemm_bf16(a, b, out, batch, m, n, p)
-        else:
+        elif dt in _GEMM_TYPES:
+            _gemm(a, b, out, batch, m, n, p, trans_a, trans_b)
+        else:  # integer matrices: CuPy's matmul
             x = a.array[: batch * m * n]
             x = x.reshape(batch, n, m).transpose(0, 2, 1) if trans_a else x.reshape(batch, m, n)
             y = b.array[: batch * n * p]
             y = y.reshape(batch, p, n).transpose(0, 2, 1) if trans_b else y.reshape(batch, n, p)
-            if batch == 1:
-                cp.matmul(x[0], y[0], out=out.array.reshape(m, p))
-            else:
-                cp.matmul(x, y, out=out.array.reshape(batch, m, p))
+            cp.matmul(x, y, out=out.array.reshape(batch, m, p))
 
 
 # ---------------------------------------------------------------------- reductions

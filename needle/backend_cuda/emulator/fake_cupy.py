@@ -202,20 +202,23 @@ class ndarray(np.ndarray):
     def __int__(self) -> int:
         return int(self._host_read("int(ndarray)"))
 
-    def item(self, *args: Any) -> Any:
+    def item(self) -> Any:  # type: ignore[override]
         """The element as a Python scalar (a device-to-host copy)."""
-        return self._host_read("ndarray.item").item(*args)
+        return self._host_read("ndarray.item").item()
 
     def fill(self, value: Any) -> None:
         """Set every element (one CuPy kernel)."""
         counts.record("library", "ndarray.fill")
         self.view(np.ndarray).fill(value)
 
-    def astype(self, dtype: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    def astype(self, dtype: Any, order: Any = None, casting: Any = None,  # type: ignore[override]
+               subok: Any = None, copy: Any = None) -> Any:
         """A converted copy (one CuPy kernel and a new buffer)."""
         counts.record("library", "ndarray.astype")
         with counts.quiet():
-            res = self.view(np.ndarray).astype(dtype, *args, **kwargs)
+            res = self.view(np.ndarray).astype(dtype, order=order or "K",
+                                               casting=casting or "unsafe",
+                                               copy=True if copy is None else copy)
         return _to_device(res)
 
     def __setitem__(self, key: Any, value: Any) -> None:

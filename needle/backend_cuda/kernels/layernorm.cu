@@ -112,3 +112,23 @@ __global__ void layernorm_bwd_dwdb(const T* dy, const T* x, const typename ndl::
   dw_part[blockIdx.y * cols + c] = sw;
   db_part[blockIdx.y * cols + c] = sb;
 }
+
+// dw[c], db[c] = the sums over chunks of dw_part[:, c], db_part[:, c] (one thread per column,
+// chunks in order): the second pass of layernorm_bwd_dwdb, written straight into dw and db.
+template <typename T>
+__global__ void layernorm_bwd_dwdb_sum(const typename ndl::Acc<T>::type* dw_part,
+                                       const typename ndl::Acc<T>::type* db_part,
+                                       typename ndl::Acc<T>::type* dw,
+                                       typename ndl::Acc<T>::type* db, long long chunks,
+                                       long long cols) {
+  typedef typename ndl::Acc<T>::type A;
+  for (long long c = ndl::global_id(); c < cols; c += ndl::grid_stride()) {
+    A sw = A(0), sb = A(0);
+    for (long long k = 0; k < chunks; ++k) {
+      sw += dw_part[k * cols + c];
+      sb += db_part[k * cols + c];
+    }
+    dw[c] = sw;
+    db[c] = sb;
+  }
+}
