@@ -1,8 +1,10 @@
 """What one training step asks of the GPU, counted on the CUDA emulator: per phase (forward,
 backward, optimizer) of the course's transformer LM (4 layers, Adam) and of ResNet9 (Adam),
-kernel launches, CuPy library calls (cuBLAS, ufuncs, reductions, gathers), device allocations,
-host-to-device and device-to-host copies, host synchronisations, Python calls into needle's own
-functions, and the host's microseconds per device operation with kernel bodies not executed.
+kernel launches, CuPy library calls (cuBLAS, ufuncs, reductions, gathers), device allocations
+(new CuPy buffers: ``alloc``; every buffer needle's arrays asked for, most served by needle's
+pool of freed buffers: ``buffers``), host-to-device and device-to-host copies, host
+synchronisations, Python calls into needle's own functions, and the host's microseconds per
+device operation with kernel bodies not executed.
 
     python benchmarks/bench_step_counts.py [--model lm|resnet9|both] [--reps 5] [--json]
 
@@ -33,6 +35,7 @@ import needle as ndl  # noqa: E402
 from needle.backend_cuda.emulator import counts  # noqa: E402
 
 PHASES = ("forward", "backward", "optimizer")
+COLUMNS = (*counts.KINDS, "buffers", "python_calls")
 _NEEDLE = str(ROOT / "needle") + os.sep
 _EMULATOR = str(ROOT / "needle" / "backend_cuda" / "emulator") + os.sep
 
@@ -88,19 +91,25 @@ def needle_calls(prof: cProfile.Profile) -> int:
 
 
 def measure(name: str) -> Dict[str, Dict[str, Any]]:
-    """phase -> {kind: count, "python_calls": n, "by_name": {kind: {name: n}}} for one step
-    after a warm-up step (kernels compiled, optimizer state made)."""
+    """phase -> {kind: count, "buffers": n, "python_calls": n, "by_name": {kind: {name: n}}}
+    for one step after a warm-up step (kernels compiled, optimizer state made)."""
+    from needle.backend_cuda import ndarray_backend_cuda as backend
     phases = step_phases(name)
     for run in phases.values():
         run()
     out: Dict[str, Dict[str, Any]] = {}
     for phase, run in phases.items():
-        prof = cProfile.Profile()
-        with counts.counting() as c:
-            prof.enable()
-            run()
-            prof.disable()
+        prof, made = cProfile.Profile(), [0]
+        hook, backend._ALLOC_HOOK = backend._ALLOC_HOOK, lambda a: made.__setitem__(0, made[0] + 1)
+        try:
+            with counts.counting() as c:
+                prof.enable()
+                run()
+                prof.disable()
+        finally:
+            backend._ALLOC_HOOK = hook
         row: Dict[str, Any] = dict(c.totals())
+        row["buffers"] = made[0]
         row["python_calls"] = needle_calls(prof)
         row["by_name"] = {k: dict(v) for k, v in c.by_kind.items() if v}
         out[phase] = row
@@ -131,7 +140,7 @@ def host_us_per_op(name: str, reps: int) -> float:
 def report(name: str, reps: int) -> Dict[str, Any]:
     """Counts per phase and in total, and the host time per device op."""
     phases = measure(name)
-    total = {k: sum(p[k] for p in phases.values()) for k in (*counts.KINDS, "python_calls")}
+    total = {k: sum(p[k] for p in phases.values()) for k in COLUMNS}
     return {"model": name, "phases": phases, "total": total,
             "host_us_per_device_op": round(host_us_per_op(name, reps), 1)}
 
@@ -148,7 +157,7 @@ def main() -> None:
     if not getattr(ndl.cuda().mod, "EMULATED", False):
         raise SystemExit("bench_step_counts: ndl.cuda() is not the emulator here "
                          "(NEEDLE_CUDA_EMULATOR=force needs g++ and NVIDIA's header wheels)")
-    cols = (*counts.KINDS, "python_calls")
+    cols = COLUMNS
     for name in (("lm", "resnet9") if args.model == "both" else (args.model,)):
         rep = report(name, args.reps)
         if args.json:

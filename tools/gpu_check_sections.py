@@ -185,6 +185,7 @@ def pytest_no_pool(args: List[str]) -> int:
     import cupy
     import pytest
     cupy.cuda.set_allocator(None)
+    os.environ["NEEDLE_CUDA_POOL"] = "0"  # needle's own pool of freed buffers too (read at import)
     return int(pytest.main(args))
 
 

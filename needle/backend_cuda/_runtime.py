@@ -7,7 +7,7 @@ from typing import Any, Dict, Sequence, Tuple
 import ml_dtypes
 import numpy as np
 
-from . import kernel_specs
+from . import buffer_pool, kernel_specs
 from .emulator import cupy_module
 
 cp = cupy_module()  # CuPy, or the emulator's stand-in under NEEDLE_CUDA_EMULATOR
@@ -53,11 +53,6 @@ def check_bfloat16(index: int) -> None:
         raise TypeError(f"bfloat16 on cuda({index}) needs compute capability >= 8.0 "
                         f"(Ampere or newer); this GPU is {cc // 10}.{cc % 10}. "
                         f"Use float16 or float32.")
-
-
-def storage_dtype(dtype: np.dtype) -> np.dtype:
-    """The CuPy dtype holding ``dtype``'s bits (bfloat16 is kept as raw uint16)."""
-    return np.dtype(np.uint16) if dtype == BF16 else dtype
 
 
 @functools.lru_cache(maxsize=None)
@@ -113,22 +108,24 @@ def scalar_arg(val: Any, dtype: str) -> Any:
 
 # ---------------------------------------------------------------------- memory accounting
 def note_allocation(index: int) -> None:
-    """Record the pool's bytes in use after an allocation (for the peak)."""
-    used = cp.get_default_memory_pool().used_bytes()
+    """Record the bytes in use after an allocation (for the peak)."""
+    used = cp.get_default_memory_pool().used_bytes() - buffer_pool.held_bytes(index)
     if used > _PEAK.get(index, 0):
         _PEAK[index] = used
 
 
 def memory_stats(index: int = 0) -> Dict[str, int]:
-    """Bytes in use / reserved / free-in-pool / peak-in-use in CuPy's pool on GPU ``index``.
+    """Bytes in use / reserved / free-in-pool / peak-in-use on GPU ``index``: CuPy's pool,
+    with the buffers waiting in needle's pool (``buffer_pool``) counted as free.
 
     The peak is sampled whenever needle allocates a buffer on that GPU (CuPy keeps none).
     """
     with device(index):
         pool = cp.get_default_memory_pool()
-        used = pool.used_bytes()
+        held = buffer_pool.held_bytes(index)
+        used = pool.used_bytes() - held
         stats = {"bytes_in_use": used, "bytes_reserved": pool.total_bytes(),
-                 "bytes_free_in_pool": pool.free_bytes(),
+                 "bytes_free_in_pool": pool.free_bytes() + held,
                  "peak_bytes_in_use": max(_PEAK.get(index, 0), used)}
     return stats
 
@@ -136,7 +133,7 @@ def memory_stats(index: int = 0) -> Dict[str, int]:
 def reset_peak_memory(index: int = 0) -> None:
     """Restart the peak from the bytes in use now."""
     with device(index):
-        _PEAK[index] = cp.get_default_memory_pool().used_bytes()
+        _PEAK[index] = cp.get_default_memory_pool().used_bytes() - buffer_pool.held_bytes(index)
 
 
 def matmul_mode_from_env() -> str:

@@ -13,6 +13,7 @@ def dlpack_view(handle: Any, shape: Tuple[int, ...], strides: Tuple[int, ...],
     """A zero-copy CuPy view of the strided view (shape, strides, offset in items) of a buffer."""
     item = handle.array.itemsize
     handle.known_range = None  # the consumer may write it: its values are no longer known
+    handle.pooled = False  # and may outlive it: its memory must not be handed out again
     mem = handle.array.data + offset * item
     return cp.ndarray(shape, dtype=handle.array.dtype, memptr=mem,
                       strides=tuple(s * item for s in strides))

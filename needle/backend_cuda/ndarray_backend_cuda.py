@@ -9,13 +9,14 @@ buffers (indices, masks) use CuPy's ufuncs. Matmul goes to cuBLAS by default; se
 import functools
 import inspect
 import math
+import os
 from typing import Any, Callable, Dict, Iterable, Tuple
 
 import numpy as np
 
 from ..backend_ndarray import primitives as P
 from . import _runtime as rt
-from . import dlpack_cuda, emulator
+from . import buffer_pool, dlpack_cuda, emulator
 from . import fused_ops_cuda as fused
 from . import kernel_specs as K
 from ._runtime import cp, memory_stats, reset_peak_memory  # noqa: F401
@@ -27,6 +28,8 @@ __device_name__ = "cuda"
 EMULATED = emulator.active()
 
 _FLOATS = frozenset(K.FLOAT_DTYPES)
+_U16 = np.dtype(np.uint16)  # bfloat16's storage
+_POOL_FREE, _POOL_HELD, _FULL_CHECK = buffer_pool.FREE, buffer_pool.HELD, buffer_pool.FULL_CHECK
 _MATMUL_MODE = [rt.matmul_mode_from_env()]
 
 
@@ -43,16 +46,33 @@ _ALLOC_HOOK = None
 class Array:
     """A flat buffer of ``size`` elements on one GPU (a 1-D CuPy array underneath)."""
 
-    __slots__ = ("array", "size", "dtype", "device_index", "known_range", "__weakref__")
+    __slots__ = ("array", "size", "dtype", "device_index", "known_range", "pooled",
+                 "__weakref__")
 
     def __init__(self, size: int, dtype: Any = np.float32, device_index: int = 0):
-        dt = np.dtype(dtype)
-        if dt == rt.BF16:
+        dt = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
+        size = int(size)
+        if dt is rt.BF16 or dt == rt.BF16:
             rt.check_bfloat16(device_index)
-        with rt.device(device_index):
-            self.array = cp.empty(int(size), dtype=rt.storage_dtype(dt))
-            rt.note_allocation(device_index)
-        self.size = int(size)  # plain attributes, not properties: read on every op
+            store = _U16
+        else:
+            store = dt
+        pooled = self.pooled = buffer_pool.ON and not (
+            EMULATED and os.environ.get(_FULL_CHECK[0]) == _FULL_CHECK[1])
+        free = _POOL_FREE.get((device_index, store, size)) if pooled else None
+        if free:  # a buffer an Array of this key left (buffer_pool.py)
+            buf = free.pop()
+            _POOL_HELD[device_index] -= buf.nbytes
+        else:
+            with rt.device(device_index):
+                try:
+                    buf = cp.empty(size, dtype=store)
+                except MemoryError:  # CuPy's OutOfMemoryError too: free what waits, retry
+                    buffer_pool.release(device_index)
+                    buf = cp.empty(size, dtype=store)
+        self.array = buf
+        rt.note_allocation(device_index)
+        self.size = size  # plain attributes, not properties: read on every op
         self.dtype = dt  # the NumPy dtype (bfloat16 from ml_dtypes; stored as uint16 bits)
         self.device_index = device_index
         # (min, max) of an integer buffer uploaded from the host, until something writes it:
@@ -60,6 +80,14 @@ class Array:
         self.known_range: Any = None
         if _ALLOC_HOOK is not None:
             _ALLOC_HOOK(self)
+
+    def __del__(self) -> None:
+        if getattr(self, "pooled", False):  # not an Array made around another's memory
+            buf, index = self.array, self.device_index
+            held = _POOL_HELD.get(index, 0) + buf.nbytes
+            if held <= buffer_pool.LIMIT_BYTES:  # else CuPy's pool takes it back
+                _POOL_HELD[index] = held
+                _POOL_FREE.setdefault((index, buf.dtype, buf.size), []).append(buf)
 
     @property
     def nbytes(self) -> int:

@@ -76,12 +76,7 @@ class BackendDevice:
         """``i[..., None] == arange(n)`` on this device, for indices already here."""
         from .functions import take_rows
         from .ndarray import NDArray
-        arange = _ARANGES.get((self, n))
-        if arange is None:  # uploaded once per (device, n), not on every call
-            if len(_ARANGES) >= 64:
-                _ARANGES.clear()
-            arange = _ARANGES[(self, n)] = NDArray(np.arange(n, dtype=np.int64).reshape(n, 1),
-                                                   device=self)
+        arange = NDArray(np.arange(n, dtype=np.int64).reshape(n, 1), device=self)
         # take_rows from arange returns the indices themselves, checked to lie in [0, n) (on
         # every replay of a compiled step, too)
         rows = (i.size, n)
@@ -109,7 +104,6 @@ _CPU = BackendDevice("cpu", ndarray_backend_numpy)
 BackendFactory = Callable[[int], Optional[Any]]
 _FACTORIES: Dict[str, BackendFactory] = {}
 _DEVICES: Dict[Tuple[str, int], BackendDevice] = {}
-_ARANGES: Dict[Tuple[BackendDevice, int], Any] = {}  # one_hot's (n, 1) aranges, per device
 
 
 def register_device_kind(name: str, factory: BackendFactory) -> None:

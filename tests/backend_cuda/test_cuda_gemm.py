@@ -43,4 +43,4 @@ def test_a_transposed_product_is_one_cublas_call_and_no_copy():
     with counts.counting() as c:
         x @ w.permute((1, 0))
     assert c.by_kind["library"] == {"cublas.gemmStridedBatchedEx": 1}
-    assert c.total("launch") == 0 and c.total("alloc") == 1  # the result only
+    assert c.total("launch") == 0 and c.total("alloc") <= 1  # the result only (or pooled)
