@@ -1,14 +1,14 @@
 """Fused GPU kernels as optional backend primitives on compact flat buffers;
 ``backend_ndarray.fused_ops`` falls back to composed ops where a device lacks them."""
 import math
-from typing import Any
+from typing import Any, Dict, Sequence, Tuple
 
 import numpy as np
 
 from . import kernel_specs as K
 
 __all__ = ["softmax_rows", "logsumexp_rows", "layer_norm_fwd", "layer_norm_bwd", "adam_update",
-           "dropout", "dropout_backward"]
+           "dropout", "dropout_backward", "multi_tensor_adam", "multi_tensor_sgd"]
 
 
 def _acc(val: float, x: Any) -> Any:
@@ -110,3 +110,84 @@ def dropout_backward(dy: Any, mask: Any, dx: Any, prob: float) -> None:
     n = dy.size
     _launch_flat("dropout.cu", "dropout_bwd", dy, n,
                  (dy.array, mask.array, dx.array, np.int64(n), _acc(1.0 / (1.0 - prob), dy)))
+
+
+# ---------------------------------------------------------------------- multi-tensor steps
+MT_CHUNK = 65536  # elements of one tensor per block (PyTorch's multi_tensor_apply chunk)
+MT_BLOCK = 256
+
+
+def _mt_table(ps: Sequence[Any], gs: Sequence[Any], ss: Sequence[Any], ts: Sequence[Any],
+              slots: Sequence[int], cache: Dict[str, Any]) -> Tuple[Any, int]:
+    """multi_tensor.cu's table for these tensors (None in ``ts``: no second state buffer) and
+    its number of blocks. Uploaded (one host-to-device copy, into the previous table's buffer
+    when it has the size) only when an address, size or slot differs from the cached one's."""
+    from . import _runtime as rt
+    key = tuple(x for p, g, s, t, slot in zip(ps, gs, ss, ts, slots)
+                for x in (p.array.data.ptr, g.array.data.ptr,
+                          0 if s is None else s.array.data.ptr,
+                          0 if t is None else t.array.data.ptr, p.size, slot))
+    if cache.get("key") == key:
+        return cache["table"], cache["blocks"]
+    rows = np.array(key, dtype=np.int64).reshape(len(ps), 6)
+    first = np.zeros(len(ps) + 1, dtype=np.int64)
+    np.cumsum(-(-rows[:, 4] // MT_CHUNK), out=first[1:])
+    host = np.concatenate([rows.reshape(-1), first])
+    table = cache.get("table")
+    with rt.device(ps[0].device_index):
+        if table is not None and table.size == host.size:
+            table.set(host)
+        else:
+            table = rt.cp.asarray(host)
+    cache.update(key=key, table=table, blocks=int(first[-1]))
+    return table, cache["blocks"]
+
+
+def _mt_launch(kernel: str, dtype: str, idx: int, grid: int, block: int, args: tuple) -> None:
+    from . import _runtime as rt
+    name = kernel if kernel.endswith("_count") else K.typed_name(kernel, dtype)
+    rt.launch(rt.kernel("multi_tensor.cu", name, dtype, idx), (grid,), (block,), args, idx)
+
+
+def multi_tensor_adam(ps: Sequence[Any], gs: Sequence[Any], ms: Sequence[Any],
+                      vs: Sequence[Any], slots: Sequence[int], steps: Any, hyper: Any,
+                      cache: Dict[str, Any], decoupled: bool) -> None:
+    """One Adam/AdamW step in place on every ``ps[k]`` (one dtype; gradient ``gs[k]`` of that
+    dtype, state ``ms[k]``, ``vs[k]`` in the accumulator dtype), all compact: two launches.
+    ``steps`` (int64) counts each tensor's steps at its slot on the device (``steps[slots[k]]``
+    += 1 here), ``hyper`` holds [lr, b1, 1 - b1, b2, 1 - b2, eps, wd] as float64; ``cache``
+    keeps the pointer table and the bias corrections between calls. The emulator cannot bound
+    accesses through a device table: the table's address goes as a bare int (unchecked)."""
+    from . import _runtime as rt
+    if not ps:
+        return
+    table, blocks = _mt_table(ps, gs, ms, vs, slots, cache)
+    dt, idx, nt = ps[0].dtype.name, ps[0].device_index, len(ps)
+    bc = cache.get("bc")
+    if bc is None or bc.size != 2 * steps.size:
+        with rt.device(idx):
+            bc = cache["bc"] = rt.cp.empty(2 * steps.size, dtype=np.float64)
+    addr = np.uint64(table.data.ptr)
+    grid, block = K.ewise_launch(nt)
+    _mt_launch("multi_tensor_adam_count", dt, idx, grid, block,
+               (addr, np.int32(nt), steps.array, hyper.array, bc))
+    steps.known_range = None  # written on the device
+    if blocks:
+        _mt_launch("multi_tensor_adam", dt, idx, blocks, MT_BLOCK,
+                   (addr, np.int32(nt), np.int64(MT_CHUNK), hyper.array, bc,
+                    np.int32(bool(decoupled))))
+
+
+def multi_tensor_sgd(ps: Sequence[Any], gs: Sequence[Any], us: Sequence[Any], hyper: Any,
+                     cache: Dict[str, Any]) -> None:
+    """One SGD step (the course's momentum and L2 decay) in place on every ``ps[k]`` (one
+    dtype; gradient ``gs[k]`` of that dtype, momentum ``us[k]`` in the accumulator dtype, None
+    without momentum), all compact: one launch. ``hyper`` holds [lr, momentum, 1 - momentum,
+    weight_decay] as float64; ``cache`` keeps the pointer table (as multi_tensor_adam)."""
+    if not ps:
+        return
+    table, blocks = _mt_table(ps, gs, us, [None] * len(ps), [0] * len(ps), cache)
+    if blocks:
+        _mt_launch("multi_tensor_sgd", ps[0].dtype.name, ps[0].device_index, blocks, MT_BLOCK,
+                   (np.uint64(table.data.ptr), np.int32(len(ps)), np.int64(MT_CHUNK),
+                    hyper.array))

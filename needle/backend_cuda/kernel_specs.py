@@ -18,7 +18,7 @@ from .fused_elementwise_cuda import to_c
 
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
 KERNEL_FILES = ("strided.cu", "ewise.cu", "reduce.cu", "matmul.cu", "softmax.cu",
-                "layernorm.cu", "adam.cu", "dropout.cu")
+                "layernorm.cu", "adam.cu", "dropout.cu", "multi_tensor.cu")
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 CTYPE = {"float16": "__half", "bfloat16": "__nv_bfloat16", "float32": "float",
@@ -146,10 +146,13 @@ def name_expressions(filename: str, dtype: str = "") -> List[str]:
                      "layernorm_bwd_dwdb_sum"),
         "adam.cu": ("adam_step",),
         "dropout.cu": ("dropout_fwd", "dropout_bwd"),
+        "multi_tensor.cu": ("multi_tensor_adam", "multi_tensor_sgd"),
     }
     names = [typed_name(k, dt) for dt in dtypes for k in per_dtype[filename]]
     if filename == "dropout.cu":
         names.append("dropout_uniform")
+    if filename == "multi_tensor.cu":
+        names.append("multi_tensor_adam_count")
     return names
 
 

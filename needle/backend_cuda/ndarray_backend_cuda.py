@@ -510,7 +510,7 @@ _PRIMITIVES.update({name: globals()[name] for name in (
 # Optional fused primitives (needle.backend_ndarray.fused_ops uses them when a device has them).
 _PRIMITIVES.update({name: getattr(fused, name) for name in (
     "softmax_rows", "logsumexp_rows", "layer_norm_fwd", "layer_norm_bwd", "adam_update",
-    "dropout", "dropout_backward")})
+    "dropout", "dropout_backward", "multi_tensor_adam", "multi_tensor_sgd")})
 # needle.compile's fused kernels: the CPU primitive's expressions as ElementwiseKernels
 _PRIMITIVES.update(fused_elementwise=fused_elementwise)
 # DLPack exchange (needle.backend_ndarray.dlpack calls these for a CUDA array)

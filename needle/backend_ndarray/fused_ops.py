@@ -1,7 +1,7 @@
 """Fused array operations: one device primitive where the device offers it, else the naive
 composition (``*_naive``, what kernels are tested against). Callers never name a backend."""
 import math
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -11,7 +11,8 @@ from .ndarray import NDArray
 __all__ = ["softmax", "softmax_naive", "logsumexp", "logsumexp_naive", "layer_norm",
            "layer_norm_naive", "layer_norm_backward", "layer_norm_backward_naive",
            "adam_update", "adam_update_naive", "dropout", "dropout_naive", "dropout_backward",
-           "has_primitive", "FUSED_PRIMITIVES"]
+           "has_primitive", "FUSED_PRIMITIVES", "MultiTensorState", "multi_tensor_adam",
+           "multi_tensor_sgd"]
 
 _FLOATS = ("float16", "bfloat16", "float32", "float64")
 
@@ -216,6 +217,85 @@ def adam_update(p: NDArray, grad: NDArray, m: NDArray, v: NDArray, step: int, lr
     g = grad.astype(p.dtype).compact()
     prim(p._handle, g._handle, m._handle, v._handle, lr, beta1, beta2, eps, weight_decay,
          step, decoupled)
+
+
+# ---------------------------------------------------------------------- multi-tensor steps
+class MultiTensorState:
+    """What a multi-tensor optimizer step keeps on one device for a group of parameters: a
+    step count per slot (int64), the hyperparameters (float64), each uploaded only when it
+    differs from what the device holds, and the primitive's cache (its pointer table)."""
+
+    def __init__(self, device: Any, slots: int) -> None:
+        self.device = device
+        self.counts: List[int] = [0] * slots  # what ``steps`` holds on the device
+        self.steps = NDArray(np.zeros(slots, dtype=np.int64), device=device)
+        self.hyper: Optional[NDArray] = None
+        self.hyper_values: Tuple[float, ...] = ()
+        self.cache: Dict[str, Any] = {}
+
+    def set_hyper(self, values: Tuple[float, ...]) -> None:
+        """Make the device's hyperparameters ``values`` (an upload when they changed)."""
+        if values == self.hyper_values:
+            return
+        host = np.array(values, dtype=np.float64)
+        if self.hyper is None or self.hyper.size != host.size:
+            self.hyper = NDArray(host, device=self.device)
+        else:
+            self.device.from_numpy(host, self.hyper._handle)
+        self.hyper_values = values
+
+    def begin_step(self, slots: Sequence[int], steps: Sequence[int]) -> None:
+        """Before a step that makes slot ``slots[k]``'s count ``steps[k]``: upload the counts
+        when the device's differ (state loaded or stepped elsewhere), then count the step."""
+        counts = self.counts
+        if any(counts[s] != t - 1 for s, t in zip(slots, steps)):
+            for s, t in zip(slots, steps):
+                counts[s] = t - 1
+            self.device.from_numpy(np.array(counts, dtype=np.int64), self.steps._handle)
+        for s in slots:
+            counts[s] += 1
+
+
+def multi_tensor_adam(params: Sequence[NDArray], grads: Sequence[NDArray],
+                      ms: Sequence[NDArray], vs: Sequence[NDArray], slots: Sequence[int],
+                      steps: Sequence[int], state: MultiTensorState, lr: float,
+                      beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
+                      weight_decay: float = 0.0, decoupled: bool = False) -> None:
+    """One Adam/AdamW step in place on each ``params[k]`` (of one dtype and device; gradient
+    ``grads[k]``, state ``ms[k]``, ``vs[k]``; this step is its ``steps[k]``-th, counted on the
+    device at slot ``slots[k]`` of ``state``). With the device's ``multi_tensor_adam`` all
+    tensors take two launches and must be compact, m and v float32 (float64 for float64
+    params); else ``adam_update`` runs per tensor."""
+    prim = getattr(params[0].device, "multi_tensor_adam", None) if params else None
+    if prim is None:
+        for p, g, m, v, t in zip(params, grads, ms, vs, steps):
+            adam_update(p, g, m, v, t, lr, beta1, beta2, eps, weight_decay, decoupled)
+        return
+    state.set_hyper((lr, beta1, 1 - beta1, beta2, 1 - beta2, eps, weight_decay))
+    state.begin_step(slots, steps)
+    assert state.hyper is not None
+    prim([p._handle for p in params], [g._handle for g in grads], [m._handle for m in ms],
+         [v._handle for v in vs], slots, state.steps._handle, state.hyper._handle, state.cache,
+         decoupled)
+
+
+def multi_tensor_sgd(params: Sequence[NDArray], grads: Sequence[NDArray],
+                     us: Sequence[Optional[NDArray]], state: MultiTensorState, lr: float,
+                     momentum: float = 0.0, weight_decay: float = 0.0) -> None:
+    """One step of the course's SGD in place on each ``params[k]`` (of one dtype and device;
+    gradient ``grads[k]``, momentum ``us[k]`` starting at zeros, None when ``momentum`` is 0),
+    all compact, u float32 (float64 for float64 params): one launch of the device's
+    ``multi_tensor_sgd``. There is no composed fallback here: that is ``SGD.step`` itself
+    (hw2.optim.sgd), which calls this only where ``has_primitive`` says the device has it."""
+    if not params:
+        return
+    prim = getattr(params[0].device, "multi_tensor_sgd", None)
+    if prim is None:
+        raise ValueError(f"{params[0].device} has no multi_tensor_sgd primitive")
+    state.set_hyper((lr, momentum, 1 - momentum, weight_decay))
+    assert state.hyper is not None
+    prim([p._handle for p in params], [g._handle for g in grads],
+         [None if u is None else u._handle for u in us], state.hyper._handle, state.cache)
 
 
 # ---------------------------------------------------------------------- dropout

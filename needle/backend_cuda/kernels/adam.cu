@@ -9,30 +9,42 @@
 // State m, v and the hyperparameters are in the accumulator type (float32 for half/bfloat16
 // parameters). omb_i = 1 - b_i comes from the host: formed here from a float b2 = 0.999 it
 // would be 1.3e-5 off, while bc2 = 1 - b2^t is exact.
+// multi_tensor.cu runs adam_element over many parameters in one launch.
+#pragma once
 #include "common.cuh"
 
 template <typename T>
 using acc_t = typename ndl::Acc<T>::type;
+
+// The step above for element i of one parameter.
+template <typename T>
+__device__ __forceinline__ void adam_element(T* p, const T* grad, acc_t<T>* m, acc_t<T>* v,
+                                             long long i, acc_t<T> lr, acc_t<T> b1,
+                                             acc_t<T> omb1, acc_t<T> b2, acc_t<T> omb2,
+                                             acc_t<T> eps, acc_t<T> wd, acc_t<T> bc1,
+                                             acc_t<T> bc2, int decoupled) {
+  typedef acc_t<T> A;
+  A w = ndl::to_acc(p[i]);
+  A g = ndl::to_acc(grad[i]);
+  if (decoupled) {
+    w -= lr * wd * w;
+  } else {
+    g += wd * w;
+  }
+  const A mi = b1 * m[i] + omb1 * g;
+  const A vi = b2 * v[i] + omb2 * g * g;
+  m[i] = mi;
+  v[i] = vi;
+  w -= lr * (mi / bc1) / (ndl::m_sqrt(vi / bc2) + eps);
+  p[i] = ndl::from_acc<T>(w);
+}
 
 template <typename T>
 __global__ void adam_step(T* p, const T* grad, acc_t<T>* m, acc_t<T>* v, long long n,
                           acc_t<T> lr, acc_t<T> b1, acc_t<T> omb1, acc_t<T> b2, acc_t<T> omb2,
                           acc_t<T> eps, acc_t<T> wd, acc_t<T> bc1, acc_t<T> bc2,
                           int decoupled) {
-  typedef acc_t<T> A;
   for (long long i = ndl::global_id(); i < n; i += ndl::grid_stride()) {
-    A w = ndl::to_acc(p[i]);
-    A g = ndl::to_acc(grad[i]);
-    if (decoupled) {
-      w -= lr * wd * w;
-    } else {
-      g += wd * w;
-    }
-    const A mi = b1 * m[i] + omb1 * g;
-    const A vi = b2 * v[i] + omb2 * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    w -= lr * (mi / bc1) / (ndl::m_sqrt(vi / bc2) + eps);
-    p[i] = ndl::from_acc<T>(w);
+    adam_element(p, grad, m, v, i, lr, b1, omb1, b2, omb2, eps, wd, bc1, bc2, decoupled);
   }
 }
