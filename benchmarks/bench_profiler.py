@@ -13,6 +13,7 @@ with this checkout's profiler off, in alternating subprocesses, show what the ho
 off. Target: off costs nothing measurable (within the rounds' spread).
 """
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -137,6 +138,7 @@ def run_rounds(rounds: int, step_iters: int) -> Dict[str, Dict[str, List[float]]
     for _ in range(rounds):
         for case, (nf, tf, iters) in fns.items():
             for side, timer in timers.items():
+                gc.collect()  # no side pays for collecting the garbage of the one before
                 out[case][side].append(timer(nf if side.startswith("needle") else tf, iters))
     return out
 

@@ -8,7 +8,8 @@
 
 Names follow torch.profiler (``profile``, ``record_function``, ``schedule``, ``key_averages``,
 ``export_chrome_trace``). Files: ``events.py`` (what is recorded), ``recorder.py`` (per-thread
-recording), ``hooks.py`` (the library's hooks), ``schedule.py``, ``profile.py``,
+recording of raw tuples: the hot path), ``build.py`` (events from them, once recording ends),
+``hooks.py`` (the library's hooks), ``schedule.py``, ``profile.py``,
 ``distributed.py`` (clock offsets, gathering to rank 0), ``trace.py`` (Chrome trace export),
 ``trace_check.py`` (the format's rules), ``summary.py`` (tables), ``plot.py`` (matplotlib).
 """

@@ -11,11 +11,11 @@ the process and reset to None by the last one to stop, so profiling off costs on
 import contextlib
 import sys
 import threading
-import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from .. import autograd
 from . import events as ev
+from . import recorder
 from .recorder import current
 
 _LOCK = threading.Lock()
@@ -24,24 +24,17 @@ _PROBES: List["_MemoryProbe"] = []
 
 
 class Dispatch:
-    """What the library's hooks call; each method hands the call to this thread's recorder."""
+    """What the library's hooks call; each method hands the call to this thread's recorder.
 
-    def op(self, make: Callable, op: Any, inputs: Tuple[Any, ...]) -> Any:
-        """An op's dispatch (``TensorOp.__call__``)."""
-        rec = current()
-        return make(op, inputs) if rec is None else rec.op(make, op, inputs)
+    The three per-op hooks are the recorder's own functions (one call each, no method of
+    this object in between): ``op`` (an op's dispatch, ``TensorOp.__call__``), ``backward``
+    (an op's gradient during backward, ``Op.gradient_as_tuple``) and ``module`` (a module
+    call, ``Module.__call__``).
+    """
 
-    def backward(self, op: Any, out_grad: Any, node: Any) -> Any:
-        """An op's gradient during backward (``Op.gradient_as_tuple``)."""
-        rec = current()
-        return op.gradient(out_grad, node) if rec is None else rec.backward(op, out_grad, node)
-
-    def module(self, module: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
-        """A module call (``Module.__call__``)."""
-        rec = current()
-        if rec is None:
-            return module.forward(*args, **kwargs)
-        return rec.module(module, args, kwargs)
+    op = staticmethod(recorder.record_op)
+    backward = staticmethod(recorder.record_backward)
+    module = staticmethod(recorder.record_module)
 
     @contextlib.contextmanager
     def range(self, name: str, cat: str, args: Optional[Dict[str, Any]] = None
@@ -125,16 +118,7 @@ class _MemoryProbe:
 
     def __init__(self, backend: Any, device: str) -> None:
         self._backend, self.device = backend, device
-
-    def _on_alloc(self, buf: Any) -> None:
-        rec = current()
-        if rec is None or not isinstance(buf, self._backend.Array):  # another backend's
-            return
-        nbytes = int(buf.array.nbytes)
-        index = getattr(buf, "device_index", None)  # a GPU buffer knows its GPU
-        device = self.device if index is None else f"{self.device}:{index}"
-        rec.alloc(device, nbytes)
-        weakref.finalize(buf, rec.free, device, nbytes)
+        self._on_alloc = recorder.alloc_hook(backend.Array, device)
 
 
 def _backends() -> List[Tuple[Any, str]]:
@@ -168,6 +152,10 @@ def install() -> None:
             probe = _MemoryProbe(backend, device)
             _PROBES.append(probe)
             tracker.attach(probe)
+            if [t for t in tracker._ACTIVE if t._backend is backend] == [probe]:
+                # the backend's only listener: called directly, not through the tracker's
+                # loop (a MemoryTracker attached later sets the loop back)
+                backend._ALLOC_HOOK = probe._on_alloc
 
 
 def uninstall() -> None:

@@ -1,56 +1,78 @@
 """The recorder: one per profiled thread, fed by the hooks (``hooks.py``) while it is active.
 
-It keeps a stack of the ranges open now (ops, modules, ``record_function``, data loading,
-optimizer steps), so every event knows its parent: an op knows the module that called it,
-an allocation the op that made it, a kernel launch the op that launched it. Host ranges nest
-properly by construction (a range closes before its parent), which the Chrome trace needs.
+Recording is the hot path, so it only logs raw tuples and builds nothing: an op appends
+``(op class, start ns, end ns, input shapes, module, dtype, device, bookkeeping end ns)`` to a
+list, a gradient or a module call a tuple like it, an allocation ``(ns, device, +bytes)`` and
+its release ``(ns, device, -bytes)``. No dicts, strings, events or stack lookups per op: names,
+argument dicts, bytes per event, memory peaks and which op launched a kernel are all worked out
+from the raw logs when the recording is asked for (``build.py``). torch.profiler does the same
+(its C++ recorder keeps raw records and builds ``FunctionEvent`` objects afterwards).
+
+What is still tracked as it happens: the module ops are attributed to (``_mod``), kept as one
+attribute so that a gradient can name its forward op's module, and a stack of the named ranges
+open now (``record_function``, steps, data loading, optimizer steps, compiled plans), which
+``close_through`` needs. Ops, gradients and module calls nest by construction (each ends before
+its caller), so their nesting is rebuilt from the times.
 
 The virtual cluster runs one rank per thread of one process, so recorders are looked up by
 thread (``current()``): each rank's events go to its own recorder.
 """
 import threading
 import time
+import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from . import events as ev
-from .events import Event, MemorySample, Peak, RankRecord
+from .events import RankRecord
 
 perf_ns = time.perf_counter_ns
 _BY_THREAD: Dict[int, "Recorder"] = {}
+_lookup = _BY_THREAD.get
+_ident = threading.get_ident
+_weakref = weakref.ref
 
 
 def current() -> Optional["Recorder"]:
     """The recorder of the calling thread, None when it is not being profiled."""
-    return _BY_THREAD.get(threading.get_ident())
+    return _lookup(_ident())
 
 
 def _shapes(inputs: Sequence[Any]) -> Tuple[Any, ...]:
-    """Input shapes, without computing lazy inputs (an unrealised one shows as None). Tuples,
-    not lists: Python's garbage collector stops scanning tuples of ints, and a long recording
-    holds many."""
+    """Input shapes, without computing lazy inputs (an unrealised one shows as None)."""
+    try:  # most ops: one or two realised inputs
+        if len(inputs) == 2:
+            return (inputs[0].cached_data.shape, inputs[1].cached_data.shape)
+        if len(inputs) == 1:
+            return (inputs[0].cached_data.shape,)
+    except AttributeError:
+        pass
     return tuple(getattr(getattr(x, "cached_data", None), "shape", None) for x in inputs)
 
 
 class Recorder:
-    """Events, memory samples and peaks of one thread, and the stack of open ranges."""
+    """Raw logs of one thread's ops, gradients, module calls, ranges and memory."""
 
     def __init__(self, record_shapes: bool = True, max_events: int = 2_000_000) -> None:
         self.thread = threading.get_ident()
         self.record_shapes = record_shapes
-        self.max_events = max_events
-        self.events: List[Event] = []
-        self.samples: List[MemorySample] = []
-        self.peaks: Dict[str, Peak] = {}
-        self.current_bytes: Dict[str, int] = {}
-        self.allocated = 0       # bytes allocated since start (all devices), for per-op deltas
-        self.freed = 0
+        self.max_events = max_events       # per log (ops, gradients, modules, ranges, ...)
+        self.ops: List[tuple] = []         # (class, t0, t1, shapes, module, dtype, device, t2)
+        self.grads: List[tuple] = []       # (class, t0, t1, module, t2)
+        self.modules: List[tuple] = []     # (path, t0, t1, t2)
+        self.ranges: List[tuple] = []      # (name, cat, t0, t1, args, module)
+        self.kernels: List[tuple] = []     # (name, t0, t1, grid, block, device index, emulated)
+        self.comms: List[tuple] = []       # (ledger record, t1)
+        self.instants: List[tuple] = []    # (name, cat, ts, args)
+        self.memory: List[tuple] = []      # (ns, device, +bytes allocated or -bytes freed)
         self.dropped = 0
-        self.ops = 0
-        self.overhead_ns = 0     # time spent in this recorder's own bookkeeping (hooks' cost)
         self.active = False
-        self._stack: List[list] = []                 # [name, cat, t0, alloc0, freed0, args]
-        self._module_names: List[Dict[int, str]] = []  # one name map per root module call
-        self._modules: List[str] = []                # paths of the modules being called
+        self._mod: Optional[str] = None    # the module ops are attributed to now
+        self._fwd: Optional[str] = None    # the module whose forward runs now
+        self._stack: List[tuple] = []      # open ranges: (name, cat, t0, args)
+        self._root: Any = None             # the outermost module being called
+        self._paths: Dict[int, str] = {}   # id(module) -> display path, in ``_root``'s tree
+        self._trees: Dict[int, Tuple[Any, Dict[int, str]]] = {}  # cached per root module
+        self._live: Dict[int, Tuple[Any, str, int]] = {}  # buffers allocated, still alive
+        self._on_free = self._free_callback()
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -65,37 +87,31 @@ class Recorder:
         self.active = False
         if _BY_THREAD.get(self.thread) is self:
             del _BY_THREAD[self.thread]
+        self._live.clear()  # releases after the recording are not reported
+        self._trees.clear()
+        self._root = None
 
     def record(self, rank: int = 0, offset_ns: int = 0) -> RankRecord:
-        """What was recorded, as one rank's ``RankRecord``."""
-        per_op = self.overhead_ns / self.ops if self.ops else 0.0
-        return RankRecord(rank, list(self.events), list(self.samples), dict(self.peaks),
-                          offset_ns, per_op, self.ops, self.dropped)
+        """What was recorded, as one rank's ``RankRecord`` (built now, from the raw logs)."""
+        from .build import build_record
+        return build_record(self, rank, offset_ns)
 
-    # ------------------------------------------------------------------ ranges
-    def add(self, event: Event) -> None:
-        """Keep ``event`` (or count it as dropped past ``max_events``)."""
-        if len(self.events) < self.max_events:
-            self.events.append(event)
+    def _keep(self, log: List[tuple], item: tuple) -> None:
+        if len(log) < self.max_events:
+            log.append(item)
         else:
             self.dropped += 1
 
+    # ------------------------------------------------------------------ named ranges
     def open(self, name: str, cat: str, args: Optional[Dict[str, Any]] = None) -> None:
         """Start a range; it ends at the matching ``close``."""
-        self._stack.append([name, cat, perf_ns(), self.allocated, self.freed, args or {}])
+        self._stack.append((name, cat, perf_ns(), args))
 
     def close(self) -> int:
         """End the innermost range; its end time (ns)."""
-        name, cat, t0, alloc0, freed0, args = self._stack.pop()
+        name, cat, t0, args = self._stack.pop()
         t1 = perf_ns()
-        args["bytes_allocated"] = self.allocated - alloc0
-        args["bytes_freed"] = self.freed - freed0
-        if "module" not in args:  # the calling module; in backward, the forward's module
-            if self._modules:
-                args["module"] = self._modules[-1]
-            elif self._stack and "module" in self._stack[-1][5]:
-                args["module"] = self._stack[-1][5]["module"]
-        self.add(Event(name, cat, t0, t1 - t0, args))
+        self._keep(self.ranges, (name, cat, t0, t1, args, self._mod))
         return t1
 
     def close_through(self, name: str, cat: str) -> None:
@@ -109,98 +125,34 @@ class Recorder:
 
     def instant(self, name: str, cat: str, args: Dict[str, Any]) -> None:
         """A point in time (e.g. a gradient bucket launched)."""
-        self.add(Event(name, cat, perf_ns(), -1, args))
+        self._keep(self.instants, (name, cat, perf_ns(), args))
 
-    def innermost(self) -> str:
-        """The name of the innermost open range ("" outside any)."""
-        return self._stack[-1][0] if self._stack else ""
-
-    # ------------------------------------------------------------------ ops and modules
-    def op(self, make: Callable, op: Any, inputs: Tuple[Any, ...]) -> Any:
-        """Run ``make(op, inputs)`` (the op's dispatch) as a timed "op" range."""
-        t_in = perf_ns()
-        args: Dict[str, Any] = {}
-        if self.record_shapes:
-            args["input_shapes"] = _shapes(inputs)
-        cat = ev.OP
-        self.open(type(op).__name__, cat, args)
-        t0 = self._stack[-1][2]
-        try:
-            out = make(op, inputs)
-        finally:
-            t1 = self.close()
-        data = out.cached_data  # args is the closed event's own dict: fill in the result
-        if data is not None and hasattr(data, "dtype"):
-            args["dtype"], args["device"] = str(data.dtype), str(data.device)
-        if self._modules:
-            out._prof_module = self._modules[-1]  # backward groups its ops under it
-        self.ops += 1
-        self.overhead_ns += (perf_ns() - t_in) - (t1 - t0)
-        return out
-
-    def backward(self, op: Any, out_grad: Any, node: Any) -> Any:
-        """Run ``op.gradient`` as a "backward" range named after the op, under its module."""
-        t_in = perf_ns()
-        args = {"module": getattr(node, "_prof_module", "")}
-        self.open(type(op).__name__ + "Backward", ev.BACKWARD, args)
-        t0 = self._stack[-1][2]
-        try:
-            return op.gradient(out_grad, node)
-        finally:
-            t1 = self.close()
-            self.overhead_ns += (perf_ns() - t_in) - (t1 - t0)
-
-    def module(self, module: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
-        """Run ``module.forward`` as a "module" range named by its path in the root module."""
-        t_in = perf_ns()
-        path = self._enter_module(module)
-        self.open(path, ev.MODULE, {"module": path})
-        t0 = self._stack[-1][2]
-        try:
-            return module.forward(*args, **kwargs)
-        finally:
-            t1 = self.close()
-            self._modules.pop()
-            if not self._modules:
-                self._module_names.pop()
-            self.overhead_ns += (perf_ns() - t_in) - (t1 - t0)
-
-    def _enter_module(self, module: Any) -> str:
-        """The module's display path ("layers.0 (Linear)"); the outermost call names the rest."""
-        cls = type(module).__name__
-        if not self._modules:  # a root call: name its tree as named_modules() does
-            self._module_names.append({id(m): n for n, m in module.named_modules()})
-        name = self._module_names[-1].get(id(module), "")
-        path = f"{name} ({cls})" if name else (cls if not self._modules
-                                                 else f"{self._modules[-1]}/{cls}")
-        self._modules.append(path)
-        return path
+    # ------------------------------------------------------------------ modules
+    def module_path(self, module: Any, parent: Optional[str]) -> str:
+        """The module's display path ("layers.0 (Linear)"); the outermost call names the rest
+        as ``named_modules()`` does (each root's names are worked out once per recording)."""
+        if parent is None:  # a root call
+            tree = self._trees.get(id(module))
+            if tree is None or tree[0] is not module:
+                tree = self._trees[id(module)] = (module, _tree_paths(module))
+            self._root, self._paths = module, tree[1]
+        path = self._paths.get(id(module))
+        if path is None and self._root is not None:  # added to the tree since: name it again
+            tree = self._trees[id(self._root)] = (self._root, _tree_paths(self._root))
+            self._paths = tree[1]
+            path = self._paths.get(id(module))
+        return path if path is not None else f"{parent}/{type(module).__name__}"
 
     # ------------------------------------------------------------------ memory
-    def alloc(self, device: str, nbytes: int) -> None:
-        """A buffer of ``nbytes`` was allocated on ``device``; mark a new peak."""
-        if not self.active:
-            return
-        ts = perf_ns()
-        now = self.current_bytes.get(device, 0) + nbytes
-        self.current_bytes[device] = now
-        self.allocated += nbytes
-        self.samples.append(MemorySample(ts, device, now))
-        peak = self.peaks.get(device)
-        if peak is None or now > peak.allocated:
-            self.peaks[device] = Peak(device, now, ts, self.innermost())
-        self.overhead_ns += perf_ns() - ts
+    def _free_callback(self) -> Callable[[Any], None]:
+        """The weakref callback logging a buffer's release (a closure: no cycle to self)."""
+        live, memory = self._live, self.memory
 
-    def free(self, device: str, nbytes: int) -> None:
-        """A buffer allocated while recording was freed."""
-        if not self.active:
-            return
-        ts = perf_ns()
-        now = self.current_bytes.get(device, 0) - nbytes
-        self.current_bytes[device] = now
-        self.freed += nbytes
-        self.samples.append(MemorySample(ts, device, now))
-        self.overhead_ns += perf_ns() - ts
+        def freed(ref: Any) -> None:
+            entry = live.pop(id(ref), None)
+            if entry is not None:
+                memory.append((perf_ns(), entry[1], -entry[2]))
+        return freed
 
     # ------------------------------------------------------------------ kernels, messages
     def kernel(self, launch: Callable, k: Any, grid: Sequence[int], block: Sequence[int],
@@ -209,17 +161,106 @@ class Recorder:
         t0 = perf_ns()
         launch(k, grid, block, args, index)
         t1 = perf_ns()
-        info = {"grid": tuple(grid), "block": tuple(block), "device": f"cuda:{index}",
-                "emulated": emulated, "op": self.innermost(),
-                "time": "run on the CPU emulator" if emulated else "host launch (asynchronous)"}
-        self.add(Event(getattr(k, "name", type(k).__name__), ev.KERNEL, t0, t1 - t0, info))
+        self._keep(self.kernels, (getattr(k, "name", None) or type(k).__name__, t0, t1,
+                                  tuple(grid), tuple(block), index, emulated))
 
     def comm(self, record: Sequence[Any]) -> None:
         """A finished ledger record (name, algorithm, label, sent, received, messages, seconds,
         peer) as a "comm" event ending now."""
+        self._keep(self.comms, (tuple(record), perf_ns()))
+
+
+def _tree_paths(root: Any) -> Dict[int, str]:
+    """id(module) -> "name (Class)" for every module under ``root`` ("Class" for the root)."""
+    return {id(m): f"{n} ({type(m).__name__})" if n else type(m).__name__
+            for n, m in root.named_modules()}
+
+
+# ---------------------------------------------------------------------- the hot path
+# What ``autograd._PROFILER.op/backward/module`` are while profiling (``hooks.Dispatch``):
+# plain functions (one call each), this thread's recorder looked up by thread id.
+
+def record_op(make: Callable, op: Any, inputs: Tuple[Any, ...]) -> Any:
+    """Run ``make(op, inputs)`` (the op's dispatch), logged as a timed "op" event."""
+    rec = _lookup(_ident())
+    if rec is None:
+        return make(op, inputs)
+    t0 = perf_ns()
+    out = make(op, inputs)
+    t1 = perf_ns()
+    mod = rec._mod
+    if mod is not None:
+        out._prof_module = mod  # backward groups its gradient under it
+    data = out.cached_data
+    ops = rec.ops
+    if len(ops) < rec.max_events:
+        ops.append((type(op), t0, t1, _shapes(inputs) if rec.record_shapes else None, mod,
+                    getattr(data, "dtype", None), getattr(data, "device", None), perf_ns()))
+    else:
+        rec.dropped += 1
+    return out
+
+
+def record_backward(op: Any, out_grad: Any, node: Any) -> Any:
+    """Run ``op.gradient``, logged as a "backward" range named after the op, its ops under the
+    forward op's module."""
+    rec = _lookup(_ident())
+    if rec is None:
+        return op.gradient(out_grad, node)
+    mod = getattr(node, "_prof_module", "")
+    prev = rec._mod
+    if rec._fwd is None:  # (inside a module's forward, its ops stay that module's)
+        rec._mod = mod
+    t0 = perf_ns()
+    try:
+        return op.gradient(out_grad, node)
+    finally:
         t1 = perf_ns()
-        dur = int(record[6] * 1e9)
-        args = {"algorithm": record[1], "label": record[2], "bytes_sent": int(record[3]),
-                "bytes_recv": int(record[4]), "messages": int(record[5]),
-                "peer": record[7] if len(record) > 7 else None, "during": self.innermost()}
-        self.add(Event(record[0], ev.COMM, t1 - dur, dur, args))
+        rec._mod = prev
+        grads = rec.grads
+        if len(grads) < rec.max_events:
+            grads.append((type(op), t0, t1, mod, perf_ns()))
+        else:
+            rec.dropped += 1
+
+
+def record_module(module: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+    """Run ``module.forward``, logged as a "module" range named by its path in the root."""
+    rec = _lookup(_ident())
+    if rec is None:
+        return module.forward(*args, **kwargs)
+    t_in = perf_ns()
+    prev_mod, prev_fwd = rec._mod, rec._fwd
+    path = rec._mod = rec._fwd = rec.module_path(module, prev_fwd)
+    t0 = perf_ns()
+    try:
+        return module.forward(*args, **kwargs)
+    finally:
+        t1 = perf_ns()
+        rec._mod, rec._fwd = prev_mod, prev_fwd
+        if len(rec.modules) < rec.max_events:
+            rec.modules.append((path, t0, t1, perf_ns() + (t0 - t_in)))
+        else:
+            rec.dropped += 1
+
+
+def alloc_hook(array: Any, device: str) -> Callable[[Any], None]:
+    """The hook told of each new buffer of one backend (its ``Array`` class, ``device`` its
+    name): logs ``(ns, device, bytes)`` to the allocating thread's recorder, and its release
+    through a weakref callback. A GPU buffer knows its GPU ("cuda:1")."""
+    indexed = hasattr(array, "device_index")
+    names: Dict[int, str] = {}
+
+    def on_alloc(buf: Any) -> None:
+        rec = _lookup(_ident())
+        if rec is None or not isinstance(buf, array):  # another backend's
+            return
+        name = device
+        if indexed:
+            index = buf.device_index
+            name = names.get(index) or names.setdefault(index, f"{device}:{index}")
+        nbytes = int(buf.array.nbytes)
+        rec.memory.append((perf_ns(), name, nbytes))
+        ref = _weakref(buf, rec._on_free)
+        rec._live[id(ref)] = (ref, name, nbytes)
+    return on_alloc

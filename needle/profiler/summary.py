@@ -177,7 +177,7 @@ def summary(rec: RankRecord, row_limit: int = 10) -> str:
                   f"exposed communication (no computation running): "
                   f"{exposed_comm_ns(rec.events) / 1e6:.3f} ms"]
     parts.append(f"\nprofiler overhead: {rec.overhead_ns_per_op / 1e3:.2f} us per op (its "
-                 f"bookkeeping of ops, modules, gradients and memory over {rec.ops} ops; "
-                 f"included in the times above)"
+                 f"bookkeeping after each op, gradient and module call, over {rec.ops} ops; "
+                 f"a module's time includes its ops')"
                  + (f"; {rec.dropped} events dropped" if rec.dropped else ""))
     return "\n".join(parts)
