@@ -18,6 +18,7 @@ from .fused_elementwise_cuda import to_c
 
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
 KERNEL_FILES = ("strided.cu", "ewise.cu", "reduce.cu", "matmul.cu", "softmax.cu",
+                "conv.cu", "batchnorm.cu",
                 "layernorm.cu", "adam.cu", "dropout.cu", "multi_tensor.cu")
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
@@ -146,6 +147,8 @@ def name_expressions(filename: str, dtype: str = "") -> List[str]:
                      "layernorm_bwd_dwdb_sum"),
         "adam.cu": ("adam_step",),
         "dropout.cu": ("dropout_fwd", "dropout_bwd"),
+        "conv.cu": ("conv_im2col", "conv_col2im", "conv_bias_add", "column_sum"),
+        "batchnorm.cu": ("bn_fwd_partials", "bn_fwd_apply", "bn_bwd_partials", "bn_bwd_apply"),
         "multi_tensor.cu": ("multi_tensor_adam", "multi_tensor_sgd"),
     }
     names = [typed_name(k, dt) for dt in dtypes for k in per_dtype[filename]]

@@ -17,6 +17,7 @@ import numpy as np
 from ..backend_ndarray import primitives as P
 from . import _runtime as rt
 from . import buffer_pool, dlpack_cuda, emulator
+from . import conv_cuda as conv
 from . import fused_ops_cuda as fused
 from . import kernel_specs as K
 from ._runtime import cp, memory_stats, reset_peak_memory  # noqa: F401
@@ -511,6 +512,10 @@ _PRIMITIVES.update({name: globals()[name] for name in (
 _PRIMITIVES.update({name: getattr(fused, name) for name in (
     "softmax_rows", "logsumexp_rows", "layer_norm_fwd", "layer_norm_bwd", "adam_update",
     "dropout", "dropout_backward", "multi_tensor_adam", "multi_tensor_sgd")})
+# Convolution and batch norm as a GPU does them (fused_ops.conv2d, fused_ops.batch_norm).
+_PRIMITIVES.update({name: getattr(conv, name) for name in (
+    "conv_im2col", "conv_col2im", "conv_bias_add", "column_sum", "batch_norm_fwd",
+    "batch_norm_bwd", "batch_norm_stats_size")})
 # needle.compile's fused kernels: the CPU primitive's expressions as ElementwiseKernels
 _PRIMITIVES.update(fused_elementwise=fused_elementwise)
 # DLPack exchange (needle.backend_ndarray.dlpack calls these for a CUDA array)

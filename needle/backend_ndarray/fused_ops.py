@@ -339,3 +339,131 @@ def dropout_backward(dy: NDArray, mask: NDArray, prob: float) -> NDArray:
     dx = NDArray.make(dy.shape, device=dy.device, dtype=dy.dtype)
     prim(dyc._handle, mask.compact()._handle, dx._handle, prob)
     return dx
+
+
+# ---------------------------------------------------------------------- convolution, batch norm
+# Convolution and batch norm as a GPU does them: im2col with implicit padding and one GEMM
+# (Chellapilla et al., 2006), backward two GEMMs and one col2im; batch norm in two kernels
+# each way. There is no composed fallback here: that is the course's own code (ops.Conv,
+# hw4.ops.conv; nn.BatchNorm1d, hw2.nn.batchnorm1d), which calls these only where
+# ``has_primitive`` says the device has them (``conv_im2col``, ``batch_norm_fwd``).
+__all__ += ["conv2d", "conv2d_backward", "batch_norm", "batch_norm_backward"]
+
+
+def _primitive(x: NDArray, name: str) -> Any:
+    prim = getattr(x.device, name, None)
+    if prim is None:
+        raise ValueError(f"{x.device} has no {name} primitive")
+    return prim
+
+
+def _view(x: NDArray) -> Tuple[Tuple[int, ...], Tuple[int, ...], int]:
+    return x.shape, x.strides, x._offset
+
+
+def _like(x: NDArray) -> NDArray:
+    """A new array of ``x``'s shape laid out in memory as ``x`` is when ``x`` is a permuted
+    compact array (an NHWC buffer seen as NCHW stays NHWC: its consumer reads it as stored),
+    else compact."""
+    order = sorted(range(x.ndim), key=lambda i: -x.strides[i])
+    dense = NDArray.compact_strides(tuple(x.shape[i] for i in order))
+    strides = [0] * x.ndim
+    for i, s in zip(order, dense):
+        strides[i] = s
+    keep = tuple(strides) == x.strides and x._offset == 0 and x.size == x._handle.size
+    return NDArray.make(x.shape, strides=x.strides if keep else None, device=x.device,
+                        dtype=x.dtype)
+
+
+def _conv_sizes(x: NDArray, w: NDArray, stride: int, padding: int) -> Tuple[int, ...]:
+    n, h, wd, c = x.shape
+    kh, kw, c2, co = w.shape
+    ho, wo = (h + 2 * padding - kh) // stride + 1, (wd + 2 * padding - kw) // stride + 1
+    if c2 != c or ho < 1 or wo < 1 or x.dtype != w.dtype:
+        raise ValueError(f"conv2d: input {x.shape} ({x.dtype}) and weights {w.shape} "
+                         f"({w.dtype}) with stride {stride}, padding {padding}")
+    return n, ho, wo, kh, kw, c, co
+
+
+def _im2col(x: NDArray, kh: int, kw: int, stride: int, padding: int, rows: int) -> NDArray:
+    cols = NDArray.make((rows, kh * kw * x.shape[3]), device=x.device, dtype=x.dtype)
+    _primitive(x, "conv_im2col")(x._handle, cols._handle, _view(x), (kh, kw), stride, padding)
+    return cols
+
+
+def conv2d(x: NDArray, w: NDArray, bias: Optional[NDArray], stride: int, padding: int
+           ) -> NDArray:
+    """(N, Ho, Wo, Co) compact: the (N, H, W, C) view ``x`` (any strides) convolved with
+    (KH, KW, C, Co) ``w`` (cross-correlation, zero padding), plus ``bias`` (Co,) if given:
+    one im2col, one GEMM (and one bias launch)."""
+    n, ho, wo, kh, kw, c, co = _conv_sizes(x, w, stride, padding)
+    rows, inner = n * ho * wo, kh * kw * c
+    cols = _im2col(x, kh, kw, stride, padding, rows)                  # (N*Ho*Wo, KH*KW*C)
+    out = NDArray.make((n, ho, wo, co), device=x.device, dtype=x.dtype)
+    x.device.matmul(cols._handle, w.compact()._handle, out._handle, 1, rows, inner, co,
+                    False, False)
+    if bias is not None:
+        b = bias.astype(x.dtype).compact()
+        _primitive(x, "conv_bias_add")(out._handle, b._handle, rows, co)
+    return out
+
+
+def conv2d_backward(dy: NDArray, x: NDArray, w: NDArray, stride: int, padding: int,
+                    need_dx: bool = True, need_db: bool = False
+                    ) -> Tuple[Optional[NDArray], NDArray, Optional[NDArray]]:
+    """(dx, dw, db) of ``conv2d`` for dy (N, Ho, Wo, Co): dw = cols^T @ dy (cols recomputed,
+    not kept from the forward), dcols = dy @ w^T, dx = col2im(dcols) laid out as ``x`` is;
+    db = dy summed over (N, Ho, Wo). dx (db) is None unless ``need_dx`` (``need_db``)."""
+    n, ho, wo, kh, kw, c, co = _conv_sizes(x, w, stride, padding)
+    rows, inner, dev = n * ho * wo, kh * kw * c, x.device
+    g = dy.astype(x.dtype).compact()                                  # (N*Ho*Wo, Co)
+    cols = _im2col(x, kh, kw, stride, padding, rows)
+    dw = NDArray.make(w.shape, device=dev, dtype=x.dtype)
+    dev.matmul(cols._handle, g._handle, dw._handle, 1, inner, rows, co, True, False)
+    del cols
+    dx = db = None
+    if need_dx:
+        dcols = NDArray.make((rows, inner), device=dev, dtype=x.dtype)
+        dev.matmul(g._handle, w.compact()._handle, dcols._handle, 1, rows, co, inner, False,
+                   True)
+        dx = _like(x)
+        _primitive(x, "conv_col2im")(dcols._handle, dx._handle, _view(dx), (ho, wo), (kh, kw),
+                                     stride, padding)
+    if need_db:
+        db = NDArray.make((co,), device=dev, dtype=x.dtype)
+        _primitive(x, "column_sum")(g._handle, db._handle, rows, co)
+    return dx, dw, db
+
+
+def batch_norm(x: NDArray, w: NDArray, b: NDArray, running_mean: NDArray,
+               running_var: NDArray, momentum: float, eps: float
+               ) -> Tuple[NDArray, NDArray, NDArray, NDArray]:
+    """(y, stats, new_mean, new_var) of training-mode batch norm of (N, C, H, W) ``x`` (any
+    strides) per channel, statistics over (N, H, W), the biased variance normalizing and
+    updating the running ones: new = (1 - momentum) * running + momentum * batch. y is
+    compact; ``stats`` (for ``batch_norm_backward``) holds mean and rstd."""
+    prim = _primitive(x, "batch_norm_fwd")
+    c, dev, dt = x.shape[1], x.device, x.dtype
+    w, b = w.astype(dt).compact(), b.astype(dt).compact()
+    rm, rv = running_mean.astype(dt).compact(), running_var.astype(dt).compact()
+    y = NDArray.make(x.shape, device=dev, dtype=dt)
+    new_mean, new_var = (NDArray.make((c,), device=dev, dtype=dt) for _ in range(2))
+    stats = NDArray.make((dev.batch_norm_stats_size(x.shape),), device=dev, dtype=_acc(dt))
+    prim(x._handle, _view(x), w._handle, b._handle, rm._handle, rv._handle, y._handle,
+         _view(y), new_mean._handle, new_var._handle, stats._handle, momentum, eps)
+    return y, stats, new_mean, new_var
+
+
+def batch_norm_backward(dy: NDArray, x: NDArray, w: NDArray, stats: NDArray
+                        ) -> Tuple[NDArray, NDArray, NDArray]:
+    """(dx, dw, db) of ``batch_norm`` (training statistics): with xhat = (x - mean) * rstd,
+    dx = w * rstd * (dy - mean(dy) - xhat * mean(dy * xhat)) laid out as ``x`` is,
+    dw = sum(dy * xhat), db = sum(dy) over (N, H, W)."""
+    prim = _primitive(x, "batch_norm_bwd")
+    c, dev, dt = x.shape[1], x.device, x.dtype
+    g, wc = dy.astype(dt), w.astype(dt).compact()
+    dx = _like(x)
+    dw, db = (NDArray.make((c,), device=dev, dtype=dt) for _ in range(2))
+    prim(g._handle, _view(g), x._handle, _view(x), wc._handle, stats._handle, dx._handle,
+         _view(dx), dw._handle, db._handle)
+    return dx, dw, db

@@ -192,6 +192,14 @@ class BatchNorm1d(Module):
     running_mean: Tensor  # buffers (register_buffer)
     running_var: Tensor
 
+    # the device's batch-norm kernels (ops.BatchNorm) for BatchNorm2d in training, where
+    # offered: in the reference only; the student release keeps False, so forward is the
+    # student's on every device
+    use_kernel = False
+    ### BEGIN YOUR SOLUTION (hw2.nn.batchnorm1d)
+    use_kernel = True
+    ### END YOUR SOLUTION
+
     def __init__(self, dim: int, eps: float = 1e-5, momentum: float = 0.1,
                  device: Optional[BackendDevice] = None, dtype: str = "float32") -> None:
         super().__init__()
@@ -239,10 +247,24 @@ class BatchNorm2d(BatchNorm1d):
     def forward(self, x: Tensor) -> Tensor:
         if x.ndim != 4 or x.shape[1] != self.dim:
             raise ValueError(f"BatchNorm2d({self.dim}) expects NCHW input, got {x.shape}")
+        if self.training and self.use_kernel and has_primitive(x.device, "batch_norm_fwd"):
+            return self._kernel_forward(x)
         n, c, h, w = x.shape
         flat = x.transpose((1, 2)).transpose((2, 3)).reshape((n * h * w, c))  # (NHW, C)
         y = super().forward(flat).reshape((n, h, w, c))
         return y.transpose((2, 3)).transpose((1, 2))
+
+    def _kernel_forward(self, x: Tensor) -> Tensor:
+        """The training forward on the device's kernels; x is read in its layout (no copy)."""
+        op = ops.BatchNorm(self.running_mean.realize_cached_data(),
+                           self.running_var.realize_cached_data(), self.momentum, self.eps)
+        y = op(x, self.weight, self.bias)
+        y.realize_cached_data()
+        mean, var = op.new_running
+        dt = self.running_mean.dtype
+        self.running_mean = Tensor.make_const(mean.astype(dt))
+        self.running_var = Tensor.make_const(var.astype(dt))
+        return y
 
 
 class LayerNorm1d(Module):

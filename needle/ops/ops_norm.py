@@ -62,3 +62,47 @@ class LayerNormBackward(TensorTupleOp):
 def layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) -> Tensor:
     """Layer normalization over the last axis of ``x`` with (D,) ``weight`` and ``bias``."""
     return LayerNorm(eps)(x, weight, bias)
+
+
+class BatchNorm(TensorOp):
+    """Training-mode batch norm of (N, C, H, W) x per channel on the device's kernels
+    (``fused_ops.batch_norm``, two launches each way): y = (x - mean) * rstd * w + b over
+    (N, H, W), biased variance. The new running statistics, (1 - momentum) * running +
+    momentum * batch, are left in ``new_running`` for the layer to keep."""
+
+    def __init__(self, running_mean: NDArray, running_var: NDArray, momentum: float,
+                 eps: float):
+        self.running = (running_mean, running_var)
+        self.momentum = momentum
+        self.eps = eps
+        self.saved: Any = None  # the forward's mean and rstd, for the backward
+        self.new_running: Any = None
+
+    def compute(self, x: NDArray, w: NDArray, b: NDArray) -> NDArray:
+        y, self.saved, new_mean, new_var = fused.batch_norm(x, w, b, *self.running,
+                                                            self.momentum, self.eps)
+        self.new_running = (new_mean, new_var)
+        return y
+
+    def gradient(self, out_grad: Tensor, node: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        x, w, _ = node.inputs
+        grads = BatchNormBackward(self.saved)(out_grad, x, w)
+        return tuple_get_item(grads, 0), tuple_get_item(grads, 1), tuple_get_item(grads, 2)
+
+
+class BatchNormBackward(TensorTupleOp):
+    """(dx, dw, db) of BatchNorm given dy, x, w and the forward's saved statistics."""
+
+    def __init__(self, stats: NDArray):
+        self.stats = stats
+
+    def compute(self, dy: NDArray, x: NDArray, w: NDArray) -> Tuple[NDArray, NDArray, NDArray]:
+        dx, dw, db = fused.batch_norm_backward(dy, x, w, self.stats)
+        return dx, dw.astype(w.dtype), db.astype(w.dtype)
+
+    def gradient(self, out_grad: Any, node: Any) -> Any:
+        raise NotImplementedError("the batch-norm kernels have no double backward; set "
+                                  "nn.BatchNorm1d.use_kernel = False for that")
+
+
+__all__ += ["BatchNorm", "BatchNormBackward"]
