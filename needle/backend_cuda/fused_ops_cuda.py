@@ -123,10 +123,11 @@ def _mt_table(ps: Sequence[Any], gs: Sequence[Any], ss: Sequence[Any], ts: Seque
     its number of blocks. Uploaded (one host-to-device copy, into the previous table's buffer
     when it has the size) only when an address, size or slot differs from the cached one's."""
     from . import _runtime as rt
-    key = tuple(x for p, g, s, t, slot in zip(ps, gs, ss, ts, slots)
-                for x in (p.array.data.ptr, g.array.data.ptr,
-                          0 if s is None else s.array.data.ptr,
-                          0 if t is None else t.array.data.ptr, p.size, slot))
+    words: list = []  # a loop, not a generator: this runs every step
+    for p, g, s, t, slot in zip(ps, gs, ss, ts, slots):
+        words += (p.array.data.ptr, g.array.data.ptr, 0 if s is None else s.array.data.ptr,
+                  0 if t is None else t.array.data.ptr, p.size, slot)
+    key = tuple(words)
     if cache.get("key") == key:
         return cache["table"], cache["blocks"]
     rows = np.array(key, dtype=np.int64).reshape(len(ps), 6)

@@ -248,7 +248,7 @@ class MultiTensorState:
         """Before a step that makes slot ``slots[k]``'s count ``steps[k]``: upload the counts
         when the device's differ (state loaded or stepped elsewhere), then count the step."""
         counts = self.counts
-        if any(counts[s] != t - 1 for s, t in zip(slots, steps)):
+        if [counts[s] + 1 for s in slots] != list(steps):
             for s, t in zip(slots, steps):
                 counts[s] = t - 1
             self.device.from_numpy(np.array(counts, dtype=np.int64), self.steps._handle)
