@@ -213,9 +213,12 @@ class Value:
             value._init(op, inputs, requires_grad=record)
             return value
         if len(inputs) == 1:  # most ops: no argument list to build
-            data = op.compute(inputs[0].realize_cached_data())
-        else:
-            data = op.compute(*[x.realize_cached_data() for x in inputs])
+            x = inputs[0]
+            data = op.compute(x.cached_data if x.cached_data is not None
+                              else x.realize_cached_data())
+        else:  # inputs are realised outside LAZY_MODE: read them without a call each
+            data = op.compute(*[x.cached_data if x.cached_data is not None
+                                else x.realize_cached_data() for x in inputs])
         if record:
             value._init(op, inputs, cached_data=data, requires_grad=True)
         else:  # nothing upstream needs a gradient: keep no graph
@@ -357,22 +360,28 @@ class Tensor(Value):
         self._retain_grad = True
         return self
 
+    # The properties read cached_data first: they run several times per op, and a realised
+    # node (all of them outside LAZY_MODE) needs no call to realise it.
     @property
     def shape(self) -> tuple[int, ...]:
-        return self.realize_cached_data().shape
+        data = self.cached_data
+        return (self.realize_cached_data() if data is None else data).shape
 
     @property
     def dtype(self) -> str:
-        dtype = self.realize_cached_data().dtype
+        data = self.cached_data
+        dtype = (self.realize_cached_data() if data is None else data).dtype
         return dtype if type(dtype) is str else dtype.name  # a NumPy array's (np backend)
 
     @property
     def device(self) -> BackendDevice:
-        return self.realize_cached_data().device
+        data = self.cached_data
+        return (self.realize_cached_data() if data is None else data).device
 
     @property
     def ndim(self) -> int:
-        return len(self.shape)
+        data = self.cached_data
+        return len((self.realize_cached_data() if data is None else data).shape)
 
     @property
     def size(self) -> int:
@@ -681,7 +690,9 @@ def compute_gradient_of_variables(output_tensor: Value, out_grad: Adjoint) -> No
         node_grads = grads.pop(id(node), None)
         if node_grads is None:
             continue
-        grad = _tuple_adjoint(node, node_grads, items.pop(id(node), None))
+        node_items = items.pop(id(node), None)
+        grad = node_grads[0] if node_items is None and len(node_grads) == 1 else \
+            _tuple_adjoint(node, node_grads, node_items)  # one partial: it is the adjoint
         if isinstance(node, Tensor) and isinstance(grad, Tensor) and grad.dtype != node.dtype:
             grad = ops.cast(grad, node.dtype)  # after type promotion: grads keep their dtype
         if node._hooks is not None:

@@ -15,7 +15,7 @@ cp = cupy_module()  # CuPy, or the emulator's stand-in under NEEDLE_CUDA_EMULATO
 BF16 = np.dtype(ml_dtypes.bfloat16)
 _META_CACHE: Dict[Tuple[int, Tuple[int, ...]], Any] = {}
 _META_CACHE_MAX = 4096
-_PEAK: Dict[int, int] = {}
+PEAK: Dict[int, int] = {}  # bytes in use at most, per GPU (read and set by Array too)
 # Set while needle.profiler records: f(_launch, k, grid, block, args, index) times the launch.
 _LAUNCH_HOOK: Any = None
 
@@ -79,7 +79,8 @@ def launch(k: Any, grid: Sequence[int], block: Sequence[int], args: Sequence[Any
     if _LAUNCH_HOOK is not None:
         _LAUNCH_HOOK(_launch, k, grid, block, args, index)
         return
-    _launch(k, grid, block, args, index)
+    with device(index):  # _launch's body, inline: it runs for every kernel
+        k(tuple(grid), tuple(block), tuple(args))
 
 
 def _launch(k: Any, grid: Sequence[int], block: Sequence[int], args: Sequence[Any],
@@ -107,18 +108,11 @@ def scalar_arg(val: Any, dtype: str) -> Any:
 
 
 # ---------------------------------------------------------------------- memory accounting
-def note_allocation(index: int) -> None:
-    """Record the bytes in use after an allocation (for the peak)."""
-    used = cp.get_default_memory_pool().used_bytes() - buffer_pool.held_bytes(index)
-    if used > _PEAK.get(index, 0):
-        _PEAK[index] = used
-
-
 def memory_stats(index: int = 0) -> Dict[str, int]:
     """Bytes in use / reserved / free-in-pool / peak-in-use on GPU ``index``: CuPy's pool,
     with the buffers waiting in needle's pool (``buffer_pool``) counted as free.
 
-    The peak is sampled whenever needle allocates a buffer on that GPU (CuPy keeps none).
+    The peak is sampled whenever needle makes a buffer on that GPU (``Array``; CuPy keeps none).
     """
     with device(index):
         pool = cp.get_default_memory_pool()
@@ -126,14 +120,14 @@ def memory_stats(index: int = 0) -> Dict[str, int]:
         used = pool.used_bytes() - held
         stats = {"bytes_in_use": used, "bytes_reserved": pool.total_bytes(),
                  "bytes_free_in_pool": pool.free_bytes() + held,
-                 "peak_bytes_in_use": max(_PEAK.get(index, 0), used)}
+                 "peak_bytes_in_use": max(PEAK.get(index, 0), used)}
     return stats
 
 
 def reset_peak_memory(index: int = 0) -> None:
     """Restart the peak from the bytes in use now."""
     with device(index):
-        _PEAK[index] = cp.get_default_memory_pool().used_bytes() - buffer_pool.held_bytes(index)
+        PEAK[index] = cp.get_default_memory_pool().used_bytes() - buffer_pool.held_bytes(index)
 
 
 def matmul_mode_from_env() -> str:

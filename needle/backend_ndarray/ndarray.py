@@ -19,6 +19,7 @@ _F32 = np.dtype(np.float32)
 _COMPARISONS = primitives.COMPARISONS
 Scalar = Union[int, float, bool, np.generic]
 prod = math.prod  # the course's name for it
+_INT_TYPES = frozenset((int,))
 
 
 def _method(kind: str, name: str) -> Callable[..., "NDArray"]:
@@ -37,8 +38,14 @@ def _method(kind: str, name: str) -> Callable[..., "NDArray"]:
 class NDArray:
     """A strided n-dimensional array on a device (course-compatible needle NDArray)."""
 
-    __slots__ = ("_shape", "_strides", "_offset", "_device", "_handle", "__weakref__")
+    __slots__ = ("_shape", "_strides", "_offset", "_device", "_handle", "shape", "dtype",
+                 "__weakref__")
     _shape: Tuple[int, ...]
+    # ``shape`` (== ``_shape``) and ``dtype`` (the dtype's name, e.g. "float32") are plain
+    # attributes set where an NDArray is made (``make``, ``_init``), not properties: every op
+    # reads them several times, and a property is a Python call each time.
+    shape: Tuple[int, ...]
+    dtype: str
     _strides: Tuple[int, ...]
     _offset: int
     _device: BackendDevice
@@ -70,7 +77,8 @@ class NDArray:
         self._init(array)
 
     def _init(self, other: "NDArray") -> None:
-        self._shape = other._shape
+        self._shape = self.shape = other._shape
+        self.dtype = other.dtype
         self._strides = other._strides
         self._offset = other._offset
         self._device = other._device
@@ -101,23 +109,22 @@ class NDArray:
         array = object.__new__(NDArray)
         if type(shape) is not tuple:
             shape = tuple(shape)
-        array._shape = shape
-        array._strides = NDArray.compact_strides(shape) if strides is None else tuple(strides)
+        array._shape = array.shape = shape
+        array._strides = (_STRIDES.get(shape) or NDArray.compact_strides(shape)) \
+            if strides is None else tuple(strides)
         array._offset = offset
         if device is None:
             device = default_device()
         array._device = device
         if handle is None:
             handle = device.Array(math.prod(shape), _F32 if dtype is None else (
-                dtype if type(dtype) is np.dtype else to_numpy_dtype(dtype)))
+                dtype if isinstance(dtype, np.dtype) else to_numpy_dtype(dtype)))
         array._handle = handle
+        dt = handle.dtype  # its .name is slow: cached
+        array.dtype = _DTYPE_NAMES.get(dt) or _DTYPE_NAMES.setdefault(dt, dt.name)
         return array
 
     # ------------------------------------------------------------------ properties
-    @property
-    def shape(self) -> Tuple[int, ...]:
-        return self._shape
-
     @property
     def strides(self) -> Tuple[int, ...]:
         return self._strides
@@ -133,12 +140,6 @@ class NDArray:
     @property
     def _np_dtype(self) -> np.dtype:
         return self._handle.dtype
-
-    @property
-    def dtype(self) -> str:
-        """The dtype name, e.g. ``"float32"``."""
-        dt = self._handle.dtype  # its .name is slow: cached
-        return _DTYPE_NAMES.get(dt) or _DTYPE_NAMES.setdefault(dt, dt.name)
 
     @property
     def ndim(self) -> int:
@@ -212,8 +213,8 @@ class NDArray:
 
     def astype(self, dtype: Any) -> "NDArray":
         """A copy converted to ``dtype`` (itself when the dtype already matches)."""
-        np_dtype = to_numpy_dtype(dtype)
-        if np_dtype == self._np_dtype:
+        np_dtype = dtype if isinstance(dtype, np.dtype) else to_numpy_dtype(dtype)
+        if np_dtype == self._handle.dtype:
             return self
         out = NDArray.make(self._shape, device=self._device, dtype=np_dtype)
         self._device.ewise_astype(self.compact()._handle, out._handle)
@@ -227,7 +228,9 @@ class NDArray:
 
     def compact(self) -> "NDArray":
         """A compact copy (or itself when already compact)."""
-        if self.is_compact():
+        shape = self._shape
+        if (self._strides == (_STRIDES.get(shape) or NDArray.compact_strides(shape))
+                and math.prod(shape) == self._handle.size):  # is_compact(), inline: every op
             return self
         out = NDArray.make(self._shape, device=self._device, dtype=self._np_dtype)
         self._device.compact(self._handle, out._handle, self._shape, self._strides, self._offset)
@@ -254,13 +257,15 @@ class NDArray:
 
     def permute(self, new_axes: Sequence[int]) -> "NDArray":
         """A view with axes reordered: out.shape[i] == self.shape[new_axes[i]]."""
-        axes = tuple(check_axis(a, self.ndim, "permute") for a in new_axes)
-        if sorted(axes) != list(range(self.ndim)):
-            raise ValueError(f"permute: axes {tuple(new_axes)} are not a permutation of "
-                             f"range({self.ndim}) for shape {self._shape}")
+        nd, axes = len(self._shape), tuple(new_axes)
+        if sorted(axes) != list(range(nd)):  # negative or invalid axes: normalise, then check
+            axes = tuple([check_axis(a, nd, "permute") for a in new_axes])
+            if sorted(axes) != list(range(nd)):
+                raise ValueError(f"permute: axes {tuple(new_axes)} are not a permutation of "
+                                 f"range({nd}) for shape {self._shape}")
         ### BEGIN YOUR SOLUTION (hw3.ndarray.views)
-        return NDArray.make(tuple(self._shape[a] for a in axes),
-                            strides=tuple(self._strides[a] for a in axes),
+        return NDArray.make(tuple(map(self._shape.__getitem__, axes)),
+                            strides=tuple(map(self._strides.__getitem__, axes)),
                             device=self._device, handle=self._handle, offset=self._offset)
         ### END YOUR SOLUTION
 
@@ -397,8 +402,9 @@ class NDArray:
                 shape = broadcast_shapes(a._shape, b._shape, name)
                 a, b = a.broadcast_to(shape), b.broadcast_to(shape)
             out = NDArray.make(a._shape, device=dev, dtype=_out_dtype(name, dt))
-            strided = getattr(dev, "ewise_strided", None)
-            if strided is not None and not (a.is_compact() and b.is_compact()):
+            strided = None if a.is_compact() and b.is_compact() else getattr(
+                dev, "ewise_strided", None)
+            if strided is not None:
                 # read broadcast/transposed operands in place: no full-size compact copy
                 strided(name, a._handle, (a._shape, a._strides, a._offset), b._handle,
                         (b._shape, b._strides, b._offset), out._handle)
@@ -484,7 +490,7 @@ class NDArray:
         if not isinstance(other, NDArray):
             raise TypeError(f"matmul needs two NDArrays, got {type(other).__name__}")
         _check_device(self, other, "matmul")
-        if self.ndim < 2 or other.ndim < 2:
+        if len(self._shape) < 2 or len(other._shape) < 2:
             raise ValueError(f"matmul needs arrays with >= 2 dims, got shapes {self._shape} "
                              f"and {other._shape}")
         m, n = self._shape[-2:]
@@ -493,21 +499,21 @@ class NDArray:
             raise ValueError(f"matmul: inner dimensions differ for shapes {self._shape} @ "
                              f"{other._shape}")
         a, b = self, other
-        if a._np_dtype != b._np_dtype:
-            dt = promote(a._np_dtype, b._np_dtype)
+        if a._handle.dtype != b._handle.dtype:
+            dt = promote(a._handle.dtype, b._handle.dtype)
             a, b = a.astype(dt), b.astype(dt)
         ### BEGIN YOUR SOLUTION (hw3.ndarray.matmul)
-        if a.ndim == 2 and b.ndim == 2:
+        if len(a._shape) == 2 and len(b._shape) == 2:
             if getattr(self._device, "TILED_MATMUL", False):
                 t = self._device.__tile_size__
                 if m % t == 0 and n % t == 0 and p % t == 0:
                     return a._matmul_tiled(b, t)
-            out = NDArray.make((m, p), device=self._device, dtype=a._np_dtype)
+            out = NDArray.make((m, p), device=self._device, dtype=a._handle.dtype)
             ha, ta = a._matmul_operand()
             hb, tb = b._matmul_operand()
             self._device.matmul(ha, hb, out._handle, 1, m, n, p, ta, tb)
             return out
-        if b.ndim == 2:
+        if len(b._shape) == 2:
             # (..., m, n) @ (n, p): fold the batch into the rows, one big GEMM
             lead = a._shape[:-2]
             flat = a.compact().reshape((prod(lead) * m, n))
@@ -519,7 +525,7 @@ class NDArray:
                              "cannot be broadcast together") from None
         ha, ta = a.broadcast_to(batch_shape + (m, n))._matmul_operand()
         hb, tb = b.broadcast_to(batch_shape + (n, p))._matmul_operand()
-        out = NDArray.make(batch_shape + (m, p), device=self._device, dtype=a._np_dtype)
+        out = NDArray.make(batch_shape + (m, p), device=self._device, dtype=a._handle.dtype)
         self._device.matmul(ha, hb, out._handle, prod(batch_shape), m, n, p, ta, tb)
         return out
         ### END YOUR SOLUTION
@@ -665,7 +671,7 @@ def _written(handle: Any) -> None:
 
 
 def _check_device(a: NDArray, b: NDArray, what: str) -> None:
-    if a.device != b.device:
+    if a._device is not b._device and a._device != b._device:
         raise ValueError(f"{what}: arrays are on different devices ({a.device} and {b.device})")
 
 
@@ -679,6 +685,9 @@ def broadcast_shapes(a: Tuple[int, ...], b: Tuple[int, ...], what: str = "op") -
 
 def _normalize_shape(new_shape: Union[int, Sequence[int]], size: int,
                      old: Tuple[int, ...]) -> Tuple[int, ...]:
+    if type(new_shape) is tuple and prod(new_shape) == size and _INT_TYPES.issuperset(
+            map(type, new_shape)) and (not new_shape or min(new_shape) >= 0):
+        return new_shape  # the common case, checked without a Python-level loop
     shape = (new_shape,) if isinstance(new_shape, int) else tuple(int(s) for s in new_shape)
     if shape.count(-1) > 1:
         raise ValueError(f"reshape: only one -1 allowed in {shape}")

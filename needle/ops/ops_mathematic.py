@@ -309,12 +309,13 @@ class Transpose(TensorOp):
         """Exercise hw1.ops.transpose: swap axes ``self.axes`` (default the last two) with
         ``NDArray.permute`` (a view); fewer than 2 dims or axes out of range: ValueError."""
         ### BEGIN YOUR SOLUTION (hw1.ops.transpose)
-        if a.ndim < 2:
+        nd = a.ndim
+        if nd < 2:
             raise ValueError(f"transpose needs >= 2 dims, got shape {a.shape}")
         i, j = self.axes if self.axes is not None else (-2, -1)
-        if not (-a.ndim <= i < a.ndim and -a.ndim <= j < a.ndim):
+        if not (-nd <= i < nd and -nd <= j < nd):
             raise ValueError(f"transpose: axes {self.axes} out of range for shape {a.shape}")
-        order = list(range(a.ndim))
+        order = list(range(nd))
         order[i], order[j] = order[j], order[i]
         return a.permute(order)
         ### END YOUR SOLUTION
