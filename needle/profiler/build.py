@@ -16,31 +16,36 @@ from typing import Any, Dict, Iterable, List, Sequence, Tuple
 
 from . import events as ev
 from .events import Event, MemorySample, Peak, RankRecord
+from .recorder import GRAD_FIELDS, MEMORY_FIELDS, MODULE_FIELDS, OP_FIELDS
+
+
+def _rows(flat: List[Any], n: int) -> Iterable[Tuple[Any, ...]]:
+    """A flat log's records, ``n`` entries each."""
+    it = iter(flat)
+    return zip(*[it] * n)
 
 
 def build_record(rec: Any, rank: int, offset_ns: int) -> RankRecord:
     """``rec``'s (a ``Recorder``'s) logs as one rank's ``RankRecord``."""
-    memory = sorted(rec.memory, key=lambda m: m[0])
+    memory = sorted(_rows(rec.memory, MEMORY_FIELDS), key=lambda m: m[0])
     nbytes = _ByteCounter(memory)
     events: List[Event] = []
-    names: Dict[Any, str] = {}
-    devices: Dict[int, str] = {}
-    for cls, t0, t1, shapes, mod, dtype, device, _ in rec.ops:
-        name = names.get(cls) or names.setdefault(cls, cls.__name__)
+    devices = {key: str(device) for key, device in rec.devices.items()}
+    ops, grads, modules = (list(_rows(rec.ops, OP_FIELDS)), list(_rows(rec.grads, GRAD_FIELDS)),
+                           list(_rows(rec.modules, MODULE_FIELDS)))
+    for name, t0, t1, shapes, mod, dtype, device, _ in ops:
         args: Dict[str, Any] = {} if shapes is None else {"input_shapes": shapes}
         nbytes.fill(args, t0, t1)
         if mod is not None:
             args["module"] = mod
         if dtype is not None:
-            args["dtype"] = str(dtype)
-            args["device"] = devices.get(id(device)) or devices.setdefault(id(device),
-                                                                            str(device))
+            args["dtype"], args["device"] = str(dtype), devices[device]
         events.append(Event(name, ev.OP, t0, t1 - t0, args))
-    for cls, t0, t1, mod, _ in rec.grads:
+    for name, t0, t1, mod, _ in grads:
         args = {"module": mod}
         nbytes.fill(args, t0, t1)
-        events.append(Event(cls.__name__ + "Backward", ev.BACKWARD, t0, t1 - t0, args))
-    for path, t0, t1, _ in rec.modules:
+        events.append(Event(name + "Backward", ev.BACKWARD, t0, t1 - t0, args))
+    for path, t0, t1, _ in modules:
         args = {"module": path}
         nbytes.fill(args, t0, t1)
         events.append(Event(path, ev.MODULE, t0, t1 - t0, args))
@@ -65,9 +70,9 @@ def build_record(rec: Any, rank: int, offset_ns: int) -> RankRecord:
             "messages": int(r[5]), "peer": r[7] if len(r) > 7 else None, "during": inside}))
     events += [Event(name, cat, ts, -1, args) for name, cat, ts, args in rec.instants]
     samples, peaks = _memory(memory, open_at)
-    n_ops = len(rec.ops)
-    overhead = (sum(o[7] - o[2] for o in rec.ops) + sum(g[4] - g[2] for g in rec.grads)
-                + sum(m[3] - m[2] for m in rec.modules))
+    n_ops = len(ops)
+    overhead = (sum(o[7] - o[2] for o in ops) + sum(g[4] - g[2] for g in grads)
+                + sum(m[3] - m[2] for m in modules))
     return RankRecord(rank, events, samples, peaks, offset_ns,
                       overhead / n_ops if n_ops else 0.0, n_ops, rec.dropped)
 

@@ -1,12 +1,16 @@
 """The recorder: one per profiled thread, fed by the hooks (``hooks.py``) while it is active.
 
-Recording is the hot path, so it only logs raw tuples and builds nothing: an op appends
-``(op class, start ns, end ns, input shapes, module, dtype, device, bookkeeping end ns)`` to a
-list, a gradient or a module call a tuple like it, an allocation ``(ns, device, +bytes)`` and
-its release ``(ns, device, -bytes)``. No dicts, strings, events or stack lookups per op: names,
+Recording is the hot path, so it only logs raw fields and builds nothing: an op extends a flat
+list by ``op name, start ns, end ns, input shapes, module, dtype, device id, bookkeeping end
+ns``, a gradient or a module call likewise, an allocation by ``ns, device, +bytes`` and its
+release by ``ns, device, -bytes``. No dicts, strings, events or stack lookups per op: names,
 argument dicts, bytes per event, memory peaks and which op launched a kernel are all worked out
 from the raw logs when the recording is asked for (``build.py``). torch.profiler does the same
 (its C++ recorder keeps raw records and builds ``FunctionEvent`` objects afterwards).
+
+The logs are flat lists of numbers and strings, and input shapes are interned (a training loop
+repeats them), so recording leaves nothing behind for Python's garbage collector to scan: a
+tuple per op would be, and collecting them cost more than the recording itself.
 
 What is still tracked as it happens: the module ops are attributed to (``_mod``), kept as one
 attribute so that a gradient can name its forward op's module, and a stack of the named ranges
@@ -29,6 +33,7 @@ _BY_THREAD: Dict[int, "Recorder"] = {}
 _lookup = _BY_THREAD.get
 _ident = threading.get_ident
 _weakref = weakref.ref
+OP_FIELDS, GRAD_FIELDS, MODULE_FIELDS, MEMORY_FIELDS = 8, 5, 4, 3  # entries per record
 
 
 def current() -> Optional["Recorder"]:
@@ -55,14 +60,17 @@ class Recorder:
         self.thread = threading.get_ident()
         self.record_shapes = record_shapes
         self.max_events = max_events       # per log (ops, gradients, modules, ranges, ...)
-        self.ops: List[tuple] = []         # (class, t0, t1, shapes, module, dtype, device, t2)
-        self.grads: List[tuple] = []       # (class, t0, t1, module, t2)
-        self.modules: List[tuple] = []     # (path, t0, t1, t2)
+        # flat: OP_FIELDS, GRAD_FIELDS, MODULE_FIELDS, MEMORY_FIELDS entries per record
+        self.ops: List[Any] = []           # op name, t0, t1, shapes, module, dtype, device id, t2
+        self.grads: List[Any] = []         # op name, t0, t1, module, t2
+        self.modules: List[Any] = []       # path, t0, t1, t2
+        self.memory: List[Any] = []        # ns, device, +bytes allocated or -bytes freed
+        self.devices: Dict[int, Any] = {}  # id(device) -> the devices of the ops' results
+        self.shapes: Dict[tuple, tuple] = {}  # input shapes, interned
         self.ranges: List[tuple] = []      # (name, cat, t0, t1, args, module)
         self.kernels: List[tuple] = []     # (name, t0, t1, grid, block, device index, emulated)
         self.comms: List[tuple] = []       # (ledger record, t1)
         self.instants: List[tuple] = []    # (name, cat, ts, args)
-        self.memory: List[tuple] = []      # (ns, device, +bytes allocated or -bytes freed)
         self.dropped = 0
         self.active = False
         self._mod: Optional[str] = None    # the module ops are attributed to now
@@ -151,7 +159,7 @@ class Recorder:
         def freed(ref: Any) -> None:
             entry = live.pop(id(ref), None)
             if entry is not None:
-                memory.append((perf_ns(), entry[1], -entry[2]))
+                memory.extend((perf_ns(), entry[1], -entry[2]))
         return freed
 
     # ------------------------------------------------------------------ kernels, messages
@@ -192,10 +200,18 @@ def record_op(make: Callable, op: Any, inputs: Tuple[Any, ...]) -> Any:
     if mod is not None:
         out._prof_module = mod  # backward groups its gradient under it
     data = out.cached_data
+    device = getattr(data, "device", None)
+    key = id(device)
+    if key not in rec.devices:
+        rec.devices[key] = device
     ops = rec.ops
-    if len(ops) < rec.max_events:
-        ops.append((type(op), t0, t1, _shapes(inputs) if rec.record_shapes else None, mod,
-                    getattr(data, "dtype", None), getattr(data, "device", None), perf_ns()))
+    if len(ops) < rec.max_events * OP_FIELDS:
+        shapes = None
+        if rec.record_shapes:
+            shapes = _shapes(inputs)
+            shapes = rec.shapes.setdefault(shapes, shapes)
+        ops += (type(op).__name__, t0, t1, shapes, mod, getattr(data, "dtype", None), key,
+                perf_ns())
     else:
         rec.dropped += 1
     return out
@@ -218,8 +234,8 @@ def record_backward(op: Any, out_grad: Any, node: Any) -> Any:
         t1 = perf_ns()
         rec._mod = prev
         grads = rec.grads
-        if len(grads) < rec.max_events:
-            grads.append((type(op), t0, t1, mod, perf_ns()))
+        if len(grads) < rec.max_events * GRAD_FIELDS:
+            grads += (type(op).__name__, t0, t1, mod, perf_ns())
         else:
             rec.dropped += 1
 
@@ -238,8 +254,9 @@ def record_module(module: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) ->
     finally:
         t1 = perf_ns()
         rec._mod, rec._fwd = prev_mod, prev_fwd
-        if len(rec.modules) < rec.max_events:
-            rec.modules.append((path, t0, t1, perf_ns() + (t0 - t_in)))
+        modules = rec.modules
+        if len(modules) < rec.max_events * MODULE_FIELDS:
+            modules += (path, t0, t1, perf_ns() + (t0 - t_in))
         else:
             rec.dropped += 1
 
@@ -260,7 +277,7 @@ def alloc_hook(array: Any, device: str) -> Callable[[Any], None]:
             index = buf.device_index
             name = names.get(index) or names.setdefault(index, f"{device}:{index}")
         nbytes = int(buf.array.nbytes)
-        rec.memory.append((perf_ns(), name, nbytes))
+        rec.memory.extend((perf_ns(), name, nbytes))
         ref = _weakref(buf, rec._on_free)
         rec._live[id(ref)] = (ref, name, nbytes)
     return on_alloc
