@@ -16,7 +16,8 @@ __all__ = ["conv_im2col", "conv_col2im", "conv_bias_add", "column_sum", "batch_n
            "batch_norm_bwd", "batch_norm_stats_size"]
 
 View = Tuple[Sequence[int], Sequence[int], int]  # (shape, strides, offset)
-_CHANNELS, _LANES = 32, 8  # batchnorm.cu's block: 32 channels x 8 row lanes
+_CHANNELS, _LANES = 32, 8  # batchnorm.cu's and column_sum's block: 32 channels x 8 row lanes
+_ONE_PASS_ROWS = 4096  # column_sum sums at most this many rows in one pass
 
 
 def _i64(*vals: int) -> Tuple[Any, ...]:
@@ -68,10 +69,27 @@ def conv_bias_add(y: Any, bias: Any, rows: int, cols: int) -> None:
 
 
 def column_sum(a: Any, out: Any, rows: int, cols: int) -> None:
-    """out[c] = sum over the rows of compact (rows, cols) ``a``."""
-    if cols:
-        _launch("conv.cu", "column_sum", a, (math.ceil(cols / _CHANNELS),),
-                (_CHANNELS, _LANES, 1), (a.array, out.array, *_i64(rows, cols)))
+    """out[c] = sum over the rows of compact (rows, cols) ``a``: one launch, or for many rows
+    two (chunks of rows summed in the accumulation type, then the chunks)."""
+    from . import _runtime as rt
+    if cols == 0:
+        return
+    dt, idx = a.dtype.name, a.device_index
+    acc, tiles = K.ACC_DTYPE[dt], math.ceil(cols / _CHANNELS)
+
+    def run(src: Any, src_dt: str, dst: Any, dst_dt: str, n: int, per: int) -> None:
+        k = rt.kernel("conv.cu", K.pair_name("column_sum", src_dt, dst_dt), dt, idx)
+        rt.launch(k, (tiles, math.ceil(n / per) if n else 1), (_CHANNELS, _LANES, 1),
+                  (src, dst, *_i64(n, cols, per)), idx)
+    if rows <= _ONE_PASS_ROWS:
+        run(a.array, dt, out.array, dt, rows, max(rows, 1))
+        return
+    per = math.ceil(rows / 256)  # about 256 chunks of rows
+    chunks = math.ceil(rows / per)
+    with rt.device(idx):
+        part = rt.cp.empty(chunks * cols, dtype=np.dtype(acc))
+    run(a.array, dt, part, acc, rows, per)
+    run(part, acc, out.array, dt, chunks, chunks)
 
 
 def _plan(shape: Sequence[int]) -> Tuple[int, int, int, Tuple[int, int]]:

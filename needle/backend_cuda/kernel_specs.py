@@ -119,6 +119,11 @@ def typed_name(kernel: str, dtype: str) -> str:
     return f"{kernel}<{CTYPE[dtype]}>"
 
 
+def pair_name(kernel: str, src: str, dst: str) -> str:
+    """A kernel templated on an input and an output type, e.g. ``column_sum<__half, float>``."""
+    return f"{kernel}<{CTYPE[src]}, {CTYPE[dst]}>"
+
+
 def name_expressions(filename: str, dtype: str = "") -> List[str]:
     """Every instantiation in ``filename`` (for one dtype, or all when ``dtype`` is empty)."""
     dtypes = (dtype,) if dtype else FLOAT_DTYPES
@@ -147,13 +152,16 @@ def name_expressions(filename: str, dtype: str = "") -> List[str]:
                      "layernorm_bwd_dwdb_sum"),
         "adam.cu": ("adam_step",),
         "dropout.cu": ("dropout_fwd", "dropout_bwd"),
-        "conv.cu": ("conv_im2col", "conv_col2im", "conv_bias_add", "column_sum"),
+        "conv.cu": ("conv_im2col", "conv_col2im", "conv_bias_add"),
         "batchnorm.cu": ("bn_fwd_partials", "bn_fwd_apply", "bn_bwd_partials", "bn_bwd_apply"),
         "multi_tensor.cu": ("multi_tensor_adam", "multi_tensor_sgd"),
     }
     names = [typed_name(k, dt) for dt in dtypes for k in per_dtype[filename]]
     if filename == "dropout.cu":
         names.append("dropout_uniform")
+    if filename == "conv.cu":  # column_sum<TIn, TOut>: one pass, or two through TOut = Acc
+        names += [pair_name("column_sum", s, d) for dt in dtypes
+                  for s, d in sorted({(dt, dt), (dt, ACC_DTYPE[dt]), (ACC_DTYPE[dt], dt)})]
     if filename == "multi_tensor.cu":
         names.append("multi_tensor_adam_count")
     return names

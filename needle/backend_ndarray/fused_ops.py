@@ -412,18 +412,18 @@ def conv2d_backward(dy: NDArray, x: NDArray, w: NDArray, stride: int, padding: i
                     need_dx: bool = True, need_db: bool = False
                     ) -> Tuple[Optional[NDArray], NDArray, Optional[NDArray]]:
     """(dx, dw, db) of ``conv2d`` for dy (N, Ho, Wo, Co): dw = cols^T @ dy (cols recomputed,
-    not kept from the forward), dcols = dy @ w^T, dx = col2im(dcols) laid out as ``x`` is;
-    db = dy summed over (N, Ho, Wo). dx (db) is None unless ``need_dx`` (``need_db``)."""
+    not kept from the forward), dcols = dy @ w^T (in cols' buffer), dx = col2im(dcols) laid
+    out as ``x`` is, db = dy summed over (N, Ho, Wo). dx (db) is None unless ``need_dx``
+    (``need_db``)."""
     n, ho, wo, kh, kw, c, co = _conv_sizes(x, w, stride, padding)
     rows, inner, dev = n * ho * wo, kh * kw * c, x.device
     g = dy.astype(x.dtype).compact()                                  # (N*Ho*Wo, Co)
     cols = _im2col(x, kh, kw, stride, padding, rows)
     dw = NDArray.make(w.shape, device=dev, dtype=x.dtype)
     dev.matmul(cols._handle, g._handle, dw._handle, 1, inner, rows, co, True, False)
-    del cols
     dx = db = None
     if need_dx:
-        dcols = NDArray.make((rows, inner), device=dev, dtype=x.dtype)
+        dcols = cols  # cols is read: its buffer takes dcols (launches run in order)
         dev.matmul(g._handle, w.compact()._handle, dcols._handle, 1, rows, co, inner, False,
                    True)
         dx = _like(x)

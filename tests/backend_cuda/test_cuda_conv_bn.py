@@ -191,3 +191,26 @@ def test_fused_conv_and_batch_norm_need_the_primitives():
         F.batch_norm(x, x, x, x, x, 0.1, 1e-5)
     assert F.has_primitive(ndl.cuda(), "conv_im2col")
     assert F.has_primitive(ndl.cuda(), "batch_norm_fwd")
+
+
+def test_conv_bias_gradient_over_many_rows_takes_two_passes(composed):
+    xs = np.random.default_rng(5).standard_normal((1, 2, 70, 70))  # 4900 output rows
+    got = _layer_run(xs, 3, 3, 1, True)
+    want = composed(_layer_run, xs, 3, 3, 1, True)
+    for g, r in zip(got, want):
+        np.testing.assert_allclose(g, r, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("dtype,tol", [("float16", 2e-2), ("bfloat16", 1e-1)])
+def test_conv_and_batch_norm_kernels_in_half_precision(dtype, tol):
+    rng = np.random.default_rng(9)
+    xs = rng.standard_normal((2, 3, 9, 9))
+    want = _layer_run(xs, 3, 4, 2, True, "float64")
+    got = _layer_run(xs, 3, 4, 2, True, dtype)
+    for g, r in zip(got, want):
+        np.testing.assert_allclose(g.astype(np.float64), r, rtol=tol, atol=tol * np.abs(r).max())
+    gs, ws = rng.standard_normal((2, 3, 9, 9)), rng.standard_normal(3)
+    want = _bn_run(xs, gs, ws, "float64")
+    got = _bn_run(xs, gs, ws, dtype)
+    for g, r in zip(got, want):
+        np.testing.assert_allclose(g.astype(np.float64), r, rtol=tol, atol=tol * np.abs(r).max())

@@ -75,21 +75,25 @@ __global__ void conv_bias_add(T* y, const T* bias, long long rows, long long col
     y[i] = ndl::from_acc<T>(ndl::to_acc(y[i]) + ndl::to_acc(bias[i % cols]));
 }
 
-// out[c] = sum over rows of a compact (rows, cols) a: block (32, 8) per 32 columns, rows in
-// a fixed order per lane, then the 8 lanes in order.
-template <typename T>
-__global__ void column_sum(const T* a, T* out, long long rows, long long cols) {
-  typedef typename ndl::Acc<T>::type A;
+// out[chunk * cols + c] = the sum of rows [chunk * rows_per, (chunk + 1) * rows_per) of column
+// c of a compact (rows, cols) a, chunk = blockIdx.y: block (32, 8) per 32 columns, each of the
+// 8 lanes summing its rows in order, then the lanes in order. Many rows take two passes (the
+// chunks' sums in the accumulation type, then their sum).
+template <typename TIn, typename TOut>
+__global__ void column_sum(const TIn* a, TOut* out, long long rows, long long cols,
+                           long long rows_per) {
+  typedef typename ndl::Acc<TIn>::type A;
   __shared__ A part[8][32];
   const long long c = (long long)blockIdx.x * 32 + threadIdx.x;
+  const long long r0 = (long long)blockIdx.y * rows_per, r1 = min(rows, r0 + rows_per);
   A s = A(0);
   if (c < cols)
-    for (long long r = threadIdx.y; r < rows; r += 8) s += ndl::to_acc(a[r * cols + c]);
+    for (long long r = r0 + threadIdx.y; r < r1; r += 8) s += ndl::to_acc(a[r * cols + c]);
   part[threadIdx.y][threadIdx.x] = s;
   __syncthreads();
   if (threadIdx.y == 0 && c < cols) {
     A t = A(0);
     for (int k = 0; k < 8; ++k) t += part[k][threadIdx.x];
-    out[c] = ndl::from_acc<T>(t);
+    out[blockIdx.y * cols + c] = ndl::from_acc<TOut>(t);
   }
 }
