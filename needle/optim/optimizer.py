@@ -2,7 +2,7 @@
 build no graph; tied weights update once; parameters without ``.grad`` are skipped."""
 import functools
 import math
-from typing import Any, Callable, Dict, Iterable, List, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Sequence, Tuple
 
 import numpy as np
 
@@ -73,6 +73,28 @@ class Optimizer:
             if g.shape != w.shape:
                 raise ValueError(f"param {i}: grad shape {g.shape} != param shape {w.shape}")
             yield i, p, w, g
+
+    def _grads_unless(self, name: str, groups: Dict[Tuple[Any, str], List[Any]]
+                      ) -> Iterator[Tuple[int, Tensor, NDArray, NDArray]]:
+        """``_grads()``, but the items on a device offering primitive ``name`` (a multi-tensor
+        step) go to ``groups`` by (device, dtype) instead of being yielded. Where the first
+        parameter's device lacks it (the CPU) this is ``_grads()``: nothing asked per param."""
+        first = self.params[0].realize_cached_data() if self.params else None
+        if not has_primitive(getattr(first, "device", None), name):  # NumPy's: none, or a str
+            return self._grads()
+        return self._grads_split(name, groups)
+
+    def _grads_split(self, name: str, groups: Dict[Tuple[Any, str], List[Any]]
+                     ) -> Iterator[Tuple[int, Tensor, NDArray, NDArray]]:
+        last, multi = None, False
+        for item in self._grads():
+            dev = item[2].device
+            if dev is not last:  # asked once per device, not per parameter
+                last, multi = dev, has_primitive(dev, name)
+            if multi:
+                groups.setdefault((dev, item[2].dtype), []).append(item)
+            else:
+                yield item
 
     def _multi_tensor(self, key: Tuple[Any, str]) -> fused.MultiTensorState:
         """The device-side state of the multi-tensor steps of group ``key`` (device, dtype);
@@ -182,11 +204,8 @@ class SGD(Optimizer):
         first step, only when momentum is nonzero); rebind ``p.cached_data`` to the new weight
         (no graph is recorded)."""
         ### BEGIN YOUR SOLUTION (hw2.optim.sgd)
-        groups: Dict[Tuple[Any, str], List[Any]] = {}
-        for i, p, w, g in self._grads():
-            if has_primitive(w.device, "multi_tensor_sgd"):  # one kernel for them all, below
-                groups.setdefault((w.device, w.dtype), []).append((i, p, w, g))
-                continue
+        groups: Dict[Tuple[Any, str], List[Any]] = {}  # one kernel for each, below
+        for i, p, w, g in self._grads_unless("multi_tensor_sgd", groups):
             if self.weight_decay:
                 g = g + w * self.weight_decay
             if self.momentum:
@@ -284,11 +303,8 @@ class Adam(Optimizer):
         answer again: stubbed in the release)."""
         ### BEGIN YOUR SOLUTION (hw2.optim.adam)
         b1, b2 = self.beta1, self.beta2
-        groups: Dict[Tuple[Any, str], List[Any]] = {}
-        for i, p, w, g in self._grads():
-            if has_primitive(w.device, "multi_tensor_adam"):  # one step for them all, below
-                groups.setdefault((w.device, w.dtype), []).append((i, p, w, g))
-                continue
+        groups: Dict[Tuple[Any, str], List[Any]] = {}  # one step for each, below
+        for i, p, w, g in self._grads_unless("multi_tensor_adam", groups):
             s = self.state.get(i)
             if s is None:
                 s = self.state[i] = {"step": 0, "m": g * 0, "v": g * 0}
