@@ -444,6 +444,8 @@ def batch_norm(x: NDArray, w: NDArray, b: NDArray, running_mean: NDArray,
     compact; ``stats`` (for ``batch_norm_backward``) holds mean and rstd."""
     prim = _primitive(x, "batch_norm_fwd")
     c, dev, dt = x.shape[1], x.device, x.dtype
+    if x.ndim != 4 or x.size == 0:
+        raise ValueError(f"batch_norm: needs a non-empty (N, C, H, W) input, got {x.shape}")
     w, b = w.astype(dt).compact(), b.astype(dt).compact()
     rm, rv = running_mean.astype(dt).compact(), running_var.astype(dt).compact()
     y = NDArray.make(x.shape, device=dev, dtype=dt)
