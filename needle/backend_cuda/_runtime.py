@@ -13,6 +13,11 @@ from .emulator import cupy_module
 cp = cupy_module()  # CuPy, or the emulator's stand-in under NEEDLE_CUDA_EMULATOR
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
+# dtype -> its name: NumPy 2's ``dtype.name`` is Python code, and every launch needs the name
+DTYPE_NAME: Dict[np.dtype, str] = {np.dtype(t): np.dtype(t).name for t in (
+    np.float16, np.float32, np.float64, np.int8, np.uint8, np.int16, np.uint16, np.int32,
+    np.uint32, np.int64, np.uint64, np.bool_)}
+DTYPE_NAME[BF16] = "bfloat16"
 _META_CACHE: Dict[Tuple[int, Tuple[int, ...]], Any] = {}
 _META_CACHE_MAX = 4096
 PEAK: Dict[int, int] = {}  # bytes in use at most, per GPU (read and set by Array too)
@@ -104,7 +109,7 @@ def view_meta(shape: Sequence[int], strides: Sequence[int], offset: int, index: 
 
 def scalar_arg(val: Any, dtype: str) -> Any:
     """``val`` as the accumulator-typed NumPy scalar a ``scalar_*`` kernel takes."""
-    return np.float64(val) if kernel_specs.ACC_DTYPE[dtype] == "float64" else np.float32(val)
+    return np.float64(val) if dtype == "float64" else np.float32(val)
 
 
 # ---------------------------------------------------------------------- memory accounting

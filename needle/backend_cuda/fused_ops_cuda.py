@@ -5,6 +5,7 @@ from typing import Any, Dict, Sequence, Tuple
 
 import numpy as np
 
+from . import _runtime as rt
 from . import kernel_specs as K
 
 __all__ = ["softmax_rows", "logsumexp_rows", "layer_norm_fwd", "layer_norm_bwd", "adam_update",
@@ -13,25 +14,22 @@ __all__ = ["softmax_rows", "logsumexp_rows", "layer_norm_fwd", "layer_norm_bwd",
 
 def _acc(val: float, x: Any) -> Any:
     """``val`` as the accumulation-typed scalar (float32, float64 for float64) of ``x``."""
-    from . import _runtime as rt
-    return rt.scalar_arg(val, x.dtype.name)
+    return rt.scalar_arg(val, rt.DTYPE_NAME[x.dtype])
 
 
 def _launch_rows(filename: str, kernel: str, x: Any, rows: int, cols: int, args: tuple) -> None:
-    from . import _runtime as rt
     if rows == 0 or cols == 0:
         return
-    dt, idx = x.dtype.name, x.device_index
+    dt, idx = rt.DTYPE_NAME[x.dtype], x.device_index
     k = rt.kernel(filename, K.typed_name(kernel, dt), dt, idx)
     rt.launch(k, (min(rows, 65535 * 16),), (K.row_block(cols),), args, idx)
 
 
 def _launch_flat(filename: str, kernel: str, x: Any, n: int, args: tuple) -> None:
-    from . import _runtime as rt
     if n == 0:
         return
     grid, block = K.ewise_launch(n)
-    dt, idx = x.dtype.name, x.device_index
+    dt, idx = rt.DTYPE_NAME[x.dtype], x.device_index
     rt.launch(rt.kernel(filename, K.typed_name(kernel, dt), dt, idx), (grid,), (block,), args,
               idx)
 
@@ -62,7 +60,6 @@ def layer_norm_bwd(dy: Any, x: Any, w: Any, mean: Any, rstd: Any, dx: Any, dw: A
     _launch_rows("layernorm.cu", "layernorm_bwd_dx", x, rows, cols,
                  (dy.array, x.array, w.array, mean.array, rstd.array, dx.array,
                   np.int64(rows), np.int64(cols)))
-    from . import _runtime as rt
     cp = rt.cp
     idx = x.device_index
     with rt.device(idx):
@@ -73,7 +70,7 @@ def layer_norm_bwd(dy: Any, x: Any, w: Any, mean: Any, rstd: Any, dx: Any, dw: A
         rows_per = max(32, math.ceil(rows / 256))  # about 256 row chunks: partials stay small
         chunks = math.ceil(rows / rows_per)
         part = cp.empty(2 * chunks * cols, dtype=dw.array.dtype)  # dw's partials, then db's
-        dt = x.dtype.name
+        dt = rt.DTYPE_NAME[x.dtype]
         k = rt.kernel("layernorm.cu", K.typed_name("layernorm_bwd_dwdb", dt), dt, idx)
         rt.launch(k, (math.ceil(cols / 256), chunks), (256,),
                   (dy.array, x.array, mean.array, rstd.array, part, part[chunks * cols:],
@@ -122,7 +119,6 @@ def _mt_table(ps: Sequence[Any], gs: Sequence[Any], ss: Sequence[Any], ts: Seque
     """multi_tensor.cu's table for these tensors (None in ``ts``: no second state buffer) and
     its number of blocks. Uploaded (one host-to-device copy, into the previous table's buffer
     when it has the size) only when an address, size or slot differs from the cached one's."""
-    from . import _runtime as rt
     words: list = []  # a loop, not a generator: this runs every step
     for p, g, s, t, slot in zip(ps, gs, ss, ts, slots):
         words += (p.array.data.ptr, g.array.data.ptr, 0 if s is None else s.array.data.ptr,
@@ -145,7 +141,6 @@ def _mt_table(ps: Sequence[Any], gs: Sequence[Any], ss: Sequence[Any], ts: Seque
 
 
 def _mt_launch(kernel: str, dtype: str, idx: int, grid: int, block: int, args: tuple) -> None:
-    from . import _runtime as rt
     name = kernel if kernel.endswith("_count") else K.typed_name(kernel, dtype)
     rt.launch(rt.kernel("multi_tensor.cu", name, dtype, idx), (grid,), (block,), args, idx)
 
@@ -159,7 +154,6 @@ def multi_tensor_adam(ps: Sequence[Any], gs: Sequence[Any], ms: Sequence[Any],
     += 1 here), ``hyper`` holds [lr, b1, 1 - b1, b2, 1 - b2, eps, wd] as float64; ``cache``
     keeps the pointer table and the bias corrections between calls. The emulator cannot bound
     accesses through a device table: the table's address goes as a bare int (unchecked)."""
-    from . import _runtime as rt
     if not ps:
         return
     table, blocks = _mt_table(ps, gs, ms, vs, slots, cache)

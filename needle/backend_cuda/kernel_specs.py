@@ -17,9 +17,9 @@ from ..backend_ndarray import primitives as P
 from .fused_elementwise_cuda import to_c
 
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
-KERNEL_FILES = ("strided.cu", "ewise.cu", "reduce.cu", "matmul.cu", "softmax.cu",
-                "conv.cu", "batchnorm.cu",
-                "layernorm.cu", "adam.cu", "dropout.cu", "multi_tensor.cu")
+KERNEL_FILES = ("strided.cu", "ewise.cu", "ewise_strided.cu", "reduce.cu", "matmul.cu",
+                "softmax.cu", "conv.cu", "batchnorm.cu", "layernorm.cu", "adam.cu", "dropout.cu",
+                "multi_tensor.cu")
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 CTYPE = {"float16": "__half", "bfloat16": "__nv_bfloat16", "float32": "float",
@@ -47,6 +47,8 @@ def source(filename: str) -> str:
     for line in text.splitlines():
         if line.strip().startswith(KERNEL_STUB):
             raise NotImplementedError(line.strip()[len(KERNEL_STUB):])
+    if filename == "ewise_strided.cu":  # strided_index (the exercise) and the functors first
+        return source("strided.cu") + source("ewise.cu") + text
     return text + functors() if filename == "ewise.cu" else text
 
 
@@ -94,6 +96,13 @@ def elementwise_name(p: P.Primitive, dtype: str) -> str:
     return f"{'scalar' if p.scalar >= 0 else 'ewise'}_binary<{t}, {out}, {functor}>"
 
 
+@functools.lru_cache(maxsize=None)
+def strided_binary_name(p: P.Primitive, dtype: str) -> str:
+    """The ewise_strided.cu instantiation running binary primitive ``p`` on strided views."""
+    out = "bool" if p.family == "compare" else CTYPE[dtype]
+    return f"ewise_strided<{CTYPE[dtype]}, {out}, ndl::{p.op.capitalize()}>"
+
+
 def binary_name(op: str, dtype: str, scalar: bool = False) -> str:
     """The ewise_binary / scalar_binary instantiation for ``op`` on ``dtype``."""
     return elementwise_name(P.TABLE[("scalar_" if scalar else "ewise_") + op], dtype)
@@ -137,6 +146,9 @@ def name_expressions(filename: str, dtype: str = "") -> List[str]:
             names += [typed_name("ewise_where", dt)]
             names += [astype_name(dt, d2) for d2 in FLOAT_DTYPES if d2 != dt]
         return names
+    if filename == "ewise_strided.cu":
+        return [strided_binary_name(p, dt) for dt in dtypes for p in _elementwise_primitives()
+                if p.scalar < 0 and p.family != "unary"]
     if filename == "reduce.cu":
         names = []
         for dt in dtypes:

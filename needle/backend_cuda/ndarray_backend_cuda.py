@@ -183,7 +183,7 @@ def _elementwise(p: P.Primitive) -> Callable[..., None]:
 
     def primitive(*args: Any) -> None:
         *ins, out = args
-        n, dt = out.size, ins[0].dtype.name
+        n, dt = out.size, rt.DTYPE_NAME[ins[0].dtype]
         if n == 0:
             return
         if dt in _FLOATS and (compare or out.dtype == ins[0].dtype):
@@ -204,12 +204,35 @@ def _elementwise(p: P.Primitive) -> Callable[..., None]:
 globals().update(elementwise_functions(p for p in P.TABLE.values() if p.family))
 
 
+def ewise_strided(name: str, a: Array, a_view: Tuple[Tuple[int, ...], Tuple[int, ...], int],
+                  b: Array, b_view: Tuple[Tuple[int, ...], Tuple[int, ...], int],
+                  out: Array) -> None:
+    """out = a <name> b on strided views (shape, strides, offset) of one shape, each read in
+    place (a broadcast operand is not first compacted to full size); float dtypes, else the
+    operands are compacted for ``ewise_<name>``."""
+    n = out.size
+    if n == 0:
+        return
+    p, dt, idx = P.TABLE["ewise_" + name], rt.DTYPE_NAME[a.dtype], out.device_index
+    if dt in _FLOATS and (p.family == "compare" or out.dtype == a.dtype):
+        _launch_ewise("ewise_strided.cu", K.strided_binary_name(p, dt), dt, n,
+                      (a.array, rt.view_meta(*a_view, idx), b.array, rt.view_meta(*b_view, idx),
+                       out.array, np.int64(n)), idx)
+        return
+    ins = []
+    for x, (shape, strides, offset) in ((a, a_view), (b, b_view)):
+        c = Array(n, x.dtype, idx)
+        compact(x, c, shape, strides, offset)
+        ins.append(c)
+    globals()["ewise_" + name](ins[0], ins[1], out)
+
+
 def ewise_where(cond: Array, a: Array, b: Array, out: Array) -> None:
     """out = a where cond else b, elementwise over same-sized compact buffers."""
     n = out.size
     if n == 0:
         return
-    dt = out.dtype.name
+    dt = rt.DTYPE_NAME[out.dtype]
     if dt in _FLOATS:
         _launch_ewise("ewise.cu", K.typed_name("ewise_where", dt), dt, n,
                       (cond.array, a.array, b.array, out.array, np.int64(n)), out.device_index)
@@ -229,7 +252,7 @@ def ewise_astype(a: Array, out: Array) -> None:
     """Convert ``a`` elementwise into ``out``'s dtype."""
     if out.size == 0:
         return
-    src, dst, idx = a.dtype.name, out.dtype.name, out.device_index
+    src, dst, idx = rt.DTYPE_NAME[a.dtype], rt.DTYPE_NAME[out.dtype], out.device_index
     with rt.device(out.device_index):
         if src == dst:
             cp.copyto(out.array, a.array)
@@ -315,7 +338,7 @@ def matmul(a: Array, b: Array, out: Array, batch: int, m: int, n: int, p: int,
     if n == 0:
         fill(out, 0)
         return
-    dt, mode = out.dtype.name, _MATMUL_MODE[0]
+    dt, mode = rt.DTYPE_NAME[out.dtype], _MATMUL_MODE[0]
     if (trans_a or trans_b) and mode != "cublas":
         a = _transposed(a, batch, n, m) if trans_a else a
         b = _transposed(b, batch, p, n) if trans_b else b
@@ -375,7 +398,7 @@ def _reduce(op: str, a: Array, out: Array, reduce_size: int) -> None:
     rows = out.size
     if rows == 0:
         return
-    dt = a.dtype.name
+    dt = rt.DTYPE_NAME[a.dtype]
     with rt.device(out.device_index):
         if dt in _FLOATS and out.dtype == a.dtype:
             ### BEGIN YOUR SOLUTION (hw3.cuda.backend)
@@ -513,7 +536,8 @@ def for_device(index: int) -> DeviceBackend:
 
 
 _PRIMITIVES.update({name: globals()[name] for name in (
-    "fill", "compact", "ewise_setitem", "scalar_setitem", "ewise_where", "ewise_astype",
+    "fill", "compact", "ewise_setitem", "scalar_setitem", "ewise_strided", "ewise_where",
+    "ewise_astype",
     "matmul", "reduce_sum", "reduce_max", "take_rows", "scatter_add_rows", "from_numpy",
     "to_numpy", "available",
     "memory_stats", "reset_peak_memory", "set_matmul_kernel", "get_matmul_kernel",
