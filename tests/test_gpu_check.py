@@ -27,7 +27,7 @@ def test_dry_run_runs_every_section_on_the_emulator(tmp_path):
     sections = report["sections"]
     assert list(sections) == ["env", "cupy-contract", "cuda-tests", "notebook", "memcheck",
                               "racecheck", "kernels", "train-step", "step-profile",
-                              "emu-vs-gpu"]
+                              "step-counts", "emu-vs-gpu"]
     for name, sec in sections.items():
         want = "skipped" if name in ("memcheck", "racecheck") else "ok"
         assert sec["status"] == want, (name, sec.get("tail", "")[-2000:])
@@ -40,6 +40,10 @@ def test_dry_run_runs_every_section_on_the_emulator(tmp_path):
     profile = sections["step-profile"]["figures"]["rows"]
     assert profile[0]["calls_per_step"] > 1000 and profile[0]["profiled_ms"] > 0
     assert {"autograd", "ops", "backend_ndarray"} <= {r.get("layer") for r in profile}
+    counted = {(r["model"], r["phase"]): r for r in sections["step-counts"]["figures"]["rows"]
+               if "phase" in r}
+    assert {("lm", "total"), ("resnet9", "optimizer")} <= set(counted)
+    assert counted[("lm", "total")]["launch"] > 0 and counted[("lm", "total")]["sync"] == 0
     md = (tmp_path / "report.md").read_text()
     assert md.startswith("# needle GPU check (emulated)") and "no figure here is a GPU" in md
 

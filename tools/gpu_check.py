@@ -8,8 +8,8 @@ Sections, each in a process of its own with its own time bound, so that one that
 hangs still leaves the report: the environment; the CuPy contract tests; the CUDA-marked
 tests against real CuPy; the hw3 CUDA notebook; compute-sanitizer memcheck and racecheck over
 the kernel tests; kernel benchmarks beside PyTorch (GB/s, TFLOP/s, and the card's peak); one
-training step of ResNet9 and of the transformer LM beside PyTorch eager, and where the
-LM step's time goes; the emulator's
+training step of ResNet9 and of the transformer LM beside PyTorch eager, where the
+LM step's time goes and what each step asks of the GPU (counted on the emulator); the emulator's
 results against the GPU's. The report goes to ``$OUT`` when set (the lent GPU machines), else
 ``build/gpu-check/``. A dry run labels every figure "emulated": none of them is a GPU figure.
 """
@@ -105,6 +105,9 @@ def sections() -> List[Section]:
                 part + ["train-step"], part + ["train-step", "--dry-run"], 40, 30),
         Section("step-profile", "where a transformer LM step's time goes (cProfile by layer)",
                 part + ["step-profile"], part + ["step-profile", "--dry-run"], 30, 30),
+        Section("step-counts", "launches, CuPy calls, allocations, copies, synchronisations "
+                "and Python calls per training step (read on the emulator: they are the GPU's)",
+                part + ["step-counts"], part + ["step-counts", "--dry-run"], 60, 60),
         Section("emu-vs-gpu", "the emulator's results against the GPU's on the same inputs",
                 part + ["emu-vs-gpu"], part + ["emu-vs-gpu", "--dry-run"], 35, 30),
     ]

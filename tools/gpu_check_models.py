@@ -1,5 +1,6 @@
 """``tools/gpu_check.py``'s model sections: one training step of the course's ResNet9 and of the
 transformer LM (``apps/models.py``) beside PyTorch eager, and the emulator against the GPU."""
+import json
 import os
 import subprocess
 import sys
@@ -174,6 +175,25 @@ def step_profile(dry: bool) -> None:
     for (path, line, name), (_, calls, own, _, _) in top:
         emit(function=f"{Path(path).name}:{line}({name})", calls_per_step=calls // reps,
              own_ms_per_step=round(own / reps * 1e3, 2), mode=mode)
+
+
+def step_counts(dry: bool) -> None:
+    """Per training step of the LM and ResNet9, phase by phase: kernel launches, CuPy library
+    calls, allocations, copies, synchronisations and Python calls, read at the emulator's CuPy
+    surface (``benchmarks/bench_step_counts.py``; the counts follow the program, not the card),
+    and the host's microseconds per device op with kernel bodies skipped (this host's CPU)."""
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, NEEDLE_CUDA_EMULATOR="force")
+    res = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_step_counts.py"),
+                          "--json", "--reps", "2" if dry else "5"], env=env, check=True,
+                         capture_output=True, text=True)
+    for line in res.stdout.splitlines():
+        rep = json.loads(line)
+        for phase, row in (*rep["phases"].items(), ("total", rep["total"])):
+            counted = {k: v for k, v in row.items() if k != "by_name"}
+            emit(model=rep["model"], phase=phase, **counted, mode="emulated")
+        emit(model=rep["model"], host_us_per_device_op=rep["host_us_per_device_op"],
+             mode="emulated")
 
 
 # ---------------------------------------------------------------------- emulator vs GPU

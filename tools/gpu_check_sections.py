@@ -1,7 +1,8 @@
 """The sections of ``tools/gpu_check.py`` that are Python code, one per command:
 
     python tools/gpu_check_sections.py SECTION [--dry-run]   # env, kernels, train-step,
-                                                            # step-profile, emu-vs-gpu
+                                                            # step-profile, step-counts,
+                                                            # emu-vs-gpu
     python tools/gpu_check_sections.py pytest-no-pool PYTEST_ARGS...   # CuPy's pool off
 
 Each writes its figures as {"rows": [...]} to $GPU_CHECK_FIGURES. With --dry-run (the CUDA
@@ -196,7 +197,8 @@ def main(argv: List[str]) -> int:
     import gpu_check_models as models
     import gpu_check_sections as me  # this file as a module: gpu_check_models emits into it
     run = {"env": me.env, "kernels": me.kernels, "train-step": models.train_step,
-           "step-profile": models.step_profile, "emu-vs-gpu": models.emu_vs_gpu}
+           "step-profile": models.step_profile, "step-counts": models.step_counts,
+           "emu-vs-gpu": models.emu_vs_gpu}
     if not argv or argv[0] not in run:
         raise SystemExit(f"usage: gpu_check_sections.py {{{','.join(run)}}} [--dry-run]")
     try:

@@ -52,6 +52,8 @@ def _gemm_strided_batched_ex(handle: int, transa: int, transb: int, m: int, n: i
     if not Atype == Btype == Ctype or computeType not in _COMPUTE:
         raise NotImplementedError("the emulator's cuBLAS takes one data type for A, B and C "
                                   "and a 32F or 64F compute type")
+    if not counts.executing():  # kernel bodies skipped (counts.set_execute): cuBLAS's too
+        return
     dt, acc = _data_type(Atype), _COMPUTE[computeType]
     al = _C_TYPE[computeType].from_address(alpha).value
     be = _C_TYPE[computeType].from_address(beta).value
