@@ -158,6 +158,8 @@ class Spec:
     th_cast: bool = False
     # PyTorch's extra keyword arguments read from needle's outputs (dropout's mask)
     th_kw: Optional[Callable[[List[Any]], Dict[str, Any]]] = None
+    # the devices whose backend has the op (a device kernel with no composed version)
+    devices: Tuple[str, ...] = ("cpu", "cuda")
 
 
 def _unary(d: Draw) -> Tuple[List[Shape], Dict[str, Any]]:
@@ -283,6 +285,36 @@ def _conv(d: Draw) -> Tuple[List[Shape], Dict[str, Any]]:
     h, w = (d.int(max(1, k - 2 * padding), 6) for _ in range(2))
     return ([(d.int(0, 2), h, w, c_in), (k, k, c_in, d.int(1, 3))],
             {"stride": stride, "padding": padding})
+
+
+def _conv_bias(d: Draw) -> Tuple[List[Shape], Dict[str, Any]]:
+    shapes, kw = _conv(d)
+    return shapes + [shapes[1][-1:]], kw
+
+
+def _nd_conv_bias(x: Any, w: Any, b: Any, stride: int, padding: int) -> Any:
+    return ops.ConvBias(stride, padding)(x, w, b)
+
+
+def _th_conv_bias(T: Any, x: Any, w: Any, b: Any, stride: int, padding: int) -> Any:
+    return _th_conv(T, x, w, stride, padding) + b
+
+
+def _batch_norm(d: Draw) -> Tuple[List[Shape], Dict[str, Any]]:
+    c = d.int(1, 4)
+    return [(d.int(2, 3), c, d.int(1, 4), d.int(1, 4)), (c,), (c,)], {}  # torch: N*H*W > 1
+
+
+def _nd_batch_norm(x: Any, w: Any, b: Any) -> Any:
+    """Training-mode batch norm on the device's kernels (running statistics discarded)."""
+    import needle.backend_ndarray as nd
+    c, dev = x.shape[1], x.device
+    return ops.BatchNorm(nd.zeros((c,), dtype=x.dtype, device=dev),
+                         nd.ones((c,), dtype=x.dtype, device=dev), 0.1, 1e-5)(x, w, b)
+
+
+def _th_batch_norm(T: Any, x: Any, w: Any, b: Any) -> Any:
+    return T.nn.functional.batch_norm(x, None, None, w, b, training=True, eps=1e-5)
 
 
 def _flip(d: Draw) -> Tuple[List[Shape], Dict[str, Any]]:
@@ -419,6 +451,11 @@ SPECS: Dict[str, Spec] = {
         ("UnDilate", "Dilate")),
     "pad": Spec(_pad, ops.pad, _th_pad, ("Pad",)),
     "conv": Spec(_conv, ops.conv, _th_conv, ("Conv",), th_cast=True),
+    "conv_bias": Spec(_conv_bias, _nd_conv_bias, _th_conv_bias, ("ConvBias", "ConvBackward"),
+                      th_cast=True, mixed=False, devices=("cuda",)),
+    "batch_norm": Spec(_batch_norm, _nd_batch_norm, _th_batch_norm,
+                       ("BatchNorm", "BatchNormBackward"), mixed=False, plain=(1, 2),
+                       devices=("cuda",)),
     "layer_norm": Spec(_layer_norm, lambda x, w, b: ops.layer_norm(x, w, b),
                        lambda T, x, w, b: T.nn.functional.layer_norm(x, x.shape[-1:], w, b),
                        ("LayerNorm", "LayerNormBackward"), ("spread",), mixed=False,
