@@ -1,16 +1,20 @@
 """What needle.profiler costs: microseconds per op with the profiler off and on, beside
 torch.profiler on the same ops and the same model step, in interleaved rounds.
 
-    python benchmarks/bench_profiler.py [--rounds 7] [--step-iters 100] [--baseline DIR]
+    python benchmarks/bench_profiler.py [--rounds 7] [--step-iters 100] [--parts] [--baseline DIR]
 
 Per op: 4x4 float32 ops with requires_grad=True (as bench_op_overhead.py), CPU time (process
 time) per op, each side timed in turn within every round; the median over rounds is printed.
 "On" records everything each profiler can: needle.profiler with input shapes and memory,
 torch.profiler with ``record_shapes=True, profile_memory=True``. Model: an MLP 64-256-256-10
-training step (batch 32, SGD), per step and per op of the step. ``--baseline DIR``: a checkout
-without the profiler's hooks (e.g. ``git archive <commit> | tar -x -C DIR``); its per-op times,
-with this checkout's profiler off, in alternating subprocesses, show what the hooks cost when
-off. Target: off costs nothing measurable (within the rounds' spread).
+training step (batch 32, SGD), per step and per op of the step. Each side starts from a
+collected heap (``gc.collect()`` before it), so none pays for the garbage of the one before (a
+torch.profiler session leaves much). ``--parts``: also each profiler with less recorded (needle:
+ops alone, then with input shapes; torch: ops alone), what ops, shapes and memory each cost.
+``--baseline DIR``: a checkout without the profiler's hooks (e.g. ``git archive <commit> | tar
+-x -C DIR``); its per-op times, with this checkout's profiler off, in alternating subprocesses,
+show what the hooks cost when off. Targets: off costs nothing measurable (within the rounds'
+spread); on adds at most 3 us per op.
 """
 import argparse
 import gc
@@ -95,20 +99,31 @@ def torch_step(torch: Any) -> Callable[[], None]:
     return step
 
 
-def sides(ndl: Any, torch: Any) -> Dict[str, Callable[[Callable[[], Any], int], float]]:
-    """side name -> time(fn, iters) with that profiler off or on."""
+Timer = Callable[[Callable[[], Any], int], float]
+
+
+def sides(ndl: Any, torch: Any, parts: bool = False) -> Dict[str, Timer]:
+    """side name -> time(fn, iters) with that profiler off or on (``parts``: and partly on)."""
     from needle import profiler
 
-    def needle_on(fn: Callable[[], Any], iters: int) -> float:
-        with profiler.profile():
-            return per_call_us(fn, iters)
+    def needle_on(shapes: bool = True, memory: bool = True) -> Timer:
+        def timer(fn: Callable[[], Any], iters: int) -> float:
+            with profiler.profile(record_shapes=shapes, profile_memory=memory):
+                return per_call_us(fn, iters)
+        return timer
 
-    def torch_on(fn: Callable[[], Any], iters: int) -> float:
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
-                                    record_shapes=True, profile_memory=True):
-            return per_call_us(fn, iters)
-    return {"needle off": per_call_us, "needle on": needle_on, "torch off": per_call_us,
-            "torch on": torch_on}
+    def torch_on(shapes: bool = True, memory: bool = True) -> Timer:
+        def timer(fn: Callable[[], Any], iters: int) -> float:
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                        record_shapes=shapes, profile_memory=memory):
+                return per_call_us(fn, iters)
+        return timer
+    out = {"needle off": per_call_us, "needle on": needle_on(), "torch off": per_call_us,
+           "torch on": torch_on()}
+    if parts:
+        out.update({"needle ops": needle_on(False, False), "needle +shapes": needle_on(True, False),
+                    "torch ops": torch_on(False, False)})
+    return out
 
 
 def ops_per_step(ndl: Any, torch: Any) -> Dict[str, int]:
@@ -123,7 +138,8 @@ def ops_per_step(ndl: Any, torch: Any) -> Dict[str, int]:
     return {"needle": prof.record.ops, "torch": len(tprof.events())}
 
 
-def run_rounds(rounds: int, step_iters: int) -> Dict[str, Dict[str, List[float]]]:
+def run_rounds(rounds: int, step_iters: int, parts: bool = False
+               ) -> Dict[str, Dict[str, List[float]]]:
     """Interleaved rounds: every (case, side) timed once per round."""
     import torch
 
@@ -133,7 +149,7 @@ def run_rounds(rounds: int, step_iters: int) -> Dict[str, Dict[str, List[float]]
     n_ops, t_ops = needle_ops(ndl), torch_ops(torch)
     fns = {f"op {k}": (n_ops[k], t_ops[k], ITERS) for k in OPS}
     fns["MLP step"] = (needle_step(ndl), torch_step(torch), step_iters)
-    timers = sides(ndl, torch)
+    timers = sides(ndl, torch, parts)
     out: Dict[str, Dict[str, List[float]]] = {c: {s: [] for s in timers} for c in fns}
     for _ in range(rounds):
         for case, (nf, tf, iters) in fns.items():
@@ -156,6 +172,18 @@ def report(times: Dict[str, Dict[str, List[float]]], per_step: Dict[str, int]) -
               f"{m['torch on']:>10.2f} {(m['torch on'] - m['torch off']) / t:>8.2f}")
     print(f"MLP step: {per_step['needle']} needle ops, {per_step['torch']} torch operator "
           f"events per step; '+/op' of the step divides by them")
+    if "needle ops" not in med["op add"]:
+        return
+    cols = (("needle ops", "needle off"), ("needle +shapes", "needle off"),
+            ("needle on", "needle off"), ("torch ops", "torch off"), ("torch on", "torch off"))
+    print(f"\nadded per op (us): {'needle ops':>10} {'+shapes':>10} {'+memory':>10} "
+          f"{'torch ops':>10} {'torch all':>10}")
+    for case, m in med.items():
+        n = per_step["needle"] if case == "MLP step" else 1
+        t = per_step["torch"] if case == "MLP step" else 1
+        print(f"{case:<18} " + " ".join(
+            f"{(m[on] - m[off]) / (n if on.startswith('needle') else t):>10.2f}"
+            for on, off in cols))
 
 
 def baseline_rounds(baseline: str, rounds: int) -> None:
@@ -186,6 +214,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--step-iters", type=int, default=100, help="model steps per timing")
+    parser.add_argument("--parts", action="store_true",
+                        help="also time each profiler with less recorded")
     parser.add_argument("--baseline", default="", help="a checkout without the hooks")
     parser.add_argument("--worker-off", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -195,7 +225,7 @@ def main() -> None:
     import torch
 
     import needle as ndl
-    report(run_rounds(args.rounds, args.step_iters), ops_per_step(ndl, torch))
+    report(run_rounds(args.rounds, args.step_iters, args.parts), ops_per_step(ndl, torch))
     if args.baseline:
         baseline_rounds(args.baseline, args.rounds)
 

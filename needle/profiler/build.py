@@ -28,9 +28,9 @@ def _rows(flat: List[Any], n: int) -> Iterable[Tuple[Any, ...]]:
 def build_record(rec: Any, rank: int, offset_ns: int) -> RankRecord:
     """``rec``'s (a ``Recorder``'s) logs as one rank's ``RankRecord``."""
     memory = sorted(_rows(rec.memory, MEMORY_FIELDS), key=lambda m: m[0])
-    nbytes = _ByteCounter(memory)
+    nbytes = _ByteCounter(memory, rec.profile_memory)
     events: List[Event] = []
-    devices = {key: str(device) for key, device in rec.devices.items()}
+    devices: Dict[int, str] = {}
     ops, grads, modules = (list(_rows(rec.ops, OP_FIELDS)), list(_rows(rec.grads, GRAD_FIELDS)),
                            list(_rows(rec.modules, MODULE_FIELDS)))
     for name, t0, t1, shapes, mod, dtype, device, _ in ops:
@@ -39,7 +39,9 @@ def build_record(rec: Any, rank: int, offset_ns: int) -> RankRecord:
         if mod is not None:
             args["module"] = mod
         if dtype is not None:
-            args["dtype"], args["device"] = str(dtype), devices[device]
+            args["dtype"] = str(dtype)
+            args["device"] = devices.get(id(device)) or devices.setdefault(id(device),
+                                                                            str(device))
         events.append(Event(name, ev.OP, t0, t1 - t0, args))
     for name, t0, t1, mod, _ in grads:
         args = {"module": mod}
@@ -80,7 +82,8 @@ def build_record(rec: Any, rank: int, offset_ns: int) -> RankRecord:
 class _ByteCounter:
     """Bytes allocated and freed between two times, from the memory log sorted by time."""
 
-    def __init__(self, memory: Sequence[Tuple[int, str, int]]) -> None:
+    def __init__(self, memory: Sequence[Tuple[int, str, int]], on: bool = True) -> None:
+        self.on = on  # memory was recorded
         self.times = [m[0] for m in memory]
         self.allocated, self.freed = [0], [0]   # prefix sums
         for _, _, delta in memory:
@@ -89,6 +92,8 @@ class _ByteCounter:
 
     def fill(self, args: Dict[str, Any], t0: int, t1: int) -> None:
         """Set ``args``' "bytes_allocated" and "bytes_freed" for the interval [t0, t1]."""
+        if not self.on:
+            return
         if not self.times:
             args["bytes_allocated"] = args["bytes_freed"] = 0
             return

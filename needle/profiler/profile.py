@@ -31,17 +31,22 @@ class profile:
     aligned to rank 0's and ``export_chrome_trace`` writes one trace with a track per rank.
     ``schedule`` (``schedule(wait=, warmup=, active=)``) with ``prof.step()`` after each step
     records some steps only, calling ``on_trace_ready(prof)`` after each active cycle.
+    ``record_shapes`` (ops' input shapes) and ``profile_memory`` (allocations and releases:
+    bytes per event, memory counters, peaks) are on by default; each costs host time per op
+    (``benchmarks/bench_profiler.py --parts`` measures them), turning them off saves it.
     """
 
     def __init__(self, *, comm: Optional["Comm"] = None,
                  schedule: Optional[Callable[[int], Any]] = None,
                  on_trace_ready: Optional[Callable[["profile"], Any]] = None,
-                 record_shapes: bool = True, max_events: int = 2_000_000) -> None:
+                 record_shapes: bool = True, profile_memory: bool = True,
+                 max_events: int = 2_000_000) -> None:
         if on_trace_ready is not None and schedule is None:
             raise ValueError("profile: on_trace_ready is called after each active cycle of a "
                              "schedule; pass schedule=schedule(wait=..., warmup=..., active=...)")
         self.comm, self.schedule, self.on_trace_ready = comm, schedule, on_trace_ready
         self.record_shapes, self.max_events = record_shapes, max_events
+        self.profile_memory = profile_memory
         self.step_num = 0
         self.record: Optional[RankRecord] = None   # this rank's last finished recording
         self.records: Optional[List[RankRecord]] = None  # every rank's, on rank 0, once exported
@@ -103,7 +108,7 @@ class profile:
         self._action = ProfilerAction.NONE
 
     def _begin(self) -> None:
-        self._rec = Recorder(self.record_shapes, self.max_events)
+        self._rec = Recorder(self.record_shapes, self.max_events, self.profile_memory)
         hooks.install()
         self._rec.start()
         if self.schedule is not None:

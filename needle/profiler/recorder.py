@@ -1,12 +1,12 @@
 """The recorder: one per profiled thread, fed by the hooks (``hooks.py``) while it is active.
 
 Recording is the hot path, so it only logs raw fields and builds nothing: an op extends a flat
-list by ``op name, start ns, end ns, input shapes, module, dtype, device id, bookkeeping end
-ns``, a gradient or a module call likewise, an allocation by ``ns, device, +bytes`` and its
-release by ``ns, device, -bytes``. No dicts, strings, events or stack lookups per op: names,
-argument dicts, bytes per event, memory peaks and which op launched a kernel are all worked out
-from the raw logs when the recording is asked for (``build.py``). torch.profiler does the same
-(its C++ recorder keeps raw records and builds ``FunctionEvent`` objects afterwards).
+list by ``op name, start ns, end ns, input shapes, module, dtype, device, bookkeeping end ns``,
+a gradient or a module call likewise, an allocation by ``ns, device, +bytes`` and its release
+by ``ns, device, -bytes``. No dicts, strings, events or stack lookups per op: names, argument
+dicts, bytes per event, memory peaks and which op launched a kernel are all worked out from the
+raw logs when the recording is asked for (``build.py``). torch.profiler does the same (its C++
+recorder keeps raw records and builds ``FunctionEvent`` objects afterwards).
 
 The logs are flat lists of numbers and strings, and input shapes are interned (a training loop
 repeats them), so recording leaves nothing behind for Python's garbage collector to scan: a
@@ -31,6 +31,8 @@ from .events import RankRecord
 perf_ns = time.perf_counter_ns
 _BY_THREAD: Dict[int, "Recorder"] = {}
 _lookup = _BY_THREAD.get
+_MEMORY_BY_THREAD: Dict[int, "Recorder"] = {}  # those of them recording memory
+_memory_lookup = _MEMORY_BY_THREAD.get
 _ident = threading.get_ident
 _weakref = weakref.ref
 OP_FIELDS, GRAD_FIELDS, MODULE_FIELDS, MEMORY_FIELDS = 8, 5, 4, 3  # entries per record
@@ -43,29 +45,23 @@ def current() -> Optional["Recorder"]:
 
 def _shapes(inputs: Sequence[Any]) -> Tuple[Any, ...]:
     """Input shapes, without computing lazy inputs (an unrealised one shows as None)."""
-    try:  # most ops: one or two realised inputs
-        if len(inputs) == 2:
-            return (inputs[0].cached_data.shape, inputs[1].cached_data.shape)
-        if len(inputs) == 1:
-            return (inputs[0].cached_data.shape,)
-    except AttributeError:
-        pass
     return tuple(getattr(getattr(x, "cached_data", None), "shape", None) for x in inputs)
 
 
 class Recorder:
     """Raw logs of one thread's ops, gradients, module calls, ranges and memory."""
 
-    def __init__(self, record_shapes: bool = True, max_events: int = 2_000_000) -> None:
+    def __init__(self, record_shapes: bool = True, max_events: int = 2_000_000,
+                 profile_memory: bool = True) -> None:
         self.thread = threading.get_ident()
-        self.record_shapes = record_shapes
+        self.record_shapes, self.profile_memory = record_shapes, profile_memory
         self.max_events = max_events       # per log (ops, gradients, modules, ranges, ...)
+        self.op_cap = max_events * OP_FIELDS
         # flat: OP_FIELDS, GRAD_FIELDS, MODULE_FIELDS, MEMORY_FIELDS entries per record
-        self.ops: List[Any] = []           # op name, t0, t1, shapes, module, dtype, device id, t2
+        self.ops: List[Any] = []           # op name, t0, t1, shapes, module, dtype, device, t2
         self.grads: List[Any] = []         # op name, t0, t1, module, t2
         self.modules: List[Any] = []       # path, t0, t1, t2
         self.memory: List[Any] = []        # ns, device, +bytes allocated or -bytes freed
-        self.devices: Dict[int, Any] = {}  # id(device) -> the devices of the ops' results
         self.shapes: Dict[tuple, tuple] = {}  # input shapes, interned
         self.ranges: List[tuple] = []      # (name, cat, t0, t1, args, module)
         self.kernels: List[tuple] = []     # (name, t0, t1, grid, block, device index, emulated)
@@ -79,6 +75,7 @@ class Recorder:
         self._root: Any = None             # the outermost module being called
         self._paths: Dict[int, str] = {}   # id(module) -> display path, in ``_root``'s tree
         self._trees: Dict[int, Tuple[Any, Dict[int, str]]] = {}  # cached per root module
+        self._fresh = False                # ``_paths`` worked out during this root call
         self._live: Dict[int, Tuple[Any, str, int]] = {}  # buffers allocated, still alive
         self._on_free = self._free_callback()
 
@@ -87,14 +84,17 @@ class Recorder:
         """Receive this thread's hooks from now on."""
         self.active = True
         _BY_THREAD[self.thread] = self
+        if self.profile_memory:
+            _MEMORY_BY_THREAD[self.thread] = self
 
     def stop(self) -> None:
         """Receive nothing more; close ranges still open (their end is now)."""
         while self._stack:
             self.close()
         self.active = False
-        if _BY_THREAD.get(self.thread) is self:
-            del _BY_THREAD[self.thread]
+        for by_thread in (_BY_THREAD, _MEMORY_BY_THREAD):
+            if by_thread.get(self.thread) is self:
+                del by_thread[self.thread]
         self._live.clear()  # releases after the recording are not reported
         self._trees.clear()
         self._root = None
@@ -141,11 +141,13 @@ class Recorder:
         as ``named_modules()`` does (each root's names are worked out once per recording)."""
         if parent is None:  # a root call
             tree = self._trees.get(id(module))
-            if tree is None or tree[0] is not module:
+            self._fresh = tree is None or tree[0] is not module
+            if tree is None or self._fresh:
                 tree = self._trees[id(module)] = (module, _tree_paths(module))
             self._root, self._paths = module, tree[1]
         path = self._paths.get(id(module))
-        if path is None and self._root is not None:  # added to the tree since: name it again
+        if path is None and not self._fresh:  # added to the tree since: name it again (once
+            self._fresh = True                # per root call, as named_modules() would)
             tree = self._trees[id(self._root)] = (self._root, _tree_paths(self._root))
             self._paths = tree[1]
             path = self._paths.get(id(module))
@@ -200,18 +202,19 @@ def record_op(make: Callable, op: Any, inputs: Tuple[Any, ...]) -> Any:
     if mod is not None:
         out._prof_module = mod  # backward groups its gradient under it
     data = out.cached_data
-    device = getattr(data, "device", None)
-    key = id(device)
-    if key not in rec.devices:
-        rec.devices[key] = device
     ops = rec.ops
-    if len(ops) < rec.max_events * OP_FIELDS:
+    if len(ops) < rec.op_cap:
         shapes = None
         if rec.record_shapes:
-            shapes = _shapes(inputs)
+            try:  # most ops: one or two realised inputs
+                n = len(inputs)
+                shapes = ((inputs[0].cached_data.shape, inputs[1].cached_data.shape) if n == 2
+                          else (inputs[0].cached_data.shape,) if n == 1 else _shapes(inputs))
+            except AttributeError:
+                shapes = _shapes(inputs)
             shapes = rec.shapes.setdefault(shapes, shapes)
-        ops += (type(op).__name__, t0, t1, shapes, mod, getattr(data, "dtype", None), key,
-                perf_ns())
+        ops += (type(op).__name__, t0, t1, shapes, mod, getattr(data, "dtype", None),
+                getattr(data, "device", None), perf_ns())
     else:
         rec.dropped += 1
     return out
@@ -269,14 +272,14 @@ def alloc_hook(array: Any, device: str) -> Callable[[Any], None]:
     names: Dict[int, str] = {}
 
     def on_alloc(buf: Any) -> None:
-        rec = _lookup(_ident())
+        rec = _memory_lookup(_ident())
         if rec is None or not isinstance(buf, array):  # another backend's
             return
         name = device
         if indexed:
             index = buf.device_index
             name = names.get(index) or names.setdefault(index, f"{device}:{index}")
-        nbytes = int(buf.array.nbytes)
+        nbytes = buf.array.nbytes
         rec.memory.extend((perf_ns(), name, nbytes))
         ref = _weakref(buf, rec._on_free)
         rec._live[id(ref)] = (ref, name, nbytes)

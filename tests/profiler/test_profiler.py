@@ -1,5 +1,6 @@
 """needle.profiler on one process: ops, modules, backward, memory, kernels, compiled plans,
 data loading, optimizer steps, record_function, the schedule, the tables and the trace."""
+import gc
 import json
 
 import numpy as np
@@ -56,6 +57,59 @@ def test_bytes_allocated_and_freed_per_op_and_the_peak():
     peak = prof.record.peaks["cpu"]
     assert (peak.allocated, peak.at) == (160, "MulScalar")
     assert [s.allocated for s in prof.record.samples] == [80, 160, 80, 0]
+
+
+def test_shapes_and_memory_can_be_left_out():
+    a, b = _t(4, 5), _t(4, 5)
+    with profiler.profile(record_shapes=False, profile_memory=False) as prof:
+        c = a + b
+        del c
+    (op,) = _named(prof, "op")
+    assert op.name == "EWiseAdd" and op.args["dtype"] == "float32"
+    assert "input_shapes" not in op.args and "bytes_allocated" not in op.args
+    assert prof.record.samples == [] and prof.record.peaks == {}
+    assert "ops by self time" in prof.summary()
+
+
+def test_recording_leaves_nothing_for_the_garbage_collector_to_scan():
+    """The hot path logs numbers and strings (shapes interned): a tracked object per op would
+    make each collection slower the longer the recording, charged to the program's ops."""
+    a = _t(4, 4)
+    with profiler.profile():
+        with profiler.record_function("warm"):
+            a + a  # its shapes are interned now
+        gc.collect()
+        gc.disable()
+        try:
+            before = len(gc.get_objects())
+            for _ in range(500):
+                a + a
+            grown = len(gc.get_objects()) - before
+        finally:
+            gc.enable()
+    assert grown < 50, grown
+
+
+def test_events_past_max_events_are_counted_as_dropped():
+    a = _t(3)
+    with profiler.profile(max_events=2) as prof:
+        for _ in range(5):
+            a + a
+    assert len(_named(prof, "op")) == 2
+    assert prof.record.dropped == 3 and "3 events dropped" in prof.summary()
+
+
+def test_a_gradient_computed_outside_any_module_is_named_after_its_op():
+    x = ndl.Tensor(np.ones((2, 3)), dtype="float32", requires_grad=True)
+    with profiler.profile() as prof:
+        (x * 2.0).sum().backward()
+    grads = {e.name: e for e in _named(prof, "backward")}
+    assert {"SummationBackward", "MulScalarBackward"} <= set(grads)
+    assert all(g.args["module"] == "" for g in grads.values())
+    # a gradient's ops are timed inside it
+    inside = [e for e in _named(prof, "op") if grads["MulScalarBackward"].ts <= e.ts
+              and e.end <= grads["MulScalarBackward"].end]
+    assert [e.name for e in inside] == ["MulScalar"]
 
 
 @pytest.mark.skipif(not ndl.cuda().enabled(), reason="no CUDA device and no emulator")
