@@ -67,10 +67,14 @@ class Array:
         pooled = self.pooled = buffer_pool.ON and not (
             EMULATED and os.environ.get(_FULL_CHECK[0]) == _FULL_CHECK[1])
         free = _POOL_FREE.get((device_index, store, size)) if pooled else None
+        buf = None
         if free:  # a buffer an Array of this key left (buffer_pool.py)
-            buf = free.pop()
-            _POOL_HELD[device_index] -= buf.nbytes
-        else:
+            try:
+                buf = free.pop()
+                _POOL_HELD[device_index] -= buf.nbytes
+            except IndexError:  # another thread (a virtual rank) took the last one first
+                pass
+        if buf is None:
             with rt.device(device_index):
                 try:
                     buf = cp.empty(size, dtype=store)
@@ -78,7 +82,7 @@ class Array:
                     buffer_pool.release(device_index)
                     buf = cp.empty(size, dtype=store)
         self.array = buf
-        # rt.note_allocation's body, inline (every op allocates): the peak of bytes in use
+        # the peak of bytes in use, sampled at every allocation (rt.memory_stats reports it)
         used = cp.get_default_memory_pool().used_bytes() - _POOL_HELD.get(device_index, 0)
         if used > _PEAK.get(device_index, 0):
             _PEAK[device_index] = used
@@ -92,7 +96,8 @@ class Array:
             _ALLOC_HOOK(self)
 
     def __del__(self) -> None:
-        if getattr(self, "pooled", False):  # not an Array made around another's memory
+        # not an Array made around another's memory, nor one dying with the interpreter
+        if getattr(self, "pooled", False) and _POOL_HELD is not None:
             buf, index = self.array, self.device_index
             held = _POOL_HELD.get(index, 0) + buf.nbytes
             if held <= buffer_pool.LIMIT_BYTES:  # else CuPy's pool takes it back
