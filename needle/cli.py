@@ -1,20 +1,25 @@
 """What needle's commands share: bad input ends in one line on stderr and exit status 2, and an
-unwritable output file is refused before any work starts."""
+unwritable output file is refused before any work starts; numeric options follow
+``needle.numbers``' rule (``type=int`` takes ASCII digits only, ``type=float`` no nan or inf)."""
 import argparse
 import os
 import sys
 import tempfile
-from typing import NoReturn, Optional
+from typing import Any, Callable, NoReturn, Optional
 
-__all__ = ["Parser", "fail", "check_output_path", "launcher_rank"]
+from . import numbers
+
+__all__ = ["Parser", "fail", "check_output_path", "launcher_rank", "count_type", "real_type",
+           "positive_type", "fraction_type"]
 
 
 def launcher_rank() -> int:
     """This process's rank from the MPI launcher's environment (0 when not launched)."""
     for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
-        value = os.environ.get(var, "")
-        if value.isdigit():
-            return int(value)
+        try:
+            return numbers.count(os.environ[var], var)
+        except (KeyError, numbers.NumberError):
+            continue
     return 0
 
 
@@ -25,8 +30,50 @@ def fail(prog: str, message: str) -> NoReturn:
     sys.exit(2)
 
 
+def _option_type(parse: Callable[..., Any], **rule: Any) -> Callable[[str], Any]:
+    """An argparse ``type`` applying ``parse`` (a ``needle.numbers`` helper) with ``rule``;
+    argparse names the option: ``argument --steps: '1.5' is not a whole number >= 1``."""
+    def convert(text: str) -> Any:
+        try:
+            return parse(text, "", **rule)
+        except numbers.NumberError as err:
+            raise argparse.ArgumentTypeError(str(err).lstrip()) from None
+    convert.__name__ = parse.__name__
+    return convert
+
+
+def count_type(lo: Optional[int] = None, hi: Optional[int] = None) -> Callable[[str], int]:
+    """An argparse ``type``: a whole number in ASCII digits, in [lo, hi]."""
+    return _option_type(numbers.count, lo=lo, hi=hi)
+
+
+def real_type(lo: Optional[float] = None, hi: Optional[float] = None) -> Callable[[str], float]:
+    """An argparse ``type``: a finite number in [lo, hi]."""
+    return _option_type(numbers.real, lo=lo, hi=hi)
+
+
+def positive_type() -> Callable[[str], float]:
+    """An argparse ``type``: a finite number > 0 (a rate, a timeout, a size)."""
+    return _option_type(numbers.positive)
+
+
+def fraction_type() -> Callable[[str], float]:
+    """An argparse ``type``: a finite number in [0, 1)."""
+    return _option_type(numbers.fraction)
+
+
 class Parser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose errors are one line (``--help`` still prints the usage)."""
+    """An ``ArgumentParser`` whose errors are one line (``--help`` still prints the usage) and
+    whose ``type=int`` / ``type=float`` follow ``needle.numbers``' rule (the range is the
+    command's own check: ``--staleness -1`` is named by the command, not by the parser)."""
+
+    def add_argument(self, *args: Any, **kw: Any) -> Any:
+        """``argparse``'s, with ``int`` and ``float`` replaced by the strict parsers."""
+        if kw.get("type") is int:
+            kw["type"] = count_type()
+        elif kw.get("type") is float:
+            kw["type"] = real_type()
+        return super().add_argument(*args, **kw)
 
     def error(self, message: str) -> NoReturn:
         """One line naming the problem, exit status 2 (argparse's own status)."""

@@ -7,6 +7,7 @@ import pytest
 
 import needle as ndl
 import needle.backend_ndarray as nd
+from needle import numbers
 from needle.backend_ndarray import BackendDevice, ndarray_backend_numpy
 
 # a second CPU device (same backend module, different name): arrays on it must not mix with cpu()
@@ -138,3 +139,32 @@ def test_same_device_name_does_not_raise_and_to_moves() -> None:
 def test_disabled_cuda_device_is_refused() -> None:
     disabled = BackendDevice("cuda", None, 5)  # what ndl.cuda(i) is without a GPU or emulator
     raises_naming(RuntimeError, lambda: ndl.Tensor([1.0], device=disabled), "cuda(5)")
+
+
+# ---------------------------------------------------------------------- numbers at a door
+@pytest.mark.parametrize("call,words", [
+    (lambda: numbers.count("\u0663", "slots", lo=1), "slots '\u0663' must be a whole number >= 1"),
+    (lambda: numbers.count("\u00b2", "slots"), "(ASCII digits)"),
+    (lambda: numbers.count("1.5", "--n"), "--n '1.5' must be a whole number"),
+    (lambda: numbers.count("1e3", "--n"), "--n '1e3'"),
+    (lambda: numbers.count(2.5, "batch_size", lo=1), "batch_size 2.5 must be a whole number >= 1"),
+    (lambda: numbers.count(float("nan"), "n"), "n nan must be a whole number"),
+    (lambda: numbers.count(True, "n"), "(got a bool)"),
+    (lambda: numbers.count(9, "n", lo=1, hi=8), "n 9 must be a whole number in [1, 8]"),
+    (lambda: numbers.count(-1, "limit", lo=0), "limit -1 must be a whole number >= 0"),
+    (lambda: numbers.positive("nan", "--lr"), "--lr 'nan' must be a finite number > 0"),
+    (lambda: numbers.positive(float("inf"), "lr"), "lr inf must be a finite number > 0"),
+    (lambda: numbers.positive(0, "timeout"), "timeout 0 must be a finite number > 0"),
+    (lambda: numbers.fraction(1.0, "p"), "p 1.0 must be a finite number in [0, 1)"),
+    (lambda: numbers.fraction("-0.1", "p"), "p '-0.1' must be a finite number in [0, 1)"),
+    (lambda: numbers.real("x", "--f"), "--f 'x' must be a finite number"),
+], ids=["arabic-indic", "superscript", "decimal", "exponent", "fraction", "nan", "bool", "above",
+        "negative", "nan-rate", "inf-rate", "zero-timeout", "fraction-1", "fraction-neg", "word"])
+def test_numbers_name_input_value_and_rule(call: Callable[[], Any], words: str) -> None:
+    raises_naming(numbers.NumberError, call, words)
+
+
+def test_numbers_accept_what_they_should() -> None:
+    assert numbers.count(" 12 ", "n") == 12 and numbers.count(np.int64(3), "n", lo=1) == 3
+    assert numbers.count(4.0, "n") == 4 and numbers.count("-2", "n", lo=None) == -2
+    assert numbers.positive("1e-3", "lr") == 1e-3 and numbers.fraction(0, "p") == 0.0

@@ -78,8 +78,22 @@ BAD = [  # (command, argv, a piece of the one line)
     (train_parse, ["--strategy", "moe", "--top-k", "3"], "--top-k must be 1 or 2"),
     (train_parse, ["--strategy", "moe", "--experts", "0"], "--experts must be at least 1"),
     (demo_parse, ["--epochs", "0"], "--epochs must be at least 1, not 0"),
-    (demo_parse, ["--budget", "nan"], "--budget must be a positive number of seconds, not nan"),
+    (demo_parse, ["--budget", "nan"], "argument --budget: 'nan' must be a finite number"),
+    (demo_parse, ["--budget", "0"], "--budget must be a positive number of seconds, not 0"),
     (demo_parse, ["--bogus"], "unrecognized arguments: --bogus"),
+    # needle.numbers' rule through cli.Parser: ASCII digits, whole counts, finite reals
+    (plan_main, ["--params", "1e9", "--gpus", "\u0663"],
+     "argument --gpus: '\u0663' must be a whole number (ASCII digits)"),
+    (plan_main, ["--params", "1e9", "--efficiency", "nan"],
+     "argument --efficiency: 'nan' must be a finite number"),
+    (plan_main, ["--params", "inf"], "argument --params: 'inf' must be a finite number"),
+    (memory_main, ["--layers", "1.5"], "argument --layers: '1.5' must be a whole number"),
+    (memory_main, ["--batch", "1_000"], "argument --batch: '1_000' must be a whole number"),
+    (train_parse, ["--strategy", "ddp", "--lr", "inf"],
+     "argument --lr: 'inf' must be a finite number"),
+    (train_parse, ["--strategy", "tp", "--lr", "nan"], "argument --lr: 'nan'"),
+    (train_parse, ["--strategy", "ddp", "--bucket-mb=-inf"], "argument --bucket-mb: '-inf'"),
+    (train_parse, ["--strategy", "ddp", "--steps", "\u0663"], "argument --steps: '\u0663'"),
 ]
 
 
@@ -88,7 +102,7 @@ NAMES = {plan_main: "plan", memory_main: "memory", train_parse: "train_parallel"
 
 
 @pytest.mark.parametrize("command,argv,text", BAD,
-                         ids=[f"{NAMES[c]}:{' '.join(a)}" for c, a, _ in BAD])
+                         ids=[ascii(f"{NAMES[c]}:{' '.join(a)}") for c, a, _ in BAD])
 def test_bad_command_line_is_one_line_and_nonzero(capsys, command, argv, text):
     status = 0
     try:

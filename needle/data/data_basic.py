@@ -3,7 +3,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .. import autograd
+from .. import autograd, numbers
 from ..autograd import Tensor
 from ..backend_ndarray.device import BackendDevice
 from .samplers import is_sampler
@@ -70,8 +70,10 @@ class DataLoader:
         if sampler is not None and not is_sampler(sampler):
             raise TypeError(f"DataLoader: sampler must be iterable with a length, got "
                             f"{type(sampler).__name__}")
-        if batch_size is None or int(batch_size) < 1:
-            raise ValueError(f"DataLoader: batch_size must be a positive int, got {batch_size!r}")
+        if batch_size is None:
+            raise ValueError("DataLoader: batch_size must be a whole number >= 1, got None")
+        # a whole number: 2.5 once ran as 2, and -1 as an error deep in np.array_split
+        batch_size = numbers.count(batch_size, "DataLoader: batch_size", lo=1)
         if generator is not None and seed is not None:
             raise ValueError("DataLoader: pass either generator or seed, not both")
         if generator is not None and not isinstance(generator, np.random.Generator):

@@ -3,6 +3,7 @@ modulo the node's GPUs. An application asks once and tells its layers; no layer 
 import os
 from typing import Any, Optional
 
+from .. import numbers
 from ..backend_ndarray import BackendDevice, cpu, cuda
 
 # Launchers' local-rank variables: MPICH (Hydra), Open MPI, PMI, Slurm, torchrun
@@ -16,9 +17,11 @@ def local_rank_from_env() -> Optional[int]:
     for var in LOCAL_RANK_ENV:
         raw = os.environ.get(var, "").strip()
         if raw:
-            if not raw.isdigit():
-                raise ValueError(f"{var}={raw!r} is not a local rank (a whole number >= 0)")
-            return int(raw)
+            try:  # ASCII digits: int('٣') is 3, but no launcher writes it
+                return numbers.count(raw, var, lo=0)
+            except numbers.NumberError:
+                raise ValueError(f"{var}={raw!r} is not a local rank (a whole number >= 0 "
+                                 "in ASCII digits)") from None
     return None
 
 

@@ -3,6 +3,8 @@ mpiexec: MPICH's hydra spins for ever on ``localhost:-2`` and fails silently on 
 import re
 from typing import Dict, List, Tuple
 
+from .. import numbers
+
 _HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
 MAX_SLOTS = 1 << 16
 
@@ -47,8 +49,7 @@ def parse_line(text: str, where: str) -> Tuple[str, int]:
         raise HostfileError(f"{where}: {host!r} is not a host name (want host or host:slots)")
     if not sep:
         return host, 1
-    count = count.strip()
-    if not count.isdigit() or not 1 <= int(count) <= MAX_SLOTS:
-        raise HostfileError(f"{where}: slots {count!r} must be a whole number from 1 to "
-                            f"{MAX_SLOTS}")
-    return host, int(count)
+    try:  # ASCII digits: MPICH's launcher dies of a floating-point exception on '٣'
+        return host, numbers.count(count, "slots", lo=1, hi=MAX_SLOTS)
+    except numbers.NumberError as err:
+        raise HostfileError(f"{where}: {err}") from None

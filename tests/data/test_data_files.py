@@ -109,3 +109,58 @@ def test_an_mnist_header_declaring_too_much_is_refused_before_reading(tmp_path):
         f.write(_idx_header((60000, 60000, 28)) + bytes(100))
     with pytest.raises(ValueError, match="huge.gz: header says shape .* more than the"):
         data.read_idx(str(path))
+
+
+def _mnist(tmp_path, labels):
+    images, label_file = tmp_path / "img.gz", tmp_path / "lab.gz"
+    with gzip.open(images, "wb") as f:
+        f.write(_idx_header((len(labels), 28, 28)) + bytes(len(labels) * 784))
+    with gzip.open(label_file, "wb") as f:
+        f.write(_idx_header((len(labels),)) + bytes(labels))
+    return str(images), str(label_file)
+
+
+def test_mnist_labels_are_range_checked_like_cifar(tmp_path):
+    images, labels = _mnist(tmp_path, [3, 200, 1])
+    with pytest.raises(ValueError, match=r"lab.gz: labels in \[1, 200\], outside 0..9 "
+                                         r"\(label 1 is 200\)"):
+        data.MNISTDataset(images, labels)
+    images, labels = _mnist(tmp_path, [3, 9, 0])
+    assert list(data.MNISTDataset(images, labels).labels) == [3, 9, 0]
+
+
+@pytest.mark.parametrize("call,words", [
+    (lambda b: data.batchify(list(range(20)), 0), "batchify: batch_size 0 must be a whole"),
+    (lambda b: data.batchify(list(range(20)), -2), "batchify: batch_size -2 must be"),
+    (lambda b: data.batchify(list(range(20)), 2.5), "batchify: batch_size 2.5 must be"),
+    (lambda b: data.get_batch(b, -3, 2), "get_batch: i -3 must be a whole number >= 0"),
+    (lambda b: data.get_batch(b, 0, 0), "get_batch: bptt 0 must be a whole number >= 1"),
+], ids=["batchify-0", "batchify-negative", "batchify-fraction", "get_batch-negative-i",
+        "get_batch-zero-bptt"])
+def test_ptb_helpers_refuse_negative_indices_and_zero_counts(call, words):
+    with pytest.raises(ValueError, match=words):
+        call(data.batchify(list(range(20)), 2))
+
+
+def test_ptb_corpus_refuses_a_negative_line_limit(tmp_path):
+    for name in ("train.txt", "test.txt"):
+        (tmp_path / name).write_text("a b\nc d\n")
+    with pytest.raises(ValueError, match="max_lines -1 must be a whole number >= 0"):
+        data.Corpus(str(tmp_path), max_lines=-1)
+    assert len(data.Corpus(str(tmp_path), max_lines=1).train) == 3
+
+
+def test_char_corpus_refuses_negative_sizes_and_fractions_outside_0_1():
+    from needle.data.datasets.builtin import CharCorpus
+    with pytest.raises(ValueError, match="n_chars -5 must be a whole number >= 1"):
+        CharCorpus(n_chars=-5)
+    with pytest.raises(ValueError, match="test_fraction nan must be a finite number in"):
+        CharCorpus(n_chars=100, test_fraction=float("nan"))
+
+
+@pytest.mark.parametrize("size", [2.5, -1, 0, True, "٣"])
+def test_dataloader_refuses_counts_that_are_not_whole_and_positive(size):
+    ds = data.NDArrayDataset(np.zeros((5, 2)))
+    with pytest.raises(ValueError, match="DataLoader: batch_size .* must be a whole number >= 1"):
+        data.DataLoader(ds, batch_size=size)
+    assert len(data.DataLoader(ds, batch_size=2.0)) == 3

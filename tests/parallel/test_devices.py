@@ -24,6 +24,9 @@ def test_a_bad_launcher_variable_is_named(no_launcher):
     no_launcher.setenv("SLURM_LOCALID", "x1")
     with pytest.raises(ValueError, match="SLURM_LOCALID='x1'"):
         devices.local_rank()
+    no_launcher.setenv("SLURM_LOCALID", "\u0663")  # '٣'.isdigit() is True; int('٣') is 3
+    with pytest.raises(ValueError, match="SLURM_LOCALID='\u0663' is not a local rank"):
+        devices.local_rank()
 
 
 def test_device_for_wraps_ranks_over_the_gpus():

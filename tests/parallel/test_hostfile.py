@@ -13,6 +13,8 @@ BAD = [  # (line, words of the error)
     ("localhost:-2", "slots '-2' must be a whole number"),
     ("localhost:0", "slots '0' must be a whole number"),
     ("localhost:abc", "slots 'abc' must be a whole number"),
+    ("localhost:\u0663", "slots '\u0663' must be a whole number in [1, 65536] (ASCII digits)"),
+    ("localhost:\u00b2", "slots '\u00b2' must be a whole number"),  # '²'.isdigit() is True
     ("localhost:", "slots '' must be"),
     (":2", "'' is not a host name"),
     ("local host:2", "'local host' is not a host name"),
@@ -23,7 +25,7 @@ BAD = [  # (line, words of the error)
 ]
 
 
-@pytest.mark.parametrize("line,words", BAD, ids=[b[0] for b in BAD])
+@pytest.mark.parametrize("line,words", BAD, ids=[ascii(b[0]) for b in BAD])
 def test_a_bad_line_is_refused_naming_it(tmp_path, line, words):
     path = tmp_path / "hosts"
     path.write_text(f"# two hosts\nnode1:2\n{line}\n")

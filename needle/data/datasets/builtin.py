@@ -6,6 +6,7 @@ from typing import List, Sequence, Tuple
 
 import numpy as np
 
+from ... import numbers
 from .ndarray_dataset import NDArrayDataset
 from .ptb_dataset import Dictionary
 
@@ -47,6 +48,7 @@ def stdlib_source_files() -> List[str]:
 def stdlib_text(n_chars: int = 500_000) -> str:
     """The first ``n_chars`` printable-ASCII characters (and newlines) of the stdlib sources,
     read in sorted order: at most 96 symbols, deterministic for a given Python installation."""
+    n_chars = numbers.count(n_chars, "stdlib_text: n_chars", lo=1)  # -5 once read text[:-5]
     keep = set(map(chr, range(32, 127))) | {"\n"}
     parts, total = [], 0
     for path in stdlib_source_files():
@@ -66,6 +68,7 @@ class CharCorpus:
     """Character ids of the stdlib text, split into ``train``/``test`` like the PTB ``Corpus``."""
 
     def __init__(self, n_chars: int = 500_000, test_fraction: float = 0.1):
+        test_fraction = numbers.fraction(test_fraction, "CharCorpus: test_fraction")
         text = stdlib_text(n_chars)
         self.dictionary = Dictionary()
         for ch in sorted(set(text)):

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..data_basic import Dataset
 
+CLASSES = 10  # digits 0..9
 MAX_IDX_BYTES = 1 << 31  # 2 GiB: MNIST's largest file holds 47 MB, EMNIST's 700 MB
 _MAX_NDIM = 8
 
@@ -68,6 +69,17 @@ def parse_mnist(image_filename: str, label_filename: str) -> Tuple[np.ndarray, n
     ### END YOUR SOLUTION
 
 
+def check_labels(labels: np.ndarray, filename: str) -> np.ndarray:
+    """``labels`` when each is a digit 0..9 (as CIFAR-10's reader checks); else a ValueError
+    naming the file and the range found (a label 200 once trained on in silence)."""
+    if labels.size and int(labels.max()) >= CLASSES:
+        bad = int(np.argmax(labels >= CLASSES))
+        raise ValueError(f"malformed MNIST file {filename}: labels in [{int(labels.min())}, "
+                         f"{int(labels.max())}], outside 0..{CLASSES - 1} (label {bad} is "
+                         f"{int(labels[bad])})")
+    return labels
+
+
 class MNISTDataset(Dataset):
     """MNIST digits: each sample is a flat 784-vector in [0, 1] and its label."""
 
@@ -76,7 +88,8 @@ class MNISTDataset(Dataset):
     def __init__(self, image_filename: str, label_filename: str,
                  transforms: Optional[List[Any]] = None):
         super().__init__(transforms)
-        self.images, self.labels = parse_mnist(image_filename, label_filename)
+        self.images, labels = parse_mnist(image_filename, label_filename)
+        self.labels = check_labels(labels, label_filename)
 
     def __getitem__(self, index: Any) -> Tuple[np.ndarray, Any]:
         x, y = self.images[index], self.labels[index]

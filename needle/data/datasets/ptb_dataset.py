@@ -4,6 +4,7 @@ from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
+from ... import numbers
 from ...autograd import Tensor
 from ...backend_ndarray.device import BackendDevice
 
@@ -38,6 +39,8 @@ class Corpus:
 
     def tokenize(self, path: str, max_lines: Optional[int] = None) -> List[int]:
         """Ids of the words of the first ``max_lines`` lines, each line ending with ``<eos>``."""
+        if max_lines is not None:  # -1 once read nothing, silently
+            max_lines = numbers.count(max_lines, "Corpus: max_lines", lo=0)
         if not os.path.isfile(path):
             raise FileNotFoundError(f"PTB file not found: {path}")
         ids = []
@@ -60,7 +63,9 @@ def batchify(data: Any, batch_size: int, device: Optional[BackendDevice] = None,
     """Cut a token stream into ``batch_size`` columns: shape (len(data) // batch_size, batch_size).
 
     Column j holds the j-th contiguous chunk of the stream; leftover tokens are dropped.
+    ``batch_size`` is a whole number >= 1 (0 once ended in ZeroDivisionError).
     """
+    batch_size = numbers.count(batch_size, "batchify: batch_size", lo=1)
     ### BEGIN YOUR SOLUTION (hw4.data.ptb)
     nbatch = len(data) // batch_size
     if nbatch == 0:
@@ -75,8 +80,11 @@ def get_batch(batches: np.ndarray, i: int, bptt: int, device: Optional[BackendDe
     """Inputs rows ``[i, i+L)`` (L, B) and targets rows ``[i+1, i+1+L)`` flattened (L*B,).
 
     Token ids come back as float32 Tensors unless ``dtype`` says otherwise, as the course's
-    (float32-only) hw4 needle gives them; exact for ids below 2**24.
+    (float32-only) hw4 needle gives them; exact for ids below 2**24. ``i`` is a row index
+    >= 0 (a negative one once counted from the end into an empty batch) and ``bptt`` >= 1.
     """
+    i = numbers.count(i, "get_batch: i", lo=0)
+    bptt = numbers.count(bptt, "get_batch: bptt", lo=1)
     ### BEGIN YOUR SOLUTION (hw4.data.ptb)
     seq_len = min(bptt, len(batches) - 1 - i)
     if seq_len <= 0:
