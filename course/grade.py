@@ -122,7 +122,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     report_path = Path(args.report).resolve()
     _check_output_dir(parser, report_path)
     paths = _test_paths(parser, args)
-    if args.timeout <= 0:
+    if not 0 < args.timeout < float("inf"):  # nan and inf would turn the watchdog off
         parser.error(f"--timeout {args.timeout:g}: must be a positive number of seconds")
     report_path.unlink(missing_ok=True)
     workdir = report_path.parent

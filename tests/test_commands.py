@@ -169,3 +169,13 @@ def test_world_size_error_under_mpiexec_is_one_line():
     assert res.stderr.strip().splitlines() == [
         "python -m apps.train_parallel: error: --dp 2 x --pp 2 x --tp 2 = 8 ranks, but the "
         "job has 2"], res.stderr
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-1"])
+def test_grader_timeout_must_be_finite_and_positive(tmp_path, capsys, value):
+    """A ``nan`` timeout once turned the grader's watchdog off: refused before any test runs."""
+    from course import grade
+    with pytest.raises(SystemExit) as exit_:
+        grade.main(["--report", str(tmp_path / "report.json"), f"--timeout={value}"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and f"--timeout {value}: must be a positive number" in err, err
