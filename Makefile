@@ -100,11 +100,14 @@ gpu-check:
 mutate:
 	$(PYTHON) tools/mutate.py
 
-student:
+student: install
 	$(PYTHON) -m course.make_student --out build/student
 # END INSTRUCTOR ONLY
 
-grade: install
+# Installs (pip: the network) only when needle or a tool of its dev extra is not installed
+# (course/installed.py), so grading needs no network after the first `make install`.
+grade:
+	@$(PYTHON) -m course.installed || $(MAKE) --no-print-directory install
 	$(PYTHON) -m course.grade $(if $(HIDDEN),--hidden $(HIDDEN)) $(GRADE_ARGS)
 
 clean:

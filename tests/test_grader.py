@@ -203,3 +203,29 @@ def test_a_long_failure_line_keeps_its_source_location():
     assert len(line) <= 160
     assert line.endswith("at strided.cu:52")
     assert ": EmulatorMemoryError: kernel 'compact': block (0, 0, 0) thread (12, 0, 0)" in line
+
+
+def test_a_cut_failure_line_keeps_the_errors_kind_and_location():
+    """A long test id and a long kernel error: the line keeps the error's kind (``out-of-bounds
+    write``), kernel and thread, and the file:line, and cuts the test's parameters instead."""
+    message = ("needle.backend_cuda.emulator.errors.EmulatorMemoryError: kernel 'compact': "
+               "block (1, 0, 0) thread (129, 0, 0): out-of-bounds write of 4 bytes: buffer out "
+               "at index 4096 (4096 elements of 4 bytes from the pointer to the end of the "
+               "allocation), address 0x7f3a2c001000, at "
+               "/tmp/r/needle/backend_cuda/kernels/strided.cu:52 (in compact)")
+    test = "test_cuda_backend.py::test_compact_strided_views[shape3-permuted-float32-cuda]"
+    line = scoring._one_line(f"hw3.cuda.backend: {test}: {message}", 200)
+    assert len(line) <= 200 and line.startswith("hw3.cuda.backend: test_cuda_backend.py::")
+    for kept in ("EmulatorMemoryError: kernel 'compact'", "thread (129, 0, 0): out-of-bounds "
+                 "write of 4 bytes", "permuted-float32-cuda]"):
+        assert kept in line, (kept, line)
+    assert line.endswith(" ... at strided.cu:52")
+
+
+def test_score_table_lists_homework_in_course_order():
+    tests = {f"t::{hw}": (f"{hw}.unit.x", 1) for hw in ("collectives", "hw9", "hw4", "hw0",
+                                                         "hw1")}
+    rep = scoring.score(tests, {n: ("passed", "") for n in tests})
+    rows = [line.split()[0] for line in scoring.format_table(rep).splitlines()
+            if not line.startswith((" ", "exercise", "TOTAL"))]
+    assert rows == ["hw0", "hw1", "hw4", "collectives", "hw9"]
