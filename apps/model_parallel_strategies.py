@@ -272,17 +272,14 @@ STRATEGIES: Dict[str, Callable[[Comm, argparse.Namespace], Dict[str, Any]]] = {
     "tp": run_tp, "pp": run_pp, "3d": run_3d, "moe": run_moe}
 
 
-def main() -> None:
-    """Run one strategy under mpiexec (or the launcher)."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--strategy", choices=sorted(STRATEGIES), required=True)
-    add_arguments(parser)
-    args = parser.parse_args()
-    from needle.parallel import communicator
-    comm = communicator.create()
-    out = STRATEGIES[args.strategy](comm, args)
-    if comm.rank == 0:
-        print({k: round(v, 4) if isinstance(v, float) else v for k, v in out.items()}, flush=True)
+def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
+    """Run one strategy under mpiexec (or the launcher) with ``apps.train_parallel``'s checks
+    (a learning rate of inf, a batch of 0, a heads count that does not divide are refused)."""
+    if __package__:
+        from . import train_parallel
+    else:  # run as a script: apps/ is on sys.path
+        import train_parallel  # type: ignore[no-redef]
+    return train_parallel.main(argv, sorted(STRATEGIES), "python -m apps.model_parallel_strategies")
 
 
 if __name__ == "__main__":

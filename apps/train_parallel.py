@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, cast
 
 import numpy as np
 
-from needle.cli import Parser, check_output_path, fail
+from needle.cli import Parser, check_output_dir, check_output_path, fail
 from needle.parallel import Comm
 
 if __package__:
@@ -73,11 +73,12 @@ class _Family:
 DEFAULTS: Dict[str, Dict[str, Any]] = {"dp": {}, "mp": {}}
 
 
-def parser() -> argparse.ArgumentParser:
-    """Every strategy's options, each once (``finish_args`` fills in the family's defaults)."""
-    p = Parser(prog="python -m apps.train_parallel",
-                                description=__doc__.splitlines()[0])
-    p.add_argument("--strategy", choices=sorted(STRATEGIES), required=True)
+def parser(strategies: Optional[List[str]] = None,
+           prog: str = "python -m apps.train_parallel") -> argparse.ArgumentParser:
+    """Every strategy's options, each once (``finish_args`` fills in the family's defaults);
+    ``--strategy`` one of ``strategies`` (all of them by default)."""
+    p = Parser(prog=prog, description=__doc__.splitlines()[0])
+    p.add_argument("--strategy", choices=strategies or sorted(STRATEGIES), required=True)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--plot", default="", help="write the figures to this PNG (rank 0)")
     p.add_argument("--json", default="", help="write the figures to this JSON file (rank 0)")
@@ -137,6 +138,9 @@ def _refuse_input(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         problem = check_output_path(getattr(args, flag, None) or "", "--" + flag)
         if problem:
             p.error(problem)
+    problem = check_output_dir(args.profile, "--profile")  # not after MPI started
+    if problem:
+        p.error(problem)
 
 
 def _refuse_counts(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -281,9 +285,10 @@ def _loss_curves(out: Dict[str, Any]) -> Dict[str, Tuple[list, list, str]]:
             for r, h in sorted(out.get("worker_histories", {}).items()) if h}
 
 
-def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
-    """Run one strategy on this rank; rank 0 prints (and plots) the figures."""
-    p = parser()
+def main(argv: Optional[List[str]] = None, strategies: Optional[List[str]] = None,
+         prog: str = "python -m apps.train_parallel") -> Dict[str, Any]:
+    """Run one strategy (of ``strategies``) on this rank; rank 0 prints (and plots) the figures."""
+    p = parser(strategies, prog)
     args = finish_args(p, p.parse_args(argv))
     from needle.parallel import communicator
     comm = communicator.create(blas_threads=args.blas_threads)

@@ -9,8 +9,8 @@ from typing import Any, Callable, NoReturn, Optional
 
 from . import numbers
 
-__all__ = ["Parser", "fail", "check_output_path", "launcher_rank", "count_type", "real_type",
-           "positive_type", "fraction_type"]
+__all__ = ["Parser", "fail", "check_output_path", "check_output_dir", "launcher_rank",
+           "count_type", "real_type", "positive_type", "fraction_type"]
 
 
 def launcher_rank() -> int:
@@ -99,4 +99,21 @@ def check_output_path(path: str, flag: str) -> Optional[str]:
             pass
     except OSError as err:
         return f"{flag} {path} cannot be written ({err.strerror})"
+    return None
+
+
+def check_output_dir(path: str, flag: str) -> Optional[str]:
+    """Why the folder ``path`` could not be made (or written in), or None when it can: a file
+    in its place, or a nearest existing folder above it that is read-only. Creates nothing."""
+    if not path:
+        return None
+    if os.path.exists(path) and not os.path.isdir(path):
+        return f"{flag} {path} is a file, not a folder"
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):  # makedirs would create the folders up to here
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return f"{flag} {path}: {existing} is a file, not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{flag} {path} cannot be written ({existing}: permission denied)"
     return None

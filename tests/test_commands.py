@@ -12,6 +12,7 @@ import pytest
 from mpi_helpers import ROOT, mpiexec, worker_env
 
 from apps import demo
+from apps import model_parallel_strategies as mps
 from apps import train_parallel as tp
 from needle.cli import check_output_path
 from needle.memory.__main__ import main as memory_main
@@ -23,6 +24,12 @@ MISSING = "/nonexistent-folder/out"
 def train_parse(argv):
     """train_parallel's whole parsing stage (it runs nothing)."""
     p = tp.parser()
+    return tp.finish_args(p, p.parse_args(argv))
+
+
+def mp_parse(argv):
+    """model_parallel_strategies' parsing stage: train_parallel's, its strategies alone."""
+    p = tp.parser(sorted(mps.STRATEGIES), "python -m apps.model_parallel_strategies")
     return tp.finish_args(p, p.parse_args(argv))
 
 
@@ -94,11 +101,20 @@ BAD = [  # (command, argv, a piece of the one line)
     (train_parse, ["--strategy", "tp", "--lr", "nan"], "argument --lr: 'nan'"),
     (train_parse, ["--strategy", "ddp", "--bucket-mb=-inf"], "argument --bucket-mb: '-inf'"),
     (train_parse, ["--strategy", "ddp", "--steps", "\u0663"], "argument --steps: '\u0663'"),
+    (train_parse, ["--strategy", "ddp", "--profile", __file__],
+     f"--profile {__file__} is a file, not a folder"),
+    (train_parse, ["--strategy", "ddp", "--profile", __file__ + "/sub"],
+     f"--profile {__file__}/sub: {__file__} is a file, not a folder"),
+    (mp_parse, ["--strategy", "tp", "--lr", "inf"], "argument --lr: 'inf' must be a finite"),
+    (mp_parse, ["--strategy", "tp", "--lr", "0"], "--lr must be > 0, not 0.0"),
+    (mp_parse, ["--strategy", "tp", "--batch", "0"], "--batch must be at least 1, not 0"),
+    (mp_parse, ["--strategy", "ddp"], "invalid choice: 'ddp'"),
+    (mp_parse, ["--strategy", "tp", "--bogus"], "unrecognized arguments: --bogus"),
 ]
 
 
 NAMES = {plan_main: "plan", memory_main: "memory", train_parse: "train_parallel",
-         demo_parse: "demo"}
+         demo_parse: "demo", mp_parse: "model_parallel_strategies"}
 
 
 @pytest.mark.parametrize("command,argv,text", BAD,
@@ -158,6 +174,14 @@ def test_real_process_prints_one_line():
                MISSING + ".png"])
     assert res.returncode == 2 and res.stderr.strip().count("\n") == 0, res.stderr
     assert "the folder /nonexistent-folder does not exist" in res.stderr
+
+
+def test_model_parallel_strategies_alone_has_train_parallels_checks():
+    """Run as its own command it once took --lr inf and trained to NaN, exiting 0."""
+    res = run([sys.executable, "-m", "apps.model_parallel_strategies", "--strategy", "tp",
+               "--lr", "inf"])
+    assert res.returncode == 2 and res.stderr.strip().count("\n") == 0, res.stderr
+    assert "python -m apps.model_parallel_strategies: error: argument --lr: 'inf'" in res.stderr
 
 
 @pytest.mark.mpi
