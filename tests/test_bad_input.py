@@ -168,3 +168,21 @@ def test_numbers_accept_what_they_should() -> None:
     assert numbers.count(" 12 ", "n") == 12 and numbers.count(np.int64(3), "n", lo=1) == 3
     assert numbers.count(4.0, "n") == 4 and numbers.count("-2", "n", lo=None) == -2
     assert numbers.positive("1e-3", "lr") == 1e-3 and numbers.fraction(0, "p") == 0.0
+
+
+@pytest.mark.parametrize("value", ["x", "-1", "1.5", "0"])
+def test_a_bad_emulator_device_count_is_named_not_read_as_no_gpu(value: str) -> None:
+    """It once ended as "device cuda(0) is not enabled": the setting's error was swallowed."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, NEEDLE_CUDA_EMULATOR="1", NEEDLE_CUDA_EMULATOR_DEVICES=value)
+    code = ("import numpy as np, needle as ndl\n"
+            "from needle.parallel import devices\n"
+            "devices.device_for('cuda', 0)\n")
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120, stdin=subprocess.DEVNULL)
+    assert res.returncode != 0
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("ValueError: NEEDLE_CUDA_EMULATOR_DEVICES=") and repr(value) in last, \
+        res.stderr

@@ -32,9 +32,12 @@ def device(index: int) -> Any:
 
 
 def device_count() -> int:
-    """Number of visible GPUs (0 when the driver or runtime is missing)."""
+    """Number of visible GPUs (0 when the driver or runtime is missing); a bad setting (the
+    emulator's NEEDLE_CUDA_EMULATOR_DEVICES=x) raises, naming it, rather than reading as 0."""
     try:
         return cp.cuda.runtime.getDeviceCount()
+    except ValueError:  # a setting the user wrote: not "no GPU"
+        raise
     except Exception:  # no driver, no GPU, or a runtime/driver mismatch
         return 0
 
