@@ -12,6 +12,7 @@ renamed over the target (``os.replace`` is atomic on POSIX). Three details a pla
   removes those of this host whose process is gone.
 """
 import contextlib
+import errno
 import os
 import socket
 import tempfile
@@ -24,9 +25,14 @@ def write_atomic(path: str, write: Callable[[BinaryIO], None]) -> None:
     """Run ``write`` on a temporary file beside ``path``, then rename it over ``path``."""
     target = os.path.realpath(path)  # through symlinks: replace what the link points at
     directory, base = os.path.split(target)
+    _check_target(path, target, directory)
     remove_stale(directory, base)
-    fd, tmp = tempfile.mkstemp(prefix=_prefix(base) + f"{os.getpid()}.", suffix=SUFFIX,
-                               dir=directory)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=_prefix(base) + f"{os.getpid()}.", suffix=SUFFIX,
+                                   dir=directory)
+    except OSError as err:  # name the file asked for, not the temporary one
+        raise type(err)(err.errno, f"cannot write {path} in {directory}: {err.strerror}") \
+            from None
     try:
         os.fchmod(fd, _mode_for(target))
         with os.fdopen(fd, "wb") as f:
@@ -39,6 +45,19 @@ def write_atomic(path: str, write: Callable[[BinaryIO], None]) -> None:
             os.remove(tmp)
         raise
     _fsync_dir(directory)
+
+
+def _check_target(path: str, target: str, directory: str) -> None:
+    """A missing folder, a file where the folder should be, or a folder where the file should
+    be: an OSError naming ``path`` and the folder (not the temporary file's name)."""
+    if not os.path.isdir(directory):
+        if os.path.exists(directory):
+            raise NotADirectoryError(errno.ENOTDIR, f"cannot write {path}: {directory} is not "
+                                     "a folder")
+        raise FileNotFoundError(errno.ENOENT, f"cannot write {path}: the folder {directory} "
+                                "does not exist")
+    if os.path.isdir(target):
+        raise IsADirectoryError(errno.EISDIR, f"cannot write {path}: it is a folder")
 
 
 def _prefix(base: str) -> str:

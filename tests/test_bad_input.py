@@ -186,3 +186,17 @@ def test_a_bad_emulator_device_count_is_named_not_read_as_no_gpu(value: str) -> 
     last = res.stderr.strip().splitlines()[-1]
     assert last.startswith("ValueError: NEEDLE_CUDA_EMULATOR_DEVICES=") and repr(value) in last, \
         res.stderr
+
+
+def test_save_into_a_missing_or_wrong_folder_names_it_not_a_temporary_file(tmp_path: Any) -> None:
+    state = {"w": T((2,))}
+    missing = tmp_path / "nope" / "model.ndl"
+    with pytest.raises(FileNotFoundError) as info:
+        ndl.save(state, str(missing))
+    assert str(info.value).endswith(f"cannot write {missing}: the folder {missing.parent} does "
+                                    "not exist") and ".ndltmp" not in str(info.value)
+    (tmp_path / "file").write_text("")
+    raises_naming(NotADirectoryError, lambda: ndl.save(state, str(tmp_path / "file" / "m.ndl")),
+                  f"{tmp_path / 'file'} is not a folder")
+    raises_naming(IsADirectoryError, lambda: ndl.save(state, str(tmp_path)), "it is a folder")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
