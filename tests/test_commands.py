@@ -203,3 +203,17 @@ def test_grader_timeout_must_be_finite_and_positive(tmp_path, capsys, value):
         grade.main(["--report", str(tmp_path / "report.json"), f"--timeout={value}"])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and f"--timeout {value}: must be a positive number" in err, err
+
+
+@pytest.mark.parametrize("n,text", [
+    ("\u0663", "argument -n/--nproc: '\u0663' must be a whole number (ASCII digits)"),
+    ("1.5", "argument -n/--nproc: '1.5' must be a whole number"),
+    ("0", "-n must be at least 1, not 0"),
+])
+def test_launcher_rank_count_follows_the_number_rule(capsys, n, text):
+    """mpiexec is never reached: MPICH dies of a floating-point exception on a non-ASCII digit."""
+    from needle.parallel.launch import build_command
+    with pytest.raises(SystemExit) as exit_:
+        build_command(["-n", n, "script.py"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and text in err and len(err.strip().splitlines()) == 1, err

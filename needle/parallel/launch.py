@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, List, NoReturn, Optional
 
+from ..cli import Parser
 from . import hostfile, mpiexec
 from .comm.faults import (
     CONSEQUENCES,
@@ -37,8 +38,8 @@ Wrap = Callable[[List[str]], List[str]]  # mpiexec's command line -> the one to 
 
 def build_command(argv: Optional[List[str]] = None, wrap: Optional[Wrap] = None) -> List[str]:
     """The mpiexec command line for the launcher's arguments (``wrap`` rewrites mpiexec's part)."""
-    parser = argparse.ArgumentParser(prog="python -m needle.parallel.launch",
-                                     description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m needle.parallel.launch",
+                    description=__doc__.splitlines()[0])
     parser.add_argument("-n", "--nproc", type=int, default=2, help="number of ranks")
     parser.add_argument("-f", "--hostfile", help="MPI host file for multi-host runs")
     parser.add_argument("--no-prefix", action="store_true", help="do not prefix output lines")
