@@ -217,3 +217,26 @@ def test_launcher_rank_count_follows_the_number_rule(capsys, n, text):
         build_command(["-n", n, "script.py"])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and text in err and len(err.strip().splitlines()) == 1, err
+
+
+def _notebook_cases(tmp):
+    (tmp / "text.ipynb").write_text("not json")
+    (tmp / "nocells.ipynb").write_text('{"cells": 3}')
+    (tmp / "magic.ipynb").write_text('{"cells": [{"cell_type": "code", "source": ["%time 1"]}]}')
+    return [([], "the following arguments are required: notebook"),
+            (["--bogus", str(tmp / "text.ipynb")], "unrecognized arguments: --bogus"),
+            ([str(tmp / "missing.ipynb")], "missing.ipynb: cannot be read (No such file"),
+            ([str(tmp / "text.ipynb")], "text.ipynb: not a notebook (not JSON"),
+            ([str(tmp / "nocells.ipynb")], "nocells.ipynb: not a notebook (no list of cells)"),
+            ([str(tmp / "magic.ipynb")], "code cell 0 uses an IPython magic")]
+
+
+def test_run_notebook_refuses_bad_input_in_one_line(tmp_path, capsys):
+    """Each once ended in a traceback (or ran '--bogus' as a notebook path)."""
+    from tools import run_notebook
+    for argv, text in _notebook_cases(tmp_path):
+        with pytest.raises(SystemExit) as exit_:
+            run_notebook.main(argv)
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1, (argv, err)
+        assert err.startswith("python tools/run_notebook.py: error: ") and text in err, err
