@@ -369,9 +369,26 @@ def not_run_in_release(reference: Path, release: Path) -> List[str]:
     return [f"{t}: not run in the release" for t in sorted(ran - failed)]
 
 
+def _check_names(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """An unknown exercise id (or homework, with --homework) is refused, naming the known
+    ones, before any check runs."""
+    import pytest  # select_exercises raises its UsageError
+    if args.homework:
+        unknown = [h for h in args.exercises if h not in HOMEWORKS]
+        if unknown:
+            parser.error(f"--homework {unknown[0]}: no such homework; the homeworks are "
+                         f"{', '.join(HOMEWORKS)}")
+    elif args.exercises:
+        try:
+            select_exercises(list(args.exercises), [e.name for e in EXERCISES])
+        except pytest.UsageError as err:
+            parser.error(str(err).replace("--exercise ", "exercise ", 1))
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the checks and print what does not hold."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from needle.cli import Parser  # one-line errors, unknown options refused
+    parser = Parser(prog="python -m course.check_release", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=None, help="work folder (default: a temporary one)")
     parser.add_argument("--isolation-only", action="store_true",
                         help="run only the per-exercise isolation check")
@@ -385,6 +402,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("exercises", nargs="*",
                         help="only these exercise ids or prefixes (--homework: homeworks)")
     args = parser.parse_args(argv)
+    _check_names(parser, args)  # at once: the release check runs for many minutes
     graph = requires_problems()
     if graph:  # cheap, and every other check reads the graph: stop here
         print("requires_graph: the rubric's requires graph (course/exercises.py) is wrong:")

@@ -269,11 +269,27 @@ def stub_file(path: Path, root: Path = ROOT, only: Optional[Sequence[str]] = Non
     return strip_solutions(path.read_text(), _in_function(path), where, only), regions
 
 
+def _check_out(parser: argparse.ArgumentParser, out: Path) -> None:
+    """``--out`` is deleted and rewritten: refuse a file, the reference tree or a folder above
+    it, and a folder holding something other than an earlier release."""
+    out, root = out.resolve(), ROOT.resolve()
+    if out.exists() and not out.is_dir():
+        parser.error(f"--out {out}: is a file, not a folder")
+    if out == root or out in root.parents:
+        parser.error(f"--out {out}: would delete the reference tree {root}")
+    if out.is_dir() and any(out.iterdir()) and not (out / "needle" / "__init__.py").is_file():
+        parser.error(f"--out {out}: holds files that are not a student release (it would be "
+                     "deleted); give a new or empty folder")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
     """Write the release and say what it holds."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(ROOT / "build" / "student"), help="output folder")
+    from needle.cli import Parser  # one-line errors, unknown options refused
+    parser = Parser(prog="python -m course.make_student", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(ROOT / "build" / "student"),
+                        help="output folder (replaced whole: new, empty, or an earlier release)")
     args = parser.parse_args(argv)
+    _check_out(parser, Path(args.out))
     regions = make_release(Path(args.out))
     files = len({r.path for r in regions})
     print(f"student release in {args.out}: {len(regions)} solution regions in {files} files "

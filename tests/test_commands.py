@@ -240,3 +240,33 @@ def test_run_notebook_refuses_bad_input_in_one_line(tmp_path, capsys):
         err = capsys.readouterr().err
         assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1, (argv, err)
         assert err.startswith("python tools/run_notebook.py: error: ") and text in err, err
+
+
+def _course_cases(tmp):
+    from course import check_release, make_student
+    (tmp / "notes.txt").write_text("mine")
+    return [
+        (check_release.main, ["nosuch.exercise"],
+         "exercise nosuch.exercise: no such exercise or prefix; the exercises are hw0."),
+        (check_release.main, ["--homework", "hw9"], "the homeworks are hw0, hw1"),
+        (check_release.main, ["--bogus"], "unrecognized arguments: --bogus"),
+        (make_student.main, ["--bogus"], "unrecognized arguments: --bogus"),
+        (make_student.main, ["--out", str(ROOT)], "would delete the reference tree"),
+        (make_student.main, ["--out", str(tmp / "notes.txt")], "is a file, not a folder"),
+        (make_student.main, ["--out", str(tmp)], "holds files that are not a student release"),
+    ]
+
+
+def test_course_commands_refuse_unknown_input_before_any_work(tmp_path, capsys, monkeypatch):
+    """check_release once ran the whole release check before naming an unknown exercise;
+    make_student --out . would have deleted the reference tree."""
+    from course import check_release, make_student
+    monkeypatch.setattr(check_release, "requires_problems", lambda: pytest.fail("it ran"))
+    monkeypatch.setattr(make_student, "make_release", lambda *a: pytest.fail("it ran"))
+    for main, argv, text in _course_cases(tmp_path):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1, (argv, err)
+        assert ": error: " in err and text in err, (argv, err)
+    assert (tmp_path / "notes.txt").read_text() == "mine"
