@@ -206,7 +206,7 @@ def record_op(make: Callable, op: Any, inputs: Tuple[Any, ...]) -> Any:
     if len(ops) < rec.op_cap:
         shapes = None
         if rec.record_shapes:
-            try:  # most ops: one or two realised inputs
+            try:  # most ops: one or two realised inputs, shapes interned (no garbage to scan)
                 n = len(inputs)
                 shapes = ((inputs[0].cached_data.shape, inputs[1].cached_data.shape) if n == 2
                           else (inputs[0].cached_data.shape,) if n == 1 else _shapes(inputs))
@@ -266,21 +266,30 @@ def record_module(module: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) ->
 
 def alloc_hook(array: Any, device: str) -> Callable[[Any], None]:
     """The hook told of each new buffer of one backend (its ``Array`` class, ``device`` its
-    name): logs ``(ns, device, bytes)`` to the allocating thread's recorder, and its release
-    through a weakref callback. A GPU buffer knows its GPU ("cuda:1")."""
-    indexed = hasattr(array, "device_index")
-    names: Dict[int, str] = {}
+    name): logs ``ns, device, bytes`` to the allocating thread's recorder, and its release
+    through a weakref callback. A GPU buffer knows its GPU ("cuda:1"). Only buffers of
+    ``array`` are logged (a ``MemoryTracker`` beside it tells every listener of every one)."""
+    if hasattr(array, "device_index"):
+        names: Dict[int, str] = {}
 
-    def on_alloc(buf: Any) -> None:
+        def on_alloc(buf: Any) -> None:
+            rec = _memory_lookup(_ident())
+            if rec is None or not isinstance(buf, array):  # another backend's
+                return
+            index = buf.device_index
+            name = names.get(index) or names.setdefault(index, f"{device}:{index}")
+            nbytes = buf.array.nbytes
+            rec.memory.extend((perf_ns(), name, nbytes))
+            ref = _weakref(buf, rec._on_free)
+            rec._live[id(ref)] = (ref, name, nbytes)
+        return on_alloc
+
+    def on_alloc_one_device(buf: Any) -> None:
         rec = _memory_lookup(_ident())
         if rec is None or not isinstance(buf, array):  # another backend's
             return
-        name = device
-        if indexed:
-            index = buf.device_index
-            name = names.get(index) or names.setdefault(index, f"{device}:{index}")
         nbytes = buf.array.nbytes
-        rec.memory.extend((perf_ns(), name, nbytes))
+        rec.memory.extend((perf_ns(), device, nbytes))
         ref = _weakref(buf, rec._on_free)
-        rec._live[id(ref)] = (ref, name, nbytes)
-    return on_alloc
+        rec._live[id(ref)] = (ref, device, nbytes)
+    return on_alloc_one_device
