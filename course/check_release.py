@@ -21,6 +21,8 @@
 7. ``--homework``: per homework H, the release with H's exercises and those of the homeworks
    before it written, none of a later one, scores all of H's points (hw1 and hw2 compute on
    NumPy, ``NEEDLE_BACKEND=np``: they need no hw3 exercise).
+8. no shipped file points to what the release lacks (``dangling_references``): a path, a
+   README section, a ``python -m`` module or a ``make`` target the reference has.
 
     python -m course.check_release [--out build/student-check] [--isolation-only]
                                    [--restore-each] [--homework] [E or H ...]
@@ -28,6 +30,7 @@
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -342,6 +345,84 @@ def undeclared_requires(data: Any, root: Path, report: Dict[str, Any]) -> List[s
             for other, test in sorted(found.items()) if other not in requirements(ex)]
 
 
+_EXT = r"(?:py|md|ipynb|cu|cuh|h|json|ini|toml|txt|sh|png|cfg|supp)"
+_PATH = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w.-]+\." + _EXT + r")\b")
+# README, "Dtypes" / README.md's "GPU" / benchmarks/README.md, "Figures ..." (in JSON: \")
+_SECTION = re.compile(r"((?:[\w.-]+/)*README(?:\.md)?)(?:'s|,)? \\?\"([^\"\\]+)")
+_MODULE = re.compile(r"python3? -m ((?:needle|apps|course|tools|benchmarks)(?:\.\w+)+)")
+_MAKE = re.compile(r"`make ([\w-]+)")
+
+
+def _headings(path: Path) -> List[str]:
+    """The headings of a Markdown file, lower case ([] when there is none)."""
+    if not path.is_file():
+        return []
+    return [line.lstrip("#").strip().lower() for line in path.read_text().splitlines()
+            if line.startswith("#")]
+
+
+def _module_exists(root: Path, module: str) -> bool:
+    base = root.joinpath(*module.split("."))
+    return base.with_suffix(".py").is_file() or (base / "__main__.py").is_file()
+
+
+def _targets(makefile: Path) -> Set[str]:
+    return set(re.findall(r"^([\w-]+):", makefile.read_text(), re.M))
+
+
+def _line_references(line: str, here: Path, release: Path, root: Path) -> List[str]:
+    """What one line of a shipped file (``here``: its folder in the release) points to that the
+    reference has and the release lacks."""
+    out = []
+    for match in _PATH.finditer(line):
+        for base in (Path("."), here):
+            if (root / base / match[1]).exists() and not (release / base / match[1]).exists():
+                out.append(match[1])
+    for match in _SECTION.finditer(line):
+        name = match[1] if match[1].endswith(".md") else match[1] + ".md"
+        section = match[2].lower()
+        if (any(section in h for h in _headings(root / name))
+                and not any(section in h for h in _headings(release / name))):
+            out.append(f'{name}, "{match[2]}"')
+    for match in _MODULE.finditer(line):
+        if _module_exists(root, match[1]) and not _module_exists(release, match[1]):
+            out.append(f"python -m {match[1]}")
+    targets = _targets(release / "Makefile")
+    for match in _MAKE.finditer(line):
+        if match[1] in _targets(root / "Makefile") and match[1] not in targets:
+            out.append(f"make {match[1]}")
+    return out
+
+
+# Pointers outside course/, docs/ and the Makefile that still name instructor material: (file,
+# what it names), to fix where they are written (a comment naming the tool that writes kernel
+# stubs; the demo's docstrings; the instructor tests' release fixture)
+KNOWN_DANGLING = {("needle/backend_cuda/kernel_specs.py", "course/make_student.py"),
+                  ("apps/demo.py", "make demo"),
+                  ("apps/data_parallel_strategies.py", "make demo"),
+                  ("tests/conftest.py", "make student")}
+
+
+def dangling_references(release: Path, root: Path = ROOT) -> List[str]:
+    """``file:line: what`` for each path, README section, ``python -m`` module or ``make``
+    target that a shipped text file names, the reference has and the release does not (less
+    ``KNOWN_DANGLING``)."""
+    out = []
+    for path in sorted(p for p in release.rglob("*") if p.is_file()):
+        rel = path.relative_to(release)
+        if rel.parts[0] == "build" or path.suffix in (".png", ".so", ".pyc", ".npz", ".gz"):
+            continue
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        for n, line in enumerate(text.splitlines(), 1):
+            out += [f"{rel}:{n}: {what}"
+                    for what in _line_references(line, rel.parent, release, root)
+                    if (rel.as_posix(), what) not in KNOWN_DANGLING]
+    return out
+
+
 def run_all(workdir: Path) -> Dict[str, List[str]]:
     """Every check; an empty list per key means it holds."""
     release = workdir / "student"
@@ -352,6 +433,7 @@ def run_all(workdir: Path) -> Dict[str, List[str]]:
         ref = pool.submit(check_reference, workdir)
         res = {"stubbed": [f"{len(regions)} regions"],
                "imports_and_demo": check_imports_and_demo(release),
+               "dangling_references": dangling_references(release),
                "release_not_failing": rel.result()}
         res.update(ref.result())
     res["release_not_failing"] += not_run_in_release(workdir / "reference.json",

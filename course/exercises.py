@@ -15,7 +15,7 @@ The course orders homework so that later exercises build on earlier ones (every 
 ``make_from_op``; Adam is written in hw1's ops; a training loop needs nn), and ``requires``
 declares those dependencies: the exercises whose solution regions E's graded tests run. Tests are
 written to need as little else as they can (an op's gradient test calls the op's ``gradient``
-directly, not ``backward()``). ``course/check_release.py`` checks the rule: in the reference,
+directly, not ``backward()``). The instructor's release check checks the rule: in the reference,
 every region a graded test of E runs belongs to E or to E's requirements (no missing
 declaration); with only E and its requirements written, E's graded tests all pass; with nothing
 written, every graded test fails; and with only E unwritten, E's tests fail (no leak). The grade
@@ -25,10 +25,10 @@ requirement comes from a later homework (``requires_problems`` checks the course
 ``NEEDLE_BACKEND=np``), as the course's did before hw3 brings the NDArray, so no hw1 or hw2
 test runs a hw3 region.
 
-``course/check_release.py`` (run in CI by ``tests/test_course_tools.py``) checks the rubric
-against the code: every graded test fails in the student release (``make student``) and passes
-here, and every ``### BEGIN YOUR SOLUTION`` region runs under at least one graded test. Python
-regions that only run on a GPU or inside mpiexec workers are named in ``UNTRACED`` with the
+The same check (the instructor's, run in CI) checks the rubric against the code: every graded
+test fails in the student release and passes in the reference, and every
+``### BEGIN YOUR SOLUTION`` region runs under at least one graded test. Python regions that only
+run on a GPU or inside mpiexec workers are named in ``UNTRACED`` with the
 exercise that grades them (CUDA C regions, ``// BEGIN YOUR SOLUTION``, are never traced).
 """
 from pathlib import Path

@@ -5,21 +5,29 @@ reference code is replaced by ``raise NotImplementedError("<exercise>: ...")`` n
 of ``course/exercises.py`` (by ``pass`` where the region sits at module or class level, so the
 release still imports). Everything outside the regions, docstrings and comments included, is kept
 as it is: the spec of each exercise is the docstring of the function or class holding it.
-Notebooks, tests, apps, benchmarks and this course/ folder are copied as they are. The release's
-README is the students' own (``course/README_student.md``), and its Makefile leaves out the
-lines between ``# BEGIN INSTRUCTOR ONLY`` and ``# END INSTRUCTOR ONLY`` (``make student``,
-``make demo``, which needs every exercise written).
+A stub too long for a line is split over three, and a name the stubbed code no longer uses (an
+import, a variable the region read, one the region set) gets a ``# noqa`` (ruff finds them), so
+the release's ``make lint`` passes. Notebooks, tests, apps, benchmarks, docs and this course/
+folder are copied as they are, less the instructor's material (``INSTRUCTOR_FILES``: the release
+tools, the tests of them and of the reference tree, the GPU reports). The release's README is
+the students' own (``course/README_student.md``); its Makefile leaves out the lines between
+``# BEGIN INSTRUCTOR ONLY`` and ``# END INSTRUCTOR ONLY`` (``make student``, ``make demo``, which
+needs every exercise written), its Markdown the blocks between ``<!-- BEGIN INSTRUCTOR ONLY -->``
+and ``<!-- END INSTRUCTOR ONLY -->`` and the sections ``INSTRUCTOR_SECTIONS`` names.
 
     python -m course.make_student [--out build/student]
 """
 import argparse
 import ast
+import json
 import re
 import shutil
+import subprocess
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, List, Optional, Sequence
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from needle.backend_cuda.kernel_specs import KERNEL_STUB
 
@@ -37,14 +45,35 @@ _CUDA_DEF = re.compile(r"__(?:global|device)__.*?\b(?!__)(?P<name>[A-Za-z_]\w*)\
 # What a release holds: the package, its course material, and the files that build and test it.
 # tools/testcluster and tools/measure: the multi-host tests' hosts and --cluster here's workers;
 # tools/sanitize.py: make test-cuda-sanitize and its test
-SHIPPED_DIRS = ("needle", "apps", "tests", "notebooks", "course", "benchmarks",
+SHIPPED_DIRS = ("needle", "apps", "tests", "notebooks", "course", "benchmarks", "docs",
                 "tools/testcluster", "tools/measure")
-SHIPPED_FILES = ("Makefile", "setup.py", "pytest.ini", "ruff.toml", "conftest.py", "README.md",
-                 ".gitignore", "tools/__init__.py", "tools/sanitize.py", "tools/tsan.supp")
+SHIPPED_FILES = ("Makefile", "setup.py", "pytest.ini", "ruff.toml", "mypy.ini", "conftest.py",
+                 "README.md", ".gitignore", "tools/__init__.py", "tools/sanitize.py",
+                 "tools/tsan.supp")
+# Not in the student release: the tools that make and check it, the tests of those tools and
+# of what only the reference tree holds (tools/gpu_check.py, tools/mutate.py, every solution),
+# and the GPU reports of the instructor's lent machine. (Copies of the reference that the
+# release check makes, ``only=...``, keep them: it runs course/pytest_forks.py there.)
+INSTRUCTOR_FILES = ("course/make_student.py", "course/check_release.py",
+                    "course/notebook_questions.py", "course/region_docs.py",
+                    "course/pytest_forks.py", "tests/test_course_tools.py",
+                    "tests/test_student_release.py", "tests/test_notebooks.py",
+                    "tests/notebook_demo_regions.py", "tests/test_pytest_forks.py",
+                    "tests/test_gpu_check.py", "tests/test_mutate.py",
+                    "tests/test_commands.py",  # its bad-input cases run the release tools
+                    "benchmarks/gpu_check_h100.md", "benchmarks/gpu_check_h100.json")
+# Markdown sections (heading lines, each up to the next heading of its level or above) that
+# describe instructor-only commands
+INSTRUCTOR_SECTIONS = {"benchmarks/README.md": ("## GPU (one lent H100)",
+                                                "## Test tooling: mutation score")}
 SOLUTION_DIRS = ("needle", "apps")  # where exercises live (tests may quote the markers)
 SKIPPED = ("__pycache__", ".pytest_cache", ".hypothesis", ".ipynb_checkpoints")
 STUDENT_README = Path("course") / "README_student.md"  # the release's README.md
 INSTRUCTOR_ONLY = ("# BEGIN INSTRUCTOR ONLY", "# END INSTRUCTOR ONLY")
+MARKDOWN_INSTRUCTOR_ONLY = ("<!-- BEGIN INSTRUCTOR ONLY", "<!-- END INSTRUCTOR ONLY")
+LINE_LENGTH = 100  # ruff.toml's
+# what ruff reports in stubbed code (the stub removed the code that used a name, or set it)
+STUB_LINT = ("F401", "F811", "F841", "F821")
 
 
 @dataclass(frozen=True)
@@ -166,9 +195,17 @@ def _in_function(path: Path) -> dict:
     return res
 
 
-def stub_line(exercise: str, where: str) -> str:
-    """The statement a region in a function becomes: NotImplementedError naming the exercise."""
-    return f"raise NotImplementedError({f'{exercise}: write {where}'!r})"
+def stub_line(exercise: str, where: str, indent: str = "") -> str:
+    """The statement a region in a function becomes: NotImplementedError naming the exercise
+    (split over three lines when one would be longer than ``LINE_LENGTH``)."""
+    message = f"{exercise}: write {where}"
+    line = f"raise NotImplementedError({message!r})"
+    cut = message.rfind(" in ") + 1
+    if len(indent) + len(line) <= LINE_LENGTH or cut <= 0:
+        return line
+    inner = indent + "    "
+    return (f"raise NotImplementedError(\n{inner}{message[:cut]!r}\n"
+            f"{inner}{message[cut:]!r})")
 
 
 def cuda_stub_line(exercise: str, where: str) -> str:
@@ -192,7 +229,7 @@ def strip_solutions(source: str, in_function: Optional[dict] = None,
             kind = (in_function or {}).get(i, True)
             what = (where or {}).get(i, "this region")
             stub = (cuda_stub_line(exercise, what) if kind == "cuda"
-                    else stub_line(exercise, what) if kind else "pass")
+                    else stub_line(exercise, what, indent) if kind else "pass")
             out += [line, f"{indent}{stub}\n"]
             skipping = True
         elif stripped in _END_LINES:
@@ -215,26 +252,48 @@ def _files(root: Path) -> Iterator[Path]:
                 yield path
 
 
-def without_instructor_lines(text: str) -> str:
-    """``text`` without its ``# BEGIN INSTRUCTOR ONLY`` ... ``# END INSTRUCTOR ONLY`` blocks."""
+def without_instructor_lines(text: str, markers: Tuple[str, str] = INSTRUCTOR_ONLY) -> str:
+    """``text`` without its ``# BEGIN INSTRUCTOR ONLY`` ... ``# END INSTRUCTOR ONLY`` blocks
+    (``markers``: the lines' beginnings)."""
     out, skipping = [], False
     for line in text.splitlines(keepends=True):
-        if line.startswith(INSTRUCTOR_ONLY[0]):
+        if line.startswith(markers[0]):
             skipping = True
-        elif line.startswith(INSTRUCTOR_ONLY[1]):
+        elif line.startswith(markers[1]):
             skipping = False
         elif not skipping:
             out.append(line)
     return "".join(out)
 
 
+def without_sections(text: str, headings: Sequence[str]) -> str:
+    """Markdown ``text`` without the sections whose heading line starts with one of
+    ``headings``: each up to the next heading of its level or above."""
+    out: List[str] = []
+    level = 0  # of the section being left out; 0: keeping
+    for line in text.splitlines(keepends=True):
+        depth = len(line) - len(line.lstrip("#")) if line.startswith("#") else 0
+        if level and 0 < depth <= level:
+            level = 0
+        if not level and depth and line.startswith(tuple(headings)):
+            level = depth
+        if not level:
+            out.append(line)
+    return "".join(out)
+
+
 def _student_text(path: Path, root: Path) -> Optional[str]:
-    """What a shipped file becomes for students when not copied as is: README, Makefile."""
+    """What a shipped file becomes for students when not copied as is: README, Makefile, and
+    Markdown with instructor-only blocks or sections."""
     rel = path.relative_to(root)
     if rel == Path("README.md") and (root / STUDENT_README).is_file():
         return (root / STUDENT_README).read_text()
     if rel == Path("Makefile"):
         return without_instructor_lines(path.read_text())
+    if path.suffix == ".md":
+        text = without_instructor_lines(path.read_text(), MARKDOWN_INSTRUCTOR_ONLY)
+        text = without_sections(text, INSTRUCTOR_SECTIONS.get(rel.as_posix(), ()))
+        return text if text != path.read_text() else None
     return None
 
 
@@ -246,6 +305,8 @@ def make_release(out: Path, root: Path = ROOT, only: Optional[Sequence[str]] = N
         shutil.rmtree(out)
     stubbed = []
     for path in _files(root):
+        if only is None and path.relative_to(root).as_posix() in INSTRUCTOR_FILES:
+            continue
         dest = out / path.relative_to(root)
         dest.parent.mkdir(parents=True, exist_ok=True)
         if (path.suffix in SOURCE_SUFFIXES and path.relative_to(root).parts[0] in SOLUTION_DIRS
@@ -257,7 +318,40 @@ def make_release(out: Path, root: Path = ROOT, only: Optional[Sequence[str]] = N
             dest.write_text(_student_text(path, root) or "")
         else:
             shutil.copy2(path, dest)
+    mark_unused_names(out, sorted({r.path for r in stubbed if r.path.endswith(".py")}))
     return stubbed
+
+
+def mark_unused_names(out: Path, paths: Sequence[str]) -> Dict[str, List[int]]:
+    """Add ``# noqa: <code>`` to the lines of the stubbed files ``paths`` (relative to
+    ``out``) where ruff reports a name the stub left unused or undefined (``STUB_LINT``); the
+    lines marked, per file. The names stay: they are the code around the student's answer."""
+    if not paths:
+        return {}
+    cmd = [sys.executable, "-m", "ruff", "check", "--no-cache", "--exit-zero",
+           "--output-format", "json", "--select", ",".join(STUB_LINT), *paths]
+    try:
+        found = json.loads(subprocess.run(cmd, cwd=out, capture_output=True, text=True,
+                                          check=True, timeout=120).stdout)
+    except (OSError, subprocess.SubprocessError, ValueError) as err:
+        print(f"make_student: ruff did not run ({err}): the release's make lint will report "
+              "names the stubs left unused", file=sys.stderr)
+        return {}
+    codes: Dict[str, Dict[int, List[str]]] = {}
+    for item in found:
+        rel = Path(item["filename"]).resolve().relative_to(out.resolve()).as_posix()
+        codes.setdefault(rel, {}).setdefault(item["location"]["row"], []).append(item["code"])
+    for rel, by_line in codes.items():
+        lines = (out / rel).read_text().splitlines(keepends=True)
+        for row, names in by_line.items():
+            body = lines[row - 1].rstrip("\n")
+            if "# noqa: " in body:  # one directive per line: add the codes to it
+                body, _, had = body.partition("# noqa: ")
+                names += [c.strip() for c in had.split(",")]
+                body = body.rstrip()
+            lines[row - 1] = f"{body}  # noqa: {','.join(sorted(set(names)))}\n"
+        (out / rel).write_text("".join(lines))
+    return {rel: sorted(by_line) for rel, by_line in codes.items()}
 
 
 def stub_file(path: Path, root: Path = ROOT, only: Optional[Sequence[str]] = None

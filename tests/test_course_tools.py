@@ -106,7 +106,8 @@ def test_release_has_no_solution_left(student_release):
         out = (release / rel).read_text()
         stub = KERNEL_STUB if rel.endswith(".cu") else "raise NotImplementedError("
         assert out.count(stub) >= 1
-        assert len(out.splitlines()) < len(ref.splitlines())
+        split = out.count("raise NotImplementedError(\n")  # stubs split over three lines
+        assert len(out.splitlines()) - 2 * split < len(ref.splitlines())
     assert (release / "notebooks").is_dir()
     assert (release / "tests" / "conftest.py").is_file()
     for tool in ("__init__.py", "testcluster/netns.py", "measure/pingpong.py"):  # tests use them

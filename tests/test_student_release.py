@@ -68,3 +68,78 @@ def test_make_grade_in_an_installed_release_needs_no_network(tmp_path):
     assert res.returncode == 0, out[-3000:]
     assert "pip was run" not in out and "make install" not in out
     assert "TOTAL 0/" in out and (release / "build" / "grade" / "report.json").is_file()
+
+
+def test_a_long_stub_is_split_within_the_line_length(tmp_path):
+    """A stub longer than a line (deep in a class, a long file name) is split over three lines
+    of at most 100 characters and raises the same message."""
+    from course.make_student import LINE_LENGTH, stub_file
+    path = tmp_path / "a_module_with_a_rather_long_name_for_its_folder.py"
+    path.write_text("class Holder:\n    class Inner:\n"
+                    "        def a_method_with_a_long_name(self):\n"
+                    "            ### BEGIN YOUR SOLUTION (hw1.ops.a_long_exercise_name)\n"
+                    "            return 1\n            ### END YOUR SOLUTION\n")
+    text = stub_file(path, tmp_path)[0]
+    assert max(len(line) for line in text.splitlines()) <= LINE_LENGTH, text
+    ns: dict = {}
+    exec(compile(text, path.name, "exec"), ns)
+    with pytest.raises(NotImplementedError) as err:
+        ns["Holder"].Inner().a_method_with_a_long_name()
+    assert str(err.value) == ("hw1.ops.a_long_exercise_name: write "
+                              "Holder.Inner.a_method_with_a_long_name in " + path.name)
+
+
+def test_release_lint_passes(student_release):
+    """ruff on the release as shipped: the stubs leave no line too long and no name unused or
+    undefined (those get a `# noqa`: the code around the answer stays), so `make lint` passes
+    before anything is written; the release's lint runs no mypy (stubs leave attributes that
+    only the exercises set)."""
+    release, regions = student_release
+    stubbed = sorted({r.path for r in regions if r.path.endswith(".py")})
+    res = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", *stubbed],
+                         cwd=release, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:]  # (the rest is the reference's code)
+    lint = subprocess.run(["make", "-n", "lint"], cwd=release, capture_output=True, text=True,
+                          timeout=60)
+    assert "ruff check" in lint.stdout and "mypy" not in lint.stdout, lint.stdout
+    assert (release / "mypy.ini").is_file()  # `python -m mypy` works there for whoever wants it
+    optimizer = (release / "needle/optim/optimizer.py").read_text()
+    assert "b1, b2 = self.beta1, self.beta2  # noqa: F841" in optimizer
+
+
+def test_release_ships_no_instructor_material(student_release):
+    """No release tool, test of the reference tree or GPU report ships, nor the GPU and test
+    tooling sections of benchmarks/README.md (commands a release does not have)."""
+    from course.make_student import INSTRUCTOR_FILES
+    release = student_release[0]
+    for rel in INSTRUCTOR_FILES:
+        assert (ROOT / rel).is_file(), f"{rel}: listed but not in the reference"
+        assert not (release / rel).exists(), rel
+    for rel in ("course/grade.py", "course/installed.py", "docs/dtypes.md", "tests/test_grader.py",
+                "benchmarks/README.md"):
+        assert (release / rel).is_file(), rel
+    bench = (release / "benchmarks" / "README.md").read_text()
+    assert "## Profiler overhead" in bench and "## Fault handling times" in bench
+    for gone in ("gpu_check", "gpu-check", "tools/mutate.py", "make_student", "## GPU"):
+        assert gone not in bench, gone
+    emulator = (release / "docs" / "cuda_emulator.md").read_text()
+    assert "gpu-check" not in emulator and "INSTRUCTOR ONLY" not in emulator
+
+
+def test_release_has_no_dangling_reference(student_release):
+    """No shipped file names a path, README section, `python -m` module or make target that
+    the reference has and the release lacks (course/check_release.py checks the same)."""
+    from course.check_release import dangling_references
+    assert dangling_references(student_release[0]) == []
+
+
+def test_dangling_references_are_found(tmp_path):
+    release = tmp_path / "student"
+    make_release(release)
+    (release / "docs" / "extra.md").write_text(
+        "See `tools/mutate.py`, README \"Which parallelism\", and run `make gpu-check` or "
+        "python -m course.check_release; docs/dtypes.md is here.\n")
+    from course.check_release import dangling_references
+    assert dangling_references(release) == [
+        "docs/extra.md:1: tools/mutate.py", 'docs/extra.md:1: README.md, "Which parallelism"',
+        "docs/extra.md:1: python -m course.check_release", "docs/extra.md:1: make gpu-check"]
