@@ -31,8 +31,8 @@ from .cluster import ClusterSpec
 from .layout import Layout, Setup
 from .model import ModelSpec
 
-__all__ = ["Collective", "collective_steps", "collective_bytes", "layout_collectives",
-           "comm_seconds", "step_bytes", "pp_sends"]
+__all__ = ["Collective", "collective_steps", "summed_steps", "collective_bytes",
+           "layout_collectives", "comm_seconds", "step_bytes", "pp_sends"]
 
 
 class Collective(NamedTuple):
@@ -60,9 +60,18 @@ def collective_steps(name: str, items: int, itemsize: int, p: int) -> Steps:
     return steps(name, "auto", n, p, itemsize)
 
 
+@lru_cache(maxsize=4096)
+def summed_steps(name: str, items: int, itemsize: int, p: int) -> Steps:
+    """``collective_steps`` folded into one round: each rank's messages and bytes in all
+    (what ``CostModel.seconds`` reads). A ring's rounds x ranks sum is O(p^2): done once per
+    collective, not once per layout that runs it."""
+    msgs, nbytes = collective_steps(name, items, itemsize, p).per_rank()
+    return Steps(np.zeros((1, p), np.int64), nbytes[None, :], msgs[None, :])
+
+
 def collective_bytes(name: str, items: int, itemsize: int, p: int) -> int:
     """Payload bytes the busiest rank sends in one call (what its ledger records)."""
-    return int(np.max(collective_steps(name, items, itemsize, p).per_rank()[1], initial=0))
+    return int(np.max(summed_steps(name, items, itemsize, p).nbytes, initial=0))
 
 
 def layout_collectives(spec: ModelSpec, lay: Layout, setup: Setup) -> List[Collective]:
@@ -122,7 +131,7 @@ def _link(cluster: ClusterSpec, lay: Layout, group: str) -> CostModel:
 def comm_seconds(c: Collective, cluster: ClusterSpec, lay: Layout) -> float:
     """Alpha-beta seconds of all ``calls`` of ``c`` (the busiest rank's sends)."""
     return c.calls * _link(cluster, lay, c.group).seconds(
-        collective_steps(c.name, c.items, c.itemsize, c.p))
+        summed_steps(c.name, c.items, c.itemsize, c.p))
 
 
 def step_bytes(cs: List[Collective]) -> float:
