@@ -54,7 +54,7 @@ def count(value: Any, name: str, lo: Optional[int] = 0, hi: Optional[int] = None
     elif isinstance(value, numbers.Integral):
         n = int(value)
     elif isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer():
-        n = int(value)
+        n = int(float(value))
     else:
         raise _fail(name, value, rule)
     if (lo is not None and n < lo) or (hi is not None and n > hi):
