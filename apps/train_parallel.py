@@ -27,6 +27,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, cast
 
 import numpy as np
 
+from needle import numbers
 from needle.cli import Parser, check_output_dir, check_output_path, fail
 from needle.parallel import Comm
 
@@ -179,11 +180,11 @@ def _refuse_ps(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         return
     if args.staleness is not None and args.staleness < 0:
         p.error(f"--staleness must be >= 0, not {args.staleness}")
-    if args.straggler:
+    if args.straggler:  # a factor of inf slept for ever; a rank of '٣' read as 3
         rank, _, factor = args.straggler.partition(":")
         try:
-            ok = int(rank) >= 0 and float(factor) >= 1
-        except ValueError:
+            ok = numbers.count(rank, "rank") >= 0 and numbers.real(factor, "factor", lo=1) >= 1
+        except numbers.NumberError:
             ok = False
         if not ok:
             p.error(f"--straggler must be RANK:FACTOR (a rank >= 0, a slowdown >= 1), not "

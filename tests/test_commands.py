@@ -73,6 +73,8 @@ BAD = [  # (command, argv, a piece of the one line)
     (train_parse, ["--strategy", "ps", "--consistency", "ssp", "--staleness", "-1"],
      "--staleness must be >= 0, not -1"),
     (train_parse, ["--strategy", "ps", "--straggler", "abc"], "--straggler must be RANK:FACTOR"),
+    (train_parse, ["--strategy", "ps", "--straggler", "1:inf"], "not '1:inf'"),
+    (train_parse, ["--strategy", "ps", "--straggler", "\u0663:2"], "--straggler must be RANK"),
     (train_parse, ["--strategy", "ps", "--ps-lr", "0"], "--ps-lr must be > 0"),
     (train_parse, ["--strategy", "tp", "--heads", "3"], "--heads 3 does not divide --d-model 64"),
     (train_parse, ["--strategy", "tp", "--d-model", "0"], "--d-model must be at least 1, not 0"),
