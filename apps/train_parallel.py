@@ -152,6 +152,8 @@ def _refuse_counts(p: argparse.ArgumentParser, args: argparse.Namespace) -> None
     for dest in ("bucket_mb", "ps_lr"):
         if getattr(args, dest) is not None and not getattr(args, dest) > 0:
             p.error(f"--{dest.replace('_', '-')} must be > 0, not {getattr(args, dest)}")
+    if args.seed is not None and not 0 <= args.seed < 2 ** 32:  # NumPy's seeds
+        p.error(f"--seed must be from 0 to {2 ** 32 - 1}, not {args.seed}")
 
 
 # options that count something: at least 1 when given (checked after the defaults are in)

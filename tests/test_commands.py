@@ -74,6 +74,7 @@ BAD = [  # (command, argv, a piece of the one line)
      "--staleness must be >= 0, not -1"),
     (train_parse, ["--strategy", "ps", "--straggler", "abc"], "--straggler must be RANK:FACTOR"),
     (train_parse, ["--strategy", "ps", "--straggler", "1:inf"], "not '1:inf'"),
+    (train_parse, ["--strategy", "ddp", "--seed=-1"], "--seed must be from 0 to 4294967295"),
     (train_parse, ["--strategy", "ps", "--straggler", "\u0663:2"], "--straggler must be RANK"),
     (train_parse, ["--strategy", "ps", "--ps-lr", "0"], "--ps-lr must be > 0"),
     (train_parse, ["--strategy", "tp", "--heads", "3"], "--heads 3 does not divide --d-model 64"),
