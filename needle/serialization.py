@@ -349,6 +349,8 @@ def load(path: str, device: Optional[BackendDevice] = None, verify: bool = True)
     Every failure is a ``CheckpointError`` naming the file. A file without checksums is refused
     unless ``verify=False``."""
     path = os.fspath(path)
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"ndl.load: {path} is a folder, not a checkpoint file")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"ndl.load: no checkpoint at {path}")
     try:

@@ -200,3 +200,5 @@ def test_save_into_a_missing_or_wrong_folder_names_it_not_a_temporary_file(tmp_p
                   f"{tmp_path / 'file'} is not a folder")
     raises_naming(IsADirectoryError, lambda: ndl.save(state, str(tmp_path)), "it is a folder")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+    raises_naming(IsADirectoryError, lambda: ndl.load(str(tmp_path)),
+                  f"ndl.load: {tmp_path} is a folder, not a checkpoint file")
