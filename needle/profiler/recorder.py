@@ -210,9 +210,9 @@ def record_op(make: Callable, op: Any, inputs: Tuple[Any, ...]) -> Any:
                 n = len(inputs)
                 shapes = ((inputs[0].cached_data.shape, inputs[1].cached_data.shape) if n == 2
                           else (inputs[0].cached_data.shape,) if n == 1 else _shapes(inputs))
-            except AttributeError:
+                shapes = rec.shapes.setdefault(shapes, shapes)
+            except (AttributeError, TypeError):  # an unrealised input; an unhashable shape
                 shapes = _shapes(inputs)
-            shapes = rec.shapes.setdefault(shapes, shapes)
         ops += (type(op).__name__, t0, t1, shapes, mod, getattr(data, "dtype", None),
                 getattr(data, "device", None), perf_ns())
     else:
