@@ -1,6 +1,8 @@
 """Data augmentations on single H x W x C images (NumPy's global RNG, as in the course)."""
 import numpy as np
 
+from .. import numbers
+
 
 class Transform:
     """A callable that maps one image to another."""
@@ -13,7 +15,7 @@ class RandomFlipHorizontal(Transform):
     """Mirror the image left-right with probability ``p``."""
 
     def __init__(self, p: float = 0.5):
-        self.p = p
+        self.p = numbers.real(p, "RandomFlipHorizontal: p", lo=0, hi=1)  # nan never flipped
 
     def __call__(self, img: np.ndarray) -> np.ndarray:
         """Flip an H x W x C image horizontally with probability ``p``."""
@@ -27,7 +29,7 @@ class RandomCrop(Transform):
     """Zero-pad by ``padding`` on each side, then crop back to the original size at random."""
 
     def __init__(self, padding: int = 3):
-        self.padding = padding
+        self.padding = numbers.count(padding, "RandomCrop: padding", lo=0)
 
     def __call__(self, img: np.ndarray) -> np.ndarray:
         """Shift an H x W x C image by a random offset in [-padding, padding], zero-filling."""

@@ -164,3 +164,14 @@ def test_dataloader_refuses_counts_that_are_not_whole_and_positive(size):
     with pytest.raises(ValueError, match="DataLoader: batch_size .* must be a whole number >= 1"):
         data.DataLoader(ds, batch_size=size)
     assert len(data.DataLoader(ds, batch_size=2.0)) == 3
+
+
+def test_transforms_refuse_probabilities_and_paddings_out_of_range():
+    for p in (float("nan"), 1.5, -0.1):
+        with pytest.raises(ValueError, match="RandomFlipHorizontal: p .* must be a finite number"
+                                             r" in \[0, 1\]"):
+            data.RandomFlipHorizontal(p)
+    for padding in (-1, 2.5):
+        with pytest.raises(ValueError, match="RandomCrop: padding .* must be a whole number"):
+            data.RandomCrop(padding)
+    assert data.RandomCrop(0).padding == 0 and data.RandomFlipHorizontal(1).p == 1.0
