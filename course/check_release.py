@@ -453,8 +453,13 @@ def not_run_in_release(reference: Path, release: Path) -> List[str]:
 
 def _check_names(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """An unknown exercise id (or homework, with --homework) is refused, naming the known
-    ones, before any check runs."""
+    ones, before any check runs; so is an --out that cannot be a folder."""
     import pytest  # select_exercises raises its UsageError
+
+    from needle.cli import check_output_dir
+    problem = check_output_dir(args.out or "", "--out")
+    if problem:
+        parser.error(problem)
     if args.homework:
         unknown = [h for h in args.exercises if h not in HOMEWORKS]
         if unknown:
