@@ -26,7 +26,8 @@ setup(
                 # real CuPy imports without a GPU: tests/backend_cuda/test_cupy_contract.py
                 # checks the backend's and the emulator's CuPy calls against it
                 "cupy-cuda12x>=13",
-                # `jupyter notebook notebooks/` (and `jupyter lab`): the homework notebooks
-                "notebook>=7"],
+                # `jupyter notebook notebooks/` (and `jupyter lab`): the homework notebooks;
+                # ipywidgets: tqdm's progress bars in them (a warning without it)
+                "notebook>=7", "ipywidgets>=8"],
     },
 )

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Dict
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -19,8 +18,10 @@ class ExerciseNotPassed(AssertionError):
     """Some graded test of the exercise fails (the message names it and the first failure)."""
 
 
-def grade(*exercises: str, timeout: float = 600) -> Dict[str, Any]:
-    """Grade ``exercises`` (ids or prefixes); the report, or ExerciseNotPassed."""
+def grade(*exercises: str, timeout: float = 600) -> None:
+    """Grade ``exercises`` (ids or prefixes): print one line per exercise, or raise
+    ExerciseNotPassed. Returns None, so a notebook cell shows the lines and not the report
+    (``build/grade/report.json`` of ``make grade`` has it all)."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
         # property tests stop at their first failing example (no shrinking): quick feedback
@@ -41,4 +42,3 @@ def grade(*exercises: str, timeout: float = 600) -> Dict[str, Any]:
         name, first = failed[0]
         raise ExerciseNotPassed(f"{name}: {len(failed)} graded test(s) fail; first: "
                                 f"{first['test']}: {first['message'][:300]}")
-    return rep

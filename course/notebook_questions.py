@@ -41,8 +41,9 @@ from course.notebook import grade  # grade('hw1.ops.multiply'): that exercise's 
 from needle import nn, ops  # noqa: F401
 
 
-def gradcheck(f, *shapes, low=0.5, high=1.5, eps=1e-6, seed=0):
-    \"\"\"max |op gradient - central differences| of y = f(*inputs), one op on the inputs.
+def gradcheck(f, *shapes, low=0.5, high=1.5, eps=1e-6, seed=0, tol=1e-6):
+    \"\"\"Print max |op gradient - central differences| of y = f(*inputs), one op on the
+    inputs, and whether it is below ``tol``.
 
     Calls y's op's gradient directly (upstream gradient all ones, float64), not backward():
     a question's check needs only that op, not the autograd questions further on.
@@ -64,27 +65,28 @@ def gradcheck(f, *shapes, low=0.5, high=1.5, eps=1e-6, seed=0):
                 return float(f(*xs).numpy().sum())
             num = (val(ap) - val(am)) / (2 * eps)
             err = max(err, abs(num - g.numpy().flat[j]))
-    return err
+    verdict = "ok" if err < tol else "WRONG: check the gradient"
+    print(f"max |gradient - numerical gradient| = {err:.1e}, threshold {tol:g}: {verdict}")
 """
 
 # The questions of each notebook in the course's order, each with its demonstration; the notebook
 # asks them so that an exercise's requirements come before it (``in_requirement_order``).
 HW1: List[Q] = [
-    ("hw1.ops.multiply", "print(gradcheck(lambda a, b: a * b, (3, 4), (3, 4)))"),
-    ("hw1.ops.power", "print(gradcheck(lambda a, b: a ** b, (3,), (3,)))"),
-    ("hw1.ops.power_scalar", "print(gradcheck(lambda a: a ** 3, (2, 3)))"),
-    ("hw1.ops.divide", "print(gradcheck(lambda a, b: a / b, (2, 3), (2, 3)))"),
-    ("hw1.ops.divide_scalar", "print(gradcheck(lambda a: a / 4.0, (2, 3)))"),
-    ("hw1.ops.log", "print(gradcheck(ops.log, (4,)))"),
-    ("hw1.ops.exp", "print(gradcheck(ops.exp, (4,)))"),
-    ("hw1.ops.relu", "print(gradcheck(ops.relu, (5,), low=-1.0))"),
-    ("hw1.ops.tanh", "print(gradcheck(ops.tanh, (4,)))"),
+    ("hw1.ops.multiply", "gradcheck(lambda a, b: a * b, (3, 4), (3, 4))"),
+    ("hw1.ops.power", "gradcheck(lambda a, b: a ** b, (3,), (3,))"),
+    ("hw1.ops.power_scalar", "gradcheck(lambda a: a ** 3, (2, 3))"),
+    ("hw1.ops.divide", "gradcheck(lambda a, b: a / b, (2, 3), (2, 3))"),
+    ("hw1.ops.divide_scalar", "gradcheck(lambda a: a / 4.0, (2, 3))"),
+    ("hw1.ops.log", "gradcheck(ops.log, (4,))"),
+    ("hw1.ops.exp", "gradcheck(ops.exp, (4,))"),
+    ("hw1.ops.relu", "gradcheck(ops.relu, (5,), low=-1.0)"),
+    ("hw1.ops.tanh", "gradcheck(ops.tanh, (4,))"),
     ("hw1.ops.transpose",
      "print(ops.transpose(ndl.Tensor(np.zeros((2, 3, 4))), (0, 2)).shape)  # (4, 3, 2)"),
     ("hw1.ops.reshape", "print(ops.reshape(ndl.Tensor(np.arange(6.0)), (2, -1)))"),
-    ("hw1.ops.broadcast_to", "print(gradcheck(lambda a: ops.broadcast_to(a, (3, 2, 4)), (2, 1)))"),
-    ("hw1.ops.summation", "print(gradcheck(lambda a: ops.summation(a, (1,)), (3, 4)))"),
-    ("hw1.ops.matmul", "print(gradcheck(lambda a, b: a @ b, (2, 3, 4), (4, 5)))"),
+    ("hw1.ops.broadcast_to", "gradcheck(lambda a: ops.broadcast_to(a, (3, 2, 4)), (2, 1))"),
+    ("hw1.ops.summation", "gradcheck(lambda a: ops.summation(a, (1,)), (3, 4))"),
+    ("hw1.ops.matmul", "gradcheck(lambda a, b: a @ b, (2, 3, 4), (4, 5))"),
     ("hw1.autograd.make_from_op",
      "x = ndl.Tensor([1.0, 2.0]); y = x * x\nprint(type(y.op).__name__, y.requires_grad)"),
     ("hw1.autograd.topo_sort",

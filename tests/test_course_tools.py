@@ -452,3 +452,30 @@ def test_hw1_and_hw2_score_fully_with_no_later_homework_written(tmp_path):
     with hw2 too every hw2 one, no hw3 exercise written (hw1/hw2 grade on NumPy)."""
     res = check_release.check_homeworks(tmp_path, homeworks=["hw1", "hw2"])
     assert res["homework_not_scoring"] == [], "\n".join(res["homework_not_scoring"])
+
+
+# ---------------------------------------------------------------------- notebooks
+def test_cuda_notebook_lists_every_stubbed_kernel():
+    """The hw3 CUDA notebook's "You implement" table names every function with a region of
+    hw3.cuda.backend, kernel file by kernel file (matmul.cu and reduce.cu were missing)."""
+    nb = json.loads((ROOT / "notebooks" / "hw3_cuda_kernels.ipynb").read_text())
+    intro = "".join(nb["cells"][0]["source"])
+    table = intro[intro.index("**You implement**"):intro.index("Grade them on a CPU")]
+    rows = {line.split("|")[1].strip(" `"): line for line in table.splitlines()
+            if line.startswith("| `")}
+    for region in all_regions():
+        if region.exercise == "hw3.cuda.backend":
+            assert region.path in rows, region.path
+            assert f"`{region.qualname}`" in rows[region.path], (region.path, region.qualname)
+
+
+def test_gradient_check_demo_says_its_threshold(capsys):
+    """The notebooks' gradcheck prints the error beside its threshold and a verdict."""
+    from course.notebook_questions import SETUP
+    ns: dict = {}
+    exec(compile(SETUP, "setup", "exec"), ns)
+    assert ns["gradcheck"](lambda a, b: a * b, (2, 3), (2, 3)) is None
+    out = capsys.readouterr().out
+    assert "threshold 1e-06: ok" in out and out.startswith("max |gradient - numerical")
+    ns["gradcheck"](lambda a, b: a * b, (2,), (2,), eps=1e-1, tol=0.0)
+    assert "WRONG" in capsys.readouterr().out

@@ -229,3 +229,18 @@ def test_score_table_lists_homework_in_course_order():
     rows = [line.split()[0] for line in scoring.format_table(rep).splitlines()
             if not line.startswith((" ", "exercise", "TOTAL"))]
     assert rows == ["hw0", "hw1", "hw4", "collectives", "hw9"]
+
+
+def test_notebook_grade_prints_lines_and_returns_none(monkeypatch, capsys):
+    """A notebook's `grade(...)` cell shows one line per exercise, not the report dict."""
+    import course.notebook
+
+    def fake_run(cmd, **kwargs):
+        report = Path(cmd[cmd.index("--report") + 1])
+        report.write_text(json.dumps({"exercises": [{
+            "exercise": "hw1.ops.multiply", "passed": 3, "failed": 0, "earned": 1,
+            "points": 1, "tests": [{"test": "t::a", "outcome": "passed", "message": ""}]}]}))
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+    monkeypatch.setattr(course.notebook.subprocess, "run", fake_run)
+    assert course.notebook.grade("hw1.ops.multiply") is None
+    assert capsys.readouterr().out == "hw1.ops.multiply: 3/3 tests, 1/1 points\n"
