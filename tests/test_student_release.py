@@ -143,3 +143,24 @@ def test_dangling_references_are_found(tmp_path):
     assert dangling_references(release) == [
         "docs/extra.md:1: tools/mutate.py", 'docs/extra.md:1: README.md, "Which parallelism"',
         "docs/extra.md:1: python -m course.check_release", "docs/extra.md:1: make gpu-check"]
+
+
+@pytest.mark.slow
+def test_a_finished_release_collects_every_test(tmp_path):
+    """With every exercise written (the reference's solved files over the release), every test
+    module the release ships imports: none needs the reference tree or an instructor tool
+    (tests/test_course_tools.py, test_gpu_check.py, test_mutate.py once did), and `make test`
+    lints with ruff alone."""
+    import shutil
+    release = tmp_path / "student"
+    for rel in {r.path for r in make_release(release)}:
+        shutil.copy2(ROOT / rel, release / rel)
+    res = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
+                          "-p", "no:cacheprovider", "tests"], cwd=release,
+                         env={**os.environ, "PYTHONPATH": str(release)}, capture_output=True,
+                         text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert " error" not in res.stdout.splitlines()[-1], res.stdout.splitlines()[-1]
+    dry = subprocess.run(["make", "-n", "test"], cwd=release, capture_output=True, text=True,
+                         timeout=60)
+    assert "ruff check" in dry.stdout and "mypy" not in dry.stdout and "pytest" in dry.stdout
