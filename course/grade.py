@@ -12,8 +12,12 @@ The tests run in a child process (``course/supervisor.py``): a test that crashes
 a segfault, a CUDA kernel's out-of-bounds write) or runs past ``--timeout`` seconds fails, with
 the signal or the time limit named, and grading goes on. The score table is printed last, then
 one line per exercise whose code fails; every traceback goes to ``details.txt`` beside the
-report. Exit status: 0 when the report was written, whatever the score (``--strict``: 1 unless
-every graded test that ran passed); 2 for a bad command line; 3 when grading itself failed.
+report. A failing CUDA test whose failure names no kernel (wrong numbers: a missing
+``__syncthreads()``, a read of unwritten ``__shared__`` memory) is rerun once with
+``NEEDLE_CUDA_EMULATOR_CHECK=full``, and its line names what that check finds (kernel, thread,
+file:line; ``course/checked_rerun.py``). Exit status: 0 when the report was written, whatever
+the score (``--strict``: 1 unless every graded test that ran passed); 2 for a bad command line;
+3 when grading itself failed.
 Everything runs locally; nothing is sent anywhere.
 """
 import argparse
@@ -26,6 +30,7 @@ from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 import pytest
 
+from .checked_rerun import rerun_checked
 from .exercises import EXERCISES, test_files
 from .grading import select_exercises
 from .scoring import failure_lines, format_table, score, waiting_line
@@ -140,6 +145,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 else "no graded test matched the selection (--exercise, -k)")
         print(f"{parser.prog}: error: {said}", file=sys.stderr)
         return 2 if graded.status in (0, 4, 5) else 3
+    # a CUDA test failing on numbers alone: once more with the emulator's full check
+    rerun_checked(base, graded, workdir, args.timeout, echo=lambda s: print(s, flush=True),
+                  cwd=ROOT)
     tests = {n: (ex, pts) for n, (ex, pts, _) in graded.tests.items()}
     outcomes: Dict[str, Any] = dict(graded.outcomes)
     extra_tests, extra_outcomes = _unimportable(graded)

@@ -161,9 +161,11 @@ def failure_lines(report: Dict[str, Any], width: int = 200) -> List[str]:
 _MODULE_PREFIX = re.compile(r"\b(?:[a-z_][a-z0-9_]*\.)+(?=[A-Z]\w*(?:Error|Exception)\b)")
 _LOCATION = re.compile(r"([\w.-]+\.(?:cu|cuh|h|py)):(\d+)")
 # the emulator's kernel errors name block and thread, then the error's kind: "thread (129, 0,
-# 0): out-of-bounds write of 4 bytes: buffer ...", "...: shared-memory race on ..."
-_THREAD = re.compile(r"thread \(\d+, \d+, \d+\): ")
+# 0): out-of-bounds write of 4 bytes: buffer ...", "thread (16, 0, 0) of block (0, 4, 0): read
+# of uninitialised __shared__ smem ..."
+_THREAD = re.compile(r"thread \(\d+, \d+, \d+\)(?: of block \(\d+, \d+, \d+\))?: ")
 _KIND_MAX = 60  # characters of the kind kept at most
+_BLOCK = re.compile(r"block \(\d+, \d+, \d+\) | of block \(\d+, \d+, \d+\)")
 
 
 def _kind_end(line: str) -> Optional[int]:
@@ -171,31 +173,48 @@ def _kind_end(line: str) -> Optional[int]:
     who = _THREAD.search(line)
     if who is None:
         return None
-    clause = re.search(r"[:,]| at ", line[who.end():who.end() + _KIND_MAX])
+    clause = re.search(r"[:,]| at | on ", line[who.end():who.end() + _KIND_MAX])
     return who.end() + (clause.start() if clause else _KIND_MAX)
+
+
+def _cut_test_id(head: str, budget: int) -> str:
+    """``head`` with the middle of its test id (between "exercise: " and the ": " before the
+    error) cut to fit ``budget``, keeping at least 24 characters of it."""
+    start, stop = head.find(": ") + 2, head.find(": ", head.find("::") + 2)
+    excess = len(head) - budget + 3
+    if not 0 < start < stop or stop - start - excess < 24:
+        excess = stop - start - 24
+    if excess <= 3:
+        return head
+    keep = (stop - start - excess) // 2
+    return head[:start + keep] + "..." + head[stop - (stop - start - excess - keep):]
+
+
+def _shorten(head: str, budget: int) -> str:
+    """The beginning of a kernel error, up to its kind, shortened toward ``budget``: template
+    arguments of the kernel's name go first, then the block, then the test's parameters."""
+    for step in (lambda h: re.sub(r"<[^<>']*>", "<...>", h),
+                 lambda h: _BLOCK.sub("", h),
+                 lambda h: _cut_test_id(h, budget)):
+        if len(head) <= budget:
+            break
+        head = step(head)
+    return head
 
 
 def _one_line(text: str, width: int) -> str:
     """``text`` on one line of at most ``width`` characters: exception names without their
     module path; when cut, the beginning up to the error's kind (``out-of-bounds write``) and
-    the first source location (``strided.cu:52``) are kept, the middle goes (the test's
-    parameters first, then the error's details)."""
+    the first two source locations (``strided.cu:52``) are kept, the middle goes (for a kernel
+    error: its template arguments, the block, the test's parameters, then the details)."""
     line = _MODULE_PREFIX.sub("", text.replace("\n", " "))
     if len(line) <= width:
         return line
-    where = _LOCATION.search(line)
-    tail = f" ... at {where[1]}:{where[2]}" if where and where.end() > width - 3 else " ..."
+    places = list(dict.fromkeys(f"{m[1]}:{m[2]}" for m in _LOCATION.finditer(line)))[:2]
+    tail = f" ... at {', '.join(places)}" if places else " ..."
     budget = width - len(tail)
     end = _kind_end(line)
-    if end is None or end <= budget:
-        return line[:budget] + tail
-    head = line[:end]
-    # cut the test's id (between "exercise: " and the ": " before the error) in its middle
-    start, stop = head.find(": ") + 2, head.find(": ", head.find("::") + 2)
-    excess = len(head) - budget + 3
-    if 0 < start < stop and stop - start > excess + 8:
-        keep = (stop - start - excess) // 2
-        head = head[:start + keep] + "..." + head[stop - (stop - start - excess - keep):]
+    head = line[:budget] if end is None or end <= budget else _shorten(line[:end], budget)
     return head[:budget] + tail
 
 

@@ -89,13 +89,15 @@ def _kill(proc: "subprocess.Popen[bytes]") -> None:
 
 
 def _run_child(cmd: List[str], output: Path, reader: _LogReader, graded: Graded,
-               timeout: float, cwd: Path) -> Tuple[int, Optional[str]]:
+               timeout: float, cwd: Path, extra_env: Optional[Dict[str, str]] = None
+               ) -> Tuple[int, Optional[str]]:
     """Run one child to its end (or kill it when a test passes ``timeout``): its return code
     and, when it died inside a test, why (the test is ``reader.running``)."""
     with open(output, "ab") as out:
         start = out.tell()
         # property tests: the examples of `make test`, a failure reported unshrunk (grading.py)
-        env = {**os.environ, "HYPOTHESIS_PROFILE": os.environ.get("HYPOTHESIS_PROFILE", "grade")}
+        env = {**os.environ, "HYPOTHESIS_PROFILE": os.environ.get("HYPOTHESIS_PROFILE", "grade"),
+               **(extra_env or {})}
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd,
                                 start_new_session=True)
         timed_out = False
@@ -136,10 +138,11 @@ def _paths_holding(paths: Sequence[str], files: Set[str]) -> List[str]:
 
 
 def run_graded(base: Sequence[str], paths: Sequence[str], workdir: Path, timeout: float,
-               echo: Callable[[str], None], cwd: Path, max_restarts: int = 50) -> Graded:
-    """Grade in child processes ``python -m pytest *base *paths`` (run in ``cwd``) until every
-    graded test has an outcome; a test that kills its child or passes ``timeout`` seconds fails
-    with the cause."""
+               echo: Callable[[str], None], cwd: Path, max_restarts: int = 50,
+               env: Optional[Dict[str, str]] = None) -> Graded:
+    """Grade in child processes ``python -m pytest *base *paths`` (run in ``cwd``, with ``env``
+    added to the environment) until every graded test has an outcome; a test that kills its
+    child or passes ``timeout`` seconds fails with the cause."""
     log, output = workdir / "grade-log.jsonl", workdir / "pytest-output.txt"
     skip, forked = workdir / "grade-skip.txt", workdir / "grade-forked.txt"
     for path in (log, output, skip, forked):
@@ -154,7 +157,7 @@ def run_graded(base: Sequence[str], paths: Sequence[str], workdir: Path, timeout
             skip.write_text("\n".join(graded.outcomes) + "\n")
             forked.write_text("\n".join(forked_files) + "\n")
             cmd += ["--grade-skip", str(skip), "--grade-forked", str(forked)]
-        rc, cause = _run_child(cmd + list(paths), output, reader, graded, timeout, cwd)
+        rc, cause = _run_child(cmd + list(paths), output, reader, graded, timeout, cwd, env)
         if run == 0 and graded.tests:
             n = len({ex for ex, _, _ in graded.tests.values()})
             echo(f"grading {len(graded.tests)} graded tests of {n} exercise{'s' * (n != 1)} "

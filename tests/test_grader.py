@@ -2,6 +2,7 @@
 a crashing or hanging test fails alone with its cause named, the table comes last, a setup
 error is a failure, and command-line mistakes are one line before any test runs."""
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -202,7 +203,8 @@ def test_a_long_failure_line_keeps_its_source_location():
     line = scoring._one_line("hw3.cuda.backend: t.py::test: " + message, 160)
     assert len(line) <= 160
     assert line.endswith("at strided.cu:52")
-    assert ": EmulatorMemoryError: kernel 'compact': block (0, 0, 0) thread (12, 0, 0)" in line
+    assert ": EmulatorMemoryError: kernel 'compact': " in line  # (the block goes when cut)
+    assert "thread (12, 0, 0): out-of-bounds write" in line
 
 
 def test_a_cut_failure_line_keeps_the_errors_kind_and_location():
@@ -220,6 +222,18 @@ def test_a_cut_failure_line_keeps_the_errors_kind_and_location():
                  "write of 4 bytes", "permuted-float32-cuda]"):
         assert kept in line, (kept, line)
     assert line.endswith(" ... at strided.cu:52")
+    race = ("EmulatorMemoryError: kernel 'reduce_rows_block<float, float, ndl::SumOp>': block "
+            "(0, 4, 0) thread (32, 0, 0): shared-memory race (write-after-read hazard) on "
+            "__shared__ smem (in reduce_rows_block)[1] (byte 4 of 128): thread (32, 0, 0) "
+            "writes it at /r/kernels/reduce.cu:66 (in reduce_rows_block<float, float, "
+            "ndl::SumOp>) after thread (1, 0, 0) read it at /r/kernels/reduce.cu:68 (in "
+            "reduce_rows_block<float, float, ndl::SumOp>) with no __syncthreads() between")
+    line = scoring._one_line(f"hw3.cuda.backend: test_cuda_backend.py::test_reductions"
+                             f"[(100003,)-None-float32]: {race}", 200)
+    assert len(line) <= 200 and line.endswith(" ... at reduce.cu:66, reduce.cu:68"), line
+    for kept in ("kernel 'reduce_rows_block<...>'", "thread (32, 0, 0): shared-memory race",
+                 "test_cuda_bac"):
+        assert kept in line, (kept, line)
 
 
 def test_score_table_lists_homework_in_course_order():
@@ -244,3 +258,43 @@ def test_notebook_grade_prints_lines_and_returns_none(monkeypatch, capsys):
     monkeypatch.setattr(course.notebook.subprocess, "run", fake_run)
     assert course.notebook.grade("hw1.ops.multiply") is None
     assert capsys.readouterr().out == "hw1.ops.multiply: 3/3 tests, 1/1 points\n"
+
+
+def test_only_cuda_failures_that_name_no_kernel_are_rerun_checked():
+    from course.checked_rerun import RERUNS_PER_EXERCISE, to_rerun
+    from course.scoring import Outcome
+    from course.supervisor import Graded
+    messages = {"a": "AssertionError: Not equal to tolerance", "b": "AssertionError: 1 != 2",
+                "c": "AssertionError: again", "d": "EmulatorMemoryError: kernel 'k': ...",
+                "e": "crashed: SIGSEGV", "f": "NotImplementedError: hw3.cuda.backend: write"}
+    graded = Graded(tests={f"t::{k}": ("hw3.cuda.backend", 4, "t.py") for k in messages},
+                    outcomes={f"t::{k}": Outcome("failed", m) for k, m in messages.items()})
+    graded.tests["t::cpu"] = ("hw3.ndarray.views", 3, "t.py")
+    graded.outcomes["t::cpu"] = Outcome("failed", "AssertionError: wrong")
+    graded.tests["t::ok"] = ("hw3.cuda.backend", 4, "t.py")
+    graded.outcomes["t::ok"] = Outcome("passed")
+    assert to_rerun(graded) == ["t::a", "t::b", "t::c"][:RERUNS_PER_EXERCISE]
+
+
+@pytest.mark.slow
+def test_a_missing_barrier_is_named_by_make_grade(tmp_path):
+    """A removed __syncthreads() in reduce_rows_block gives wrong numbers only; the grader
+    reruns the failing test under NEEDLE_CUDA_EMULATOR_CHECK=full and its line names the race:
+    kernel, thread and both lines."""
+    from course.make_student import make_release
+    tree = tmp_path / "tree"
+    make_release(tree, only=())  # the reference, every exercise written
+    kernel = tree / "needle" / "backend_cuda" / "kernels" / "reduce.cu"
+    barrier = "    if (lane == 0) smem[warp] = acc;\n    __syncthreads();\n"
+    assert kernel.read_text().count(barrier) == 1, "the mutation site moved"
+    kernel.write_text(kernel.read_text().replace(barrier, barrier.split("\n")[0] + "\n"))
+    res = subprocess.run([sys.executable, "-m", "course.grade", "--exercise",
+                          "hw3.cuda.backend", "--report", str(tmp_path / "r.json"),
+                          "-k", "test_reductions"], cwd=tree, capture_output=True, text=True,
+                         timeout=600, env={**os.environ, "PYTHONPATH": str(tree)})
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    line = next(ln for ln in res.stdout.splitlines() if ln.startswith("  hw3.cuda.backend: "))
+    assert "NEEDLE_CUDA_EMULATOR_CHECK=full" in res.stdout
+    for named in ("EmulatorMemoryError: kernel 'reduce_rows_block", "shared-memory race",
+                  "reduce.cu:66", "thread ("):
+        assert named in line, (named, line)
