@@ -1,5 +1,6 @@
 """Devices: a ``BackendDevice`` pairs a name with the backend module implementing the primitives.
 Kinds besides ``cpu`` are registered by their backend, so this layer imports none above it."""
+import contextlib
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -45,6 +46,22 @@ class BackendDevice:
         """True when this device's backend can run here."""
         return self.mod is not None
 
+    def constant(self, key: Any, make: Callable[[], np.ndarray], dtype: Any) -> Any:
+        """An NDArray of ``make()`` on this device, made once per ``key`` and kept (read it,
+        never write it): a causal mask, position ids, uploaded once instead of every step.
+        Made with the device's own primitives even while ``needle.compile`` records (the
+        recorder's ``paused``), so a compiled step sees it as a leaf from its first call."""
+        cache = self.__dict__.setdefault("_constants", {})
+        arr = cache.get(key)
+        if arr is None:
+            recorder = self.__dict__.get("_needle_recorder")
+            with recorder.paused() if recorder is not None else contextlib.nullcontext():
+                arr = self._from_numpy(make(), dtype)
+            if len(cache) >= 64:
+                cache.clear()
+            cache[key] = arr
+        return arr
+
     def _from_numpy(self, arr: np.ndarray, dtype: Any) -> "Any":
         from .ndarray import NDArray
         return NDArray(arr, device=self, dtype=dtype)
@@ -75,8 +92,7 @@ class BackendDevice:
     def _one_hot_here(self, n: int, i: Any, dtype: Any) -> Any:
         """``i[..., None] == arange(n)`` on this device, for indices already here."""
         from .functions import take_rows
-        from .ndarray import NDArray
-        arange = NDArray(np.arange(n, dtype=np.int64).reshape(n, 1), device=self)
+        arange = self.constant(("arange", n), lambda: np.arange(n).reshape(n, 1), "int64")
         # take_rows from arange returns the indices themselves, checked to lie in [0, n) (on
         # every replay of a compiled step, too)
         rows = (i.size, n)

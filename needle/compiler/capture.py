@@ -6,8 +6,9 @@ Not needle's op graph: it misses work a training step does on NDArrays (gradient
 records kernels. ``Recorder`` swaps recording wrappers into a device's primitive table;
 ``execute=True`` (``compile``) also runs each call, ``execute=False`` (``lazy``) only queues it.
 """
+import contextlib
 import sys
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -172,6 +173,20 @@ class Recorder:
         d = self.device.__dict__
         d.update(self._saved)
         d["_needle_recorder"] = None
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """The device's own primitives inside the block: what runs there is not recorded
+        (``BackendDevice.constant``: a cached constant is a leaf, like a parameter)."""
+        d = self.device.__dict__
+        wrapped = {k: d[k] for k in self._saved}
+        d.update(self._saved)
+        d["_needle_recorder"] = None
+        try:
+            yield
+        finally:
+            d.update(wrapped)
+            d["_needle_recorder"] = self
 
     def original(self, name: str) -> Any:
         """The device's own primitive ``name`` (not the recording wrapper)."""

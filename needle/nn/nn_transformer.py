@@ -3,7 +3,6 @@
 All heads are computed at once with batched matmuls over (B, heads, T, d) tensors; there is no
 Python loop over heads or positions.
 """
-import functools
 import math
 from typing import Optional, Tuple
 
@@ -32,14 +31,14 @@ class MultiHeadAttention(Module):
         self.attn_dropout = Dropout(dropout)
 
     @staticmethod
-    @functools.lru_cache(maxsize=32)  # made and uploaded once per shape, not on every call
     def create_causal_mask(i: int, j: int, device: BackendDevice, dtype: str = "float32"
                            ) -> NDArray:
         """(1, 1, i, j) additive mask: a large negative number where key > query position
-        (shared between calls: read it, never write it)."""
-        big = float(np.finfo(np.dtype(dtype) if dtype != "bfloat16" else np.float32).max)
-        mask = -big * np.triu(np.ones((1, 1, i, j), dtype=np.float64), j - i + 1)
-        return NDArray(mask, device=device, dtype=dtype)
+        (made once per shape and device, ``device.constant``: read it, never write it)."""
+        def make() -> np.ndarray:
+            big = float(np.finfo(np.dtype(dtype) if dtype != "bfloat16" else np.float32).max)
+            return -big * np.triu(np.ones((1, 1, i, j), dtype=np.float64), j - i + 1)
+        return device.constant(("causal_mask", i, j, dtype), make, dtype)
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor) -> Tuple[Tensor, Tensor]:
         """Returns (result (B, heads, T_q, d), probs (B, heads, T_q, T_k) after dropout)."""
@@ -162,11 +161,12 @@ class Transformer(Module):
         self.pos_embedding = Embedding(sequence_len, embedding_size, gather=True, **kw)
 
     @staticmethod
-    @functools.lru_cache(maxsize=32)  # uploaded once per shape, not on every step
     def positions(t: int, b: int, device: BackendDevice) -> Tensor:
-        """The (T, B) int64 constant of positions 0..T-1 down each column."""
-        positions = np.broadcast_to(np.arange(t, dtype=np.int64)[:, None], (t, b))
-        return Tensor(positions, device=device, dtype="int64", requires_grad=False)
+        """The (T, B) int64 constant of positions 0..T-1 down each column (uploaded once per
+        shape and device, ``device.constant``)."""
+        return Tensor.make_const(device.constant(
+            ("positions", t, b), lambda: np.broadcast_to(np.arange(t)[:, None], (t, b)),
+            "int64"))
 
     def forward(self, x: Tensor, h: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         """Exercise hw4.nn.transformer (with the layers above): x (B, T, D) (or (T, B, D) when not
