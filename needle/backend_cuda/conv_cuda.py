@@ -10,6 +10,7 @@ from typing import Any, Sequence, Tuple
 
 import numpy as np
 
+from . import _runtime as rt
 from . import kernel_specs as K
 
 __all__ = ["conv_im2col", "conv_col2im", "conv_bias_add", "column_sum", "batch_norm_fwd",
@@ -26,8 +27,7 @@ def _i64(*vals: int) -> Tuple[Any, ...]:
 
 def _launch(filename: str, kernel: str, a: Any, grid: Tuple[int, ...], block: Tuple[int, ...],
             args: tuple) -> None:
-    from . import _runtime as rt
-    dt, idx = a.dtype.name, a.device_index
+    dt, idx = rt.DTYPE_NAME[a.dtype], a.device_index
     rt.launch(rt.kernel(filename, K.typed_name(kernel, dt), dt, idx), grid, block, args, idx)
 
 
@@ -71,10 +71,9 @@ def conv_bias_add(y: Any, bias: Any, rows: int, cols: int) -> None:
 def column_sum(a: Any, out: Any, rows: int, cols: int) -> None:
     """out[c] = sum over the rows of compact (rows, cols) ``a``: one launch, or for many rows
     two (chunks of rows summed in the accumulation type, then the chunks)."""
-    from . import _runtime as rt
     if cols == 0:
         return
-    dt, idx = a.dtype.name, a.device_index
+    dt, idx = rt.DTYPE_NAME[a.dtype], a.device_index
     acc, tiles = K.ACC_DTYPE[dt], math.ceil(cols / _CHANNELS)
 
     def run(src: Any, src_dt: str, dst: Any, dst_dt: str, n: int, per: int) -> None:
@@ -106,8 +105,20 @@ def _strides(view: View) -> Tuple[Any, ...]:
 
 
 def _acc(val: float, x: Any) -> Any:
-    from . import _runtime as rt
-    return rt.scalar_arg(val, x.dtype.name)
+    return rt.scalar_arg(val, rt.DTYPE_NAME[x.dtype])
+
+
+def _stats_parts(x_view: View, stats: Any) -> Any:
+    """(sizes, chunks, grid, (mean, rstd, partials 1, partials 2)) of a batch-norm launch over
+    the (N, C, H, W) view: ``stats`` split as batch_norm_fwd lays it out; None when empty."""
+    shape = x_view[0]
+    c, hw, width = shape[1], shape[2] * shape[3], shape[3]
+    rows, rows_per, chunks, grid = _plan(shape)
+    if rows == 0 or c == 0:
+        return None
+    st = stats.array
+    views = st[:c], st[c:2 * c], st[2 * c:(2 + chunks) * c], st[(2 + chunks) * c:]
+    return _i64(c, hw, width, rows, rows_per), chunks, grid, views
 
 
 def batch_norm_fwd(x: Any, x_view: View, w: Any, b: Any, running_mean: Any, running_var: Any,
@@ -116,14 +127,10 @@ def batch_norm_fwd(x: Any, x_view: View, w: Any, b: Any, running_mean: Any, runn
     """y = (x - mean) * rstd * w + b per channel of the (N, C, H, W) views, statistics over
     (N, H, W); ``stats`` (accumulation dtype) gets [mean, rstd, scratch (2 * chunks * C)];
     new_mean / new_var = (1 - momentum) * running + momentum * (mean, biased var)."""
-    shape = x_view[0]
-    c, hw, width = shape[1], shape[2] * shape[3], shape[3]
-    rows, rows_per, chunks, grid = _plan(shape)
-    if rows == 0 or c == 0:
+    parts = _stats_parts(x_view, stats)
+    if parts is None:
         return
-    st = stats.array
-    mean, rstd, pm, pq = st[:c], st[c:2 * c], st[2 * c:(2 + chunks) * c], st[(2 + chunks) * c:]
-    sizes = _i64(c, hw, width, rows, rows_per)
+    sizes, chunks, grid, (mean, rstd, pm, pq) = parts
     _launch("batchnorm.cu", "bn_fwd_partials", x, grid, (_CHANNELS, _LANES, 1),
             (x.array, *_strides(x_view), *sizes, pm, pq))
     _launch("batchnorm.cu", "bn_fwd_apply", x, grid, (_CHANNELS, _LANES, 1),
@@ -141,14 +148,10 @@ def batch_norm_bwd(dy: Any, dy_view: View, x: Any, x_view: View, w: Any, stats: 
                    dx: Any, dx_view: View, dw: Any, db: Any) -> None:
     """dx, dw, db of batch_norm_fwd (training statistics) from dy and the forward's stats;
     its scratch part is reused."""
-    shape = x_view[0]
-    c, hw, width = shape[1], shape[2] * shape[3], shape[3]
-    rows, rows_per, chunks, grid = _plan(shape)
-    if rows == 0 or c == 0:
+    parts = _stats_parts(x_view, stats)
+    if parts is None:
         return
-    st = stats.array
-    mean, rstd, p1, p2 = st[:c], st[c:2 * c], st[2 * c:(2 + chunks) * c], st[(2 + chunks) * c:]
-    sizes = _i64(c, hw, width, rows, rows_per)
+    sizes, chunks, grid, (mean, rstd, p1, p2) = parts
     _launch("batchnorm.cu", "bn_bwd_partials", x, grid, (_CHANNELS, _LANES, 1),
             (dy.array, *_strides(dy_view), x.array, *_strides(x_view), *sizes, mean, rstd, p1,
              p2))
