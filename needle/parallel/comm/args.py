@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from ... import numbers as strict
 from .reference import UFUNCS
 
 # dtypes a reduction can run on: numbers and bool (never objects, strings or records)
@@ -86,21 +87,23 @@ def env_bytes(name: str, default: int, minimum: int = 0) -> int:
     if raw is None:
         return default
     try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"{name} must be a number of bytes, got {raw!r}") from None
+        value = strict.count(raw, name, lo=None)
+    except strict.NumberError:
+        raise ValueError(f"{name} must be a number of bytes (ASCII digits), got {raw!r}") from None
     if value < minimum:
         raise ValueError(f"{name} must be at least {minimum} bytes, got {raw!r}")
     return value
 
 
+# A longer deadline is no deadline (11.6 days), and sleeps and lock waits overflow near 1e10 s.
+MAX_TIMEOUT = 1e6
+
+
 def check_timeout(timeout: Any, env: str = "NEEDLE_COMM_TIMEOUT") -> float:
-    """The communicator's timeout in seconds: a positive number (``env`` names its source)."""
+    """The communicator's timeout in seconds: a finite number in (0, MAX_TIMEOUT] (``env``
+    names its source; nan or inf would turn the deadline off: a dead rank would hang the rest)."""
     try:
-        value = float(timeout)
-    except (TypeError, ValueError):
-        raise ValueError(f"the communicator timeout must be a number of seconds, got "
-                         f"{timeout!r} ({env})") from None
-    if not value > 0:
-        raise ValueError(f"the communicator timeout must be > 0 seconds, got {timeout!r} ({env})")
-    return value
+        return strict.real(timeout, "", lo=0, hi=MAX_TIMEOUT, lo_open=True)
+    except strict.NumberError:
+        raise ValueError(f"the communicator timeout must be a finite number of seconds in "
+                         f"(0, {MAX_TIMEOUT:g}], got {timeout!r} ({env})") from None

@@ -21,6 +21,8 @@ import traceback
 from pathlib import Path
 from typing import Any, Dict, Optional
 
+from .args import check_timeout
+
 REPORT_DIR_ENV = "NEEDLE_LAUNCH_DIR"
 GUARD_ENV = "NEEDLE_EXIT_GUARD_PID"  # the rank that installed the exit guard
 
@@ -100,7 +102,7 @@ def start_mpi(why: str) -> Any:
     if _mpi_started() or not under_mpi_launcher() or not hasattr(os, "fork"):
         from mpi4py import MPI
         return MPI
-    timeout = float(os.environ.get("NEEDLE_COMM_TIMEOUT", "60"))
+    timeout = check_timeout(os.environ.get("NEEDLE_COMM_TIMEOUT", "60"))
     guard = not os.environ.get(REPORT_DIR_ENV)
     me, (rd, wr) = os.getpid(), os.pipe()
     watchdog = os.fork()

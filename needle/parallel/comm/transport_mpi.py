@@ -11,6 +11,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from ... import numbers as strict
 from .progress import CommTimeoutError, mpi
 
 _POLLS_BEFORE_YIELD = 256
@@ -124,7 +125,7 @@ def _spin_polls(mpi_comm: Any) -> int:
     oversubscribed (more ranks than cores); ``NEEDLE_POLLS_BEFORE_YIELD`` overrides."""
     env = os.environ.get("NEEDLE_POLLS_BEFORE_YIELD")
     if env is not None:
-        return int(env)
+        return strict.count(env, "NEEDLE_POLLS_BEFORE_YIELD")
     local = mpi_comm.Split_type(mpi().COMM_TYPE_SHARED)
     ranks_here = local.Get_size()
     local.Free()

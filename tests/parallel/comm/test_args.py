@@ -82,7 +82,8 @@ def test_split_key_and_timeout_are_checked(monkeypatch):
     with pytest.raises(RankFailedError, match="split\\(key='a'\\) on rank 0 of 2: key must be "
                                               "an int, not str"):
         virtual.run(2, _split_with_a_str_key)
-    with pytest.raises(ValueError, match="timeout must be > 0 seconds, got 0 \\(timeout=\\)"):
+    with pytest.raises(ValueError, match=r"timeout must be a finite number of seconds in "
+                                         r"\(0, 1e\+06\], got 0 \(timeout=\)"):
         virtual.run(2, _split_with_a_str_key, timeout=0)
     monkeypatch.setenv("NEEDLE_COMM_TIMEOUT", "abc")
     with pytest.raises(ValueError, match="got 'abc' \\(NEEDLE_COMM_TIMEOUT\\)"):
@@ -122,6 +123,50 @@ def test_ring_chunk_and_thresholds_from_the_environment_are_checked(monkeypatch)
     monkeypatch.delenv("NEEDLE_ALLGATHER_SMALL")
     importlib.reload(select)
     assert args.env_bytes("NEEDLE_NOT_SET_ANYWHERE", 7) == 7
+
+
+@pytest.mark.parametrize("raw", ["nan", "inf", "-inf", "-1", "0", "1e7", "", "soon", "1e400"])
+def test_a_bad_comm_timeout_is_named_before_any_wait(monkeypatch, raw):
+    """NEEDLE_COMM_TIMEOUT of nan or inf turned every deadline off (a dead rank hung the rest
+    for ever); negative, zero, beyond 1e6 s or not a number: each raises naming the variable."""
+    from needle.parallel import RankFailedError, virtual
+    from needle.parallel.comm import args
+    monkeypatch.setenv("NEEDLE_COMM_TIMEOUT", raw)
+    with pytest.raises((ValueError, RankFailedError),
+                       match=f"timeout must be a finite number of seconds.*{raw!r}"
+                             r".*\(NEEDLE_COMM_TIMEOUT\)"):
+        virtual.run(2, _nothing)
+    with pytest.raises(ValueError, match=r"\(timeout=\)"):
+        args.check_timeout(float(raw) if raw in ("nan", "inf") else raw, "timeout=")
+    monkeypatch.setenv("NEEDLE_COMM_TIMEOUT", "2.5")
+    assert virtual.run(2, _nothing) == [0, 1] and args.check_timeout("2.5") == 2.5
+
+
+def test_mpi_start_up_watchdog_refuses_a_bad_comm_timeout():
+    """start_mpi's watchdog read NEEDLE_COMM_TIMEOUT with float(): nan never fired, 'soon'
+    ended in float()'s own traceback. It now raises naming the variable, before forking."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, NEEDLE_COMM_TIMEOUT="nan", PMI_SIZE="2", PMI_RANK="0")
+    code = ("import sys; from needle.parallel.comm import faults\n"
+            "sys.modules.pop('mpi4py.MPI', None)\nfaults.start_mpi('test')")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode != 0
+    assert "ValueError: the communicator timeout must be a finite number" in out.stderr
+    assert "'nan' (NEEDLE_COMM_TIMEOUT)" in out.stderr
+
+
+def test_polls_before_yield_from_the_environment_is_a_whole_count(monkeypatch):
+    """NEEDLE_POLLS_BEFORE_YIELD went through int(): '٣' read as 3, '-5' as -5 polls."""
+    from needle.numbers import NumberError
+    from needle.parallel.comm.transport_mpi import _spin_polls
+    for raw in ("-5", "٣", "2.5", "many"):
+        monkeypatch.setenv("NEEDLE_POLLS_BEFORE_YIELD", raw)
+        with pytest.raises(NumberError, match=f"NEEDLE_POLLS_BEFORE_YIELD {raw!r} must be a "
+                                              "whole number >= 0"):
+            _spin_polls(None)
 
 
 def test_tag_bounds_are_half_open():
