@@ -19,6 +19,7 @@ from typing import Iterable, Optional
 
 from ..autograd import Tensor
 from ..backend_ndarray import NDArray
+from .hyper import Hyper
 from .optimizer import Optimizer
 
 __all__ = ["Adafactor"]
@@ -33,6 +34,15 @@ class Adafactor(Optimizer):
 
     hyperparameters = ("lr", "beta1", "eps1", "eps2", "clip_threshold", "decay_rate",
                        "weight_decay", "relative_step", "scale_parameter")
+    lr = Hyper(lo=0, optional=True)  # None: relative steps
+    beta1 = Hyper(lo=0, hi=1, hi_open=True, optional=True)  # None: no momentum
+    eps1 = Hyper(lo=0)
+    eps2 = Hyper(lo=0)
+    clip_threshold = Hyper(lo=0, lo_open=True)
+    decay_rate = Hyper(hi=0)  # b2_t = 1 - t^decay_rate must stay in [0, 1)
+    weight_decay = Hyper(lo=0)
+    relative_step = Hyper(flag=True)
+    scale_parameter = Hyper(flag=True)
 
     def __init__(self, params: Iterable[Tensor], lr: Optional[float] = None,
                  beta1: Optional[float] = None, eps1: float = 1e-30, eps2: float = 1e-3,
@@ -40,9 +50,9 @@ class Adafactor(Optimizer):
                  weight_decay: float = 0.0, relative_step: Optional[bool] = None,
                  scale_parameter: bool = True) -> None:
         super().__init__(params)
-        if lr is not None and lr <= 0:
-            raise ValueError(f"Adafactor: lr must be positive, got {lr}")
         self.lr = lr
+        if lr is not None and lr == 0:
+            raise ValueError(f"Adafactor: lr must be positive, got {lr}")
         self.beta1 = beta1
         self.eps1, self.eps2 = eps1, eps2
         self.clip_threshold = clip_threshold

@@ -2,6 +2,7 @@
 import math
 from typing import Iterable
 
+from .. import numbers
 from ..autograd import Tensor
 from .optimizer import unique_by_identity
 
@@ -21,8 +22,8 @@ def grad_norm(params: Iterable[Tensor]) -> float:
 
 def clip_grad_norm(params: Iterable[Tensor], max_norm: float, eps: float = 1e-6) -> float:
     """Scale gradients so their global L2 norm is at most ``max_norm``; return the norm before."""
-    if max_norm <= 0:
-        raise ValueError(f"clip_grad_norm: max_norm must be positive, got {max_norm}")
+    max_norm = numbers.positive(max_norm, "clip_grad_norm: max_norm")  # nan never clipped
+    eps = numbers.real(eps, "clip_grad_norm: eps", lo=0)
     params = _unique_with_grad(params)
     total = grad_norm(params)
     coef = max_norm / (total + eps)

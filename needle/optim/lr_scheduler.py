@@ -3,6 +3,8 @@ They compose: ``LinearWarmup(opt, 100, after=CosineAnnealing(opt, 1000))``."""
 import math
 from typing import Any, Dict, Optional
 
+from .. import numbers
+
 
 class LRScheduler:
     """Base class: ``get_lr(step)`` is the learning rate after ``step`` scheduler steps."""
@@ -29,8 +31,8 @@ class LRScheduler:
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Restore ``state_dict`` and reapply the lr of that step."""
-        self.last_step = int(state["last_step"])
-        self.base_lr = float(state["base_lr"])
+        self.last_step = numbers.count(state["last_step"], "scheduler state last_step", lo=0)
+        self.base_lr = numbers.real(state["base_lr"], "scheduler state base_lr", lo=0)
         self.optimizer.lr = self.get_lr(self.last_step)
 
 
@@ -38,10 +40,8 @@ class StepLR(LRScheduler):
     """lr = base_lr * gamma ** (step // step_size)."""
 
     def __init__(self, optimizer: Any, step_size: int, gamma: float = 0.1) -> None:
-        if step_size < 1:
-            raise ValueError(f"StepLR: step_size must be >= 1, got {step_size}")
-        self.step_size = step_size
-        self.gamma = gamma
+        self.step_size = numbers.count(step_size, "StepLR: step_size", lo=1)
+        self.gamma = numbers.real(gamma, "StepLR: gamma", lo=0)
         super().__init__(optimizer)
 
     def get_lr(self, step: int) -> float:
@@ -52,10 +52,8 @@ class CosineAnnealing(LRScheduler):
     """lr = eta_min + (base_lr - eta_min) (1 + cos(pi min(step, T_max) / T_max)) / 2 (SGDR)."""
 
     def __init__(self, optimizer: Any, T_max: int, eta_min: float = 0.0) -> None:
-        if T_max < 1:
-            raise ValueError(f"CosineAnnealing: T_max must be >= 1, got {T_max}")
-        self.T_max = T_max
-        self.eta_min = eta_min
+        self.T_max = numbers.count(T_max, "CosineAnnealing: T_max", lo=1)
+        self.eta_min = numbers.real(eta_min, "CosineAnnealing: eta_min", lo=0)
         super().__init__(optimizer)
 
     def get_lr(self, step: int) -> float:
@@ -69,8 +67,7 @@ class LinearWarmup(LRScheduler):
 
     def __init__(self, optimizer: Any, warmup_steps: int,
                  after: Optional[LRScheduler] = None) -> None:
-        if warmup_steps < 1:
-            raise ValueError(f"LinearWarmup: warmup_steps must be >= 1, got {warmup_steps}")
+        warmup_steps = numbers.count(warmup_steps, "LinearWarmup: warmup_steps", lo=1)
         if after is not None and after.optimizer is not optimizer:
             raise ValueError("LinearWarmup: `after` must schedule the same optimizer")
         self.warmup_steps = warmup_steps
