@@ -10,7 +10,8 @@ Profiling is off by default; while it is off the library's hooks cost one global
 """
 import contextlib
 import os
-from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional
+import threading
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional
 
 from . import distributed, hooks, summary, trace
 from . import events as ev
@@ -22,6 +23,8 @@ if TYPE_CHECKING:  # the profiler is told its communicator; it never imports one
     from ..parallel.comm.protocol import Comm
 
 _RECORDING = (ProfilerAction.WARMUP, ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
+# thread ident -> the profile started on it and not yet stopped (one per thread: see start)
+_STARTED: Dict[int, "profile"] = {}
 
 
 class profile:
@@ -53,6 +56,7 @@ class profile:
         self._rec: Optional[Recorder] = None
         self._action = ProfilerAction.NONE
         self._offset0 = 0
+        self._thread: Optional[int] = None  # the thread it was started on, until stopped
 
     @property
     def rank(self) -> int:
@@ -70,9 +74,30 @@ class profile:
         else:  # no collective calls: the other ranks may never get here, and the error must show
             self._end_recorder()
             self._action = ProfilerAction.NONE
+            self._release_thread()
 
     def start(self) -> None:
-        """Start profiling (the step count starts at 0)."""
+        """Start profiling (the step count starts at 0). Refused while a profile (this one or
+        another) is started on this thread: a thread has one recorder, so the inner one would
+        take the outer's events and leave it recording nothing after the inner block."""
+        me = threading.get_ident()
+        active = _STARTED.get(me)
+        if active is self:
+            raise RuntimeError("profile: already started on this thread (stop() it first)")
+        if active is not None:
+            raise RuntimeError("profile: this thread is already being profiled by an enclosing "
+                               "profile(); nested profilers are refused (the inner one would "
+                               "take the outer one's events). Mark a part of the outer "
+                               "recording with profiler.record_function(name) instead")
+        _STARTED[me] = self
+        self._thread = me
+        try:
+            self._start()
+        except BaseException:
+            self._release_thread()
+            raise
+
+    def _start(self) -> None:
         self.step_num = 0
         self._offset0 = distributed.clock_offset(self.comm) if self.comm is not None else 0
         self._action = self.schedule(0) if self.schedule is not None else ProfilerAction.RECORD
@@ -99,13 +124,21 @@ class profile:
 
     def stop(self) -> None:
         """Stop profiling; the recording so far becomes ``record``."""
-        if self._rec is not None and self._action != ProfilerAction.WARMUP:
-            self._finish(save=self.schedule is not None)
-        else:
-            self._end_recorder()
-            if self.comm is not None:  # keep the collective calls matched on every rank
-                distributed.clock_offset(self.comm)
-        self._action = ProfilerAction.NONE
+        try:
+            if self._rec is not None and self._action != ProfilerAction.WARMUP:
+                self._finish(save=self.schedule is not None)
+            else:
+                self._end_recorder()
+                if self.comm is not None:  # keep the collective calls matched on every rank
+                    distributed.clock_offset(self.comm)
+        finally:  # (on_trace_ready may raise: the thread is free again all the same)
+            self._action = ProfilerAction.NONE
+            self._release_thread()
+
+    def _release_thread(self) -> None:
+        if self._thread is not None and _STARTED.get(self._thread) is self:
+            del _STARTED[self._thread]
+        self._thread = None
 
     def _begin(self) -> None:
         self._rec = Recorder(self.record_shapes, self.max_events, self.profile_memory)

@@ -235,6 +235,52 @@ def test_hooks_are_off_after_the_block_even_on_an_error():
     assert len(prof.events()) == 1
 
 
+def test_a_nested_profile_is_refused_and_the_outer_keeps_recording():
+    """A profile inside another on the same thread took the thread's recorder: the outer one
+    silently lost every event after the inner block. Now the inner one is refused, named, and
+    the outer records on; a profile on another thread (a virtual rank) is not nested."""
+    import threading
+    with profiler.profile() as outer:
+        _t(2) + _t(2)
+        with pytest.raises(RuntimeError, match=r"already being profiled by an enclosing "
+                                               r"profile\(\); nested profilers are refused"):
+            with profiler.profile():
+                pass
+        with pytest.raises(RuntimeError, match="already started on this thread"):
+            outer.start()
+        inner_thread = []
+
+        def other_thread():
+            with profiler.profile() as p:
+                _t(3) * _t(3)
+            inner_thread.append([e.name for e in p.events()])
+        t = threading.Thread(target=other_thread)
+        t.start()
+        t.join()
+        _t(2) - _t(2)
+    # the add before the inner block, the subtraction (add of a negation) after it
+    assert sorted(e.name for e in outer.events() if e.cat == "op") == ["EWiseAdd", "EWiseAdd",
+                                                                       "Negate"]
+    assert inner_thread == [["EWiseMul"]]
+    assert ndl.autograd._PROFILER is None
+    with profiler.profile() as again:  # the thread is free after the block
+        _t(2) + _t(2)
+    assert [e.name for e in again.events()] == ["EWiseAdd"]
+
+
+def test_a_profile_whose_trace_handler_raises_frees_the_thread():
+    def boom(prof):
+        raise OSError("disk full")
+    with pytest.raises(OSError, match="disk full"):
+        with profiler.profile(schedule=schedule(wait=0, warmup=0, active=1, repeat=1),
+                              on_trace_ready=boom) as prof:
+            _t(2) + _t(2)
+            prof.step()
+    with profiler.profile() as again:
+        _t(2) + _t(2)
+    assert [e.name for e in again.events()] == ["EWiseAdd"]
+
+
 def test_results_before_anything_was_recorded_say_so():
     prof = profiler.profile()
     with pytest.raises(RuntimeError, match="nothing recorded yet"):
