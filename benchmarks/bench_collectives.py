@@ -26,7 +26,6 @@ Then the alpha-beta model (``needle.parallel.comm.cost_model``) is fitted to the
 times and predicts the ring allreduce from the message trace of the same call on the virtual
 cluster; the collectives' targets are printed with PASS/FAIL.
 """
-import argparse
 import os
 import tempfile
 import time
@@ -35,6 +34,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import collective_floors as floors
 import numpy as np
 
+from needle import cli
 from needle.parallel import virtual
 from needle.parallel.comm.communicator import Communicator, create
 from needle.parallel.comm.cost_model import CostModel
@@ -406,10 +406,10 @@ def start_gloo(comm: Communicator) -> Optional[object]:
 
 def main() -> None:
     """Parse the options, run, print the table on rank 0."""
-    parser = argparse.ArgumentParser(description="nccl-tests style collective benchmark")
+    parser = cli.Parser(description="nccl-tests style collective benchmark")
     parser.add_argument("--sizes", default=",".join(human(s) for s in SIZES),
                         help="comma-separated sizes, e.g. 4K,1M,64M")
-    parser.add_argument("--batches", type=int, default=5)
+    parser.add_argument("--batches", type=cli.count_type(lo=1), default=5)
     parser.add_argument("--no-gloo", action="store_true", help="skip torch.distributed")
     parser.add_argument("--compare", action="store_true",
                         help="also time the communicator of commit 34d9b34, interleaved")

@@ -17,7 +17,6 @@ speed-up comes from (primitive calls and bytes moved before/after fusion, from t
     python benchmarks/bench_compile.py [--steps 9] [--threads 2] [--only mlp|transformer]
                                        [--no-torch-compile] [--breakdown]
 """
-import argparse
 import os
 import statistics
 import time
@@ -39,7 +38,7 @@ from bench_train import (
 )
 
 import needle as ndl
-from needle import nn
+from needle import cli, nn
 
 TARGET = 1.0
 
@@ -256,9 +255,9 @@ def _report(kind: str, ms: dict, cf: object, extra: float, note: str) -> bool:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=9)
-    parser.add_argument("--threads", type=int, default=2)
+    parser = cli.Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=cli.count_type(lo=1), default=9)
+    parser.add_argument("--threads", type=cli.count_type(lo=1), default=2)
     parser.add_argument("--only", choices=["mlp", "transformer"], default=None)
     parser.add_argument("--no-torch-compile", action="store_true")
     parser.add_argument("--breakdown", action="store_true",

@@ -9,7 +9,6 @@ is at most 8 * 1.5 (linear, with slack for caches and fixed costs).
 
     python benchmarks/bench_complexity.py [--repeats 5] [--scale 1] [--only split]
 """
-import argparse
 import statistics
 import time
 from typing import Callable, Dict, List, Tuple
@@ -17,6 +16,7 @@ from typing import Callable, Dict, List, Tuple
 import numpy as np
 
 import needle as ndl
+from needle import cli
 from needle.backend_ndarray import NDArray
 
 LINEAR_SLACK = 1.5  # the ratio may exceed 8 by this factor (caches, allocation, fixed costs)
@@ -134,9 +134,10 @@ def measure(build: Callable[[int], Callable[[], None]], n: int, repeats: int
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--scale", type=float, default=1.0, help="multiply every n by this")
+    parser = cli.Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=cli.count_type(lo=1), default=5)
+    parser.add_argument("--scale", type=cli.positive_type(), default=1.0,
+                        help="multiply every n by this")
     parser.add_argument("--only", default="", help="families whose name contains this")
     args = parser.parse_args()
     print("| op family | n | time at n (ms) | time at 8n (ms) | ratio | |")

@@ -18,7 +18,6 @@ cases alike and every ratio comes from one run. Memory is measured per rank with
 ``MemoryTracker`` (live bytes after a step, inputs excluded), bytes with the communicator's
 counters.
 """
-import argparse
 import os
 import tempfile
 import time
@@ -27,7 +26,7 @@ from typing import Any, Callable, Dict, List, Tuple
 import numpy as np
 
 import needle as ndl
-from needle import nn
+from needle import cli, nn
 from needle.memory import MemoryTracker, estimate_module
 from needle.parallel import (
     DataParallelNaive,
@@ -445,13 +444,13 @@ def plot_ps(runs: Dict[Tuple[str, str], Any], args: Any) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = cli.Parser(description=__doc__.splitlines()[0])
     ap.add_argument("--zero", action="store_true", help="only ZeRO/FSDP memory, bytes, time")
     ap.add_argument("--ps", action="store_true", help="only the parameter server experiment")
-    ap.add_argument("--blocks", type=int, default=7)
-    ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--ps-steps", type=int, default=30)
-    ap.add_argument("--slow", type=float, default=3.0)
+    ap.add_argument("--blocks", type=cli.count_type(lo=1), default=7)
+    ap.add_argument("--steps", type=cli.count_type(lo=1), default=5)
+    ap.add_argument("--ps-steps", type=cli.count_type(lo=1), default=30)
+    ap.add_argument("--slow", type=cli.real_type(lo=1), default=3.0)
     ap.add_argument("--plot", default="")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--default-threads", action="store_true",

@@ -9,7 +9,6 @@ this driver (``--worker ...`` is the per-rank entry point). Times are the median
 each step's time the slowest rank's. Activation memory is the bytes of every tensor the autograd
 graph keeps alive for backward (needle keeps each op's output), measured on the virtual cluster.
 """
-import argparse
 import json
 import os
 import statistics
@@ -19,6 +18,8 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import numpy as np
+
+from needle import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -230,17 +231,17 @@ def section_pp(args: Any, rows: List[str]) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = cli.Parser(description=__doc__.split("\n")[0])
     ap.add_argument("--worker", nargs="?", const="", default=None)
     ap.add_argument("--only", default="", help="tp, sp or pp")
-    ap.add_argument("--hidden", type=int, default=2048)
-    ap.add_argument("--seq", type=int, default=128)
-    ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--layers", type=int, default=8)
-    ap.add_argument("--width", type=int, default=1024)
-    ap.add_argument("--pp-batch", type=int, default=512)
-    ap.add_argument("--microbatches", type=int, default=8)
+    ap.add_argument("--hidden", type=cli.count_type(lo=1), default=2048)
+    ap.add_argument("--seq", type=cli.count_type(lo=1), default=128)
+    ap.add_argument("--batch", type=cli.count_type(lo=1), default=1)
+    ap.add_argument("--repeats", type=cli.count_type(lo=1), default=3)
+    ap.add_argument("--layers", type=cli.count_type(lo=1), default=8)
+    ap.add_argument("--width", type=cli.count_type(lo=1), default=1024)
+    ap.add_argument("--pp-batch", type=cli.count_type(lo=1), default=512)
+    ap.add_argument("--microbatches", type=cli.count_type(lo=1), default=8)
     ap.add_argument("--schedule", default="1f1b")
     ap.add_argument("--timeline", default="")
     ap.add_argument("--figures", action="store_true", help="write benchmarks/pipeline_*.png")

@@ -40,7 +40,7 @@ from typing import Any, Callable, Dict, List, Tuple
 import numpy as np
 
 import needle as ndl
-from needle import nn, ops
+from needle import cli, nn, ops
 from needle.nn.nn_moe import route
 from needle.parallel import create
 from needle.parallel.moe import ExpertParallelMoE
@@ -49,16 +49,17 @@ Step = Callable[[], Any]
 
 
 def parse() -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--tokens", type=int, default=1024, help="tokens per rank")
-    ap.add_argument("--d-model", type=int, default=256)
-    ap.add_argument("--d-ff", type=int, default=1024)
-    ap.add_argument("--experts", type=int, default=8)
-    ap.add_argument("--top-k", type=int, default=1)
-    ap.add_argument("--capacity-factor", type=float, default=1.25)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=3, help="steps of each side per round")
-    ap.add_argument("--seed", type=int, default=0)
+    ap = cli.Parser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tokens", type=cli.count_type(lo=1), default=1024, help="tokens per rank")
+    ap.add_argument("--d-model", type=cli.count_type(lo=1), default=256)
+    ap.add_argument("--d-ff", type=cli.count_type(lo=1), default=1024)
+    ap.add_argument("--experts", type=cli.count_type(lo=1), default=8)
+    ap.add_argument("--top-k", type=cli.count_type(lo=1), default=1)
+    ap.add_argument("--capacity-factor", type=cli.positive_type(), default=1.25)
+    ap.add_argument("--rounds", type=cli.count_type(lo=1), default=5)
+    ap.add_argument("--steps", type=cli.count_type(lo=1), default=3,
+                    help="steps of each side per round")
+    ap.add_argument("--seed", type=cli.count_type(lo=0, hi=2**32 - 1), default=0)
     return ap.parse_args()
 
 

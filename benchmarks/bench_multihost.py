@@ -26,6 +26,8 @@ from typing import Callable, Dict, List
 
 import numpy as np
 
+from needle import cli
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: the checkout's needle and tools/
     sys.path.insert(0, str(ROOT))
@@ -152,10 +154,10 @@ def worker(args: argparse.Namespace) -> None:
 
 def main() -> int:
     """Make the cluster, run the workers across it, remove it."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = cli.Parser(description=__doc__.splitlines()[0])
     p.add_argument("--rate", default="1gbit")
     p.add_argument("--sizes", default="4K,64K,1M,16M,64M")
-    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--reps", type=cli.count_type(lo=1), default=3)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:

@@ -6,7 +6,6 @@ PyTorch's per-op cost.
 
     python benchmarks/bench_op_overhead.py [--iters N]
 """
-import argparse
 import statistics
 import time
 from typing import Callable, Dict, List
@@ -14,6 +13,7 @@ from typing import Callable, Dict, List
 import numpy as np
 
 import needle as ndl
+from needle import cli
 
 OPS = ("add", "mul", "add_scalar", "mul_scalar", "matmul", "relu", "exp", "sum", "reshape")
 
@@ -50,8 +50,8 @@ def time_us(fn: Callable[[], object], iters: int, repeats: int = 5) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--iters", type=int, default=20000)
+    parser = cli.Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iters", type=cli.count_type(lo=1), default=20000)
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     xa, wa = rng.standard_normal((4, 4), dtype=np.float32), rng.standard_normal((4, 4),

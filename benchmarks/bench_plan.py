@@ -32,7 +32,6 @@ pp 2) on the character transformer). Predictions, made here without running the 
   measured too (every rank at once, column "GEMM N/1": the rate at N ranks over the one-rank
   run's).
 """
-import argparse
 import json
 import os
 import subprocess
@@ -49,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import needle as ndl  # noqa: E402
-from needle import nn  # noqa: E402
+from needle import cli, nn  # noqa: E402
 from needle.autograd import find_topo_sort  # noqa: E402
 from needle.memory.estimator import estimate_module  # noqa: E402
 from needle.parallel import mpiexec, virtual  # noqa: E402
@@ -424,12 +423,13 @@ def _print_block(p: int, ref: Dict[str, Any], rows: List[Dict[str, Any]]) -> Non
 
 def main() -> None:
     """Measure, predict, print the table and the rankings."""
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
-    ap.add_argument("--steps", type=int, default=6, help="timed steps per run (after warm-up)")
-    ap.add_argument("--reps", type=int, default=3,
+    ap = cli.Parser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ranks", type=cli.count_type(lo=1), nargs="+", default=[2, 4])
+    ap.add_argument("--steps", type=cli.count_type(lo=1), default=6,
+                    help="timed steps per run (after warm-up)")
+    ap.add_argument("--reps", type=cli.count_type(lo=1), default=3,
                     help="rounds per rank count: references, then every strategy")
-    ap.add_argument("--timeout", type=float, default=240)
+    ap.add_argument("--timeout", type=cli.positive_type(), default=240)
     ap.add_argument("--json", default="")
     a = ap.parse_args()
     load = os.getloadavg()

@@ -28,6 +28,8 @@ from typing import Any, Callable, Dict, List
 
 import numpy as np
 
+from needle import cli
+
 OPS = ("add", "mul", "matmul", "relu", "sum")
 ITERS = 2000
 
@@ -214,9 +216,10 @@ def worker_off() -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--step-iters", type=int, default=100, help="model steps per timing")
+    parser = cli.Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=cli.count_type(lo=1), default=7)
+    parser.add_argument("--step-iters", type=cli.count_type(lo=1), default=100,
+                        help="model steps per timing")
     parser.add_argument("--parts", action="store_true",
                         help="also time each profiler with less recorded")
     parser.add_argument("--baseline", default="", help="a checkout without the hooks")

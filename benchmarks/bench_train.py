@@ -14,7 +14,6 @@ timed in alternating blocks; run on a quiet machine (the load average is printed
 
     python benchmarks/bench_train.py [--steps 10] [--threads N] [--only mlp|transformer]
 """
-import argparse
 import cProfile
 import io
 import os
@@ -26,7 +25,7 @@ from typing import Any, Callable, Dict, Optional
 import numpy as np
 
 import needle as ndl
-from needle import nn
+from needle import cli, nn
 
 TARGETS = {"mlp": 1.3, "transformer": 1.5}
 VOCAB, D, HEADS, DH, FFN, LAYERS, SEQ, BATCH = 1000, 256, 8, 32, 1024, 4, 128, 8
@@ -249,9 +248,10 @@ def profile(step: Callable[[], None], name: str, steps: int = 3, top: int = 25) 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=15)
-    parser.add_argument("--threads", type=int, default=None, help="BLAS and torch threads")
+    parser = cli.Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=cli.count_type(lo=1), default=15)
+    parser.add_argument("--threads", type=cli.count_type(lo=1), default=None,
+                        help="BLAS and torch threads")
     parser.add_argument("--only", choices=sorted(TARGETS), default=None)
     parser.add_argument("--profile", action="store_true", help="cProfile the needle steps")
     args = parser.parse_args()

@@ -7,7 +7,6 @@ the virtual cluster, checkpoints, the app's start-up checks) with ``NEEDLE_COMM_
 ``--timeout`` seconds, and prints a Markdown table: the fault, the first line that names it
 (or the outcome), and the wall-clock seconds until every rank had ended.
 """
-import argparse
 import contextlib
 import os
 import subprocess
@@ -18,6 +17,8 @@ from pathlib import Path
 from typing import Callable, List, Tuple
 
 import numpy as np
+
+from needle import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = str(ROOT / "tests" / "parallel" / "faults" / "worker_early_death.py")
@@ -123,8 +124,8 @@ def _corrupt_checkpoint() -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--timeout", type=float, default=3.0)
+    ap = cli.Parser(description=__doc__.splitlines()[0])
+    ap.add_argument("--timeout", type=cli.positive_type(), default=3.0)
     t = ap.parse_args().timeout
     from needle.parallel import mpiexec as mpiexec_tool
     mpiexec = mpiexec_tool.find()

@@ -15,7 +15,6 @@ Each case corrupts a good checkpoint one way and loads it:
 Anything else (another exception, different values from a corruption) is a failure, printed
 with its case. Exit status 1 if any case failed.
 """
-import argparse
 import copy
 import json
 import os
@@ -29,7 +28,7 @@ from typing import Any, Callable, Dict, List, Tuple
 import numpy as np
 
 import needle as ndl
-from needle import nn, serialization
+from needle import cli, nn, serialization
 from needle.parallel import manifest, virtual
 from needle.parallel.pipeline.stage_state import load_stage, save_stage
 from needle.parallel.tensor_parallel import ColumnParallelLinear
@@ -323,9 +322,9 @@ def run(cases: int, seed: int, folder: str) -> Dict[str, Any]:
 
 def main(argv: List[str]) -> int:
     """Run the fuzz and print its counts (or JSON); status 1 if any case failed."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", type=int, default=2000)
-    parser.add_argument("--seed", type=int, default=0)
+    parser = cli.Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", type=cli.count_type(lo=1), default=2000)
+    parser.add_argument("--seed", type=cli.count_type(lo=0, hi=2**32 - 1), default=0)
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="needle-fuzz-") as folder:

@@ -6,7 +6,6 @@ median step time, and this rank's GEMM FLOP/s measured while every rank measures
 A rank's step time is the median of ``steps`` timed steps after ``warmup`` untimed ones (the
 first steps allocate the optimizer state and the buffers); the job's is the slowest rank's.
 """
-import argparse
 import json
 import sys
 import time
@@ -21,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # apps/ beside nee
 import needle as ndl  # noqa: E402
 from apps import data_parallel_strategies as dps  # noqa: E402
 from apps import model_parallel_strategies as mps  # noqa: E402
-from needle import nn  # noqa: E402
+from needle import cli, nn  # noqa: E402
 from needle.memory import MemoryTracker  # noqa: E402
 from needle.parallel import communicator  # noqa: E402
 from needle.parallel.mesh import ProcessMesh  # noqa: E402
@@ -113,12 +112,13 @@ RUNNERS: Dict[str, Callable[[Any, str, int, int], Dict[str, Any]]] = {
 
 def main() -> None:
     """Run one strategy, gather every rank's figures, rank 0 writes them as JSON."""
-    ap = argparse.ArgumentParser()
+    ap = cli.Parser()
     ap.add_argument("strategy", choices=sorted(RUNNERS))
     ap.add_argument("out")
-    ap.add_argument("--steps", type=int, default=6, help="timed steps")
-    ap.add_argument("--warmup", type=int, default=2, help="untimed steps before them")
-    ap.add_argument("--lm-batch", type=int, default=LM["batch"],
+    ap.add_argument("--steps", type=cli.count_type(lo=1), default=6, help="timed steps")
+    ap.add_argument("--warmup", type=cli.count_type(lo=0), default=2,
+                    help="untimed steps before them")
+    ap.add_argument("--lm-batch", type=cli.count_type(lo=1), default=LM["batch"],
                     help="sequences per step of tp / pp / 3d")
     a = ap.parse_args()
     LM["batch"] = a.lm_batch

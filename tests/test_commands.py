@@ -274,3 +274,49 @@ def test_course_commands_refuse_unknown_input_before_any_work(tmp_path, capsys, 
         assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1, (argv, err)
         assert ": error: " in err and text in err, (argv, err)
     assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+# Benchmarks and dev tools: argparse's int() and float() took '٣', 'nan', 'inf' and counts of
+# -3 (a timeout of nan never fired; --steps -3 timed nothing and printed a table of zeros).
+SCRIPTS = [  # (script or -m module, bad argv, the error's text)
+    ("benchmarks/bench_collectives.py", ["--batches", "0"], "--batches: '0' must be a whole"),
+    ("benchmarks/bench_compile.py", ["--steps", "-3"], "--steps: '-3' must be a whole number"),
+    ("benchmarks/bench_complexity.py", ["--scale", "nan"], "--scale: 'nan' must be a finite"),
+    ("benchmarks/bench_data_parallel.py", ["--slow", "0.5"], "--slow: '0.5' must be a finite"),
+    ("benchmarks/bench_model_parallel.py", ["--hidden", "\u0663"], "(ASCII digits)"),
+    ("benchmarks/bench_moe.py", ["--capacity-factor", "inf"], "--capacity-factor: 'inf'"),
+    ("benchmarks/bench_moe.py", ["--seed", "-1"], "--seed: '-1' must be a whole number in"),
+    ("benchmarks/bench_multihost.py", ["--reps", "2.5"], "--reps: '2.5' must be a whole"),
+    ("benchmarks/bench_op_overhead.py", ["--iters", "1e9"], "--iters: '1e9' must be a whole"),
+    ("benchmarks/bench_plan.py", ["--timeout", "nan"], "--timeout: 'nan' must be a finite"),
+    ("benchmarks/bench_plan.py", ["--ranks", "2", "0"], "--ranks: '0' must be a whole"),
+    ("benchmarks/bench_profiler.py", ["--step-iters", "-1"], "--step-iters: '-1'"),
+    ("benchmarks/bench_train.py", ["--threads", "0"], "--threads: '0' must be a whole"),
+    ("benchmarks/fault_times.py", ["--timeout=-inf"], "--timeout: '-inf' must be a finite"),
+    ("benchmarks/fuzz_checkpoints.py", ["--cases", "nan"], "--cases: 'nan' must be a whole"),
+    ("benchmarks/plan_worker.py", ["ddp", "out.json", "--warmup", "-1"], "--warmup: '-1'"),
+    ("tools/mutate.py", ["--timeout", "inf"], "--timeout: 'inf' must be a finite number > 0"),
+    ("-m tools.testcluster", ["up", "--hosts", "0"], "--hosts: '0' must be a whole number"),
+    ("-m tools.testcluster", ["command", "hostfile", "-n", "\u0663"], "(ASCII digits)"),
+    ("benchmarks/bench_train.py", ["--bogus"], "unrecognized arguments: --bogus"),
+]
+
+
+def test_benchmarks_and_tools_refuse_bad_numbers_in_one_line():
+    """Each script as a real process (they parse sys.argv): status 2, one line naming the
+    option, the value and the rule, before any work (none of them may start timing)."""
+    runs = []
+    for script, argv, text in SCRIPTS:
+        cmd = [sys.executable, *script.split(), *argv]
+        runs.append((cmd, text, subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE,
+                                                 stderr=subprocess.PIPE, text=True)))
+    for cmd, text, proc in runs:
+        try:
+            out, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            pytest.fail(f"{cmd} ran on bad input")
+        assert proc.returncode == 2, (cmd, proc.returncode, out, err)
+        assert len(err.strip().splitlines()) == 1 and ": error: " in err, (cmd, err)
+        assert text in err and "Traceback" not in err and not out, (cmd, err)

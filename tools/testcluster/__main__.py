@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
+from needle import cli
 from needle.parallel import launch
 
 from .mpirun import in_cluster, mpiexec_command, shell_line
@@ -28,12 +29,13 @@ def main(argv: Optional[List[str]] = None) -> int:
                              "then the launcher's arguments (-n 4 script.py)\n")
             return 2
         return launch_on(argv[1], argv[2:])
-    p = argparse.ArgumentParser(prog="python -m tools.testcluster",
-                                description=__doc__.splitlines()[0])
+    p = cli.Parser(prog="python -m tools.testcluster",
+                   description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     up = sub.add_parser("up", help="make a cluster and print its folder (holds the hostfile)")
-    up.add_argument("--hosts", type=int, default=2)
-    up.add_argument("--slots", type=int, default=2, help="ranks per host in the hostfile")
+    up.add_argument("--hosts", type=cli.count_type(lo=1), default=2)
+    up.add_argument("--slots", type=cli.count_type(lo=1), default=2,
+                    help="ranks per host in the hostfile")
     up.add_argument("--rate", help="shape every host link, e.g. 1gbit (tc tbf)")
     down = sub.add_parser("down", help="remove a cluster (its folder or name)")
     down.add_argument("cluster", nargs="?")
@@ -41,7 +43,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     sub.add_parser("sweep", help="remove clusters whose making process has exited")
     show = sub.add_parser("command", help="print the mpiexec command for a hostfile")
     show.add_argument("hostfile")
-    show.add_argument("-n", type=int, default=2)
+    show.add_argument("-n", type=cli.count_type(lo=1), default=2)
     sub.add_parser("launch", help="FOLDER [launcher arguments]: needle.parallel.launch across "
                    "the cluster's hosts")
     args = p.parse_args(argv)
