@@ -16,7 +16,6 @@ unmutated tests must pass first, or no result means anything.
 so that the list follows the sources. ``make mutate`` runs it all (minutes; not part of
 ``make test``).
 """
-import argparse
 import os
 import shutil
 import subprocess
@@ -25,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from needle import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 300.0  # seconds per mutant's test run
@@ -38,6 +39,8 @@ TESTS: Dict[str, Tuple[str, ...]] = {
                "tests/compiler/test_compile.py"),
     "comm": ("tests/parallel/comm/test_args.py", "tests/parallel/comm/test_timeout_message.py",
              "tests/parallel/comm/test_p2p.py"),
+    "optim": ("tests/optim/test_hyper.py", "tests/optim/test_adafactor.py"),
+    "profiler": ("tests/profiler/test_profiler.py",),
     "sharded": ("tests/parallel/zero/test_zero_state.py", "tests/parallel/zero/test_fsdp.py",
                 "tests/parallel/tensor_parallel/test_tp_checkpoint.py",
                 "tests/parallel/pipeline/test_pp_checkpoint.py"),
@@ -62,6 +65,7 @@ GRADING, SERIAL = "course/grading.py", "needle/serialization.py"
 SCORING = "course/scoring.py"
 FUSION, COMM = "needle/compiler/fusion.py", "needle/parallel/comm/communicator.py"
 ARGS = "needle/parallel/comm/args.py"
+HYPER, OPTIM = "needle/optim/hyper.py", "needle/optim/optimizer.py"
 
 MUTANTS: List[Mutant] = [
     Mutant("grading.earned-off-by-one", SCORING,
@@ -108,7 +112,17 @@ MUTANTS: List[Mutant] = [
            "if not 0 <= n < size:", "if not 0 <= n <= size:"),
     Mutant("comm.tag-range-off-by-one", ARGS,
            "not 0 <= n < tag_ub:", "not 0 <= n <= tag_ub:"),
-    Mutant("comm.zero-timeout-allowed", ARGS, "if not value > 0:", "if not value >= 0:"),
+    Mutant("comm.zero-timeout-allowed", ARGS, "hi=MAX_TIMEOUT, lo_open=True)",
+           "hi=MAX_TIMEOUT, lo_open=False)"),
+    Mutant("comm.endless-timeout-allowed", ARGS, "MAX_TIMEOUT = 1e6", "MAX_TIMEOUT = 1e300"),
+    Mutant("optim.momentum-of-one-allowed", OPTIM, "momentum = Hyper(lo=0, hi=1, hi_open=True)",
+           "momentum = Hyper(lo=0, hi=1)"),
+    Mutant("optim.unchecked-when-set", HYPER, "obj.__dict__[self.name] = self.check(",
+           "obj.__dict__[self.name] = (lambda n, v: v)("),
+    Mutant("optim.string-accepted", HYPER, "if not isinstance(value, abc.Real) or isinstance(",
+           "if isinstance(value, list) or isinstance("),
+    Mutant("profiler.nested-profile-allowed", "needle/profiler/profile.py",
+           "        if active is not None:\n", "        if False:\n"),
     Mutant("sharded.zero-rank-unchecked", "needle/parallel/zero/zero_optimizer.py",
            'or state.get("rank") != self.comm.rank:', ":"),
     Mutant("sharded.fsdp-world-unchecked", "needle/parallel/zero/fsdp_checkpoint.py",
@@ -201,10 +215,11 @@ def mutate(tree: Path, mutants: Sequence[Mutant], timeout: float) -> List[Tuple[
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Run the mutants; 0 when every chosen mutant ran, 2 on a broken list or baseline."""
-    ap = argparse.ArgumentParser(prog="python tools/mutate.py", description=__doc__.split("\n")[0])
+    ap = cli.Parser(prog="python tools/mutate.py", description=__doc__.split("\n")[0])
     ap.add_argument("--only", default="", help="run the mutants whose name starts with this")
     ap.add_argument("--list", action="store_true", help="list the mutants and their tests")
-    ap.add_argument("--timeout", type=float, default=TIMEOUT, help="seconds per test run")
+    ap.add_argument("--timeout", type=cli.positive_type(), default=TIMEOUT,
+                    help="seconds per test run")
     args = ap.parse_args(argv)
     chosen = [m for m in MUTANTS if m.name.startswith(args.only)]
     broken = problems()
