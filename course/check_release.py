@@ -23,9 +23,11 @@
    NumPy, ``NEEDLE_BACKEND=np``: they need no hw3 exercise).
 8. no shipped file points to what the release lacks (``dangling_references``): a path, a
    README section, a ``python -m`` module or a ``make`` target the reference has.
+9. ``--notebooks`` (and the default run): per homework H, the release with H and the homeworks
+   before it written runs every notebook of those homeworks to its end (course/check_notebooks.py).
 
     python -m course.check_release [--out build/student-check] [--isolation-only]
-                                   [--restore-each] [--homework] [E or H ...]
+                                   [--restore-each] [--homework] [--notebooks] [E or H ...]
 """
 import argparse
 import json
@@ -40,6 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
+from .check_notebooks import check_notebooks
 from .exercises import (
     EXERCISES,
     HOMEWORKS,
@@ -438,6 +441,7 @@ def run_all(workdir: Path) -> Dict[str, List[str]]:
         res.update(ref.result())
     res["release_not_failing"] += not_run_in_release(workdir / "reference.json",
                                                      workdir / "release.json")
+    res.update(check_notebooks(workdir))
     return res
 
 
@@ -460,10 +464,11 @@ def _check_names(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
     problem = check_output_dir(args.out or "", "--out")
     if problem:
         parser.error(problem)
-    if args.homework:
+    if args.homework or args.notebooks:
         unknown = [h for h in args.exercises if h not in HOMEWORKS]
         if unknown:
-            parser.error(f"--homework {unknown[0]}: no such homework; the homeworks are "
+            option = "--homework" if args.homework else "--notebooks"
+            parser.error(f"{option} {unknown[0]}: no such homework; the homeworks are "
                          f"{', '.join(HOMEWORKS)}")
     elif args.exercises:
         try:
@@ -486,8 +491,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="instead: per homework (the arguments, default all), the release "
                              "with it and the homeworks before it written must score all its "
                              "points")
+    parser.add_argument("--notebooks", action="store_true",
+                        help="instead: per homework (the arguments, default all), the release "
+                             "with it and the homeworks before it written runs their notebooks "
+                             "to the end")
     parser.add_argument("exercises", nargs="*",
-                        help="only these exercise ids or prefixes (--homework: homeworks)")
+                        help="only these exercise ids or prefixes (--homework, --notebooks: "
+                             "homeworks)")
     args = parser.parse_args(argv)
     _check_names(parser, args)  # at once: the release check runs for many minutes
     graph = requires_problems()
@@ -505,6 +515,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             res = check_restored(workdir, names=args.exercises, log=log)
         elif args.homework:
             res = check_homeworks(workdir, homeworks=args.exercises, log=log)
+        elif args.notebooks:
+            res = check_notebooks(workdir, homeworks=args.exercises, log=log)
         else:
             res = {} if args.isolation_only else run_all(workdir)
             res.update(check_isolation(workdir, names=args.exercises, log=log))

@@ -55,6 +55,7 @@ SHIPPED_FILES = ("Makefile", "setup.py", "pytest.ini", "ruff.toml", "mypy.ini", 
 # and the GPU reports of the instructor's lent machine. (Copies of the reference that the
 # release check makes, ``only=...``, keep them: it runs course/pytest_forks.py there.)
 INSTRUCTOR_FILES = ("course/make_student.py", "course/check_release.py",
+                    "course/check_notebooks.py",
                     "course/notebook_questions.py", "course/region_docs.py",
                     "course/pytest_forks.py", "tests/test_course_tools.py",
                     "tests/test_student_release.py", "tests/test_notebooks.py",

@@ -252,6 +252,7 @@ def _course_cases(tmp):
         (check_release.main, ["nosuch.exercise"],
          "exercise nosuch.exercise: no such exercise or prefix; the exercises are hw0."),
         (check_release.main, ["--homework", "hw9"], "the homeworks are hw0, hw1"),
+        (check_release.main, ["--notebooks", "hw9"], "--notebooks hw9: no such homework"),
         (check_release.main, ["--bogus"], "unrecognized arguments: --bogus"),
         (check_release.main, ["--out", str(tmp / "notes.txt")], "is a file, not a folder"),
         (make_student.main, ["--bogus"], "unrecognized arguments: --bogus"),

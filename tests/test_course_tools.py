@@ -195,10 +195,11 @@ def test_grade_runs_rubric_and_hidden_tests(tmp_path):
 @pytest.mark.slow
 def test_student_release_against_reference(tmp_path):
     """The release imports, its demo and every graded test fail with NotImplementedError,
-    every graded test passes here, and every solution region runs under a graded test."""
+    every graded test passes here, every solution region runs under a graded test, and with
+    hw0..hwN written each of those homeworks' notebooks runs to its end."""
     res = check_release.run_all(tmp_path)
     for key in ("imports_and_demo", "release_not_failing", "failing", "uncovered", "stale",
-                "undeclared_requires", "requires_graph"):
+                "undeclared_requires", "requires_graph", "notebook_not_finishing"):
         assert res[key] == [], f"{key}:\n" + "\n".join(res[key])
 
 

@@ -164,3 +164,36 @@ def test_a_finished_release_collects_every_test(tmp_path):
     dry = subprocess.run(["make", "-n", "test"], cwd=release, capture_output=True, text=True,
                          timeout=60)
     assert "ruff check" in dry.stdout and "mypy" not in dry.stdout and "pytest" in dry.stdout
+
+
+@pytest.mark.slow
+def test_a_notebook_cell_needing_a_later_homework_stops_the_release_check(tmp_path):
+    """course/check_notebooks.py runs each homework's notebooks in the release with only that
+    homework and those before it written: a hw1 cell using hw2's logsumexp (as hw1's "putting
+    it together" once did) is named, and so is a grading cell of a later homework's exercise.
+    (`python -m course.check_release` checks every homework's notebooks the same way.)"""
+    import json
+
+    from course.check_notebooks import check_notebooks
+    ref = tmp_path / "reference"
+    make_release(ref, ROOT, only=())  # a copy of the reference, every exercise written
+    path = ref / "notebooks" / "hw1_autograd.ipynb"
+    clean = path.read_text()
+
+    def plant(source: str) -> list:
+        nb = json.loads(clean)
+        nb["cells"].append({"cell_type": "code", "execution_count": None, "id": "planted",
+                            "metadata": {}, "outputs": [], "source": source})
+        path.write_text(json.dumps(nb))
+        return check_notebooks(tmp_path / "work", root=ref,
+                               homeworks=["hw1"])["notebook_not_finishing"]
+
+    found = plant("print(ops.logsumexp(ndl.Tensor([[1.0, 2.0]]), (1,)))")
+    assert len(found) == 1 and found[0].startswith("hw1 written: hw1_autograd.ipynb stops"), found
+    assert "NotImplementedError: hw2.ops.logsumexp" in found[0], found
+    found = plant('grade("hw2.ops.logsumexp")')
+    assert found == ["hw1 written: hw1_autograd.ipynb grades exercises not written yet: "
+                     "['hw2.ops.logsumexp']"], found
+    path.write_text(clean)
+    assert check_notebooks(tmp_path / "work", root=ref, homeworks=["hw1"]) == {
+        "notebook_not_finishing": []}
