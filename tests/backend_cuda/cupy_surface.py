@@ -111,7 +111,8 @@ def real_name(stand_in_path: str) -> str:
 def stand_in_surface(fake: types.ModuleType) -> Dict[str, Any]:
     """Every public name the stand-in offers: module functions and classes, their public
     methods and properties, and the names inside its namespaces (``cuda.runtime...``)."""
-    own = {fake.__name__, fake.__name__.rsplit(".", 1)[0] + ".elementwise"}
+    package = fake.__name__.rsplit(".", 1)[0]
+    own = {fake.__name__, package + ".elementwise", package + ".graph"}
     numpy_names = set(getattr(fake, "_NUMPY_FUNCTIONS", ()))
     out: Dict[str, Any] = {}
 

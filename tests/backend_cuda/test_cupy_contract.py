@@ -27,7 +27,7 @@ USES = list(backend_uses())
 SURFACE = stand_in_surface(fake_cupy)
 # Stand-in constructors the backend never calls (CuPy builds these objects itself: a kernel
 # comes from RawModule.get_function, a pointer from ndarray.data), so their arguments differ.
-BUILT_BY_CUPY = {"RawKernel", "MemoryPointer"}
+BUILT_BY_CUPY = {"RawKernel", "MemoryPointer", "cuda.Graph"}
 OPERATORS = ("__add__", "__enter__", "__exit__")  # Cython writes these as (x, y): no names
 # Attributes the backend reads off CuPy objects (the ones NumPy's ndarray gives the stand-in
 # for free are here too: the stand-in's ndarray is a NumPy subclass).

@@ -1,6 +1,7 @@
 """What the CUDA backend asks of CuPy, counted at the emulator's CuPy surface: kernel launches,
-CuPy library calls (cuBLAS, ufuncs, reductions, gathers), device allocations, host-device copies
-and host synchronisations, each by name. These counts depend on a program's structure, not on
+CuPy library calls (cuBLAS, ufuncs, reductions, gathers), device allocations, host-device copies,
+host synchronisations and CUDA graph launches (``graph.py``: the work inside a graph is not
+counted again), each by name. These counts depend on a program's structure, not on
 its sizes or the card, so a GPU step's counts are read on a laptop.
 
 ``with counting() as c:`` collects them; ``set_execute(False)`` skips the kernels' bodies (the
@@ -10,7 +11,7 @@ import contextlib
 from collections import Counter
 from typing import Dict, Iterator, Optional
 
-KINDS = ("launch", "library", "alloc", "h2d", "d2h", "sync")
+KINDS = ("launch", "library", "alloc", "h2d", "d2h", "sync", "graph")
 _ACTIVE: Optional["Counts"] = None
 _EXECUTE = [True]
 _QUIET = [0]  # > 0 inside the emulator's own use of what it counts

@@ -5,7 +5,7 @@ import types
 
 import numpy as np
 
-from . import counts
+from . import counts, graph
 
 _OP_N, _OP_T = 0, 1
 _COMPUTE = {68: np.float32, 70: np.float64}  # CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_64F
@@ -48,6 +48,10 @@ def _gemm_strided_batched_ex(handle: int, transa: int, transb: int, m: int, n: i
     pointers in the compute type. The arguments carry CuPy's names
     (``cupy_backends.cuda.libs.cublas``), checked by ``tests/backend_cuda/test_cupy_contract.py``
     on a machine where CuPy's cuBLAS loads."""
+    if graph.record("cublas.gemmStridedBatchedEx", _gemm_strided_batched_ex, handle, transa,
+                    transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb, strideB,
+                    beta, C, Ctype, ldc, strideC, batchCount, computeType, algo):
+        return  # captured: run by Graph.launch (operands are addresses, read then)
     counts.record("library", "cublas.gemmStridedBatchedEx")
     if not Atype == Btype == Ctype or computeType not in _COMPUTE:
         raise NotImplementedError("the emulator's cuBLAS takes one data type for A, B and C "

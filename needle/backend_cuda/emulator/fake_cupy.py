@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ...backend_ndarray import primitives as P
-from . import counts, elementwise, memcheck
+from . import counts, elementwise, graph, memcheck
 from .cublas import cublas  # noqa: F401  (cupy_backends.cuda.libs.cublas)
 
 # CuPy's ufuncs and reductions are NumPy's (``ndarray.__array_ufunc__`` checks the operands):
@@ -31,6 +31,13 @@ def _library(name: str) -> Any:
     f = getattr(np, name)
 
     def call(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("out") is not None:
+            for x in args + (kwargs["out"],):
+                _check_device(x, f"cupy.{name}")
+            if graph.record(f"cupy.{name}", f, *args, **kwargs):
+                return kwargs["out"]
+        else:
+            graph.refuse(f"cupy.{name} (a new device array)", _ALLOC_RULE)
         counts.record("library", f"cupy.{name}")
         with counts.quiet():
             return f(*args, **kwargs)
@@ -83,6 +90,7 @@ class MemoryPool:
         self._used: Dict[int, int] = {}
 
     def _track(self, owner: np.ndarray, device_id: int) -> None:
+        graph.refuse(f"a device allocation of {owner.nbytes} bytes", _ALLOC_RULE)
         counts.record("alloc", "buffer")
         self._used[device_id] = self._used.get(device_id, 0) + owner.nbytes
         weakref.finalize(owner, self._release, owner.nbytes, device_id)
@@ -107,6 +115,8 @@ class MemoryPool:
 
 
 _POOL = MemoryPool()
+_ALLOC_RULE = "cudaMalloc cannot be captured: allocate before the capture"
+_COPY_RULE = "a synchronous host-device copy cannot be captured"
 
 
 def get_default_memory_pool() -> MemoryPool:
@@ -164,6 +174,10 @@ class ndarray(np.ndarray):
         inputs = tuple(x.view(np.ndarray) if isinstance(x, ndarray) else x for x in inputs)
         if out:
             kwargs["out"] = tuple(x.view(np.ndarray) for x in out)
+            if graph.record(f"cupy.{ufunc.__name__}", getattr(ufunc, method), *inputs, **kwargs):
+                return out[0] if len(out) == 1 else out
+        else:
+            graph.refuse(f"cupy.{ufunc.__name__} (a new device array)", _ALLOC_RULE)
         counts.record("library", f"cupy.{ufunc.__name__}" + ("" if method == "__call__"
                                                              else f".{method}"))
         with counts.quiet():
@@ -184,11 +198,13 @@ class ndarray(np.ndarray):
 
     def get(self) -> np.ndarray:
         """A NumPy copy on the host (a device-to-host copy: the host waits for the GPU)."""
+        graph.refuse("ndarray.get", _COPY_RULE)
         counts.record("d2h", "ndarray.get")
         counts.record("sync", "ndarray.get")
         return np.array(self.view(np.ndarray), copy=True)
 
     def _host_read(self, what: str) -> Any:
+        graph.refuse(what, _COPY_RULE)
         counts.record("d2h", what)
         counts.record("sync", what)
         return self.view(np.ndarray)
@@ -208,12 +224,15 @@ class ndarray(np.ndarray):
 
     def fill(self, value: Any) -> None:
         """Set every element (one CuPy kernel)."""
+        if graph.record("ndarray.fill", np.ndarray.fill, self, value):
+            return
         counts.record("library", "ndarray.fill")
         self.view(np.ndarray).fill(value)
 
     def astype(self, dtype: Any, order: Any = None, casting: Any = None,  # type: ignore[override]
                subok: Any = None, copy: Any = None) -> Any:
         """A converted copy (one CuPy kernel and a new buffer)."""
+        graph.refuse("ndarray.astype (a new device array)", _ALLOC_RULE)
         counts.record("library", "ndarray.astype")
         with counts.quiet():
             res = self.view(np.ndarray).astype(dtype, order=order or "K",
@@ -222,6 +241,8 @@ class ndarray(np.ndarray):
         return _to_device(res)
 
     def __setitem__(self, key: Any, value: Any) -> None:
+        if graph.record("ndarray.__setitem__", np.ndarray.__setitem__, self, key, value):
+            return
         counts.record("library", "ndarray.__setitem__")
         with counts.quiet():
             super().__setitem__(key, value)
@@ -234,6 +255,7 @@ class ndarray(np.ndarray):
             raise TypeError(f"{arr.dtype} array cannot be set to {self.dtype} array")
         if self.shape != arr.shape:
             raise ValueError(f"Shape mismatch. Old shape: {self.shape}, new shape: {arr.shape}")
+        graph.refuse("ndarray.set", _COPY_RULE)
         counts.record("h2d", "ndarray.set")
         self.view(np.ndarray)[...] = arr
 
@@ -271,6 +293,7 @@ def asarray(a: Any, dtype: Any = None) -> ndarray:
     """``a`` on the device (a copy of a host array, ``a`` itself for a device array)."""
     if isinstance(a, ndarray) and (dtype is None or a.dtype == dtype):
         return a
+    graph.refuse("cupy.asarray of host memory", _COPY_RULE)
     host = np.asarray(a, dtype=dtype)
     counts.record("h2d", "cupy.asarray")
     out = empty(host.shape, host.dtype)
@@ -282,6 +305,9 @@ def copyto(dst: ndarray, src: Any, casting: str = "same_kind", where: Any = None
     """``numpy.copyto`` between device arrays."""
     for x in (dst, src, where):
         _check_device(x, "cupy.copyto")
+    if graph.record("cupy.copyto", np.copyto, dst, src, casting=casting,
+                    where=True if where is None else where):
+        return
     counts.record("library", "cupy.copyto")
     # CuPy's casting is any str (checked by NumPy at run time); NumPy's stubs want a Literal
     np.copyto(dst, src, casting=casting,  # type: ignore[arg-type]
@@ -329,21 +355,21 @@ class Device:
         """Make this the current device of the calling thread."""
         _set_current(self.id)
 
+    def synchronize(self) -> None:
+        """Wait for all of the device's work (a host synchronisation)."""
+        graph.host_wait("Device.synchronize")
+
     def __repr__(self) -> str:
         return f"<CUDA Device {self.id} (emulated)>"
 
 
-class _Stream:
-    ptr = 0  # the default stream
-
-
-def _get_current_stream(device_id: int = -1) -> _Stream:
-    return _Stream()
+def _get_current_stream(device_id: int = -1) -> graph.Stream:
+    return graph.current_stream()
 
 
 cuda = types.SimpleNamespace(
     Device=Device, runtime=types.SimpleNamespace(getDeviceCount=_device_count),
-    get_current_stream=_get_current_stream,
+    get_current_stream=_get_current_stream, Stream=graph.Stream, Graph=graph.Graph,
     device=types.SimpleNamespace(get_cublas_handle=lambda: 0))
 
 
@@ -351,6 +377,8 @@ cuda = types.SimpleNamespace(
 def _scatter_add(a: ndarray, slices: Any, value: Any) -> None:
     for x in (a, slices, value):
         _check_device(x, "cupyx.scatter_add")
+    if graph.record("cupyx.scatter_add", _scatter_add, a, slices, value):
+        return
     counts.record("library", "cupyx.scatter_add")
     np.add.at(a.view(np.ndarray), np.asarray(slices), np.asarray(value))
 
@@ -368,9 +396,15 @@ class RawKernel:
                  shared_mem: int = 0) -> None:
         for x in args:
             _check_device(x, f"kernel {self.name}")
+        if graph.record(self.name, self._run, tuple(grid), tuple(block), tuple(args),
+                        shared_mem):
+            return
         counts.record("launch", self.name)
+        self._run(tuple(grid), tuple(block), tuple(args), shared_mem)
+
+    def _run(self, grid: tuple, block: tuple, args: tuple, shared_mem: int) -> None:
         if counts.executing():
-            self._function(tuple(grid), tuple(block), tuple(args), shared_mem=shared_mem)
+            self._function(grid, block, args, shared_mem=shared_mem)
 
 
 class RawModule:
@@ -396,6 +430,19 @@ class ElementwiseKernel:
         self._built: Dict[Tuple, Any] = {}
 
     def __call__(self, *args: Any) -> Any:
+        n_in = len(self.ins)
+        is_array, shape = self._check(args)
+        size = math.prod(shape)
+        if size == 0:
+            return args[n_in] if len(self.outs) == 1 else args[n_in:]
+        if graph.record(self.name, self._launch_quietly, args, is_array, shape, size):
+            return args[n_in] if len(self.outs) == 1 else args[n_in:]
+        counts.record("launch", self.name)
+        self._launch_quietly(args, is_array, shape, size)
+        return args[n_in] if len(self.outs) == 1 else args[n_in:]
+
+    def _check(self, args: Sequence[Any]) -> Tuple[Tuple[bool, ...], Tuple[int, ...]]:
+        """CuPy's argument checks; (which arguments are arrays, the broadcast shape)."""
         n_in, n_all = len(self.ins), len(self.ins) + len(self.outs)
         if len(args) != n_all:
             raise TypeError(f"Wrong number of arguments for {self.name!r}. It must be "
@@ -417,13 +464,12 @@ class ElementwiseKernel:
             if a.shape != shape:
                 raise ValueError(f"Out shape is mismatched: {p.name} is {a.shape}, the "
                                  f"broadcast shape is {shape}")
-        size = math.prod(shape)
-        if size == 0:
-            return args[n_in] if len(self.outs) == 1 else args[n_in:]
-        counts.record("launch", self.name)
+        return is_array, shape
+
+    def _launch_quietly(self, args: Sequence[Any], is_array: Tuple[bool, ...],
+                        shape: Tuple[int, ...], size: int) -> None:
         with counts.quiet():  # CuPy passes the shape and strides as arguments: no copy
             self._launch(args, is_array, shape, size)
-        return args[n_in] if len(self.outs) == 1 else args[n_in:]
 
     def _launch(self, args: Sequence[Any], is_array: Tuple[bool, ...], shape: Tuple[int, ...],
                 size: int) -> None:
