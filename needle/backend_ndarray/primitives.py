@@ -149,7 +149,20 @@ FUSED_OPS = (
                               "weight_decay", "step", "decoupled")),
     _fused_op("dropout", ("x", "y", "mask", "prob", "seed", "offset")),
     _fused_op("dropout_backward", ("dy", "mask", "dx", "prob")),
+    # convolution and batch norm as a GPU does them (fused_ops.conv2d, fused_ops.batch_norm)
+    _fused_op("conv_im2col", ("x", "cols", "view", "kernel_hw", "stride", "padding")),
+    _fused_op("conv_col2im", ("dcols", "dx", "view", "out_hw", "kernel_hw", "stride",
+                              "padding")),
+    _fused_op("conv_bias_add", ("y", "bias", "rows", "cols")),
+    _fused_op("column_sum", ("a", "out", "rows", "cols")),
+    _fused_op("batch_norm_fwd", ("x", "x_view", "w", "b", "running_mean", "running_var", "y",
+                                 "y_view", "new_mean", "new_var", "stats", "momentum", "eps")),
+    _fused_op("batch_norm_bwd", ("dy", "dy_view", "x", "x_view", "w", "stats", "dx",
+                                 "dx_view", "dw", "db")),
 )
+# Primitives a recording cannot replay (their buffers come in lists): a function calling one
+# runs eagerly under needle.compile (an optimizer step belongs outside the compiled function)
+UNRECORDED = ("multi_tensor_adam", "multi_tensor_sgd")
 
 TABLE: Dict[str, Primitive] = {p.name: p for p in (
     *_BASE, *(q for row in ELEMENTWISE for q in elementwise(*row)), *_OPTIONAL, *FUSED_OPS)}

@@ -165,6 +165,10 @@ class Recorder:
         for name in names:
             self._saved[name] = d[name]
             d[name] = self._wrap(name, d[name])
+        for name in primitives.UNRECORDED:
+            if name in d:
+                self._saved[name] = d[name]
+                d[name] = self._refuse(name, d[name])
         self._saved["Array"] = d["Array"]
         d["Array"] = self._wrap_alloc(d["Array"])
         return self
@@ -198,6 +202,15 @@ class Recorder:
             self.trace.buffer(arr, internal=True)
             return arr
         return alloc
+
+    def _refuse(self, name: str, fn: Any) -> Any:
+        """``fn``, run, and the recording marked as not replayable (as a data read is)."""
+        def run(*args: Any) -> Any:
+            if self.trace.data_read is None:
+                self.trace.data_read = (f"{name} (an optimizer step, whose buffers a plan "
+                                        f"cannot rebind: call it outside the compiled function)")
+            return fn(*args)
+        return run
 
     def _wrap(self, name: str, fn: Any) -> Any:
         cls = self.device.Array
