@@ -2,7 +2,7 @@
 ``cupy.cuda.Device``; modules compiled per (file, dtype, GPU) on first use."""
 import functools
 import os
-from typing import Any, Dict, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import ml_dtypes
 import numpy as np
@@ -97,16 +97,25 @@ def _launch(k: Any, grid: Sequence[int], block: Sequence[int], args: Sequence[An
         k(tuple(grid), tuple(block), tuple(args))
 
 
+# the buffers of the CUDA graph being captured (graphs.graph), which cached device arrays join
+CAPTURE_KEEP: List[Any] = [None]
+# > 0 while a CUDA graph's work is warmed up and captured: cached device arrays stay cached
+# (a capture cannot upload the one a clear dropped)
+HOLD_CACHES = [0]
+
+
 def view_meta(shape: Sequence[int], strides: Sequence[int], offset: int, index: int) -> Any:
     """A cached device int64 array [ndim, offset, *shape, *strides] for the strided kernels."""
     key = (index, tuple(kernel_specs.view_meta(tuple(shape), tuple(strides), offset)))
     meta = _META_CACHE.get(key)
     if meta is None:
-        if len(_META_CACHE) >= _META_CACHE_MAX:
+        if len(_META_CACHE) >= _META_CACHE_MAX and not HOLD_CACHES[0]:
             _META_CACHE.clear()
         with device(index):
             meta = cp.asarray(np.array(key[1], dtype=np.int64))
         _META_CACHE[key] = meta
+    if CAPTURE_KEEP[0] is not None:  # a CUDA graph being captured keeps what it reads
+        CAPTURE_KEEP[0].append(meta)
     return meta
 
 

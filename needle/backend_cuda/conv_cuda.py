@@ -85,8 +85,8 @@ def column_sum(a: Any, out: Any, rows: int, cols: int) -> None:
         return
     per = math.ceil(rows / 256)  # about 256 chunks of rows
     chunks = math.ceil(rows / per)
-    with rt.device(idx):
-        part = rt.cp.empty(chunks * cols, dtype=np.dtype(acc))
+    part_buf = type(a)(chunks * cols, np.dtype(acc), idx)  # from needle's pool
+    part = part_buf.array
     run(a.array, dt, part, acc, rows, per)
     run(part, acc, out.array, dt, chunks, chunks)
 

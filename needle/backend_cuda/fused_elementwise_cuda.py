@@ -104,8 +104,14 @@ def _fused_elementwise(expr: str, inputs: Sequence[Any], out: Any, shape: Tuple[
         kernel(*views, *scalars, out.array[: math.prod(shape)].reshape(shape))
         return
     op, reduce_size, inner = reduce
-    scratch = cp.empty(shape, out_dtype)
-    kernel(*views, *scalars, scratch)
-    src = scratch.reshape(-1, reduce_size, inner)
-    res = src.sum(axis=1) if op == "sum" else src.max(axis=1)
-    out.array[...] = res.reshape(-1)
+    size = math.prod(shape)
+    # the map's result in a scratch buffer from needle's pool (an Array like ``out``), then
+    # CuPy's reduction straight into ``out``: no new CuPy buffer, so a CUDA graph captures it
+    scratch = type(out)(size, out_dtype, out.device_index)
+    kernel(*views, *scalars, scratch.array.reshape(shape))
+    src = scratch.array.reshape(-1, reduce_size, inner)
+    dst = out.array[: size // reduce_size].reshape(-1, inner)
+    if op == "sum":
+        src.sum(axis=1, out=dst)
+    else:
+        src.max(axis=1, out=dst)

@@ -60,7 +60,6 @@ def layer_norm_bwd(dy: Any, x: Any, w: Any, mean: Any, rstd: Any, dx: Any, dw: A
     _launch_rows("layernorm.cu", "layernorm_bwd_dx", x, rows, cols,
                  (dy.array, x.array, w.array, mean.array, rstd.array, dx.array,
                   np.int64(rows), np.int64(cols)))
-    cp = rt.cp
     idx = x.device_index
     with rt.device(idx):
         if rows == 0 or cols == 0:
@@ -69,7 +68,9 @@ def layer_norm_bwd(dy: Any, x: Any, w: Any, mean: Any, rstd: Any, dx: Any, dw: A
             return
         rows_per = max(32, math.ceil(rows / 256))  # about 256 row chunks: partials stay small
         chunks = math.ceil(rows / rows_per)
-        part = cp.empty(2 * chunks * cols, dtype=dw.array.dtype)  # dw's partials, then db's
+        # dw's partials, then db's, in a buffer of needle's pool (an Array like x's)
+        part_buf = type(x)(2 * chunks * cols, dw.dtype, idx)
+        part = part_buf.array
         dt = rt.DTYPE_NAME[x.dtype]
         k = rt.kernel("layernorm.cu", K.typed_name("layernorm_bwd_dwdb", dt), dt, idx)
         rt.launch(k, (math.ceil(cols / 256), chunks), (256,),
@@ -126,6 +127,12 @@ def _mt_table(ps: Sequence[Any], gs: Sequence[Any], ss: Sequence[Any], ts: Seque
     key = tuple(words)
     if cache.get("key") == key:
         return cache["table"], cache["blocks"]
+    if rt.CAPTURE_KEEP[0] is not None:
+        raise RuntimeError("a multi-tensor optimizer step captured into a CUDA graph: its "
+                           "parameters', gradients' or state buffers are not the last step's, "
+                           "so their pointer table would be uploaded during the capture; run "
+                           "one step eagerly on these buffers first (with needle.compile's "
+                           "graph mode, after its first graph replay)")
     rows = np.array(key, dtype=np.int64).reshape(len(ps), 6)
     first = np.zeros(len(ps) + 1, dtype=np.int64)
     np.cumsum(-(-rows[:, 4] // MT_CHUNK), out=first[1:])
@@ -138,6 +145,12 @@ def _mt_table(ps: Sequence[Any], gs: Sequence[Any], ss: Sequence[Any], ts: Seque
             table = rt.cp.asarray(host)
     cache.update(key=key, table=table, blocks=int(first[-1]))
     return table, cache["blocks"]
+
+
+def _keep_for_capture(*arrays: Any) -> None:
+    """A CUDA graph being captured keeps these (read through addresses it cannot follow)."""
+    if rt.CAPTURE_KEEP[0] is not None:
+        rt.CAPTURE_KEEP[0].extend(arrays)
 
 
 def _mt_launch(kernel: str, dtype: str, idx: int, grid: int, block: int, args: tuple) -> None:
@@ -162,6 +175,7 @@ def multi_tensor_adam(ps: Sequence[Any], gs: Sequence[Any], ms: Sequence[Any],
     if bc is None or bc.size != 2 * steps.size:
         with rt.device(idx):
             bc = cache["bc"] = rt.cp.empty(2 * steps.size, dtype=np.float64)
+    _keep_for_capture(table, bc)
     addr = np.uint64(table.data.ptr)
     grid, block = K.ewise_launch(nt)
     _mt_launch("multi_tensor_adam_count", dt, idx, grid, block,
@@ -182,6 +196,7 @@ def multi_tensor_sgd(ps: Sequence[Any], gs: Sequence[Any], us: Sequence[Any], hy
     if not ps:
         return
     table, blocks = _mt_table(ps, gs, us, [None] * len(ps), [0] * len(ps), cache)
+    _keep_for_capture(table)
     if blocks:
         _mt_launch("multi_tensor_sgd", ps[0].dtype.name, ps[0].device_index, blocks, MT_BLOCK,
                    (np.uint64(table.data.ptr), np.int32(len(ps)), np.int64(MT_CHUNK),

@@ -64,7 +64,8 @@ class Array:
             store = _U16
         else:
             store = dt
-        pooled = self.pooled = buffer_pool.ON and not (
+        self.pooled = False  # until the buffer is this Array's (an allocation may raise)
+        pooled = buffer_pool.ON and not (
             EMULATED and os.environ.get(_FULL_CHECK[0]) == _FULL_CHECK[1])
         free = _POOL_FREE.get((device_index, store, size)) if pooled else None
         buf = None
@@ -82,6 +83,7 @@ class Array:
                     buffer_pool.release(device_index)
                     buf = cp.empty(size, dtype=store)
         self.array = buf
+        self.pooled = pooled
         # the peak of bytes in use, sampled at every allocation (rt.memory_stats reports it)
         used = cp.get_default_memory_pool().used_bytes() - _POOL_HELD.get(device_index, 0)
         if used > _PEAK.get(device_index, 0):
@@ -389,7 +391,8 @@ def _reduce_rows(src: Any, src_dt: str, dst: Any, dst_dt: str, rows: int, size: 
         target, target_dt = dst, dst_dt
     else:
         target_dt = K.ACC_DTYPE[base]
-        target = cp.empty(rows * chunks, dtype=np.dtype(target_dt))
+        target_buf = Array(rows * chunks, np.dtype(target_dt), index)  # needle's pool
+        target = target_buf.array
     k = rt.kernel("reduce.cu", K.reduce_name("block", op, src_dt, target_dt), base, index)
     rt.launch(k, (plan["grid_rows"], chunks), (plan["block"],),
               (src, target, np.int64(rows), np.int64(size), np.int64(plan["chunk"])), index)
@@ -560,5 +563,7 @@ _PRIMITIVES.update(fused_elementwise=fused_elementwise)
 # DLPack exchange (needle.backend_ndarray.dlpack calls these for a CUDA array)
 _PRIMITIVES.update(dlpack_view=dlpack_cuda.dlpack_view, wrap_dlpack=dlpack_cuda.wrap_dlpack)
 _PRIMITIVES.update(__device_name__=__device_name__, EMULATED=EMULATED)
+# needle.compile(mode="reduce-overhead") may capture a plan as a CUDA graph (graphs.py)
+_PRIMITIVES.update(GRAPHS=True)
 # cuBLAS, not the course's tiled route (NDArray.__matmul__ reads the flag on every matmul)
 _PRIMITIVES.update(TILED_MATMUL=False)
