@@ -5,7 +5,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import primitives
+from . import capture_hooks, primitives
 from .ndarray import NDArray
 
 __all__ = ["softmax", "softmax_naive", "logsumexp", "logsumexp_naive", "layer_norm",
@@ -246,7 +246,8 @@ class MultiTensorState:
 
     def begin_step(self, slots: Sequence[int], steps: Sequence[int]) -> None:
         """Before a step that makes slot ``slots[k]``'s count ``steps[k]``: upload the counts
-        when the device's differ (state loaded or stepped elsewhere), then count the step."""
+        when the device's differ (state loaded or stepped elsewhere), then count the step
+        (captured into a CUDA graph: at each replay, as the kernel counts on the device)."""
         counts = self.counts
         if [counts[s] + 1 for s in slots] != list(steps):
             for s, t in zip(slots, steps):
@@ -254,6 +255,11 @@ class MultiTensorState:
             self.device.from_numpy(np.array(counts, dtype=np.int64), self.steps._handle)
         for s in slots:
             counts[s] += 1
+        if capture_hooks.CURRENT[0] is not None:
+            def count(by: int, slots: Tuple[int, ...] = tuple(slots)) -> None:
+                for s in slots:
+                    counts[s] += by
+            capture_hooks.counted_step(count)
 
 
 def multi_tensor_adam(params: Sequence[NDArray], grads: Sequence[NDArray],

@@ -7,10 +7,14 @@ from ..backend_ndarray import NDArray, cpu
 from . import autograd_node, checks
 from .capture import DataDependentError, Recorder, Trace
 from .compiled_module import CompiledModule
+from .graph_mode import GraphReplay
 from .replay import Plan
 from .results import flatten, graphless, leaf_ref, meta, resolve, source, unflatten
 
 MAX_RECORDINGS = 3  # recordings that may disagree before a signature runs eagerly for good
+# "reduce-overhead" (PyTorch's name): a plan on a CUDA device replayed as one CUDA graph
+MODES = ("default", "reduce-overhead")
+_CHANGED = object()  # _replay_graph: a leaf's layout changed (the full guard runs)
 
 
 class _Entry:
@@ -30,6 +34,9 @@ class _Entry:
         self.n_results = 0
         self.compile_s = 0.0
         self.graph: Optional[autograd_node.GraphPlan] = None  # results carry a graph
+        self.cuda_graph: Optional[GraphReplay] = None  # mode="reduce-overhead"
+        self.last_leaf_datas: List[Any] = []  # the leaves' arrays at the last graph replay
+        self.graph_results: Optional[tuple] = None  # (arrays, grads, states, result)
         self.state_meta: List[tuple] = []
         self.attr_meta: List[tuple] = []   # ((object, name), meta) of attributes read
         self.states_seen: List[tuple] = []  # (object, name) the last recording replaced
@@ -52,8 +59,12 @@ class CompiledFunction:
     """``fn`` with a plan cache keyed by its arguments' shapes, dtypes and devices."""
 
     def __init__(self, fn: Callable, fusion: bool = True, fallback: bool = True,
-                 debug: bool = False, guard: Optional[Callable[[], Any]] = None) -> None:
+                 debug: bool = False, guard: Optional[Callable[[], Any]] = None,
+                 mode: str = "default") -> None:
+        if mode not in MODES:
+            raise ValueError(f"needle.compile: mode={mode!r}; expected one of {MODES}")
         self.fn = fn
+        self.mode = mode
         self.guard = guard  # () -> extra state the plan depends on (a module's modes)
         self.fusion = fusion
         self.fallback = fallback
@@ -102,6 +113,11 @@ class CompiledFunction:
             self.eager_calls += 1
             return self.fn(*args)
         if entry.plan is not None:
+            gm = entry.cuda_graph
+            if gm is not None and gm.reason is None and gm.graph is not None:
+                fast = self._replay_graph(entry, gm, args)
+                if fast is not _CHANGED:
+                    return fast
             changed = self._changed(entry, args)
             if not changed:
                 return self._replay(entry, args)
@@ -217,6 +233,13 @@ class CompiledFunction:
         entry.states = [(o, k) for o, k, _ in states]
         entry.tree = rec.tree
         entry.n_results = len(outs) - len(rec.leaves) - len(states)
+        if self.mode == "reduce-overhead":
+            per_call = [r[0] == "arg" or (r[0] == "leaf" and refs[r[1]][0] == "arg")
+                        for _, r in roles]
+            first = len(rec.outs)  # states follow the results and the leaves' gradients
+            state = [(k, first + j) for j, (o, name, _) in enumerate(states)
+                     for k, (_, r) in enumerate(roles) if r == ("attr", (o, name))]
+            entry.cuda_graph = GraphReplay(plan, per_call, state)
         entry.compile_s = time.perf_counter() - t0
         self.compiles += 1
         self._say(f"compiled in {entry.compile_s * 1e3:.0f} ms: {plan.stats()}")
@@ -254,13 +277,56 @@ class CompiledFunction:
         return False
 
     # ------------------------------------------------------------------ replaying
+    def _replay_graph(self, entry: _Entry, gm: GraphReplay, args: tuple) -> Any:
+        """A replay as one CUDA graph launch, with the least Python around it: leaves and
+        inputs read inline, the guard on leaves reduced to identity (a leaf's array unchanged
+        since the last call cannot have a new layout), and the results' tensors made once
+        per capture (their buffers are the graph's: the same every call). ``_CHANGED`` when
+        a leaf's array changed: the full guard decides."""
+        leaves = [args[r[1]] if r[0] == "arg" else r[1] for r in entry.leaves]
+        datas = [t.cached_data if t.cached_data is not None else t.realize_cached_data()
+                 for t in leaves]
+        last = entry.last_leaf_datas
+        if len(last) != len(datas) or any(a is not b for a, b in zip(datas, last)):
+            if self._changed(entry, args):
+                return _CHANGED
+            entry.last_leaf_datas = datas
+        inputs = []
+        for _, (kind, j) in entry.roles:
+            t = args[j] if kind == "arg" else leaves[j] if kind == "leaf" else getattr(*j)
+            d = t.cached_data if t.cached_data is not None else t.realize_cached_data()
+            inputs.append(d._handle)
+        self.replays += 1
+        arrays = gm.run(inputs)
+        wrapped = entry.graph_results
+        if wrapped is None or wrapped[0] is not arrays:  # the first replay of this capture
+            wrapped = entry.graph_results = (arrays, *self._wrap(entry, arrays))
+        _, grads, states, result = wrapped
+        for leaf, g in zip(leaves, grads):
+            leaf.grad = g
+        for (obj, name), s in zip(entry.states, states):
+            setattr(obj, name, s)
+        return result
+
+    def _wrap(self, entry: _Entry, arrays: List[Any]) -> Tuple[list, list, Any]:
+        """(leaf gradients, states, the result) as tensors around a replay's output arrays."""
+        device = entry.plan.device
+        datas = [NDArray.make(shape, strides=strides, device=device, handle=h, offset=off)
+                 for h, (shape, strides, off) in zip(arrays, entry.outs)]
+        n, k = entry.n_results, len(entry.leaves)
+        return ([Tensor.make_const(d) for d in datas[n:n + k]],
+                [Tensor.make_const(d) for d in datas[n + k:]],
+                unflatten(entry.tree, [graphless(d) for d in datas[:n]]))
+
     def _replay(self, entry: _Entry, args: tuple) -> Any:
         self.replays += 1
         if entry.graph is not None:
             return autograd_node.replay(self, entry, args)
         leaves = [resolve(r, args) for r in entry.leaves]
         inputs = [source(r, args, leaves).realize_cached_data()._handle for _, r in entry.roles]
-        arrays = entry.plan.run(inputs)
+        gm = entry.cuda_graph
+        arrays = gm.run(inputs) if gm is not None and gm.reason is None else \
+            entry.plan.run(inputs)
         device = entry.plan.device
         datas = [NDArray.make(shape, strides=strides, device=device, handle=h, offset=off)
                  for h, (shape, strides, off) in zip(arrays, entry.outs)]
@@ -290,7 +356,13 @@ class CompiledFunction:
             return "recorded once; the plan is built on the next call with this signature"
         if entry.graph is not None:
             return autograd_node.explain(entry, limit=limit)
-        return entry.plan.explain(limit=limit)
+        text = entry.plan.explain(limit=limit)
+        if entry.cuda_graph is not None:
+            text = entry.cuda_graph.explain() + "\n" + text
+        elif self.mode == "reduce-overhead":
+            text = ("CUDA graph mode off (the results carry an autograd graph: backward() "
+                    "runs outside the compiled function): plain replay\n" + text)
+        return text
 
     def compile_seconds(self) -> float:
         """Seconds spent building plans (fusion, buffers, kernel lookup), all signatures."""
@@ -298,13 +370,18 @@ class CompiledFunction:
 
 
 def compile(fn: Optional[Callable] = None, *, fusion: bool = True, fallback: bool = True,
-            debug: bool = False) -> Any:
-    """Compile ``fn`` (or ``@compile(debug=True)``); a module gives a ``CompiledModule``."""
+            debug: bool = False, mode: str = "default") -> Any:
+    """Compile ``fn`` (or ``@compile(debug=True)``); a module gives a ``CompiledModule``.
+    ``mode="reduce-overhead"`` replays a plan on a CUDA device as one CUDA graph
+    (``graph_mode.py``: results are overwritten by the next call)."""
     if fn is None:
-        return lambda f: compile(f, fusion=fusion, fallback=fallback, debug=debug)
+        return lambda f: compile(f, fusion=fusion, fallback=fallback, debug=debug, mode=mode)
+    if mode not in MODES:
+        raise ValueError(f"needle.compile: mode={mode!r}; expected one of {MODES}")
 
     def make(f: Callable, guard: Optional[Callable[[], Any]] = None) -> CompiledFunction:
-        return CompiledFunction(f, fusion=fusion, fallback=fallback, debug=debug, guard=guard)
+        return CompiledFunction(f, fusion=fusion, fallback=fallback, debug=debug, guard=guard,
+                                mode=mode)
     if all(hasattr(fn, a) for a in ("parameters", "modules", "train")):
         return CompiledModule(fn, make)
     return make(fn)

@@ -56,6 +56,8 @@ class Plan:
         fused_prim = self.lookup("fused_elementwise") if hasattr(
             dev.mod, "fused_elementwise") else None
         self.program: List[Tuple] = []
+        self.checked: List[Tuple[int, str, int]] = []  # (index buffer, step, rows) checked
+        self.unchecked: Dict[int, Any] = {}  # program index -> the step without its check
         for i, s in enumerate(trace.steps):
             if i in self.folded:
                 continue
@@ -77,6 +79,11 @@ class Plan:
             self.groups[i] = None
             fn = self.lookup(s.name)
             if s.name in ("take_rows", "scatter_add_rows"):
+                a, idx, out, row = s.args[:4]
+                rows = trace.size(a if s.name == "take_rows" else out) // max(row, 1)
+                self.checked.append((_index_source(trace, int(idx), self.inputs), s.name,
+                                     rows))
+                self.unchecked[len(self.program)] = fn
                 fn = _bounds_checked(fn, s.name, self.lookup("to_numpy"))
             self.program.append((fn, s.args))
         self._bind()
@@ -112,12 +119,21 @@ class Plan:
             return autograd._PROFILER.plan(self, inputs, Plan._run)
         return self._run(inputs)
 
-    def _run(self, inputs: Sequence[Any]) -> List[Any]:
+    def _run(self, inputs: Sequence[Any], outputs: Optional[Dict[int, Any]] = None,
+             checked: bool = True) -> List[Any]:
+        """Replay; ``outputs`` (buffer -> Array) replaces the fresh outputs (CUDA graph mode's
+        static ones), and ``checked=False`` drops the host-side index checks (the caller's)."""
         slot: Dict[int, Any] = dict(zip(self.inputs, inputs))
-        Array = self.device.Array
-        for b, size, dtype in self.fresh:
-            slot[b] = Array(size, dtype=dtype)
-        for fn, flat, holes in self.bound:
+        if outputs is not None:
+            slot.update(outputs)
+        else:
+            Array = self.device.Array
+            for b, size, dtype in self.fresh:
+                slot[b] = Array(size, dtype=dtype)
+        bound = self.bound if checked else [
+            (self.unchecked.get(k, fn), flat, holes)
+            for k, (fn, flat, holes) in enumerate(self.bound)]
+        for fn, flat, holes in bound:
             if not holes:
                 fn(*flat)
                 continue
@@ -190,14 +206,30 @@ class Plan:
         return "\n".join(lines)
 
 
+def _index_source(trace: Trace, buf: int, inputs: Sequence[int]) -> int:
+    """The input an index buffer was copied from (through ``compact`` steps: each element of
+    a copy is one of its source's, so the source's range bounds it), else ``buf`` itself."""
+    writer = {st.write: st for st in trace.steps if st.write >= 0}
+    b = buf
+    while b not in inputs:
+        st = writer.get(b)
+        if st is None or st.name != "compact" or st.partial or len(st.reads) != 1:
+            return buf
+        b = st.reads[0][0]
+    return b
+
+
 def _bounds_checked(fn: Any, name: str, to_numpy: Any) -> Any:
     """``fn`` (take_rows / scatter_add_rows) after the index check eager mode makes."""
     def run(a: Any, idx: Any, out: Any, row_size: int) -> None:
         rows = (a.size if name == "take_rows" else out.size) // max(row_size, 1)
-        host = to_numpy(idx, (idx.size,), (1,), 0)
-        if host.size and (host.min() < 0 or host.max() >= rows):
+        rng = getattr(idx, "known_range", None)  # an uploaded index buffer's (no device read)
+        if rng is None:
+            host = to_numpy(idx, (idx.size,), (1,), 0)
+            rng = (host.min(), host.max()) if host.size else None
+        if rng is not None and (rng[0] < 0 or rng[1] >= rows):
             raise ValueError(f"{name}: indices must lie in [0, {rows}), got values in "
-                             f"[{host.min()}, {host.max()}]")
+                             f"[{rng[0]}, {rng[1]}]")
         fn(a, idx, out, row_size)
     return run
 

@@ -6,9 +6,9 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Sequence, Tupl
 
 import numpy as np
 
-from .. import autograd
+from .. import autograd, numbers
 from ..autograd import Tensor
-from ..backend_ndarray import NDArray
+from ..backend_ndarray import NDArray, capture_hooks
 from ..backend_ndarray import fused_ops as fused
 from ..backend_ndarray.fused_ops import has_primitive
 from .hyper import Hyper
@@ -39,6 +39,9 @@ class Optimizer:
     lr = Hyper(lo=0)  # 0 freezes (a schedule's last step); negative climbs the loss
 
     def __init__(self, params: Iterable[Tensor]) -> None:
+        if isinstance(params, Tensor):  # iterating it would give new row tensors, never updated
+            raise TypeError(f"{type(self).__name__}: params must be an iterable of Tensors, "
+                            "got one Tensor (pass [tensor] or model.parameters())")
         params = list(params)
         for p in params:
             if not isinstance(p, Tensor):
@@ -137,7 +140,23 @@ class Optimizer:
             ps.append(w)
             gs.append(g.compact())
             states.append(s)
+        if capture_hooks.CURRENT[0] is not None:
+            self._captured(states if counted else [])
         return ps, gs, states
+
+    def _captured(self, states: List[Dict[str, Any]]) -> None:
+        """This step is being captured into a CUDA graph (``backend_cuda/graphs.py``): each
+        replay counts the step on the host as this call does (the capture itself runs nothing:
+        its count is taken back), and raises if a hyperparameter (baked into the device's copy
+        at capture) was changed since."""
+        for name in self.hyperparameters:
+            capture_hooks.watch(f"{type(self).__name__}.{name}",
+                                functools.partial(getattr, self, name))
+        if states:
+            def count(by: int) -> None:
+                for s in states:
+                    s["step"] += by
+            capture_hooks.counted_step(count)
 
     def state_dict(self) -> Dict[str, Any]:
         """Hyperparameters and per-parameter state (NumPy copies), keyed by parameter index."""
@@ -153,7 +172,7 @@ class Optimizer:
                              f"{sorted(state_dict)}")
         new: Dict[int, Dict[str, Any]] = {}
         for key, s in state_dict["state"].items():
-            i = int(key)
+            i = numbers.count(key, "optimizer state key (a parameter index)", lo=0)
             if not 0 <= i < len(self.params):
                 raise ValueError(f"optimizer state for param {i}, but only "
                                  f"{len(self.params)} params")
