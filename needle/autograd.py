@@ -119,20 +119,37 @@ class TensorOp(Op):
     """An op whose output is a Tensor."""
 
     def __call__(self, *args: "Value") -> "Tensor":
-        if _AUTOCAST_HOOK is not None:  # set by needle.amp.autocast: casts args per op
-            args = _AUTOCAST_HOOK(self, args)
-        if _PROFILER is not None:  # needle.profiler: a timed "op" event
-            return _PROFILER.op(Tensor.make_from_op, self, args)
-        return Tensor.make_from_op(self, args)
+        try:  # (free when nothing is raised: the check below runs only after a failure)
+            if _AUTOCAST_HOOK is not None:  # set by needle.amp.autocast: casts args per op
+                args = _AUTOCAST_HOOK(self, args)
+            if _PROFILER is not None:  # needle.profiler: a timed "op" event
+                return _PROFILER.op(Tensor.make_from_op, self, args)
+            return Tensor.make_from_op(self, args)
+        except AttributeError:
+            _check_inputs(self, args)
+            raise
 
 
 class TensorTupleOp(Op):
     """An op whose output is a TensorTuple."""
 
     def __call__(self, *args: "Value") -> "TensorTuple":
-        if _PROFILER is not None:  # needle.profiler: a timed "op" event
-            return _PROFILER.op(TensorTuple.make_from_op, self, args)
-        return TensorTuple.make_from_op(self, args)
+        try:
+            if _PROFILER is not None:  # needle.profiler: a timed "op" event
+                return _PROFILER.op(TensorTuple.make_from_op, self, args)
+            return TensorTuple.make_from_op(self, args)
+        except AttributeError:
+            _check_inputs(self, args)
+            raise
+
+
+def _check_inputs(op: Op, args: Sequence[Any]) -> None:
+    """A ``TypeError`` naming the first input that is not a needle Value (a NumPy array or a
+    list given to a layer ends as an AttributeError deep in the graph code otherwise)."""
+    for i, x in enumerate(args):
+        if not isinstance(x, Value):
+            raise TypeError(f"{type(op).__name__}: input {i} is {type(x).__name__}, not a "
+                            f"needle Tensor (wrap it: ndl.Tensor(x))") from None
 
 
 class Value:

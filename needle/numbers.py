@@ -14,7 +14,7 @@ import numbers
 import re
 from typing import Any, Optional
 
-__all__ = ["NumberError", "count", "real", "positive", "fraction"]
+__all__ = ["NumberError", "count", "real", "positive", "fraction", "count_arg", "real_arg"]
 
 _WHOLE = re.compile(r"[+-]?[0-9]+")  # ASCII only: str.isdigit() also takes '٣' and '²'
 
@@ -89,3 +89,19 @@ def positive(value: Any, name: str) -> float:
 def fraction(value: Any, name: str) -> float:
     """``value`` as a finite float in [0, 1) (a dropout rate, a held-out share)."""
     return real(value, name, lo=0, hi=1, hi_open=True)
+
+
+def count_arg(value: Any, name: str, lo: Optional[int] = 0, hi: Optional[int] = None) -> int:
+    """``count`` for a public argument: a str is refused too (``Linear("3", 4)`` is a bug)."""
+    if isinstance(value, str):
+        raise _fail(name, value, ("a whole number " + _range(lo, hi)).rstrip() + ", not a str")
+    return count(value, name, lo, hi)
+
+
+def real_arg(value: Any, name: str, lo: Optional[float] = None, hi: Optional[float] = None,
+             lo_open: bool = False, hi_open: bool = False) -> float:
+    """``real`` for a public argument: a str is refused too."""
+    if isinstance(value, str):
+        rule = ("a finite number " + _range(lo, hi, lo_open, hi_open)).rstrip()
+        raise _fail(name, value, rule + ", not a str")
+    return real(value, name, lo, hi, lo_open, hi_open)

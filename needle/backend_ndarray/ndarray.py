@@ -6,10 +6,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from .. import numbers as strict
 from . import primitives
 from .axes import check_axis, normalize_axes
 from .device import BackendDevice, default_device
-from .dtypes import is_floating, promote, to_numpy_dtype
+from .dtypes import bfloat16, is_floating, promote, to_numpy_dtype
 
 _STRIDES: Dict[Tuple[int, ...], Tuple[int, ...]] = {}
 _DTYPE_NAMES: Dict[np.dtype, str] = {}
@@ -33,6 +34,23 @@ def _method(kind: str, name: str) -> Callable[..., "NDArray"]:
     method.__name__ = name
     method.__doc__ = f"Elementwise ``{primitives.TABLE['ewise_' + name].formula()}``."
     return method
+
+
+def _check_cast(src: Any, to: np.dtype) -> None:
+    """Refuse a NumPy-to-integer conversion that NumPy would wrap silently: values outside the
+    integer type's range (a uint64 of 2**63 read as int64 is -2**63), nan or inf."""
+    if to.kind not in "iu" or src.size == 0 or np.can_cast(src.dtype, to, "safe"):
+        return
+    if src.dtype.kind not in "iub":
+        with np.errstate(invalid="ignore"):
+            finite = bool(np.isfinite(src).all()) if src.dtype.kind in "fc" or \
+                src.dtype == bfloat16 else True
+        if not finite:
+            raise ValueError(f"cannot convert {src.dtype} nan or inf to {to.name}")
+    lo, hi, info = src.min(), src.max(), np.iinfo(to)
+    if lo < info.min or hi > info.max:
+        raise ValueError(f"{src.dtype} values in [{lo}, {hi}] do not fit {to.name} "
+                         f"([{info.min}, {info.max}])")
 
 
 class NDArray:
@@ -68,8 +86,15 @@ class NDArray:
             self._init(src)
             return
         device = device if device is not None else default_device()
+        if not isinstance(device, BackendDevice):
+            raise TypeError(f"device must be a needle BackendDevice (ndl.cpu(), ndl.cuda()), "
+                            f"got {type(device).__name__} {device!r}")
         if not device.enabled():
             raise RuntimeError(f"device {device!r} is not enabled")
+        if other is None:  # np.asarray(None, float32) is nan
+            raise TypeError("cannot make an array of None: give a number, list or array")
+        if dtype is not None and isinstance(other, (np.ndarray, np.generic)):
+            _check_cast(other, to_numpy_dtype(dtype))
         arr = np.asarray(other) if dtype is None else np.asarray(other, dtype=to_numpy_dtype(dtype))
         np_dtype = to_numpy_dtype(arr.dtype if dtype is None else dtype)
         array = NDArray.make(arr.shape, device=device, dtype=np_dtype)
@@ -274,6 +299,10 @@ class NDArray:
         new_shape = tuple(new_shape)
         if new_shape == self._shape:
             return self
+        for n in new_shape:  # (no call unless a size is not a plain int >= 0)
+            if type(n) is not int or n < 0:
+                new_shape = _dims("broadcast_to", new_shape)
+                break
         lead = len(new_shape) - self.ndim
         if lead < 0:
             raise ValueError(f"cannot broadcast shape {self._shape} to {new_shape}")
@@ -313,6 +342,10 @@ class NDArray:
         """Pad with ``value``: ``axes[i] = (before, after)`` for axis i."""
         if len(axes) != self.ndim:
             raise ValueError(f"pad: got {len(axes)} (before, after) pairs for shape {self._shape}")
+        pairs = [_dims("pad", pair, lo=None, what="padding") for pair in axes]  # (< 0: below)
+        if any(len(p) != 2 for p in pairs):
+            raise ValueError(f"pad: each axis needs a (before, after) pair, got {tuple(axes)}")
+        axes = [(lo, hi) for lo, hi in pairs]
         if any(lo < 0 or hi < 0 for lo, hi in axes):
             raise ValueError(f"pad: negative padding {tuple(axes)}")
         new_shape = tuple(s + lo + hi for s, (lo, hi) in zip(self._shape, axes))
@@ -683,12 +716,21 @@ def broadcast_shapes(a: Tuple[int, ...], b: Tuple[int, ...], what: str = "op") -
         raise ValueError(f"{what}: shapes {a} and {b} cannot be broadcast together") from None
 
 
+def _dims(op: str, shape: Any, lo: Optional[int] = 0, what: str = "size") -> Tuple[int, ...]:
+    """``shape`` as a tuple of whole sizes >= lo: int() read '6' as 6, True as 1 and 1.5 as 1,
+    and a negative size made an array that failed only when read."""
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+        raise TypeError(f"{op}: the shape must be a sequence of ints, got "
+                        f"{type(shape).__name__} {shape!r}")
+    return tuple([strict.count_arg(n, f"{op}: {what}", lo=lo) for n in shape])
+
+
 def _normalize_shape(new_shape: Union[int, Sequence[int]], size: int,
                      old: Tuple[int, ...]) -> Tuple[int, ...]:
-    if type(new_shape) is tuple and prod(new_shape) == size and _INT_TYPES.issuperset(
-            map(type, new_shape)) and (not new_shape or min(new_shape) >= 0):
+    if type(new_shape) is tuple and _INT_TYPES.issuperset(map(type, new_shape)) and \
+            prod(new_shape) == size and (not new_shape or min(new_shape) >= 0):
         return new_shape  # the common case, checked without a Python-level loop
-    shape = (new_shape,) if isinstance(new_shape, int) else tuple(int(s) for s in new_shape)
+    shape = (new_shape,) if isinstance(new_shape, int) else _dims("reshape", new_shape, lo=-1)
     if shape.count(-1) > 1:
         raise ValueError(f"reshape: only one -1 allowed in {shape}")
     if -1 in shape:

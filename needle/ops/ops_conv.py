@@ -9,6 +9,7 @@ col2im kernel (``ConvBackward``), with no padded, dilated or flipped copies.
 from typing import Any, Optional, Tuple
 
 from .. import backend_ndarray as array_api
+from .. import numbers
 from ..autograd import NDArray, Tensor, TensorOp, TensorTupleOp
 from ..backend_ndarray import fused_ops as fused
 from ..backend_ndarray.axes import normalize_axes
@@ -40,8 +41,8 @@ class Dilate(TensorOp):
     """Insert ``dilation`` zeros between elements along ``axes``."""
 
     def __init__(self, axes: Tuple[int, ...], dilation: int):
-        if dilation < 0:
-            raise ValueError(f"dilation must be >= 0, got {dilation}")
+        if type(dilation) is not int or dilation < 0:  # 1.5 ended deep in NumPy
+            dilation = numbers.count_arg(dilation, "dilation", lo=0)
         self.axes = axes
         self.dilation = dilation
 
@@ -72,6 +73,8 @@ class UnDilate(TensorOp):
     """Keep every (dilation+1)-th element along ``axes`` (the inverse of Dilate)."""
 
     def __init__(self, axes: Tuple[int, ...], dilation: int):
+        if type(dilation) is not int or dilation < 0:
+            dilation = numbers.count_arg(dilation, "undilate: dilation", lo=0)
         self.axes = axes
         self.dilation = dilation
 
@@ -121,8 +124,9 @@ class Conv(TensorOp):
     """2-D convolution of NHWC input with (K, K, C_in, C_out) weights, by im2col + one matmul."""
 
     def __init__(self, stride: int = 1, padding: int = 0):
-        if stride < 1 or padding < 0:
-            raise ValueError(f"conv needs stride >= 1 and padding >= 0, got {stride}, {padding}")
+        if type(stride) is not int or type(padding) is not int or stride < 1 or padding < 0:
+            stride = numbers.count_arg(stride, "conv: stride", lo=1)  # 1.5 ended deep in NumPy
+            padding = numbers.count_arg(padding, "conv: padding", lo=0)
         self.stride = stride
         self.padding = padding
 

@@ -7,11 +7,21 @@ from ..backend_ndarray.axes import Axes, keepdims_shape, normalize_axes
 __all__ = ["Summation", "summation", "mean", "Max", "max"]
 
 
+def _axes(axes: Axes) -> Axes:
+    """None, or ``axes`` as a tuple: a lone axis of any kind (an int, or a 1.0 or '0' that the
+    axis check then names) is a 1-tuple, a sequence is a tuple."""
+    if axes is None or isinstance(axes, int):
+        return (axes,) if axes is not None else None
+    if isinstance(axes, (str, bytes)) or not hasattr(axes, "__iter__"):
+        return (axes,)  # type: ignore[return-value]
+    return tuple(axes)
+
+
 class Summation(TensorOp):
     """Sum over ``axes``; the gradient broadcasts ``out_grad`` back to the input's shape."""
 
     def __init__(self, axes: Axes = None, keepdims: bool = False):
-        self.axes = (axes,) if isinstance(axes, int) else (None if axes is None else tuple(axes))
+        self.axes = _axes(axes)
         self.keepdims = keepdims
 
     def compute(self, a: NDArray) -> NDArray:
@@ -43,7 +53,7 @@ class Max(TensorOp):
     """Max over ``axes``; the gradient is shared equally among tied maxima."""
 
     def __init__(self, axes: Axes = None, keepdims: bool = False):
-        self.axes = (axes,) if isinstance(axes, int) else (None if axes is None else tuple(axes))
+        self.axes = _axes(axes)
         self.keepdims = keepdims
 
     def compute(self, a: NDArray) -> NDArray:
