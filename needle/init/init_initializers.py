@@ -11,8 +11,9 @@ when ``fan_in``/``fan_out`` are None they are computed from ``shape`` that way.
 import math
 from typing import Any, Optional, Tuple
 
+from .. import numbers
 from ..autograd import Tensor
-from .init_basic import rand, randn
+from .init_basic import _real, rand, randn
 
 _GAINS = {"linear": 1.0, "identity": 1.0, "sigmoid": 1.0, "tanh": 5.0 / 3.0,
           "relu": math.sqrt(2.0)}
@@ -41,9 +42,9 @@ def _fans(fan_in: Optional[int], fan_out: Optional[int],
             fan_out = receptive * shape[-1]
     if fan_in is None or fan_out is None:
         raise ValueError("initializer needs fan_in and fan_out, or a shape")
-    if fan_in <= 0 or fan_out <= 0:
-        raise ValueError(f"initializer fans must be positive, got fan_in={fan_in}, "
-                         f"fan_out={fan_out}")
+    if not (isinstance(fan_in, int) and isinstance(fan_out, int) and fan_in > 0 and fan_out > 0):
+        fan_in = numbers.count_arg(fan_in, "initializer fan_in", lo=1)  # 2.5, nan, -1: named
+        fan_out = numbers.count_arg(fan_out, "initializer fan_out", lo=1)
     return fan_in, fan_out, shape if shape is not None else (fan_in, fan_out)
 
 
@@ -52,6 +53,7 @@ def xavier_uniform(fan_in: int, fan_out: int, gain: float = 1.0,
     """U(-a, a) with a = gain * sqrt(6 / (fan_in + fan_out)) (Glorot & Bengio, 2010), drawn
     with ``rand``."""
     fan_in, fan_out, shape = _fans(fan_in, fan_out, shape)
+    gain = _real(gain, "xavier_uniform: gain", lo=0)
     ### BEGIN YOUR SOLUTION (hw2.init.fan)
     a = gain * math.sqrt(6.0 / (fan_in + fan_out))
     return rand(*shape, low=-a, high=a, **kwargs)
@@ -63,6 +65,7 @@ def xavier_normal(fan_in: int, fan_out: int, gain: float = 1.0,
     """N(0, std^2) with std = gain * sqrt(2 / (fan_in + fan_out)) (Glorot & Bengio, 2010),
     drawn with ``randn``."""
     fan_in, fan_out, shape = _fans(fan_in, fan_out, shape)
+    gain = _real(gain, "xavier_normal: gain", lo=0)
     ### BEGIN YOUR SOLUTION (hw2.init.fan)
     std = gain * math.sqrt(2.0 / (fan_in + fan_out))
     return randn(*shape, mean=0.0, std=std, **kwargs)

@@ -6,7 +6,9 @@ same model code runs on ``ndl.cpu()`` and ``ndl.cuda()``.
 import math
 from typing import Any, Optional
 
-from .. import init, ops
+import numpy as np
+
+from .. import init, numbers, ops
 from ..autograd import Tensor
 from ..backend_ndarray import BackendDevice
 from ..backend_ndarray.dtypes import is_floating, to_numpy_dtype
@@ -37,6 +39,12 @@ class Identity(Module):
         return x
 
 
+def _check_flag(layer: str, name: str, value: Any) -> None:
+    """A ``TypeError`` unless ``value`` is a bool ('no' would read as True)."""
+    if value is not True and value is not False and not isinstance(value, np.bool_):
+        raise TypeError(f"{layer}: {name} must be True or False, got {value!r}")
+
+
 class Linear(Module):
     """y = x @ W + b, with W of shape (in_features, out_features) (note: not transposed)."""
 
@@ -52,8 +60,9 @@ class Linear(Module):
         Both on ``device`` with ``dtype``; ``self.bias`` is None when ``bias`` is False.
         """
         super().__init__()
-        self.in_features = in_features
-        self.out_features = out_features
+        self.in_features = numbers.count_arg(in_features, "Linear: in_features", lo=1)
+        self.out_features = numbers.count_arg(out_features, "Linear: out_features", lo=1)
+        _check_flag("Linear", "bias", bias)
         ### BEGIN YOUR SOLUTION (hw2.nn.linear)
         self.weight = Parameter(init.kaiming_uniform(in_features, out_features,
                                                      device=device, dtype=dtype))
@@ -67,7 +76,7 @@ class Linear(Module):
     def forward(self, X: Tensor) -> Tensor:
         """X (..., in_features) @ weight, plus the (1, out) bias broadcast to the result's shape
         (explicitly, with broadcast_to, as the course's ops do not broadcast); (..., out)."""
-        if X.shape[-1] != self.in_features:
+        if not X.shape or X.shape[-1] != self.in_features:
             raise ValueError(f"Linear({self.in_features}, {self.out_features}) got input of "
                              f"shape {X.shape}")
         X = in_weight_dtype(X, self.weight)
@@ -86,6 +95,8 @@ class Flatten(Module):
     """(B, d1, d2, ...) -> (B, d1 * d2 * ...)."""
 
     def forward(self, X: Tensor) -> Tensor:
+        if not X.shape:
+            raise ValueError("Flatten needs a batch axis first, got a 0-d tensor")
         return X.reshape((X.shape[0], -1))
 
 
@@ -131,6 +142,9 @@ class Sequential(Module):
 
     def __init__(self, *modules: Module) -> None:
         super().__init__()
+        for i, m in enumerate(modules):
+            if not callable(m):
+                raise TypeError(f"Sequential: item {i} is {type(m).__name__}, not a Module")
         self.modules = list(modules)
 
     def forward(self, x: Any) -> Any:
@@ -157,6 +171,8 @@ class Residual(Module):
 
     def __init__(self, fn: Module) -> None:
         super().__init__()
+        if not callable(fn):
+            raise TypeError(f"Residual: fn is {type(fn).__name__}, not a Module")
         self.fn = fn
 
     def forward(self, x: Tensor) -> Tensor:
@@ -203,9 +219,10 @@ class BatchNorm1d(Module):
     def __init__(self, dim: int, eps: float = 1e-5, momentum: float = 0.1,
                  device: Optional[BackendDevice] = None, dtype: str = "float32") -> None:
         super().__init__()
-        self.dim = dim
-        self.eps = eps
-        self.momentum = momentum
+        name = type(self).__name__
+        self.dim = numbers.count_arg(dim, f"{name}: dim", lo=1)
+        self.eps = numbers.real_arg(eps, f"{name}: eps", lo=0)  # negative: sqrt of a negative
+        self.momentum = numbers.real_arg(momentum, f"{name}: momentum", lo=0, hi=1)
         self.weight = Parameter(init.ones(dim, device=device, dtype=dtype))
         self.bias = Parameter(init.zeros(dim, device=device, dtype=dtype))
         self.register_buffer("running_mean", init.zeros(dim, device=device, dtype=dtype))
@@ -279,8 +296,8 @@ class LayerNorm1d(Module):
     def __init__(self, dim: int, eps: float = 1e-5, device: Optional[BackendDevice] = None,
                  dtype: str = "float32", fused: bool = False) -> None:
         super().__init__()
-        self.dim = dim
-        self.eps = eps
+        self.dim = numbers.count_arg(dim, "LayerNorm1d: dim", lo=1)
+        self.eps = numbers.real_arg(eps, "LayerNorm1d: eps", lo=0)
         self.fused = fused
         self.weight = Parameter(init.ones(dim, device=device, dtype=dtype))
         self.bias = Parameter(init.zeros(dim, device=device, dtype=dtype))
@@ -298,7 +315,7 @@ class LayerNorm1d(Module):
         (..., dim); mean and the biased variance (divide by dim) over that axis; weight and
         bias of shape (dim,) broadcast over the leading axes. Composed from Tensor ops
         (summation, reshape, broadcast_to, ...), so it is differentiable twice."""
-        if x.shape[-1] != self.dim:
+        if not x.shape or x.shape[-1] != self.dim:
             raise ValueError(f"LayerNorm1d({self.dim}) got input of shape {x.shape}")
         if self.fused and (self.composed_fused or has_primitive(x.device, "layer_norm_fwd")):
             return ops.layer_norm(x, self.weight, self.bias, self.eps)
@@ -327,8 +344,8 @@ class Dropout(Module):
 
     def __init__(self, p: float = 0.5) -> None:
         super().__init__()
-        if not 0.0 <= p < 1.0:
-            raise ValueError(f"Dropout p must lie in [0, 1), got {p}")
+        if isinstance(p, str) or not 0.0 <= p < 1.0:  # (nan fails the comparison)
+            raise ValueError(f"Dropout p must lie in [0, 1), got {p!r}")
         self.p = p
 
     # the device's dropout kernel (ops.dropout), where offered: in the reference only; the

@@ -1,7 +1,7 @@
 """2-D convolution layer (course hw4): NCHW in and out, NHWC inside for ``ops.conv``."""
 from typing import Optional, Tuple, Union
 
-from .. import init, ops
+from .. import init, numbers, ops
 from ..autograd import Tensor
 from ..backend_ndarray import BackendDevice
 from ..backend_ndarray.fused_ops import has_primitive
@@ -31,12 +31,20 @@ class Conv(Module):
                 raise ValueError(f"Conv supports square kernels only, got {kernel_size}")
             kernel_size = kernel_size[0]
         if isinstance(stride, tuple):
+            if len(set(stride)) != 1:  # (2, 1) was read as 2
+                raise ValueError(f"Conv supports equal strides only, got {stride}")
             stride = stride[0]
+        if bias is not True and bias is not False:
+            raise TypeError(f"Conv: bias must be True or False, got {bias!r}")
+        in_channels = numbers.count_arg(in_channels, "Conv: in_channels", lo=1)
+        out_channels = numbers.count_arg(out_channels, "Conv: out_channels", lo=1)
+        kernel_size = numbers.count_arg(kernel_size, "Conv: kernel_size", lo=1)
         self.in_channels = in_channels
         self.out_channels = out_channels
         self.kernel_size = kernel_size
-        self.stride = stride
-        self.padding = kernel_size // 2 if padding is None else padding
+        self.stride = numbers.count_arg(stride, "Conv: stride", lo=1)
+        self.padding = kernel_size // 2 if padding is None else \
+            numbers.count_arg(padding, "Conv: padding", lo=0)
         k = kernel_size
         ### BEGIN YOUR SOLUTION (hw4.nn.conv)
         self.weight = Parameter(init.kaiming_uniform(

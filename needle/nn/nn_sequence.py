@@ -5,9 +5,9 @@ The multi-layer modules compute each layer's input projection for all time steps
 matmul ((seq_len*bs, in) @ W_ih) and loop in Python only over the recurrent h @ W_hh part.
 """
 import math
-from typing import Optional, Tuple
+from typing import Any, Optional, Tuple
 
-from .. import init, ops
+from .. import init, numbers, ops
 from ..autograd import Tensor
 from ..backend_ndarray import BackendDevice
 from .nn_module import Module, Parameter
@@ -104,6 +104,27 @@ class LSTMCell(_Cell):
 def _check_seq(X: Tensor, input_size: int, name: str) -> None:
     if X.ndim != 3 or X.shape[2] != input_size:
         raise ValueError(f"{name} expects input (seq_len, bs, {input_size}), got {X.shape}")
+    if X.shape[0] == 0:
+        raise ValueError(f"{name} got an input of no time steps, shape {X.shape}")
+
+
+def _check_state(h: Any, want: Tuple[int, int, int], name: str, what: str) -> None:
+    """A state (num_layers, bs, hidden) of the wrong shape broadcast wrongly or, with fewer
+    layers, silently ran only the layers it had (zip)."""
+    if not isinstance(h, Tensor):
+        raise TypeError(f"{name}: {what} must be a Tensor {want}, got {type(h).__name__}")
+    if tuple(h.shape) != want:
+        raise ValueError(f"{name}: {what} must have shape (num_layers, bs, hidden) = {want}, "
+                         f"got {tuple(h.shape)}")
+
+
+def _sizes(cls: str, input_size: Any, hidden_size: Any, num_layers: Any, bias: Any
+           ) -> Tuple[int, int, int]:
+    if bias is not True and bias is not False:
+        raise TypeError(f"{cls}: bias must be True or False, got {bias!r}")
+    return (numbers.count_arg(input_size, f"{cls}: input_size", lo=1),
+            numbers.count_arg(hidden_size, f"{cls}: hidden_size", lo=1),
+            numbers.count_arg(num_layers, f"{cls}: num_layers", lo=1))
 
 
 def _layer_inputs(cell: _Cell, X: Tensor) -> list:
@@ -120,6 +141,8 @@ class RNN(Module):
                  nonlinearity: str = "tanh", device: Optional[BackendDevice] = None,
                  dtype: str = "float32") -> None:
         super().__init__()
+        input_size, hidden_size, num_layers = _sizes("RNN", input_size, hidden_size, num_layers,
+                                                     bias)
         self.input_size = input_size
         self.hidden_size = hidden_size
         self.num_layers = num_layers
@@ -131,6 +154,8 @@ class RNN(Module):
         hidden), h_n (num_layers, bs, hidden)); h0 None means zeros."""
         _check_seq(X, self.input_size, "RNN")
         bs = X.shape[1]
+        if h0 is not None:
+            _check_state(h0, (self.num_layers, bs, self.hidden_size), "RNN", "h0")
         hs = [None] * self.num_layers if h0 is None else list(ops.split(h0, axis=0))
         ### BEGIN YOUR SOLUTION (hw4.nn.rnn)
         h_n = []
@@ -152,6 +177,8 @@ class LSTM(Module):
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  device: Optional[BackendDevice] = None, dtype: str = "float32") -> None:
         super().__init__()
+        input_size, hidden_size, num_layers = _sizes("LSTM", input_size, hidden_size, num_layers,
+                                                     bias)
         self.input_size = input_size
         self.hidden_size = hidden_size
         self.num_layers = num_layers
@@ -164,6 +191,11 @@ class LSTM(Module):
         (output (seq_len, bs, hidden), (h_n, c_n)); h None means zeros."""
         _check_seq(X, self.input_size, "LSTM")
         bs = X.shape[1]
+        if h is not None:
+            if not isinstance(h, (tuple, list)) or len(h) != 2:
+                raise TypeError(f"LSTM: h must be a pair (h0, c0), got {type(h).__name__}")
+            for what, x in zip(("h0", "c0"), h):
+                _check_state(x, (self.num_layers, bs, self.hidden_size), "LSTM", what)
         if h is None:
             hs, cs = [None] * self.num_layers, [None] * self.num_layers
         else:
@@ -198,6 +230,8 @@ class Embedding(Module):
                  device: Optional[BackendDevice] = None, dtype: str = "float32",
                  gather: bool = False) -> None:
         super().__init__()
+        num_embeddings = numbers.count_arg(num_embeddings, "Embedding: num_embeddings", lo=1)
+        embedding_dim = numbers.count_arg(embedding_dim, "Embedding: embedding_dim", lo=1)
         self.num_embeddings = num_embeddings
         self.embedding_dim = embedding_dim
         self.gather = gather
