@@ -49,8 +49,10 @@ _ARRAY_KINDS = ((Tensor, "tensor"), (NDArray, "ndarray"), (np.ndarray, "numpy"),
                 (np.generic, "npscalar"))
 
 
-def _encode(obj: Any, arrays: List[Tuple[str, np.ndarray]], path: str) -> Any:
-    """The JSON node for ``obj``; array leaves are appended to ``arrays``."""
+def _encode(obj: Any, arrays: List[Tuple[str, np.ndarray]], path: str,
+            inside: Tuple[int, ...] = ()) -> Any:
+    """The JSON node for ``obj``; array leaves are appended to ``arrays``. ``inside``: the ids
+    of the containers on the way here (a container inside itself recursed until RecursionError)."""
     if obj is None:
         return {"t": "const", "v": None}
     for cls, kind in _SCALARS:
@@ -59,12 +61,17 @@ def _encode(obj: Any, arrays: List[Tuple[str, np.ndarray]], path: str) -> Any:
     for cls, kind in _ARRAY_KINDS:
         if isinstance(obj, cls):
             return _encode_leaf(obj, kind, arrays, path)
+    if isinstance(obj, (dict, list, tuple)):
+        if id(obj) in inside:
+            raise ValueError(f"ndl.save: {path} contains itself (a cycle cannot be stored)")
+        inside += (id(obj),)
     if isinstance(obj, dict):
-        return {"t": "dict", "v": [[_key(k, path), _encode(v, arrays, f"{path}[{k!r}]")]
+        return {"t": "dict", "v": [[_key(k, path), _encode(v, arrays, f"{path}[{k!r}]", inside)]
                                    for k, v in obj.items()]}
     if isinstance(obj, (list, tuple)):
         kind = "list" if isinstance(obj, list) else "tuple"
-        return {"t": kind, "v": [_encode(v, arrays, f"{path}[{i}]") for i, v in enumerate(obj)]}
+        return {"t": kind, "v": [_encode(v, arrays, f"{path}[{i}]", inside)
+                                 for i, v in enumerate(obj)]}
     raise TypeError(f"ndl.save: cannot store {type(obj).__name__} at {path}; checkpoints hold "
                     "dicts/lists/tuples of Tensors, NDArrays, numpy arrays, numbers, str, None")
 
@@ -348,6 +355,9 @@ def load(path: str, device: Optional[BackendDevice] = None, verify: bool = True)
 
     Every failure is a ``CheckpointError`` naming the file. A file without checksums is refused
     unless ``verify=False``."""
+    if device is not None and not isinstance(device, BackendDevice):  # not the file's fault
+        raise TypeError(f"ndl.load: device must be a needle BackendDevice (ndl.cpu(), "
+                        f"ndl.cuda()), got {type(device).__name__} {device!r}")
     path = os.fspath(path)
     if os.path.isdir(path):
         raise IsADirectoryError(f"ndl.load: {path} is a folder, not a checkpoint file")

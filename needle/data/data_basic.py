@@ -76,6 +76,12 @@ class DataLoader:
         batch_size = numbers.count(batch_size, "DataLoader: batch_size", lo=1)
         if generator is not None and seed is not None:
             raise ValueError("DataLoader: pass either generator or seed, not both")
+        if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
+            raise TypeError(f"DataLoader: dataset must have a length and items (a Dataset), got "
+                            f"{type(dataset).__name__}")
+        for name, flag in (("shuffle", shuffle), ("drop_last", drop_last)):
+            if flag is not True and flag is not False:  # 'no' would read as True
+                raise TypeError(f"DataLoader: {name} must be True or False, got {flag!r}")
         if generator is not None and not isinstance(generator, np.random.Generator):
             raise TypeError("DataLoader: generator must be a numpy.random.Generator, got "
                             f"{type(generator).__name__}")

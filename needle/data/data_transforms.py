@@ -4,6 +4,13 @@ import numpy as np
 from .. import numbers
 
 
+def _check_image(img: np.ndarray, name: str) -> None:
+    """The transforms take one H x W x C image (a batch or a 2-D image ended deep in NumPy)."""
+    if getattr(img, "ndim", None) != 3:
+        raise ValueError(f"{name} takes one H x W x C image, got "
+                         f"{getattr(img, 'shape', type(img).__name__)}")
+
+
 class Transform:
     """A callable that maps one image to another."""
 
@@ -19,6 +26,7 @@ class RandomFlipHorizontal(Transform):
 
     def __call__(self, img: np.ndarray) -> np.ndarray:
         """Flip an H x W x C image horizontally with probability ``p``."""
+        _check_image(img, "RandomFlipHorizontal")
         flip_img = np.random.rand() < self.p
         ### BEGIN YOUR SOLUTION (hw2.data.transforms)
         return img[:, ::-1, :] if flip_img else img
@@ -33,6 +41,7 @@ class RandomCrop(Transform):
 
     def __call__(self, img: np.ndarray) -> np.ndarray:
         """Shift an H x W x C image by a random offset in [-padding, padding], zero-filling."""
+        _check_image(img, "RandomCrop")
         shift_x, shift_y = np.random.randint(low=-self.padding, high=self.padding + 1, size=2)
         ### BEGIN YOUR SOLUTION (hw2.data.transforms)
         p = self.padding

@@ -22,6 +22,9 @@ class SequentialSampler(Sampler):
     """0, 1, ..., len(dataset) - 1."""
 
     def __init__(self, dataset: Sized) -> None:
+        if not hasattr(dataset, "__len__"):
+            raise TypeError(f"SequentialSampler: dataset must have a length, got "
+                            f"{type(dataset).__name__}")
         self.dataset = dataset
 
     def __iter__(self) -> Iterator[int]:

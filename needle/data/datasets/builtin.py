@@ -92,6 +92,9 @@ class CharCorpus:
 def spirals(n_per_class: int = 100, n_classes: int = 3, noise: float = 0.2,
             seed: int = 0) -> Tuple[np.ndarray, np.ndarray]:
     """Interleaved 2-D spirals (cs231n's toy set): X float32 (N, 2), y int64 (N,)."""
+    n_per_class = numbers.count_arg(n_per_class, "spirals: n_per_class", lo=1)
+    n_classes = numbers.count_arg(n_classes, "spirals: n_classes", lo=1)
+    noise = numbers.real_arg(noise, "spirals: noise", lo=0)
     rng = np.random.default_rng(seed)
     X, y = [], []
     for c in range(n_classes):
@@ -106,6 +109,10 @@ def spirals(n_per_class: int = 100, n_classes: int = 3, noise: float = 0.2,
 def blobs(n: int = 300, n_classes: int = 3, dim: int = 2, spread: float = 0.5,
           seed: int = 0) -> Tuple[np.ndarray, np.ndarray]:
     """Gaussian blobs around random unit-scale centres: X float32 (n, dim), y int64 (n,)."""
+    n = numbers.count_arg(n, "blobs: n", lo=1)
+    n_classes = numbers.count_arg(n_classes, "blobs: n_classes", lo=1)
+    dim = numbers.count_arg(dim, "blobs: dim", lo=1)
+    spread = numbers.real_arg(spread, "blobs: spread", lo=0)
     rng = np.random.default_rng(seed)
     centers = rng.standard_normal((n_classes, dim)) * 2.0
     y = rng.integers(0, n_classes, size=n)
@@ -116,8 +123,9 @@ def blobs(n: int = 300, n_classes: int = 3, dim: int = 2, spread: float = 0.5,
 def sequence_task(n: int = 256, seq_len: int = 8, vocab: int = 10, reverse: bool = False,
                   seed: int = 0) -> Tuple[np.ndarray, np.ndarray]:
     """Random token sequences (n, seq_len) and their copies (or reversals) as int64 targets."""
-    if vocab < 2 or seq_len < 1:
-        raise ValueError(f"sequence_task: need vocab >= 2 and seq_len >= 1, got {vocab}, {seq_len}")
+    n = numbers.count_arg(n, "sequence_task: n", lo=1)
+    vocab = numbers.count_arg(vocab, "sequence_task: vocab", lo=2)
+    seq_len = numbers.count_arg(seq_len, "sequence_task: seq_len", lo=1)
     x = np.random.default_rng(seed).integers(0, vocab, size=(n, seq_len)).astype(np.int64)
     return x, (x[:, ::-1] if reverse else x).copy()
 
