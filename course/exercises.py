@@ -201,8 +201,17 @@ EXERCISES: List[Exercise] = [
           for mode in ("tiled", "naive")),
         *(f"test_cuda_backend::test_reductions[{shape}-*"
           for shape in ("(1,)", "(100003,)", "(2, 1, 3, 1, 2, 3, 2)", "(2, 3, 4, 5)",
-                        "(3, 5000)", "(300, 40)", "(4224, 3)", "(5000, 7)", "(7, 20000)"))),
-             requires=("hw3.ndarray.matmul", "hw3.ndarray.reductions")),
+                        "(3, 5000)", "(300, 40)", "(4224, 3)", "(5000, 7)", "(7, 20000)")),
+        # the block reductions of the fused kernels (layernorm.cu's block_sum, softmax.cu's
+        # block_merge): reduce_rows_block's tree, not shipped beside it (no kernel runs for
+        # an empty row)
+        *(f"test_cuda_fused::test_fused_softmax_logsumexp[{shape}-*"
+          for shape in ("(1, 1)", "(3, 7)", "(5, 1000)", "(2, 3, 129)", "(64, 4097)",
+                        "(2, 3, 1)")),
+        "test_cuda_fused::test_fused_softmax_handles_infinities",
+        "test_cuda_fused::test_fused_layer_norm[*"),
+             requires=("hw2.ops.logsumexp",  # the fused softmax is compared with softmax_naive
+                       "hw3.ndarray.matmul", "hw3.ndarray.reductions")),
     # ---------------------------------------------------------------- hw4: CNN, RNN, Transformer
     Exercise("hw4.ops.dilate", 1, _ops("dilate", "undilate"),
              requires=("hw1.autograd.make_from_op", "hw3.ndarray.setitem")),

@@ -1,6 +1,7 @@
 """The course tooling: `make student` (course/make_student.py), `make grade` (course/grade.py,
 course/grading.py) and the release check (course/check_release.py)."""
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -355,20 +356,37 @@ def test_cuda_kernels_ship_stubbed_with_their_exercise(student_release, monkeypa
     NotImplementedError naming the exercise (before anything is compiled)."""
     kernels = {r.path.rpartition("/")[2]: r for r in all_regions()
                if r.path.startswith("needle/backend_cuda/kernels/")}
-    assert {"strided.cu", "matmul.cu", "reduce.cu"} <= set(kernels)
+    assert {"strided.cu", "matmul.cu", "reduce.cu", "layernorm.cu", "softmax.cu"} <= set(kernels)
     assert {r.exercise for r in kernels.values()} == {"hw3.cuda.backend"}
     names = {r.qualname for r in all_regions() if r.path.endswith(".cu")}
     assert {"strided_index", "compact", "matmul_naive", "matmul_tiled",
-            "reduce_rows_block"} <= names
+            "reduce_rows_block", "block_sum", "block_merge"} <= names
     released = student_release[0] / "needle" / "backend_cuda" / "kernels"
     text = (released / "strided.cu").read_text()
     assert "idx += (i % s) * strides[d];" not in text  # the answer is gone
     assert "idx += (i % s) * strides[d];" in kernel_specs.source("strided.cu")
     monkeypatch.setattr(kernel_specs, "KERNEL_DIR", released)
-    for name in ("strided.cu", "matmul.cu", "reduce.cu"):
+    for name in ("strided.cu", "matmul.cu", "reduce.cu", "layernorm.cu", "softmax.cu"):
         with pytest.raises(NotImplementedError, match=f"hw3.cuda.backend: write .*{name}"):
             kernel_specs.source(name)
     assert kernel_specs.source("ewise.cu")  # no region there: ships as it is
+
+
+def test_no_shipped_kernel_gives_the_block_reduction_away(student_release):
+    """reduce_rows_block's tree (warp partials, one per warp in __shared__ memory, then warp 0)
+    is the exercise: the release holds no complete copy of it (common.cuh's block_sum once
+    sat beside the complete softmax and layer norm kernels); their block sum and block merge
+    are regions of hw3.cuda.backend, graded by the fused softmax and layer norm tests."""
+    per_warp_store = re.compile(r"\w+\[warp\]\s*=")
+    kernels = ROOT / "needle" / "backend_cuda" / "kernels"
+    released = student_release[0] / "needle" / "backend_cuda" / "kernels"
+    found = {p.name for p in kernels.iterdir() if per_warp_store.search(p.read_text())}
+    assert {"reduce.cu", "layernorm.cu", "softmax.cu"} <= found  # the pattern is the tree's
+    assert [p.name for p in sorted(released.iterdir())
+            if per_warp_store.search(p.read_text())] == []
+    fused = {ex.name: ex for ex in EXERCISES}["hw3.cuda.backend"].tests
+    assert any("test_fused_layer_norm" in t for t in fused)
+    assert any("test_fused_softmax_logsumexp" in t for t in fused)
 
 
 def test_cuda_stub_keeps_the_markers_and_only_the_named_exercise():

@@ -67,27 +67,6 @@ __device__ __forceinline__ long long global_id() {
 }
 __device__ __forceinline__ long long grid_stride() { return (long long)blockDim.x * gridDim.x; }
 
-// Sum / max of ``v`` over a warp with shuffles (all 32 lanes must be active).
-template <typename A> __device__ __forceinline__ A warp_sum(A v) {
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-  return v;
-}
-
-// Sum of ``v`` over the whole block; the result is valid in every thread. ``smem`` holds 32 A.
-template <typename A> __device__ A block_sum(A v, A* smem) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  v = warp_sum(v);
-  __syncthreads();  // smem may still be read by a previous call
-  if (lane == 0) smem[warp] = v;
-  __syncthreads();
-  const int nwarps = (blockDim.x + 31) >> 5;
-  v = (threadIdx.x < nwarps) ? smem[threadIdx.x] : A(0);
-  if (warp == 0) v = warp_sum(v);
-  if (threadIdx.x == 0) smem[0] = v;
-  __syncthreads();
-  return smem[0];
-}
-
 // A row of at most ROW_REGS * blockDim.x elements, loaded once into each thread's registers
 // (element threadIdx.x + u * blockDim.x in v[u], ``pad`` past the row's end): the loads are
 // issued together, and a kernel making several passes over the row reads it from memory once.

@@ -6,6 +6,35 @@
 // The unfused version (fused.layer_norm_naive) builds the same from ~10 separate kernels.
 #include "common.cuh"
 
+namespace ndl {
+
+// Sum of ``v`` over a warp with shuffles (all 32 lanes must be active).
+template <typename A> __device__ __forceinline__ A warp_sum(A v) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+  return v;
+}
+
+// Sum of ``v`` over the whole block, returned in every thread: reduce.cu's reduce_rows_block
+// tree (hw3.cuda.backend), for a sum. ``smem`` holds 32 A; calls follow one another with the
+// same ``smem``. blockDim.x is a multiple of 32, at most 1024.
+template <typename A> __device__ A block_sum(A v, A* smem) {
+  // BEGIN YOUR SOLUTION (hw3.cuda.backend)
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // smem may still be read by a previous call
+  if (lane == 0) smem[warp] = v;
+  __syncthreads();
+  const int nwarps = (blockDim.x + 31) >> 5;
+  v = (threadIdx.x < nwarps) ? smem[threadIdx.x] : A(0);
+  if (warp == 0) v = warp_sum(v);
+  if (threadIdx.x == 0) smem[0] = v;
+  __syncthreads();
+  return smem[0];
+  // END YOUR SOLUTION
+}
+
+}  // namespace ndl
+
 // Per row r: mean[r], rstd[r] (float32 for low-precision T), y[r, :]. eps comes in the
 // accumulation type: a float eps would round 1e-5 for float64 rows (rstd off by 1e-8).
 template <typename T>

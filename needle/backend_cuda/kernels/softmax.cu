@@ -29,8 +29,12 @@ template <typename A> __device__ __forceinline__ void online_add(A& m, A& s, A v
   }
 }
 
-// Merge every thread's (m, s) into the row's, returned in every thread.
+// Merge every thread's (m, s) into the row's, returned in every thread (``*m_out``,
+// ``*s_out``): reduce.cu's reduce_rows_block tree (hw3.cuda.backend) over pairs, ``merge``
+// combining them. Calls follow one another (one per row). blockDim.x is a multiple of 32, at
+// most 1024.
 template <typename A> __device__ void block_merge(A m, A s, A* m_out, A* s_out) {
+  // BEGIN YOUR SOLUTION (hw3.cuda.backend)
   __shared__ A sm[32], ss[32];
   for (int off = 16; off > 0; off >>= 1)
     merge(m, s, __shfl_down_sync(0xffffffffu, m, off), __shfl_down_sync(0xffffffffu, s, off));
@@ -48,6 +52,7 @@ template <typename A> __device__ void block_merge(A m, A s, A* m_out, A* s_out) 
   *m_out = sm[0];
   *s_out = ss[0];
   __syncthreads();
+  // END YOUR SOLUTION
 }
 
 // Row max and sum of exp(x - max) over the block, reading the row from memory.
