@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import needle as ndl
-from needle import data, init, nn, ops, optim
+from needle import amp, data, init, memory, nn, ops, optim, profiler
+from needle.parallel import virtual
 
 NAN = float("nan")
 
@@ -166,6 +167,39 @@ CASES = [
     ("ndl.load(device='gpu') blamed the file ('not a valid needle checkpoint')",
      lambda: ndl.load("/nonexistent.ndl", device="gpu"), TypeError,
      "ndl.load: device must be a needle BackendDevice (ndl.cpu(), ndl.cuda()), got str 'gpu'"),
+    # ---- the probe's second round: parallel, amp, memory, profiler, schedules, samplers
+    ("virtual.run(10**6): threads until the OS refused, the process unusable after",
+     lambda: virtual.run(10**6, lambda c: 0), ValueError,
+     "virtual cluster world_size 1000000 must be a whole number in [1, 1024]"),
+    ("virtual.run(2.5): range() in the scheduler", lambda: virtual.run(2.5, lambda c: 0),
+     ValueError, "world_size 2.5 must be a whole number"),
+    ("virtual.run(2, 3): every rank failed calling an int", lambda: virtual.run(2, 3),
+     TypeError, "virtual.run: fn must be callable, got int"),
+    ("LoRALinear alpha nan scaled every update to nan",
+     lambda: nn.LoRALinear(nn.Linear(4, 4), r=2, alpha=NAN), ValueError,
+     "LoRALinear: alpha nan must be a finite number"),
+    ("GradScaler(init_scale=nan) skipped every step", lambda: amp.GradScaler(init_scale=NAN),
+     ValueError, "GradScaler: init_scale nan must be a finite number > 0"),
+    ("GradScaler(growth_interval=2.5) accepted", lambda: amp.GradScaler(growth_interval=2.5),
+     ValueError, "GradScaler: growth_interval 2.5 must be a whole number >= 1"),
+    ("MemoryTracker('gpu'): AttributeError 'enabled'", lambda: memory.MemoryTracker("gpu"),
+     TypeError, "MemoryTracker: device must be a needle BackendDevice, got str 'gpu'"),
+    ("profile(max_events=0) dropped every event", lambda: profiler.profile(max_events=0),
+     ValueError, "profile: max_events 0 must be a whole number >= 1"),
+    ("DistributedSampler(shuffle='no') shuffled",
+     lambda: data.DistributedSampler(data.NDArrayDataset(np.ones((4, 2))), 2, 0, shuffle="no"),
+     TypeError, "DistributedSampler: shuffle must be True or False, got 'no'"),
+    ("set_epoch(1.5) ran as epoch 1",
+     lambda: data.DistributedSampler(data.NDArrayDataset(np.ones((4, 2))), 2, 0).set_epoch(1.5),
+     ValueError, "DistributedSampler.set_epoch: epoch 1.5 must be a whole number >= 0"),
+    ("DataLoader(seed=-1): deep in NumPy's SeedSequence",
+     lambda: data.DataLoader(data.NDArrayDataset(np.ones((3, 2))), 2, shuffle=True, seed=-1),
+     ValueError, "DataLoader: seed -1 must be a whole number >= 0"),
+    ("StepLR(3, 2): AttributeError 'lr'", lambda: optim.StepLR(3, 2),
+     TypeError, "StepLR schedules an optimizer's lr, got int"),
+    ("load_digits(test_fraction=nan): scikit-learn imported and loaded first",
+     lambda: data.load_digits(test_fraction=NAN), ValueError,
+     "test_fraction must lie in (0, 1), got nan"),
 ]
 
 

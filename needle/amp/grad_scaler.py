@@ -2,6 +2,7 @@
 a step with inf/nan gradients is skipped and the scale halved; clean steps grow it back."""
 from typing import Any, Dict, List, Optional
 
+from .. import numbers
 from ..autograd import Tensor
 
 __all__ = ["GradScaler"]
@@ -21,12 +22,13 @@ class GradScaler:
     def __init__(self, init_scale: float = 2.0 ** 16, growth_factor: float = 2.0,
                  backoff_factor: float = 0.5, growth_interval: int = 2000,
                  enabled: bool = True):
-        if init_scale <= 0 or growth_factor <= 1 or not 0 < backoff_factor < 1:
-            raise ValueError(f"GradScaler needs init_scale > 0, growth_factor > 1 and "
-                             f"0 < backoff_factor < 1; got {init_scale}, {growth_factor}, "
-                             f"{backoff_factor}")
-        if growth_interval < 1:
-            raise ValueError(f"growth_interval must be >= 1, got {growth_interval}")
+        # nan passed the comparisons (a nan scale made every step look overflowed and skipped)
+        init_scale = numbers.real_arg(init_scale, "GradScaler: init_scale", lo=0, lo_open=True)
+        growth_factor = numbers.real_arg(growth_factor, "GradScaler: growth_factor", lo=1,
+                                         lo_open=True)
+        backoff_factor = numbers.real_arg(backoff_factor, "GradScaler: backoff_factor", lo=0,
+                                          hi=1, lo_open=True, hi_open=True)
+        growth_interval = numbers.count_arg(growth_interval, "GradScaler: growth_interval", lo=1)
         self.scale_value = float(init_scale)
         self.growth_factor = growth_factor
         self.backoff_factor = backoff_factor

@@ -76,6 +76,8 @@ class DataLoader:
         batch_size = numbers.count(batch_size, "DataLoader: batch_size", lo=1)
         if generator is not None and seed is not None:
             raise ValueError("DataLoader: pass either generator or seed, not both")
+        if seed is not None:  # -1 and 1.5 ended deep in NumPy's SeedSequence
+            seed = numbers.count_arg(seed, "DataLoader: seed", lo=0)
         if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
             raise TypeError(f"DataLoader: dataset must have a length and items (a Dataset), got "
                             f"{type(dataset).__name__}")

@@ -5,6 +5,8 @@ from typing import Any, Iterator, Sized
 
 import numpy as np
 
+from .. import numbers
+
 __all__ = ["Sampler", "SequentialSampler", "DistributedSampler"]
 
 
@@ -53,6 +55,9 @@ class DistributedSampler(Sampler):
         if drop_last and n < num_replicas:
             raise ValueError(f"DistributedSampler: drop_last with {n} samples and "
                              f"{num_replicas} replicas leaves rank {rank} nothing")
+        for name, flag in (("shuffle", shuffle), ("drop_last", drop_last)):
+            if flag is not True and flag is not False:  # 'no' read as True
+                raise TypeError(f"DistributedSampler: {name} must be True or False, got {flag!r}")
         self.dataset = dataset
         self.num_replicas, self.rank = int(num_replicas), int(rank)
         self.shuffle, self.seed, self.drop_last = shuffle, int(seed), drop_last
@@ -63,7 +68,7 @@ class DistributedSampler(Sampler):
 
     def set_epoch(self, epoch: int) -> None:
         """Use the shuffle of ``epoch`` (call it on every rank before each epoch)."""
-        self.epoch = int(epoch)
+        self.epoch = numbers.count_arg(epoch, "DistributedSampler.set_epoch: epoch", lo=0)
 
     def indices(self) -> np.ndarray:
         """This rank's indices for the current epoch, as an int64 array."""

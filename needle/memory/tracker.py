@@ -70,6 +70,9 @@ class MemoryTracker:
 
     def __init__(self, device: Optional[BackendDevice] = None, timeline: bool = False):
         self.device = device if device is not None else cpu()
+        if not isinstance(self.device, BackendDevice):
+            raise TypeError(f"MemoryTracker: device must be a needle BackendDevice, got "
+                            f"{type(self.device).__name__} {self.device!r}")
         if not self.device.enabled():
             raise ValueError(f"MemoryTracker: device {self.device!r} is not enabled")
         self.keep_timeline = timeline

@@ -13,7 +13,7 @@ inside its gradient, so no full-precision copy of W0 outlives an op.
 import math
 from typing import Any, List, Optional, Sequence
 
-from .. import init
+from .. import init, numbers
 from ..autograd import NDArray, Tensor
 from ..backend_ndarray import BackendDevice
 from ..quant.nf4 import NF4MatMul, NF4Tensor, nf4_codebook, quantize_nf4
@@ -38,6 +38,7 @@ class LoRALinear(Module):
             top = min(base.in_features, base.out_features)
             raise ValueError(f"LoRA rank r must be in [1, {top}] for Linear("
                              f"{base.in_features}, {base.out_features}), got {r!r}")
+        alpha = numbers.real_arg(alpha, "LoRALinear: alpha")  # nan scaled every update to nan
         self.base = base
         self.in_features, self.out_features = base.in_features, base.out_features
         self.r, self.alpha, self.scaling = r, alpha, alpha / r

@@ -10,6 +10,9 @@ class LRScheduler:
     """Base class: ``get_lr(step)`` is the learning rate after ``step`` scheduler steps."""
 
     def __init__(self, optimizer: Any) -> None:
+        if not hasattr(optimizer, "lr"):
+            raise TypeError(f"{type(self).__name__} schedules an optimizer's lr, got "
+                            f"{type(optimizer).__name__}")
         self.optimizer = optimizer
         self.base_lr = optimizer.lr
         self.last_step = 0

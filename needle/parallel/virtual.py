@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from .. import autograd
+from .. import numbers as strict
 from .comm.args import check_timeout
 from .comm.communicator import Communicator
 from .comm.progress import DeadlockError
@@ -67,6 +68,9 @@ class RankFailedError(RuntimeError):
 
 
 _RUNNING = threading.local()
+# One thread per rank: 10**6 ranks started threads until the OS refused ("can't start new
+# thread"), leaving those started waiting for ever and the process unable to start another.
+MAX_RANKS = 1024
 
 
 class Cluster:
@@ -74,13 +78,16 @@ class Cluster:
 
     def __init__(self, world_size: int, timeout: Optional[float] = None,
                  trace: bool = False) -> None:
-        if world_size < 1:
-            raise ValueError(f"world_size must be >= 1, not {world_size}")
+        # a whole number (2.5 ended in the scheduler's range()) of at most MAX_RANKS threads
+        world_size = strict.count_arg(world_size, "virtual cluster world_size", lo=1,
+                                      hi=MAX_RANKS)
         self.world_size, self.timeout = world_size, timeout
         self.trace: Optional[List[Message]] = [] if trace else None
 
     def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> List[Any]:
         """``fn(comm, *args, **kwargs)`` on every rank; the list of per-rank results."""
+        if not callable(fn):
+            raise TypeError(f"virtual.run: fn must be callable, got {type(fn).__name__}")
         if getattr(_RUNNING, "active", False):
             raise RuntimeError("virtual.run cannot be called from inside a virtual rank")
         k = self.world_size

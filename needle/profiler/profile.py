@@ -13,6 +13,7 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional
 
+from .. import numbers
 from . import distributed, hooks, summary, trace
 from . import events as ev
 from .events import Event, RankRecord
@@ -48,6 +49,7 @@ class profile:
             raise ValueError("profile: on_trace_ready is called after each active cycle of a "
                              "schedule; pass schedule=schedule(wait=..., warmup=..., active=...)")
         self.comm, self.schedule, self.on_trace_ready = comm, schedule, on_trace_ready
+        max_events = numbers.count_arg(max_events, "profile: max_events", lo=1)  # 0: all dropped
         self.record_shapes, self.max_events = record_shapes, max_events
         self.profile_memory = profile_memory
         self.step_num = 0

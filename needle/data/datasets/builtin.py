@@ -25,6 +25,7 @@ def _split(X: np.ndarray, y: np.ndarray, test_fraction: float, seed: int) -> Spl
 def load_digits(test_fraction: float = 0.2, seed: int = 0) -> Split:
     """scikit-learn's 8x8 digits: ``(X_train, y_train, X_test, y_test)``, X float32 (N, 64)
     in [0, 1], split by ``seed``."""
+    _split(np.zeros((0, 1)), np.zeros(0), test_fraction, seed)  # checked before the import
     from sklearn.datasets import load_digits as _sk_load_digits  # ships inside the wheel
     d = _sk_load_digits()
     X = (d.data / 16.0).astype(np.float32)
