@@ -1,8 +1,15 @@
 """A tqdm progress bar for training loops: running loss and samples per second."""
+import importlib.util
 import time
 from typing import Any, Iterable, Optional
 
-from tqdm.auto import tqdm
+# In Jupyter, tqdm.auto draws an ipywidgets bar and, where ipywidgets is not installed, warns
+# ("IProgress not found") in every cell that trains; plain tqdm then hides the bar instead
+# (the kernel's stderr is not a terminal).
+if importlib.util.find_spec("ipywidgets") is not None:
+    from tqdm.auto import tqdm
+else:
+    from tqdm import tqdm
 
 
 class Progress:

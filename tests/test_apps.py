@@ -192,3 +192,27 @@ def test_demo_runs_end_to_end(capsys):
     demo.main(["--epochs", "1", "--budget", "1", "--no-progress"])
     out = capsys.readouterr().out
     assert "test accuracy" in out and "unigram entropy" in out and "sample" in out
+
+
+def test_progress_bar_needs_no_ipywidgets(monkeypatch):
+    """Where ipywidgets is missing the bar is plain tqdm (hidden in Jupyter: its stderr is not a
+    terminal), not tqdm.auto's widget bar, which warns "IProgress not found" in every training
+    cell; with ipywidgets it is tqdm.auto's."""
+    import importlib
+    import importlib.util
+
+    import tqdm.auto
+    import tqdm.std
+
+    from apps import progress
+    real = importlib.util.find_spec
+    try:
+        monkeypatch.setattr(importlib.util, "find_spec",
+                            lambda name, *a: None if name == "ipywidgets" else real(name, *a))
+        assert importlib.reload(progress).tqdm is tqdm.std.tqdm
+        monkeypatch.setattr(importlib.util, "find_spec",
+                            lambda name, *a: object() if name == "ipywidgets" else real(name, *a))
+        assert importlib.reload(progress).tqdm is tqdm.auto.tqdm
+    finally:
+        monkeypatch.undo()
+        importlib.reload(progress)
