@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 import needle as ndl
-from needle import amp, data, init, memory, nn, ops, optim, profiler
-from needle.parallel import virtual
+from needle import amp, data, init, memory, metrics, nn, ops, optim, profiler, quant
+from needle.parallel import FullyShardedDataParallel, ParameterServer, RankFailedError, virtual
+from needle.parallel.pipeline import PipelineParallel
 
 NAN = float("nan")
 
@@ -200,6 +201,26 @@ CASES = [
     ("load_digits(test_fraction=nan): scikit-learn imported and loaded first",
      lambda: data.load_digits(test_fraction=NAN), ValueError,
      "test_fraction must lie in (0, 1), got nan"),
+    # ---- the third round: parallel strategies, quantization, metrics, DLPack
+    ("ParameterServer(timeout=inf): a worker waited for ever on a dead server",
+     lambda: virtual.run(2, lambda c: ParameterServer(c, nn.Linear(2, 2), optim.SGD,
+                                                      timeout=float("inf"))),
+     RankFailedError, "timeout must be a finite number > 0, got inf"),
+    ("PipelineParallel(num_microbatches=nan): range() of a float",
+     lambda: virtual.run(2, lambda c: PipelineParallel(nn.Linear(2, 2), c, NAN)),
+     RankFailedError, "PipelineParallel: num_microbatches nan must be a whole number >= 1"),
+    ("FullyShardedDataParallel(3): AttributeError 'named_parameters'",
+     lambda: virtual.run(2, lambda c: FullyShardedDataParallel(3, c)), RankFailedError,
+     "FullyShardedDataParallel wraps an nn.Module, got int"),
+    ("quantize_nf4(block_size=0): ZeroDivisionError", lambda: quant.quantize_nf4(
+        T((4, 64)), block_size=0), ValueError, "NF4: block_size 0 must be a whole number >= 1"),
+    ("quantize_nf4 of nan weights: arbitrary codes, a cast warning only",
+     lambda: quant.quantize_nf4(T((4, 64)) * NAN), ValueError,
+     "cannot quantize a weight holding nan or inf"),
+    ("perplexity(-1.0) = 0.37, an impossible loss", lambda: metrics.perplexity(-1.0),
+     ValueError, "perplexity: loss_nats must be a cross-entropy >= 0, got -1.0"),
+    ("from_dlpack(3): AttributeError '__dlpack_device__'", lambda: ndl.from_dlpack(3),
+     TypeError, "from_dlpack: int is not a DLPack producer"),
 ]
 
 
@@ -223,6 +244,7 @@ def test_what_the_doors_still_accept(tmp_path: Any) -> None:
     assert nn.Linear(np.int64(3), 4.0).weight.shape == (3, 4)
     assert nn.Sequential(lambda x: x * 2)(T((2,))).numpy().tolist() == [2.0, 2.0]
     assert nn.RNN(3, 4, num_layers=2)(T((5, 2, 3)), T((2, 2, 4)))[1].shape == (2, 2, 4)
+    assert metrics.perplexity(0.0) == 1.0 and metrics.perplexity(1e6) == float("inf")
     shared = np.ones(2)
     ndl.save({"a": shared, "b": [shared, shared]}, str(tmp_path / "shared.ndl"))
     assert sorted(ndl.load(str(tmp_path / "shared.ndl"))) == ["a", "b"]

@@ -121,6 +121,9 @@ def from_dlpack(obj: Any, device: Optional[Any] = None) -> Any:
     """An NDArray over a DLPack producer's memory (no copy); ``device`` defaults to the source."""
     from .device import cpu, cuda
     from .ndarray import NDArray
+    if not hasattr(obj, "__dlpack_device__"):
+        raise TypeError(f"from_dlpack: {type(obj).__name__} is not a DLPack producer (no "
+                        "__dlpack_device__)")
     dev_type, dev_id = obj.__dlpack_device__()
     is_bf16 = str(getattr(obj, "dtype", "")).endswith("bfloat16")
     if is_bf16 and hasattr(obj, "view"):  # a torch bfloat16 tensor: move its bits as int16

@@ -5,6 +5,7 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
+from .. import numbers
 from ..autograd import NDArray, Tensor, TensorOp
 from ..backend_ndarray import BackendDevice
 from ..backend_ndarray import array as nd_array
@@ -44,6 +45,11 @@ class NF4Tensor:
         w = np.asarray(weight, dtype=np.float32)
         if w.size == 0:
             raise ValueError("cannot quantize an empty weight")
+        # 0 divided by zero, -64 and 32.5 ended in NumPy's reshape
+        block_size = numbers.count_arg(block_size, "NF4: block_size", lo=1)
+        scale_block = numbers.count_arg(scale_block, "NF4: scale_block", lo=1)
+        if not np.isfinite(w).all():  # nan or inf became arbitrary codes (a cast warning only)
+            raise ValueError(f"cannot quantize a weight holding nan or inf ({w.shape})")
         self.shape, self.block_size, self.double_quant = w.shape, block_size, double_quant
         flat = w.reshape(-1)
         pad = (-flat.size) % block_size

@@ -1,6 +1,7 @@
 """A parameter server (Li et al., OSDI 2014): the first rank(s) serve parameters and apply the
 optimizer, the others push gradients and pull parameters; keys dealt round-robin to servers."""
 import atexit
+import math
 import sys
 from typing import Any, Dict, List, Optional
 
@@ -34,9 +35,9 @@ class ParameterServer:
             raise ValueError(f"parameter server (rank {comm.rank}): num_servers must be in "
                              f"1..{comm.size - 1} so that some ranks are workers, got "
                              f"{num_servers!r}")
-        if not timeout > 0:
-            raise ValueError(f"parameter server (rank {comm.rank}): timeout must be > 0, got "
-                             f"{timeout!r}")
+        if not 0 < timeout < math.inf:  # inf: a worker waits for ever on a server that died
+            raise ValueError(f"parameter server (rank {comm.rank}): timeout must be a finite "
+                             f"number > 0, got {timeout!r}")
         agree(comm, "ParameterServer", dict(
             {"consistency": consistency, "staleness": s, "num_servers": num_servers,
              "timeout": timeout}, **optimizer_settings((optimizer_class, optimizer_kwargs))))

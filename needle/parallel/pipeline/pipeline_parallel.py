@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Un
 
 import numpy as np
 
+from ... import numbers
 from ...autograd import Tensor, find_topo_sort
 from ...backend_ndarray import BackendDevice, cpu
 from ...nn.nn_module import Module
@@ -68,6 +69,8 @@ class PipelineParallel:
                  num_classes: Optional[int] = None) -> None:
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {sorted(SCHEDULES)}, got {schedule!r}")
+        num_microbatches = numbers.count_arg(num_microbatches, "PipelineParallel: "
+                                             "num_microbatches", lo=1)  # nan: deep in range()
         chunks: List[Module] = (list(stage_module) if isinstance(stage_module, (list, tuple))
                                 else [cast(Module, stage_module)])
         if schedule != "interleaved" and len(chunks) != 1:

@@ -40,6 +40,9 @@ class FullyShardedDataParallel(Module):
     def __init__(self, module: Module, comm: Comm, mixed_precision: Optional[str] = None,
                  cpu_offload: bool = False, units: Optional[Sequence[Module]] = None) -> None:
         super().__init__()
+        if not isinstance(module, Module):
+            raise TypeError(f"FullyShardedDataParallel wraps an nn.Module, got "
+                            f"{type(module).__name__} (rank {comm.rank})")
         if mixed_precision not in PRECISIONS:
             raise ValueError(f"FullyShardedDataParallel: mixed_precision must be None, 'bf16' "
                              f"or 'fp16', got {mixed_precision!r} (rank {comm.rank})")
