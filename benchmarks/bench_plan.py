@@ -48,6 +48,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import needle as ndl  # noqa: E402
+from benchmarks.needle_strategies import (  # noqa: E402
+    fsdp_buffer_bytes,
+    fsdp_unit_spans,
+    needle_buffer_bytes,
+    needle_collectives,
+    needle_fsdp_collectives,
+    needle_pp_collectives,
+    needle_tp_collectives,
+)
 from needle import cli, nn  # noqa: E402
 from needle.autograd import find_topo_sort  # noqa: E402
 from needle.memory.estimator import estimate_module  # noqa: E402
@@ -69,15 +78,6 @@ from needle.plan.core_sharing import sharing_factor  # noqa: E402
 from needle.plan.gpu_memory import in_flight_microbatches  # noqa: E402
 from needle.plan.layout import Layout, Setup  # noqa: E402
 from needle.plan.model import ModelSpec  # noqa: E402
-from needle.plan.needle_strategies import (  # noqa: E402
-    fsdp_buffer_bytes,
-    fsdp_unit_spans,
-    needle_buffer_bytes,
-    needle_collectives,
-    needle_fsdp_collectives,
-    needle_pp_collectives,
-    needle_tp_collectives,
-)
 
 DP = ("ddp", "zero1", "zero2", "zero3")
 MP = ("tp", "pp", "3d")

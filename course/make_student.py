@@ -43,10 +43,10 @@ SOURCE_SUFFIXES = (".py",) + CUDA_SUFFIXES
 # a CUDA function's name: the first identifier before "(" that is not a CUDA keyword
 _CUDA_DEF = re.compile(r"__(?:global|device)__.*?\b(?!__)(?P<name>[A-Za-z_]\w*)\s*\(")
 # What a release holds: the package, its course material, and the files that build and test it.
-# tools/testcluster and tools/measure: the multi-host tests' hosts and --cluster here's workers;
-# tools/sanitize.py: make test-cuda-sanitize and its test
+# tools/testcluster: the multi-host tests' hosts; tools/sanitize.py: make test-cuda-sanitize
+# and its test
 SHIPPED_DIRS = ("needle", "apps", "tests", "notebooks", "course", "benchmarks", "docs",
-                "tools/testcluster", "tools/measure")
+                "tools/testcluster")
 SHIPPED_FILES = ("Makefile", "setup.py", "pytest.ini", "ruff.toml", "mypy.ini", "conftest.py",
                  "README.md", ".gitignore", "tools/__init__.py", "tools/sanitize.py",
                  "tools/tsan.supp")

@@ -111,7 +111,7 @@ def test_release_has_no_solution_left(student_release):
         assert len(out.splitlines()) - 2 * split < len(ref.splitlines())
     assert (release / "notebooks").is_dir()
     assert (release / "tests" / "conftest.py").is_file()
-    for tool in ("__init__.py", "testcluster/netns.py", "measure/pingpong.py"):  # tests use them
+    for tool in ("__init__.py", "testcluster/netns.py"):  # tests use them
         assert (release / "tools" / tool).is_file(), tool
 
 

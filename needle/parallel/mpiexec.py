@@ -41,7 +41,7 @@ def python_command(nproc: int, *args: str, hostfile_path: Optional[str] = None) 
 def pythonpath_env(first: Path, env: Optional[Dict[str, str]] = None,
                    **extra: str) -> Dict[str, str]:
     """``env`` (default: this process's) with ``first`` ahead on PYTHONPATH, then ``extra``:
-    the ranks import needle (and the checkout's workers) from ``first``."""
+    the ranks import needle (and the workers it runs) from ``first``."""
     out = dict(os.environ if env is None else env)
     rest = [p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p]
     out["PYTHONPATH"] = os.pathsep.join([str(first)] + rest)

@@ -127,7 +127,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         cl = build_cluster(args)
         batch = args.batch if args.batch is not None else cl.gpus
         preds = plan(spec, Setup(batch, args.precision, args.optimizer), cl, args.microbatch)
-    except (ValueError, FileNotFoundError) as err:  # FileNotFoundError: --cluster here's tools
+    except (ValueError, FileNotFoundError) as err:  # --cluster here: no mpiexec
         print(f"{ap.prog}: error: {err}", file=sys.stderr)
         return 2
     if args.json:

@@ -1,5 +1,5 @@
 """Where it is trained: nodes x GPUs per node, memory, peak FLOP/s, and the links' alpha and beta:
-datasheet presets, or ``measure_here`` (workers in ``tools/measure/``: needs a clone)."""
+datasheet presets, or ``measure_here`` (its workers in ``measure/``)."""
 import json
 import os
 import subprocess
@@ -93,31 +93,21 @@ def measure_gemm_flops(n: int = 256, dtype: str = "float32", seconds: float = 0.
     return 2.0 * n ** 3 / best
 
 
-CHECKOUT = Path(__file__).resolve().parents[2]  # the clone holding needle/ and tools/
-
-
-def worker_module(name: str) -> str:
-    """``tools.measure.<name>``, checked to be in the checkout beside this needle."""
-    if not (CHECKOUT / "tools" / "measure" / f"{name}.py").is_file():
-        raise FileNotFoundError(
-            f"measuring this machine runs tools/measure/{name}.py of needle's repository "
-            f"checkout, not found beside needle at {CHECKOUT}: run from a clone of needle")
-    return f"tools.measure.{name}"
+SITE = Path(__file__).resolve().parents[2]  # the folder holding this needle/: clone or install
 
 
 def _run_json(worker: str, ranks: int, timeout: float, threads: int = 0) -> Any:
-    """Run ``python -m tools.measure.<worker> out.json`` under ``mpiexec -n ranks``
+    """Run ``python -m needle.plan.measure.<worker> out.json`` under ``mpiexec -n ranks``
     (``threads``: BLAS/OpenMP threads per rank, 0 for needle's choice); the JSON it wrote."""
-    module = worker_module(worker)
-    env = mpiexec.pythonpath_env(CHECKOUT)
+    env = mpiexec.pythonpath_env(SITE)
     if threads:
         env.update(dict.fromkeys(("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                                   "MKL_NUM_THREADS"), str(threads)))
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "fit.json")
-        subprocess.run(mpiexec.python_command(ranks, "-m", module, out),
-                       check=True, timeout=timeout, capture_output=True, env=env,
-                       cwd=CHECKOUT)  # its tools/, whatever the caller's folder holds
+        cmd = mpiexec.python_command(ranks, "-m", f"needle.plan.measure.{worker}", out)
+        subprocess.run(cmd, check=True, timeout=timeout, capture_output=True, env=env,
+                       cwd=SITE)  # this needle, whatever the caller's folder holds
         with open(out) as f:
             return json.load(f)
 

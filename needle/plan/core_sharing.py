@@ -1,7 +1,7 @@
 """How ranks that synchronise share the cores: the slowdown of a compute chunk of ``w``
 seconds followed by a wait for every other rank, at p ranks against one rank.
 
-The seconds come from ``tools/measure/core_sharing.py``; the factor is
+The seconds come from ``measure/core_sharing.py``; the factor is
 (T_p(n) - T_p(0)) / (T_1(n) - T_1(0)). Measured, not cores / p: beyond the cores, a rank whose
 message has come runs again only when its core-mate's time slice ends, once per message round,
 so the factor grows with the rounds (4 ranks on 2 cores: 2.0-4.1x, not 2x).

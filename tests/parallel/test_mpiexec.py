@@ -17,8 +17,8 @@ def test_command_is_n_ranks_then_the_host_file(tmp_path):
 
 def test_python_command_runs_this_python(monkeypatch):
     monkeypatch.setattr(mpiexec, "find", lambda: "mpx")
-    assert mpiexec.python_command(3, "-m", "tools.measure.pingpong", "out.json") == \
-        ["mpx", "-n", "3", sys.executable, "-m", "tools.measure.pingpong", "out.json"]
+    assert mpiexec.python_command(3, "-m", "needle.plan.measure.pingpong", "out.json") == \
+        ["mpx", "-n", "3", sys.executable, "-m", "needle.plan.measure.pingpong", "out.json"]
 
 
 def test_a_bad_host_file_is_refused_before_mpiexec_is_looked_for(tmp_path, monkeypatch):

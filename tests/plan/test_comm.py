@@ -3,6 +3,11 @@ import numpy as np
 import pytest
 
 import needle as ndl
+from benchmarks.needle_strategies import (
+    needle_collectives,
+    needle_fsdp_collectives,
+    needle_pp_collectives,
+)
 from needle import nn
 from needle.parallel import (
     DistributedDataParallel,
@@ -19,11 +24,6 @@ from needle.plan.comm_time import (
 )
 from needle.plan.layout import Layout, Setup
 from needle.plan.model import ModelSpec
-from needle.plan.needle_strategies import (
-    needle_collectives,
-    needle_fsdp_collectives,
-    needle_pp_collectives,
-)
 
 
 def _ledger_counts(comm, name, make):

@@ -3,7 +3,7 @@ import pytest
 from mpi_helpers import mpiexec
 
 from needle.plan.core_sharing import sharing_factor, slowdown_curve
-from tools.measure.core_sharing import CHUNKS
+from needle.plan.measure.core_sharing import CHUNKS
 
 
 def test_curve_takes_the_wait_alone_out_and_divides():

@@ -7,12 +7,12 @@ import sys
 import pytest
 from mpi_helpers import ROOT, mpiexec, worker_env
 
-from needle.plan.comm_time import step_bytes
-from needle.plan.needle_strategies import (
+from benchmarks.needle_strategies import (
     needle_buffer_bytes,
     needle_collectives,
     needle_tp_collectives,
 )
+from needle.plan.comm_time import step_bytes
 
 
 def _run(strategy, ranks, tmp_path, steps=3):

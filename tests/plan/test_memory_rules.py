@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 import needle as ndl
+from benchmarks.needle_strategies import UnitSpan, fsdp_buffer_bytes, fsdp_unit_spans
 from needle import nn
 from needle.plan.gpu_memory import in_flight_microbatches
-from needle.plan.needle_strategies import UnitSpan, fsdp_buffer_bytes, fsdp_unit_spans
 
 
 @pytest.mark.parametrize("schedule,p,m,stage,expected", [

@@ -1,2 +1,2 @@
 """The planner's measuring workers, run under mpiexec by ``python -m needle.plan --cluster here``
-(``needle/plan/cluster.py``) as ``python -m tools.measure.<worker> out.json`` from the checkout."""
+(``needle/plan/cluster.py``) as ``python -m needle.plan.measure.<worker> out.json``."""

@@ -1,7 +1,7 @@
 """Under mpiexec: how ranks that synchronise share the cores (``needle/plan/core_sharing.py``
 says why it is measured and turns the seconds written here into a factor).
 
-    mpiexec -n 4 python -m tools.measure.core_sharing out.json
+    mpiexec -n 4 python -m needle.plan.measure.core_sharing out.json
 
 Each rank loops ``chunk(n)`` (n training steps of a small needle MLP: the kind of work, and
 working set, of needle's steps; not a model any strategy here runs) then a blocking allreduce

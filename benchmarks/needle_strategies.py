@@ -9,10 +9,10 @@ rules to a list of parameter sizes, so the bytes it predicts are the ledger's to
 """
 from typing import Any, List, NamedTuple, Sequence, Tuple
 
-from ..autograd import find_topo_sort
-from ..parallel.comm.latency_bound import binomial_broadcast_steps
-from ..parallel.data_parallel.buckets import assign_buckets
-from .comm_time import Collective, pp_sends, step_bytes
+from needle.autograd import find_topo_sort
+from needle.parallel.comm.latency_bound import binomial_broadcast_steps
+from needle.parallel.data_parallel.buckets import assign_buckets
+from needle.plan.comm_time import Collective, pp_sends, step_bytes
 
 __all__ = ["needle_collectives", "needle_tp_collectives", "needle_pp_collectives",
            "needle_buffer_bytes", "STRATEGIES", "UnitSpan", "fsdp_unit_spans",
