@@ -1,10 +1,9 @@
 """Collective benchmark in the style of nccl-tests, with the communicator's targets.
 
 Run ``mpiexec -n 2 python benchmarks/bench_collectives.py [--sizes 4K,1M,64M] [--batches 5]``;
-``--compare`` adds the communicator of commit 34d9b34 (``communicator_before.py``) beside the
-current one, interleaved, and prints their time ratio per size; ``--engine`` (no mpiexec) times
-the two on the virtual cluster in process CPU time, which a loaded machine disturbs less: the
-Python each call costs, both ranks' together; ``--crossovers`` instead
+``--engine`` (no mpiexec) times the communicator on the virtual cluster in process CPU time,
+which a loaded machine disturbs less: the Python each call costs, both ranks' together;
+``--crossovers`` instead
 measures where the ring overtakes the latency-bound algorithm of allreduce, allgather and
 reduce-scatter, the thresholds ``select.py`` uses (``NEEDLE_ALLREDUCE_SMALL``,
 ``NEEDLE_ALLGATHER_SMALL``, ``NEEDLE_REDUCE_SCATTER_SMALL``).
@@ -79,7 +78,7 @@ def gloo_cases(dist: object, size: int, p: int) -> Dict[Tuple[str, str], Callabl
 
 
 def bench_size(comm: Communicator, quiet: Communicator, serial: Communicator, size: int,
-               batches: int, dist: Optional[object], largest: bool, before: Optional[object]
+               batches: int, dist: Optional[object], largest: bool
                ) -> Dict[Tuple[str, str], float]:
     """Seconds per call for every (collective, algorithm) at ``size`` bytes."""
     p, r, raw = comm.size, comm.rank, comm.transport.comm
@@ -119,14 +118,6 @@ def bench_size(comm: Communicator, quiet: Communicator, serial: Communicator, si
         cases[("allreduce", "auto ledger off")] = lambda: quiet.allreduce(x, out=out)
     if largest:
         cases[("allreduce", "auto no out=")] = lambda: comm.allreduce(x)
-    if before is not None:  # the same calls on the communicator of commit 34d9b34
-        b = before
-        cases.update({
-            ("allreduce", "auto before"): lambda: b.allreduce(x, out=out),  # type: ignore
-            ("allgather", "auto before"): lambda: b.allgather(part, out=gathered),  # type: ignore
-            ("reduce_scatter", "auto before"):
-                lambda: b.reduce_scatter(rs_in, out=scattered),  # type: ignore
-            ("broadcast", "binomial before"): lambda: b.broadcast(x, root=0, out=x)})  # type: ignore
     if dist is not None and p > 1:
         cases.update(gloo_cases(dist, size, p))
     if p > 1:
@@ -161,17 +152,6 @@ def floor_lines(results: Results) -> List[str]:
                 lines.append(f"{human(size):>9} {coll:<15} ours {ours * 1e6:8.1f}  floor "
                              f"{floor * 1e6:8.1f}  MPICH {native * 1e6:8.1f}  ours - floor "
                              f"{(ours - floor) * 1e6:7.1f}  MPICH / floor {native / floor:5.2f}")
-    return lines
-
-
-def compare_lines(results: Results) -> List[str]:
-    """Per size and collective: the current communicator's time over commit 34d9b34's."""
-    lines = ["new / old (commit 34d9b34) communicator, time per call, interleaved in one run"]
-    for size, res in results.items():
-        cells = [f"{coll} {res[(coll, algo)] / res[(coll, algo + ' before')]:5.2f}"
-                 for coll, algo in OURS.items() if (coll, algo + " before") in res]
-        if cells:
-            lines.append(f"{human(size):>9}  " + "  ".join(cells))
     return lines
 
 
@@ -345,40 +325,34 @@ def _pair(comm: Communicator, coll: str, size: int, fast: str
 
 
 def _engine_rank(comm: Communicator, size: int, iters: int, reps: int) -> Dict[str, float]:
-    """Best CPU seconds per call of each collective, current (``new``) and commit 34d9b34's
-    (``old``) communicator, interleaved."""
-    import communicator_before
-
+    """Best CPU seconds per call of each collective (the best of ``reps`` rounds)."""
     p, n = comm.size, size // 4
     x, out, part = np.ones(n, np.float32), np.empty(n, np.float32), np.ones(n // p, np.float32)
     gathered, scattered = np.empty(n // p * p, np.float32), np.empty(n // p, np.float32)
+    c = Communicator(comm.transport)
+    calls = {"allreduce": lambda: c.allreduce(x, out=out),
+             "allgather": lambda: c.allgather(part, out=gathered),
+             "reduce_scatter": lambda: c.reduce_scatter(x[:n // p * p], out=scattered),
+             "broadcast": lambda: c.broadcast(x, root=0, out=x),
+             "reduce": lambda: c.reduce(x, root=0), "alltoall": lambda: c.alltoall(x)}
     best: Dict[str, float] = {}
     for _ in range(reps):
-        for tag, c in (("new", Communicator(comm.transport)),
-                       ("old", communicator_before.Communicator(comm.transport))):
-            calls = {"allreduce": lambda: c.allreduce(x, out=out),
-                     "allgather": lambda: c.allgather(part, out=gathered),
-                     "reduce_scatter": lambda: c.reduce_scatter(x[:n // p * p], out=scattered),
-                     "broadcast": lambda: c.broadcast(x, root=0, out=x),
-                     "reduce": lambda: c.reduce(x, root=0), "alltoall": lambda: c.alltoall(x)}
-            for name, fn in calls.items():
-                t0 = time.process_time()
-                for _ in range(iters):
-                    fn()
-                dt = (time.process_time() - t0) / iters
-                best[f"{name} {tag}"] = min(best.get(f"{name} {tag}", dt), dt)
+        for name, fn in calls.items():
+            t0 = time.process_time()
+            for _ in range(iters):
+                fn()
+            dt = (time.process_time() - t0) / iters
+            best[name] = min(best.get(name, dt), dt)
     return best
 
 
 def engine_lines() -> List[str]:
     """``_engine_rank`` on virtual clusters of 1 and 2 ranks at 4 KiB and 64 KiB (us)."""
-    lines = ["engine: CPU us per call on the virtual cluster (all ranks), new / old (34d9b34)"]
+    lines = ["engine: CPU us per call on the virtual cluster (all ranks)"]
     for p in (1, 2):
         for size in (4 << 10, 64 << 10):
             best = virtual.run(p, _engine_rank, size, 300, 7)[0]
-            cells = [f"{k} {best[k + ' new'] * 1e6:.1f}/{best[k + ' old'] * 1e6:.1f}"
-                     for k in ("allreduce", "allgather", "reduce_scatter", "broadcast", "reduce",
-                               "alltoall")]
+            cells = [f"{k} {t * 1e6:.1f}" for k, t in best.items()]
             lines.append(f"p={p} {human(size):>4}  " + "  ".join(cells))
     return lines
 
@@ -411,10 +385,8 @@ def main() -> None:
                         help="comma-separated sizes, e.g. 4K,1M,64M")
     parser.add_argument("--batches", type=cli.count_type(lo=1), default=5)
     parser.add_argument("--no-gloo", action="store_true", help="skip torch.distributed")
-    parser.add_argument("--compare", action="store_true",
-                        help="also time the communicator of commit 34d9b34, interleaved")
     parser.add_argument("--engine", action="store_true",
-                        help="only the engine's CPU time per call, new and old (no mpiexec)")
+                        help="only the engine's CPU time per call (no mpiexec)")
     parser.add_argument("--crossovers", action="store_true",
                         help="only measure the allreduce algorithm crossover (select.py)")
     args = parser.parse_args()
@@ -436,13 +408,8 @@ def main() -> None:
     serial = Communicator(comm.transport)
     serial.overlap_check = False
     dist = None if args.no_gloo or comm.size == 1 else start_gloo(comm)
-    before = None
-    if args.compare:
-        import communicator_before
-        before = communicator_before.Communicator(comm.transport)
-        before.nodes = comm.nodes
-    results = {size: bench_size(comm, quiet, serial, size, args.batches, dist, size == max(sizes),
-                                before) for size in sizes}
+    results = {size: bench_size(comm, quiet, serial, size, args.batches, dist, size == max(sizes))
+               for size in sizes}
     stats = stats_line(comm, max(sizes))
     model = cost_model_lines(results, comm) if comm.rank == 0 else []
     if comm.rank == 0:
@@ -453,7 +420,6 @@ def main() -> None:
         print("\n".join(model))
         print("\n".join(floor_lines(results)))
         print("\n".join(targets(results, comm.size)))
-        print("\n".join(compare_lines(results)))
     if dist is not None:
         dist.destroy_process_group()
 
