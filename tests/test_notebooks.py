@@ -10,27 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from course.check_notebooks import PRINT_GRADED, RECORD_GRADES
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
-# the notebook's grading cells record the exercises they grade; the test grades them all at
-# the end in one `course.grade` run (a run per cell, two Python processes each, was most of a
-# homework notebook's time)
-RECORD_GRADES = """
-import course.notebook
-_GRADED = []
-
-
-def _record_grade(*exercises, timeout=600):
-    assert exercises and all(isinstance(e, str) for e in exercises), exercises
-    _GRADED.extend(exercises)
-
-
-course.notebook.grade = _record_grade
-"""
-
-
+# the notebook's grading cells record the exercises they grade (course/check_notebooks.py's
+# first cell); the test grades them all at the end in one `course.grade` run (a run per cell,
+# two Python processes each, was most of a homework notebook's time)
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_runs(path: Path) -> None:
@@ -44,11 +32,8 @@ def test_notebook_runs(path: Path) -> None:
     # run from notebooks/ as a student would; the repository root on the path finds needle/apps
     client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
                                      resources={"metadata": {"path": str(path.parent)}})
-    env_cell = nbformat.v4.new_code_cell(
-        f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
-        "import matplotlib; matplotlib.use('Agg')\n" + RECORD_GRADES)
-    nb.cells.insert(0, env_cell)
-    nb.cells.append(nbformat.v4.new_code_cell("import json; print(json.dumps(_GRADED))"))
+    nb.cells.insert(0, nbformat.v4.new_code_cell(RECORD_GRADES.format(root=str(ROOT))))
+    nb.cells.append(nbformat.v4.new_code_cell(PRINT_GRADED))
     client.execute()
     graded = json.loads(nb.cells[-1].outputs[0]["text"])
     asked = [e for c in nb.cells[1:-1] if c.cell_type == "code"
