@@ -153,7 +153,7 @@ _MALFORMED = (OverflowError, ValueError, KeyError, IndexError, TypeError, Attrib
 _MAX_NDIM = 64
 
 
-class _Entry(NamedTuple):
+class _ArrayRow(NamedTuple):
     """One checked row of the array table: where its bytes lie and what they must be."""
     dtype: np.dtype
     shape: Tuple[int, ...]
@@ -210,7 +210,7 @@ def _int(v: Any) -> int:
     return v
 
 
-def _check_entry(i: int, e: Any, start: int, verify: bool, path: str) -> _Entry:
+def _check_entry(i: int, e: Any, start: int, verify: bool, path: str) -> _ArrayRow:
     """Row ``i`` of the array table, its dtype, shape and byte range checked."""
     if not isinstance(e, dict):
         raise _fail(path, f"array {i} has a malformed entry {str(e)[:80]}")
@@ -230,11 +230,11 @@ def _check_entry(i: int, e: Any, start: int, verify: bool, path: str) -> _Entry:
     crc = e.get("crc32")
     if crc is None and verify:
         raise _fail(path, f"array {i} has no checksum; pass verify=False to load it anyway")
-    return _Entry(dtype, shape, start + offset, nbytes, None if crc is None else _int(crc),
+    return _ArrayRow(dtype, shape, start + offset, nbytes, None if crc is None else _int(crc),
                   str(e.get("name", "?"))[:200])
 
 
-def _check_table(table: Any, start: int, size: int, verify: bool, path: str) -> List[_Entry]:
+def _check_table(table: Any, start: int, size: int, verify: bool, path: str) -> List[_ArrayRow]:
     """The array table; its regions lie inside the file, in order, without overlapping, so the
     arrays together never ask for more memory than the file's size."""
     if not isinstance(table, list):
@@ -256,7 +256,7 @@ class _Arrays:
     """Reads each array of the table once, when the tree first references it, straight into
     its own buffer: a load holds about the file's size, not the file plus a copy."""
 
-    def __init__(self, f: io.BufferedIOBase, rows: List[_Entry], path: str) -> None:
+    def __init__(self, f: io.BufferedIOBase, rows: List[_ArrayRow], path: str) -> None:
         self.f, self.rows, self.path = f, rows, path
         self.used = [False] * len(rows)
 

@@ -26,7 +26,7 @@ def _rows(flat: List[Any], n: int) -> Iterable[Tuple[Any, ...]]:
 
 
 def build_record(rec: Any, rank: int, offset_ns: int) -> RankRecord:
-    """``rec``'s (a ``Recorder``'s) logs as one rank's ``RankRecord``."""
+    """``rec``'s (a ``ThreadRecorder``'s) logs as one rank's ``RankRecord``."""
     memory = sorted(_rows(rec.memory, MEMORY_FIELDS), key=lambda m: m[0])
     nbytes = _ByteCounter(memory, rec.profile_memory)
     events: List[Event] = []

@@ -17,7 +17,7 @@ from .. import numbers
 from . import distributed, hooks, summary, trace
 from . import events as ev
 from .events import Event, RankRecord
-from .recorder import Recorder
+from .recorder import ThreadRecorder
 from .schedule import ProfilerAction
 
 if TYPE_CHECKING:  # the profiler is told its communicator; it never imports one to run
@@ -55,7 +55,7 @@ class profile:
         self.step_num = 0
         self.record: Optional[RankRecord] = None   # this rank's last finished recording
         self.records: Optional[List[RankRecord]] = None  # every rank's, on rank 0, once exported
-        self._rec: Optional[Recorder] = None
+        self._rec: Optional[ThreadRecorder] = None
         self._action = ProfilerAction.NONE
         self._offset0 = 0
         self._thread: Optional[int] = None  # the thread it was started on, until stopped
@@ -143,7 +143,7 @@ class profile:
         self._thread = None
 
     def _begin(self) -> None:
-        self._rec = Recorder(self.record_shapes, self.max_events, self.profile_memory)
+        self._rec = ThreadRecorder(self.record_shapes, self.max_events, self.profile_memory)
         hooks.install()
         self._rec.start()
         if self.schedule is not None:
@@ -156,7 +156,7 @@ class profile:
         self._rec.close_through(f"ProfilerStep#{self.step_num - 1}", ev.STEP)
         self._rec.open(f"ProfilerStep#{self.step_num}", ev.STEP)
 
-    def _end_recorder(self) -> Optional[Recorder]:
+    def _end_recorder(self) -> Optional[ThreadRecorder]:
         rec, self._rec = self._rec, None
         if rec is not None:
             rec.stop()

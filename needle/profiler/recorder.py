@@ -29,16 +29,16 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from .events import RankRecord
 
 perf_ns = time.perf_counter_ns
-_BY_THREAD: Dict[int, "Recorder"] = {}
+_BY_THREAD: Dict[int, "ThreadRecorder"] = {}
 _lookup = _BY_THREAD.get
-_MEMORY_BY_THREAD: Dict[int, "Recorder"] = {}  # those of them recording memory
+_MEMORY_BY_THREAD: Dict[int, "ThreadRecorder"] = {}  # those of them recording memory
 _memory_lookup = _MEMORY_BY_THREAD.get
 _ident = threading.get_ident
 _weakref = weakref.ref
 OP_FIELDS, GRAD_FIELDS, MODULE_FIELDS, MEMORY_FIELDS = 8, 5, 4, 3  # entries per record
 
 
-def current() -> Optional["Recorder"]:
+def current() -> Optional["ThreadRecorder"]:
     """The recorder of the calling thread, None when it is not being profiled."""
     return _lookup(_ident())
 
@@ -48,7 +48,7 @@ def _shapes(inputs: Sequence[Any]) -> Tuple[Any, ...]:
     return tuple(getattr(getattr(x, "cached_data", None), "shape", None) for x in inputs)
 
 
-class Recorder:
+class ThreadRecorder:
     """Raw logs of one thread's ops, gradients, module calls, ranges and memory."""
 
     def __init__(self, record_shapes: bool = True, max_events: int = 2_000_000,

@@ -29,7 +29,7 @@ from .memcheck import (
     set_shared_table,
 )
 
-__all__ = ["load_module", "Module", "Kernel", "EmulatorError", "EmulatorLaunchError",
+__all__ = ["load_module", "KernelLibrary", "Kernel", "EmulatorError", "EmulatorLaunchError",
            "EmulatorKernelError", "EmulatorMemoryError", "EmulatorBuildError",
            "EmulatorUnavailable", "default_engine", "check_level", "ENGINES"]
 
@@ -195,7 +195,7 @@ def _describe(code: str) -> str:
 class Kernel:
     """One kernel of an emulated module, callable like ``cupy.RawKernel``."""
 
-    def __init__(self, module: "Module", index: int, name: str, params: List[str],
+    def __init__(self, module: "KernelLibrary", index: int, name: str, params: List[str],
                  static_shared: int):
         self.module, self.index, self.name = module, index, name
         self.param_types = params  # type codes: "p", "f4", "i8", "bf2", ...
@@ -237,7 +237,7 @@ class Kernel:
                               CONCURRENT_THREADS if side_by_side else 0)
 
 
-class Module:
+class KernelLibrary:
     """A compiled source's kernels (like ``cupy.RawModule``)."""
 
     def __init__(self, path: Path, info: Dict[str, Any], engine: str, check: str = "off",
@@ -283,7 +283,7 @@ class Module:
 
 
 def load_module(code: str, name_expressions: Sequence[str], options: Sequence[str] = (),
-                engine: Optional[str] = None, filename: Optional[str] = None) -> Module:
+                engine: Optional[str] = None, filename: Optional[str] = None) -> KernelLibrary:
     """Compile ``code`` (cached) with ``name_expressions`` instantiated and load it.
 
     ``filename`` names the source in error messages (default: the kernels/*.cu file whose text
@@ -319,6 +319,6 @@ def _kernel_file_text(filename: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _load(code: str, names: Tuple[str, ...], options: Tuple[str, ...], engine: str,
-          filename: str, sanitize: str, check: str) -> Module:
+          filename: str, sanitize: str, check: str) -> KernelLibrary:
     path, info = _build.build(code, names, options, filename, sanitize, check != "off")
-    return Module(path, info, engine, check, code)
+    return KernelLibrary(path, info, engine, check, code)

@@ -15,7 +15,7 @@ import numpy as np
 from . import latency_bound as lb
 from . import metadata
 from .hierarchical import hierarchical_allreduce
-from .progress import Algorithm, Channel, Group, Transport, Waiting
+from .progress import Algorithm, Channel, GroupInfo, Transport, Waiting
 from .reference import chunk_bounds
 from .result_pool import MIN_BYTES
 from .ring import DEPTH, ring_allgather, ring_allreduce, ring_reduce_scatter_full
@@ -56,7 +56,7 @@ class CallState:
     items: int
     steps: Callable[[Channel, Any], Algorithm]
 
-    def __init__(self, group: Group, t: Transport, spec: "Spec", key: tuple, algo: str,
+    def __init__(self, group: GroupInfo, t: Transport, spec: "Spec", key: tuple, algo: str,
                  root: int, x: np.ndarray, chunk_bytes: int,
                  hosts: Callable[[], List[Hashable]]) -> None:
         op = self.op = key[4]

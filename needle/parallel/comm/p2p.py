@@ -18,7 +18,7 @@ import numpy as np
 from . import args
 from .convert import to_numpy
 from .ledger import Ledger, Regions
-from .progress import Algorithm, Channel, Group, Stat, Transport, Waiting, start, stat
+from .progress import Algorithm, Channel, GroupInfo, Stat, Transport, Waiting, start, stat
 
 HEADER_WORDS = 24
 MAX_DIMS = 16
@@ -87,7 +87,7 @@ class PointToPoint:
     """A group's ``send``/``recv`` (a ``Communicator`` holds one): its own header and payload
     contexts and sequence numbers; the group's counters and ledger."""
 
-    def __init__(self, group: Group, base: Transport, stats: Dict[str, Stat], ledger: Ledger,
+    def __init__(self, group: GroupInfo, base: Transport, stats: Dict[str, Stat], ledger: Ledger,
                  regions: Regions) -> None:
         self._group, self._stats, self.ledger, self._regions = group, stats, ledger, regions
         self._hdr_t, self._data_t = base.dup(), base.dup()

@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # (they import this module)
 Transport = Union["MPITransport", "InProcessTransport"]
 
 
-class Group(Protocol):
+class GroupInfo(Protocol):
     """What a timeout message names: the rank, the group, the deadline and the hosts."""
 
     rank: int
@@ -60,7 +60,7 @@ class Waiting:
 
     __slots__ = ("group", "name", "seq", "chans")
 
-    def __init__(self, group: Group, name: str, seq: int, chans: Sequence["Channel"]) -> None:
+    def __init__(self, group: GroupInfo, name: str, seq: int, chans: Sequence["Channel"]) -> None:
         self.group, self.name, self.seq, self.chans = group, name, seq, chans
 
     def what(self) -> str:
