@@ -52,7 +52,7 @@ from .exercises import (
     requires_problems,
     test_files,
 )
-from .grading import select_exercises
+from .grade_plugin import select_exercises
 from .make_student import CUDA_SUFFIXES, ROOT, Region, all_regions, make_release, stub_file
 
 # a module that fails to import in the release (it builds a stubbed layer at import) must not

@@ -32,7 +32,7 @@ import pytest
 
 from .checked_rerun import rerun_checked
 from .exercises import EXERCISES, test_files
-from .grading import select_exercises
+from .grade_plugin import select_exercises
 from .scoring import failure_lines, format_table, score, waiting_line
 from .supervisor import Graded, run_graded
 
@@ -131,9 +131,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error(f"--timeout {args.timeout:g}: must be a positive number of seconds")
     report_path.unlink(missing_ok=True)
     workdir = report_path.parent
-    # -p course.grading: the plugin also where ROOT/conftest.py is not loaded (a rerun of
+    # -p course.grade_plugin: the plugin also where ROOT/conftest.py is not loaded (a rerun of
     # hidden tests only, outside ROOT); the child runs in ROOT, so `course` is this one
-    base = ["-q", "-p", "no:cacheprovider", "-p", "course.grading", "--rootdir", str(ROOT),
+    base = ["-q", "-p", "no:cacheprovider", "-p", "course.grade_plugin", "--rootdir", str(ROOT),
             "-c", str(ROOT / "pytest.ini"), "--graded", "--continue-on-collection-errors",
             "-o", "console_output_style=classic",
             *[f"--exercise={e}" for e in args.exercise], *extra]

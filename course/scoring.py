@@ -1,6 +1,6 @@
 """The grade from the tests' outcomes: one outcome per test, the score, the table a student reads.
 
-Pure functions over plain data (no pytest run): ``course/grading.py`` (the pytest plugin) and
+Pure functions over plain data (no pytest run): ``course/grade_plugin.py`` (the pytest plugin) and
 ``course/grade.py`` (``make grade``, which runs the tests in a child process) both use them.
 """
 import re

@@ -2,7 +2,7 @@
 
 A student's code can kill the process running it (a CUDA kernel writing out of bounds aborts
 it, a NumPy view past its buffer segfaults it) or loop forever. The graded tests therefore run
-in a child ``python -m pytest`` with the grader plugin (``course/grading.py``), which logs each
+in a child ``python -m pytest`` with the grader plugin (``course/grade_plugin.py``), which logs each
 graded test's start and outcome to a file. When the child dies inside a test, or a test runs
 past the time limit (the child is then killed), that test fails with the cause named, and a
 new child grades the rest. After a second crash in one test file, the rest of that file runs a
@@ -95,7 +95,7 @@ def _run_child(cmd: List[str], output: Path, reader: _LogReader, graded: Graded,
     and, when it died inside a test, why (the test is ``reader.running``)."""
     with open(output, "ab") as out:
         start = out.tell()
-        # property tests: the examples of `make test`, a failure reported unshrunk (grading.py)
+        # property tests: the examples of `make test`, a failure reported unshrunk (grade_plugin.py)
         env = {**os.environ, "HYPOTHESIS_PROFILE": os.environ.get("HYPOTHESIS_PROFILE", "grade"),
                **(extra_env or {})}
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd,

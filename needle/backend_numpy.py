@@ -1,6 +1,7 @@
 """The ``np`` backend (``NEEDLE_BACKEND=np``): a Tensor's data is a NumPy array, as in hw1/hw2
 (docs/dtypes.md). Nothing here goes through needle's strided NDArray (hw3's exercises): hw1 and
-hw2 run before it is written."""
+hw2 run before it is written. The course's file of this name; the NDArray's CPU primitives are
+``backend_ndarray/ndarray_backend_numpy.py``, the course's file of that name."""
 from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np

@@ -77,7 +77,7 @@ def test_grader_runs_each_graded_test_on_its_homeworks_backend(tmp_path):
     """Hidden tests outside tests/ included: the grading plugin, not a conftest, switches."""
     (tmp_path / "test_hidden_backend.py").write_text(HIDDEN)
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          "-p", "course.grading", "--rootdir", str(tmp_path),
+                          "-p", "course.grade_plugin", "--rootdir", str(tmp_path),
                           str(tmp_path / "test_hidden_backend.py")],
                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
                          capture_output=True, text=True, timeout=300)

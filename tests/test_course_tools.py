@@ -1,5 +1,5 @@
 """The course tooling: `make student` (course/make_student.py), `make grade` (course/grade.py,
-course/grading.py) and the release check (course/check_release.py)."""
+course/grade_plugin.py) and the release check (course/check_release.py)."""
 import json
 import re
 import subprocess
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from course import check_release, exercises, grading, scoring
+from course import check_release, exercises, grade_plugin, scoring
 from course.exercises import EXERCISES, UNTRACED, requirements, requires_problems
 from course.make_student import all_regions, find_regions, make_release, strip_solutions, stub_file
 from needle.backend_cuda import kernel_specs
@@ -290,12 +290,12 @@ def test_every_exercise_is_isolated(tmp_path):
 
 def test_select_exercises_takes_ids_and_prefixes():
     names = ["hw2.optim.sgd", "hw2.optim.adam", "hw2.nn.linear", "hw1.ops.matmul"]
-    assert grading.select_exercises(["hw2.optim"], names) == ["hw2.optim.sgd", "hw2.optim.adam"]
-    assert grading.select_exercises(["hw1.ops.matmul", "hw2.nn"], names) == [
-        "hw1.ops.matmul", "hw2.nn.linear"]
-    assert grading.select_exercises(["hw2.optim."], names) == ["hw2.optim.sgd", "hw2.optim.adam"]
+    select = grade_plugin.select_exercises
+    assert select(["hw2.optim"], names) == ["hw2.optim.sgd", "hw2.optim.adam"]
+    assert select(["hw1.ops.matmul", "hw2.nn"], names) == ["hw1.ops.matmul", "hw2.nn.linear"]
+    assert select(["hw2.optim."], names) == ["hw2.optim.sgd", "hw2.optim.adam"]
     with pytest.raises(pytest.UsageError, match="hw2.opt: no such exercise"):
-        grading.select_exercises(["hw2.opt"], names)  # a prefix is whole dotted parts
+        select(["hw2.opt"], names)  # a prefix is whole dotted parts
 
 
 @pytest.mark.slow
@@ -447,10 +447,10 @@ def test_grade_report_names_the_missing_prerequisite():
 
 
 def test_cuda_cases_are_graded_only_by_the_cuda_exercises():
-    assert grading._CUDA_CASE.search("test_x[multiply-3x4_3x4-cuda]")
-    assert grading._CUDA_CASE.search("test_x[cuda-float32]")
-    assert not grading._CUDA_CASE.search("test_x[multiply-3x4_3x4-cpu]")
-    assert not grading._CUDA_CASE.search("test_cuda_backend_thing[3]")
+    assert grade_plugin._CUDA_CASE.search("test_x[multiply-3x4_3x4-cuda]")
+    assert grade_plugin._CUDA_CASE.search("test_x[cuda-float32]")
+    assert not grade_plugin._CUDA_CASE.search("test_x[multiply-3x4_3x4-cpu]")
+    assert not grade_plugin._CUDA_CASE.search("test_cuda_backend_thing[3]")
 
 
 @pytest.mark.slow

@@ -1,14 +1,14 @@
-"""course/grading.py's rules on collected items and reports, with stand-in items: a CUDA case
+"""course/grade_plugin.py's rules on collected items and reports, with stand-in items: a CUDA case
 is graded only by a CUDA exercise; a later skip never hides a failure."""
 import types
 
-from course import grading, scoring
+from course import grade_plugin, scoring
 
 
 def _config(state):
     options = {"--exercise": [], "--graded": False}
     return types.SimpleNamespace(
-        stash={grading._KEY: state}, getoption=options.__getitem__,
+        stash={grade_plugin._KEY: state}, getoption=options.__getitem__,
         hook=types.SimpleNamespace(pytest_deselected=lambda items: None))
 
 
@@ -22,7 +22,7 @@ def _item(module, name):
 def _wildcard_rule():
     """A rubric rule ``prefix*`` of a non-CUDA exercise: (module, a test name it grades,
     exercise)."""
-    for module, rules in grading._rubric().items():
+    for module, rules in grade_plugin._rubric().items():
         for regex, name, _ in rules:
             stem = regex.pattern[:-len(r".*\Z")]
             if regex.pattern.endswith(r".*\Z") and not name.startswith("hw3.cuda."):
@@ -34,7 +34,7 @@ def test_cuda_case_is_not_graded_by_a_non_cuda_exercise():
     module, test, exercise = _wildcard_rule()
     state = {"tests": {}, "skip": set()}
     cpu, cuda = _item(module, f"{test}[x-cpu]"), _item(module, f"{test}[x-cuda]")
-    grading.pytest_collection_modifyitems(_config(state), [cpu, cuda])
+    grade_plugin.pytest_collection_modifyitems(_config(state), [cpu, cuda])
     assert state["tests"] == {cpu.nodeid: (exercise, state["tests"][cpu.nodeid][1])}
     assert cpu.markers and not cuda.markers
 

@@ -62,7 +62,7 @@ class Mutant(NamedTuple):
         return TESTS[self.name.split(".")[0]]
 
 
-GRADING, SERIAL = "course/grading.py", "needle/serialization.py"
+GRADING, SERIAL = "course/grade_plugin.py", "needle/serialization.py"
 SCORING = "course/scoring.py"
 FUSION, COMM = "needle/compiler/fusion.py", "needle/parallel/comm/communicator.py"
 ARGS = "needle/parallel/comm/args.py"
