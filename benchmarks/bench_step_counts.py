@@ -79,12 +79,30 @@ MODELS: Dict[str, Callable[[Any], Tuple[Any, Any, Any]]] = {"lm": language_model
                                                            "resnet9": resnet9}
 
 
-def step_phases(name: str) -> Dict[str, Callable[[], None]]:
-    """The three phases of one Adam training step of model ``name`` on ``ndl.cuda()``."""
+def step_phases(name: str, mode: str = "eager") -> Dict[str, Callable[[], None]]:
+    """The phases of one Adam training step of model ``name`` on ``ndl.cuda()``: forward,
+    backward, optimizer; with ``mode`` a ``needle.compile`` mode, the compiled forward and
+    backward ("compiled": a plan replayed, or one CUDA graph launch), then the optimizer."""
     model, x, y = MODELS[name](ndl.cuda())
     opt = ndl.optim.Adam(model.parameters(), lr=1e-3)
     loss_fn = ndl.nn.SoftmaxLoss()
     box: Dict[str, Any] = {}
+    if mode != "eager":
+        def train(xb: Any, yb: Any) -> Any:
+            out = model(xb)
+            loss = loss_fn(out[0] if isinstance(out, tuple) else out, yb)
+            loss.backward()
+            return loss
+        compiled = ndl.compile(train, mode=mode)
+
+        def fused_step() -> None:
+            box["loss"] = compiled(x, y)
+
+        def update() -> None:
+            opt.step()
+            opt.reset_grad()
+        fused_step.compiled = compiled  # type: ignore[attr-defined]
+        return {"compiled": fused_step, "optimizer": update}
 
     def forward() -> None:
         out = model(x)
@@ -106,14 +124,20 @@ def needle_calls(prof: cProfile.Profile) -> int:
                if path.startswith(_NEEDLE) and not path.startswith(_EMULATOR))
 
 
-def measure(name: str) -> Dict[str, Dict[str, Any]]:
+def measure(name: str, mode: str = "eager") -> Dict[str, Dict[str, Any]]:
     """phase -> {kind: count, "buffers": n, "python_calls": n, "by_name": {kind: {name: n}}}
     for one step after two warm-up steps (kernels compiled, optimizer state made, and the
     pool of freed buffers filled: the second step still meets buffers the first kept alive)."""
     from needle.backend_cuda import ndarray_backend_cuda as backend
     counts = _counts()
-    phases = step_phases(name)
+    phases = step_phases(name, mode)
     for _ in range(2):
+        for run in phases.values():
+            run()
+    compiled = getattr(phases.get("compiled"), "compiled", None)
+    for _ in range(4):  # compiled: until the plan replays (and a graph was captured)
+        if compiled is None or compiled.replays >= 2:
+            break
         for run in phases.values():
             run()
     out: Dict[str, Dict[str, Any]] = {}
@@ -224,12 +248,13 @@ def host_rounds(models: Tuple[str, ...], baseline: str, rounds: int, steps: int)
                   f"per step, {new['us_per_op'] / old['us_per_op']:.2f}x per device op")
 
 
-def report(name: str, reps: int) -> Dict[str, Any]:
-    """Counts per phase and in total, and the host time per device op."""
-    phases = measure(name)
+def report(name: str, reps: int, mode: str = "eager") -> Dict[str, Any]:
+    """Counts per phase and in total, and (eager) the host time per device op."""
+    phases = measure(name, mode)
     total = {k: sum(p[k] for p in phases.values()) for k in columns()}
-    return {"model": name, "phases": phases, "total": total,
-            "host_us_per_device_op": round(host_us_per_op(name, reps), 1)}
+    us = round(host_us_per_op(name, reps), 1) if mode == "eager" else None
+    return {"model": name, "mode": mode, "phases": phases, "total": total,
+            "host_us_per_device_op": us}
 
 
 def main() -> None:
@@ -238,6 +263,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5, help="steps timed for host us per op")
     ap.add_argument("--json", action="store_true", help="one JSON object per model")
     ap.add_argument("--names", action="store_true", help="also print counts by name")
+    ap.add_argument("--compile", choices=("eager", "default", "reduce-overhead"),
+                    default="eager", help="the step as needle.compile(mode=...) replays it "
+                    "(reduce-overhead: one CUDA graph)")
     ap.add_argument("--host-time", action="store_true",
                     help="host ms per step with device work stubbed, in subprocesses")
     ap.add_argument("--baseline", default="", help="with --host-time: an older checkout")
@@ -259,7 +287,7 @@ def main() -> None:
         host_rounds(models, args.baseline, args.rounds, args.reps)
         return
     for name in models:
-        rep = report(name, args.reps)
+        rep = report(name, args.reps, args.compile)
         if args.json:
             print(json.dumps(rep))
         else:
@@ -269,14 +297,16 @@ def main() -> None:
 def print_report(rep: Dict[str, Any], names: bool) -> None:
     """One model's counts as a table (and by name)."""
     cols = columns()
-    print(f"{rep['model']}: per training step (emulated CUDA; counts are the GPU's)")
+    mode = "" if rep.get("mode", "eager") == "eager" else f", compiled ({rep['mode']})"
+    print(f"{rep['model']}: per training step{mode} (emulated CUDA; counts are the GPU's)")
     print(f"  {'phase':10s}" + "".join(f"{c:>13s}" for c in cols))
-    for phase in (*PHASES, "total"):
+    for phase in (*rep["phases"], "total"):
         row = rep["total"] if phase == "total" else rep["phases"][phase]
         print(f"  {phase:10s}" + "".join(f"{row[c]:>13d}" for c in cols))
-    print(f"  host us per device op, kernels not executed: {rep['host_us_per_device_op']}")
+    if rep["host_us_per_device_op"] is not None:
+        print(f"  host us per device op, kernels not executed: {rep['host_us_per_device_op']}")
     if names:
-        for phase in PHASES:
+        for phase in rep["phases"]:
             for kind, by_name in rep["phases"][phase]["by_name"].items():
                 top = sorted(by_name.items(), key=lambda kv: -kv[1])
                 print(f"  {phase} {kind}: " + ", ".join(f"{k} {v}" for k, v in top))

@@ -62,7 +62,9 @@ INSTRUCTOR_FILES = ("course/make_student.py", "course/check_release.py",
                     "tests/notebook_demo_regions.py", "tests/test_pytest_forks.py",
                     "tests/test_gpu_check.py", "tests/test_mutate.py",
                     "tests/test_commands.py",  # its bad-input cases run the release tools
-                    "benchmarks/gpu_check_h100.md", "benchmarks/gpu_check_h100.json")
+                    "benchmarks/gpu_check_h100.md", "benchmarks/gpu_check_h100.json",
+                    # the backend's fast reductions: beside reduce.cu, its exercise's answer
+                    "needle/backend_cuda/kernels/reduce_fast.cu")
 # Markdown sections (heading lines, each up to the next heading of its level or above) that
 # describe instructor-only commands
 INSTRUCTOR_SECTIONS = {"benchmarks/README.md": ("## GPU (one lent H100)",

@@ -27,7 +27,7 @@ def test_dry_run_runs_every_section_on_the_emulator(tmp_path):
     sections = report["sections"]
     assert list(sections) == ["env", "cupy-contract", "cuda-tests", "notebook", "memcheck",
                               "racecheck", "kernels", "train-step", "step-profile",
-                              "step-counts", "emu-vs-gpu"]
+                              "step-counts", "graphs", "emu-vs-gpu"]
     for name, sec in sections.items():
         want = "skipped" if name in ("memcheck", "racecheck") else "ok"
         assert sec["status"] == want, (name, sec.get("tail", "")[-2000:])
@@ -44,6 +44,8 @@ def test_dry_run_runs_every_section_on_the_emulator(tmp_path):
                if "phase" in r}
     assert {("lm", "total"), ("resnet9", "optimizer")} <= set(counted)
     assert counted[("lm", "total")]["launch"] > 0 and counted[("lm", "total")]["sync"] == 0
+    graphs = sections["graphs"]["figures"]["rows"]
+    assert len(graphs) == 2 and all(r["graph"] and r["max_diff_vs_plain"] == 0 for r in graphs)
     md = (tmp_path / "report.md").read_text()
     assert md.startswith("# needle GPU check (emulated)") and "no figure here is a GPU" in md
 

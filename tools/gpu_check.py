@@ -108,6 +108,9 @@ def sections() -> List[Section]:
         Section("step-counts", "launches, CuPy calls, allocations, copies, synchronisations "
                 "and Python calls per training step (read on the emulator: they are the GPU's)",
                 part + ["step-counts"], part + ["step-counts", "--dry-run"], 60, 60),
+        Section("graphs", "ResNet9 and the LM compiled as one CUDA graph per step: captured, "
+                "equal to plain replay, timed beside PyTorch eager",
+                part + ["graphs"], part + ["graphs", "--dry-run"], 90, 60),
         Section("emu-vs-gpu", "the emulator's results against the GPU's on the same inputs",
                 part + ["emu-vs-gpu"], part + ["emu-vs-gpu", "--dry-run"], 35, 30),
     ]

@@ -112,6 +112,82 @@ def train_step(dry: bool) -> None:
     emit(model="transformer LM " + shape + ", float16 autocast", needle_ms=round(s16 * 1e3, 2),
          speedup_vs_float32=round(s / s16, 2), mode="emulated" if dry else "gpu")
 
+def _graph_run(model: Any, x: Any, y: Any, mode: str, steps: int) -> Tuple[list, Any]:
+    """``steps`` Adam steps with the forward and backward under ``needle.compile(mode=...)``:
+    (the losses, the compiled function); ``fn.step`` runs one more."""
+    import needle as ndl
+    opt, loss_fn = ndl.optim.Adam(model.parameters(), lr=1e-3), ndl.nn.SoftmaxLoss()
+
+    def fwd_bwd(a: Any, b: Any) -> Any:
+        out = model(a)
+        loss = loss_fn(out[0] if isinstance(out, tuple) else out, b)
+        loss.backward()
+        return loss
+    fn = ndl.compile(fwd_bwd, mode=mode)
+
+    def step() -> Any:
+        loss = fn(x, y)
+        opt.step()
+        opt.reset_grad()
+        return loss
+    fn.step = step
+    return [float(step().numpy()) for _ in range(steps)], fn
+
+
+def cuda_graphs(dry: bool) -> None:
+    """ResNet9 and the LM compiled with ``mode="reduce-overhead"`` (one CUDA graph per step):
+    captured, equal to plain replay over several steps, and timed beside PyTorch eager (and
+    ``torch.compile(mode="reduce-overhead")`` where it runs)."""
+    import needle as ndl
+    from apps.models import ResNet9
+    torch = _torch_cuda(dry)
+    sync, reps, dev = _sync(torch), 1 if dry else 20, ndl.cuda()
+    rng = np.random.default_rng(0)
+    batch = 2 if dry else 128
+    img = rng.standard_normal((batch, 3, 32, 32), dtype=np.float32)
+    lab = rng.integers(0, 10, batch)
+    cases = [("ResNet9 batch %d" % batch, lambda: ResNet9(device=dev),
+              ndl.Tensor(img, device=dev), ndl.Tensor(lab, device=dev, dtype="int64"))]
+    lm_seed = np.random.default_rng(0)
+    _, ids, shape = _language_model(dry, dev, lm_seed)
+    cases.append(("transformer LM " + shape,
+                  lambda: _language_model(dry, dev, np.random.default_rng(0))[0], ids,
+                  ids.reshape((-1,))))
+    for name, make, x, y in cases:
+        losses = {}
+        for mode in ("default", "reduce-overhead"):
+            np.random.seed(0)
+            losses[mode], fn = _graph_run(make(), x, y, mode, 4)
+        row: Dict[str, Any] = {"model": name, "graph": "one graph launch" in fn.explain(),
+                               "max_diff_vs_plain": float(np.max(np.abs(
+                                   np.subtract(losses["default"], losses["reduce-overhead"]))))}
+        row["needle_graph_ms"] = round(timed(fn.step, sync, reps) * 1e3, 2)
+        if torch is not None:
+            row.update(_torch_times(torch, name, img, lab, ids, sync, reps))
+        emit(**row, mode="emulated" if dry else "gpu")
+
+
+def _torch_times(torch: Any, name: str, img: Any, lab: Any, ids: Any, sync: Any,
+                 reps: int) -> Dict[str, Any]:
+    """PyTorch eager's step time, and torch.compile(mode="reduce-overhead")'s where it runs."""
+    if name.startswith("ResNet9"):
+        model, x, y = (_torch_resnet9(torch).cuda(), torch.tensor(img, device="cuda"),
+                       torch.tensor(lab, device="cuda"))
+    else:
+        t, b, vocab, d, hidden, layers, heads = LM_SIZES[False]
+        model = _torch_lm(torch, vocab, d, hidden, layers, heads).cuda()
+        x = torch.tensor(ids.numpy(), device="cuda")
+        y = x.reshape(-1)
+    out = {"torch_eager_ms": round(timed(_torch_step(torch, model, x, y), sync, reps) * 1e3, 2)}
+    try:
+        compiled = torch.compile(model, mode="reduce-overhead")
+        out["torch_compile_ro_ms"] = round(timed(_torch_step(torch, compiled, x, y), sync,
+                                                 reps) * 1e3, 2)
+    except Exception as e:  # no Triton / no compiler on the machine: say so
+        out["torch_compile_ro"] = f"did not run: {type(e).__name__}: {str(e)[:120]}"
+    return out
+
+
 # (T, B, vocab, d, hidden, layers, heads): the GPU run's, a dry run's
 LM_SIZES = {False: (128, 32, 8192, 512, 2048, 4, 8), True: (8, 2, 50, 16, 32, 1, 2)}
 

@@ -120,6 +120,18 @@ def _torch_adam(torch: Any, x: np.ndarray) -> Any:
     return opt.step
 
 
+def _course(mod: Any, fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``fn`` with the course's reduce.cu (the backend's default is reduce_fast.cu)."""
+    def run() -> Any:
+        old = mod.get_reduce_kernel()
+        mod.set_reduce_kernel("course")
+        try:
+            return fn()
+        finally:
+            mod.set_reduce_kernel(old)
+    return run
+
+
 def kernels(dry: bool) -> None:
     """needle's kernels beside torch on the same inputs: GB/s and TFLOP/s, and % of peak."""
     import needle as ndl
@@ -146,6 +158,10 @@ def kernels(dry: bool) -> None:
         ("sum rows", 4 * rows * cols, lambda: cu["m2"].sum(axis=1), lambda: tt["m2"].sum(1)),
         ("max rows", 4 * rows * cols, lambda: cu["m2"].max(axis=1),
          lambda: tt["m2"].amax(1)),
+        ("sum cols", 4 * rows * cols, lambda: cu["m2"].sum(axis=0), lambda: tt["m2"].sum(0)),
+        ("sum rows course", 4 * rows * cols, _course(mod, lambda: cu["m2"].sum(axis=1)), None),
+        ("max rows course", 4 * rows * cols, _course(mod, lambda: cu["m2"].max(axis=1)), None),
+        ("sum cols course", 4 * rows * cols, _course(mod, lambda: cu["m2"].sum(axis=0)), None),
         ("softmax fused", 8 * rows * cols, lambda: F.softmax(cu["m2"]),
          lambda: torch.softmax(tt["m2"], -1)),
         ("layer norm fused", 8 * rows * cols, lambda: F.layer_norm(cu["m2"], cu["w"], cu["b"]),
@@ -198,7 +214,7 @@ def main(argv: List[str]) -> int:
     import gpu_check_sections as me  # this file as a module: gpu_check_models emits into it
     run = {"env": me.env, "kernels": me.kernels, "train-step": models.train_step,
            "step-profile": models.step_profile, "step-counts": models.step_counts,
-           "emu-vs-gpu": models.emu_vs_gpu}
+           "emu-vs-gpu": models.emu_vs_gpu, "graphs": models.cuda_graphs}
     if not argv or argv[0] not in run:
         raise SystemExit(f"usage: gpu_check_sections.py {{{','.join(run)}}} [--dry-run]")
     try:

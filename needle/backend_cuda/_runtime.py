@@ -153,3 +153,15 @@ def matmul_mode_from_env() -> str:
     if mode not in ("cublas", "tiled", "naive"):
         raise ValueError(f"NEEDLE_CUDA_MATMUL={mode!r}; expected cublas, tiled or naive")
     return mode
+
+
+def reduce_mode_from_env() -> str:
+    """NEEDLE_CUDA_REDUCE: "fast" (default: reduce_fast.cu) or "course" (reduce.cu)."""
+    default = "fast" if "reduce_fast.cu" in kernel_specs.KERNEL_FILES else "course"
+    mode = os.environ.get("NEEDLE_CUDA_REDUCE", default).strip().lower()
+    if mode not in ("fast", "course"):
+        raise ValueError(f"NEEDLE_CUDA_REDUCE={mode!r}; expected fast or course")
+    if mode != default == "course":
+        raise ValueError("NEEDLE_CUDA_REDUCE=fast: this tree has no fast reduction kernels "
+                         "(a student release reduces with the course's reduce.cu)")
+    return mode

@@ -17,9 +17,12 @@ from ..backend_ndarray import primitives as P
 from .fused_elementwise_cuda import to_c
 
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
-KERNEL_FILES = ("strided.cu", "ewise.cu", "ewise_strided.cu", "reduce.cu", "matmul.cu",
-                "softmax.cu", "conv.cu", "batchnorm.cu", "layernorm.cu", "adam.cu", "dropout.cu",
-                "multi_tensor.cu")
+# (reduce_fast.cu, the backend's default reductions, is not in a student release: beside
+# reduce.cu's exercise it would be its answer; without it the course's kernels reduce)
+KERNEL_FILES = tuple(f for f in (
+    "strided.cu", "ewise.cu", "ewise_strided.cu", "reduce.cu", "reduce_fast.cu", "matmul.cu",
+    "softmax.cu", "conv.cu", "batchnorm.cu", "layernorm.cu", "adam.cu", "dropout.cu",
+    "multi_tensor.cu") if (KERNEL_DIR / f).is_file())
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 CTYPE = {"float16": "__half", "bfloat16": "__nv_bfloat16", "float32": "float",
@@ -123,6 +126,11 @@ def reduce_name(kind: str, op: str, src: str, dst: str) -> str:
     return f"reduce_rows_{kind}<{CTYPE[src]}, {CTYPE[dst]}, ndl::{op.capitalize()}Op>"
 
 
+def fast_reduce_name(kind: str, op: str, src: str, dst: str) -> str:
+    """reduce_fast.cu's ``reduce_{rows_warp,rows_wide,cols}<TIn, TOut, ndl::{Sum,Max}Op>``."""
+    return f"reduce_{kind}<{CTYPE[src]}, {CTYPE[dst]}, ndl::{op.capitalize()}Op>"
+
+
 def typed_name(kernel: str, dtype: str) -> str:
     """A kernel templated on one element type, e.g. ``softmax_rows<float>``."""
     return f"{kernel}<{CTYPE[dtype]}>"
@@ -149,12 +157,14 @@ def name_expressions(filename: str, dtype: str = "") -> List[str]:
     if filename == "ewise_strided.cu":
         return [strided_binary_name(p, dt) for dt in dtypes for p in _elementwise_primitives()
                 if p.scalar < 0 and p.family != "unary"]
-    if filename == "reduce.cu":
+    if filename in ("reduce.cu", "reduce_fast.cu"):
+        kinds = ("thread", "block") if filename == "reduce.cu" else FAST_REDUCE_KINDS
+        name = reduce_name if filename == "reduce.cu" else fast_reduce_name
         names = []
         for dt in dtypes:
             acc = ACC_DTYPE[dt]
             pairs = {(dt, dt), (dt, acc), (acc, dt), (acc, acc)}
-            names += [reduce_name(kind, op, s, d) for kind in ("thread", "block")
+            names += [name(kind, op, s, d) for kind in kinds
                       for op in ("sum", "max") for s, d in sorted(pairs)]
         return names
     per_dtype = {
@@ -226,6 +236,44 @@ def reduce_plan(rows: int, size: int, num_sms: int = 132) -> ReducePlan:
     chunk = math.ceil(size / chunks)
     chunks = math.ceil(size / chunk)  # drop empty trailing chunks
     return {"kind": "block", "block": block, "grid_rows": min(rows, 65535 * 16),
+            "chunks": chunks, "chunk": chunk}
+
+
+FAST_REDUCE_KINDS = ("rows_warp", "rows_wide", "cols")
+WARP_ROW_MAX = 4096  # rows up to this many elements take a warp each (reduce_rows_warp)
+
+
+class FastReducePlan(TypedDict):
+    """``fast_reduce_plan``'s answer: ``kind`` (a FAST_REDUCE_KINDS entry), ``grid`` and
+    ``block`` of the launch, and for "rows_wide" the ``chunks`` per row (> 1: a second pass
+    over the partials) of ``chunk`` elements."""
+
+    kind: str
+    grid: Tuple[int, int]
+    block: Tuple[int, int]
+    chunks: int
+    chunk: int
+
+
+def fast_reduce_plan(outer: int, size: int, inner: int, itemsize: int,
+                     num_sms: int = 132) -> FastReducePlan:
+    """How reduce_fast.cu reduces compact (outer, size, inner) over its middle axis."""
+    if outer <= 0 or size <= 0 or inner <= 0:
+        raise ValueError(f"fast_reduce_plan needs sizes > 0, got {outer}, {size}, {inner}")
+    if inner > 1:
+        return {"kind": "cols", "grid": (math.ceil(inner / 32), min(outer, 65535)),
+                "block": (32, 8), "chunks": 1, "chunk": size}
+    if size <= WARP_ROW_MAX:
+        warps = 8  # 256 threads
+        return {"kind": "rows_warp", "grid": (min(math.ceil(outer / warps), 65535 * 16), 1),
+                "block": (32 * warps, 1), "chunks": 1, "chunk": size}
+    block, chunks = 512, 1
+    if outer < 2 * num_sms:  # few long rows: about 4 blocks per SM
+        chunks = min(math.ceil(4 * num_sms / outer), math.ceil(size / (8 * block)), 65535)
+    pack = max(1, 16 // itemsize)  # a chunk of whole 16-byte packs keeps each one aligned
+    chunk = math.ceil(math.ceil(size / chunks) / pack) * pack
+    chunks = math.ceil(size / chunk)
+    return {"kind": "rows_wide", "grid": (min(outer, 65535 * 16), chunks), "block": (block, 1),
             "chunks": chunks, "chunk": chunk}
 
 

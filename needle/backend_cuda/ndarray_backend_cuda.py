@@ -34,6 +34,7 @@ _POOL_FREE, _POOL_HELD, _FULL_CHECK = buffer_pool.FREE, buffer_pool.HELD, buffer
 _PEAK = rt.PEAK
 _EWISE_SHAPES: Dict[int, Tuple[int, int]] = {}
 _MATMUL_MODE = [rt.matmul_mode_from_env()]
+_REDUCE_MODE = [rt.reduce_mode_from_env()]
 
 
 def available(index: int = 0) -> bool:
@@ -418,6 +419,58 @@ def _reduce(op: str, a: Array, out: Array, reduce_size: int) -> None:
             f(a.array[: rows * reduce_size].reshape(rows, reduce_size), axis=1, out=out.array)
 
 
+def set_reduce_kernel(mode: str) -> None:
+    """Choose the float reductions: "fast" (default: reduce_fast.cu, middle axes read in
+    place) or "course" (reduce.cu, the hw3 exercise, after a transposed copy for middle axes)."""
+    if mode not in ("fast", "course"):
+        raise ValueError(f"unknown reduce kernel {mode!r}; expected fast or course")
+    if mode == "fast" and "reduce_fast.cu" not in K.KERNEL_FILES:
+        raise ValueError("set_reduce_kernel('fast'): this tree has no fast reduction kernels "
+                         "(a student release reduces with the course's reduce.cu)")
+    _REDUCE_MODE[0] = mode
+
+
+def get_reduce_kernel() -> str:
+    """The current reduction path."""
+    return _REDUCE_MODE[0]
+
+
+def _fast_reduce(op: str, src: Any, src_dt: str, dst: Any, dst_dt: str, outer: int,
+                 size: int, inner: int, base: str, index: int) -> None:
+    """dst = op over the middle axis of compact (outer, size, inner) ``src`` by reduce_fast.cu;
+    few long rows go through partials in the accumulator type (a second pass)."""
+    plan = K.fast_reduce_plan(outer, size, inner, np.dtype(src.dtype).itemsize,
+                              rt.num_sms(index))
+    kind, chunks = plan["kind"], plan["chunks"]
+    target, target_dt, part = dst, dst_dt, None
+    if chunks > 1:
+        target_dt = K.ACC_DTYPE[base]
+        part = Array(outer * chunks, np.dtype(target_dt), index)  # needle's pool
+        target = part.array
+    k = rt.kernel("reduce_fast.cu", K.fast_reduce_name(kind, op, src_dt, target_dt), base,
+                  index)
+    sizes = (outer, size, inner) if kind == "cols" else (outer, size)
+    extra = (plan["chunk"],) if kind == "rows_wide" else ()
+    rt.launch(k, plan["grid"], plan["block"],
+              (src, target, *(np.int64(v) for v in sizes + extra)), index)
+    if part is not None:
+        _fast_reduce(op, target, target_dt, dst, dst_dt, outer, chunks, 1, base, index)
+
+
+def _reduce_middle(op: str, a: Array, out: Array, reduce_size: int, inner_size: int) -> None:
+    """``op`` over the middle axis of compact (outer, reduce_size, inner_size) ``a``: the fast
+    kernels for float arrays (set_reduce_kernel), else the course's path."""
+    dt = rt.DTYPE_NAME.get(a.dtype)
+    if _REDUCE_MODE[0] == "fast" and dt in _FLOATS and out.dtype == a.dtype and out.size:
+        with rt.device(out.device_index):
+            _fast_reduce(op, a.array, dt, out.array, dt, out.size // inner_size, reduce_size,
+                         inner_size, dt, out.device_index)
+        return
+    if inner_size > 1:
+        a = _middle_to_last(a, reduce_size, inner_size)
+    _reduce(op, a, out, reduce_size)
+
+
 def _middle_to_last(a: Array, reduce_size: int, inner_size: int) -> Array:
     """Compact (outer, inner, reduce) copy of compact (outer, reduce, inner) ``a``."""
     t = Array(a.size, a.dtype, a.device_index)
@@ -432,18 +485,14 @@ def reduce_sum(a: Array, out: Array, reduce_size: int, inner_size: int = 1) -> N
     if reduce_size == 0:
         fill(out, 0)
         return
-    if inner_size > 1:
-        a = _middle_to_last(a, reduce_size, inner_size)
-    _reduce("sum", a, out, reduce_size)
+    _reduce_middle("sum", a, out, reduce_size, inner_size)
 
 
 def reduce_max(a: Array, out: Array, reduce_size: int, inner_size: int = 1) -> None:
     """Max of compact ``a``, viewed as (outer, reduce_size, inner_size), over its middle axis."""
     if reduce_size == 0:
         raise ValueError("max over an empty axis has no identity")
-    if inner_size > 1:
-        a = _middle_to_last(a, reduce_size, inner_size)
-    _reduce("max", a, out, reduce_size)
+    _reduce_middle("max", a, out, reduce_size, inner_size)
 
 
 # ---------------------------------------------------------------------- embedding rows
@@ -549,6 +598,7 @@ _PRIMITIVES.update({name: globals()[name] for name in (
     "matmul", "reduce_sum", "reduce_max", "take_rows", "scatter_add_rows", "from_numpy",
     "to_numpy", "available",
     "memory_stats", "reset_peak_memory", "set_matmul_kernel", "get_matmul_kernel",
+    "set_reduce_kernel", "get_reduce_kernel",
     *(p.name for p in P.TABLE.values() if p.family))})
 # Optional fused primitives (needle.backend_ndarray.fused_ops uses them when a device has them).
 _PRIMITIVES.update({name: getattr(fused, name) for name in (

@@ -378,6 +378,9 @@ def compile(fn: Optional[Callable] = None, *, fusion: bool = True, fallback: boo
         return lambda f: compile(f, fusion=fusion, fallback=fallback, debug=debug, mode=mode)
     if mode not in MODES:
         raise ValueError(f"needle.compile: mode={mode!r}; expected one of {MODES}")
+    if not callable(fn):
+        raise TypeError(f"needle.compile: expected a function or a module, got "
+                        f"{type(fn).__name__} {fn!r:.60}")
 
     def make(f: Callable, guard: Optional[Callable[[], Any]] = None) -> CompiledFunction:
         return CompiledFunction(f, fusion=fusion, fallback=fallback, debug=debug, guard=guard,

@@ -17,14 +17,14 @@ pytestmark = [pytest.mark.cuda, pytest.mark.slow]
 BOUNDS = {
     "lm": {"forward": dict(launch=78, library=40, alloc=1, h2d=1, d2h=0, sync=0, buffers=150,
                            python_calls=4262),
-           "backward": dict(launch=159, library=88, alloc=20, h2d=0, d2h=0, sync=0,
-                            buffers=241, python_calls=8036),
+           "backward": dict(launch=159, library=79, alloc=4, h2d=0, d2h=0, sync=0,
+                            buffers=248, python_calls=8100),
            "optimizer": dict(launch=2, library=0, alloc=0, h2d=1, d2h=0, sync=0, buffers=0,
                              python_calls=1533)},
     "resnet9": {"forward": dict(launch=55, library=14, alloc=1, h2d=1, d2h=0, sync=0,
                                 buffers=77, python_calls=2697),
-                "backward": dict(launch=77, library=41, alloc=9, h2d=0, d2h=0, sync=0,
-                                 buffers=109, python_calls=4661),
+                "backward": dict(launch=77, library=39, alloc=9, h2d=0, d2h=0, sync=0,
+                                 buffers=107, python_calls=4661),
                 "optimizer": dict(launch=2, library=0, alloc=0, h2d=1, d2h=0, sync=0,
                                   buffers=0, python_calls=419)},
 }
@@ -50,3 +50,21 @@ def test_a_training_step_stays_within_its_counts(emulated: None, model: str) -> 
                 over.append(f"{model} {phase}: {n} {kind} > {bound}" + (f" ({top})" if top
                                                                        else ""))
     assert not over, "a step asks more of the GPU than before:\n" + "\n".join(over)
+
+
+# needle.compile(mode="reduce-overhead"): the forward and backward replayed as one CUDA graph;
+# outside it only the two arguments' copies into the graph's static inputs (the ids or images,
+# and the labels). Python calls as measured with 5% slack.
+GRAPH_BOUNDS = {"lm": dict(graph=1, launch=2, library=0, alloc=0, h2d=0, d2h=0, sync=0,
+                           buffers=0, python_calls=112),
+                "resnet9": dict(graph=1, launch=2, library=0, alloc=0, h2d=0, d2h=0, sync=0,
+                                buffers=0, python_calls=80)}
+
+
+@pytest.mark.parametrize("model", sorted(GRAPH_BOUNDS))
+def test_a_compiled_step_replays_as_one_graph_launch(emulated: None, model: str) -> None:
+    got = measure(model, "reduce-overhead")["compiled"]
+    over = [f"{kind}: {got[kind]} > {bound} ({got['by_name'].get(kind, {})})"
+            for kind, bound in GRAPH_BOUNDS[model].items() if got[kind] > bound]
+    assert got["graph"] == 1, got["by_name"]
+    assert not over, f"{model}, a replayed compiled step:\n" + "\n".join(over)

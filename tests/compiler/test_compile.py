@@ -403,3 +403,11 @@ def test_fused_numba_kernels_match_eager_on_special_values(name, fn, monkeypatch
     np.testing.assert_array_equal(np.isnan(got), np.isnan(eager))
     ok = ~np.isnan(eager)
     np.testing.assert_array_equal(got[ok].view(np.int64), eager[ok].view(np.int64))
+
+
+@pytest.mark.parametrize("bad, error", [(3, TypeError), ("step", TypeError)])
+def test_compile_refuses_what_is_not_a_function_and_an_unknown_mode(bad, error):
+    with pytest.raises(error, match="expected a function or a module, got"):
+        ndl.compile(bad)
+    with pytest.raises(ValueError, match="mode='fast'; expected one of"):
+        ndl.compile(lambda x: x, mode="fast")
