@@ -3,7 +3,7 @@
 A test is named ``<test module>::<test id>`` where ``*`` matches anything (and nothing else is
 special), e.g. ``test_ops::test_forward_matches_numpy[matmul-*``; the module is the file name
 without ``.py`` (wherever it sits under tests/); a test belongs to the first exercise naming it.
-``course.grading`` marks every such test ``@pytest.mark.grade(<exercise>, points=<points>)`` at
+``course.grade_plugin`` marks every such test ``@pytest.mark.grade(<exercise>, points=<points>)`` at
 collection; a test (e.g. an instructor's hidden one) may also carry that marker itself.
 An exercise's points are shared by its tests: the score is points x (passed / run). A case on
 the cuda device (a test id naming ``cuda`` as a parameter) is graded only by ``hw3.cuda.*``: no
@@ -283,7 +283,7 @@ HOMEWORKS: Tuple[str, ...] = ("hw0", "hw1", "hw2", "hw3", "hw4", "collectives")
 
 # The array each homework's graded tests compute on (needle/backend_selection.py): hw1 and hw2
 # on NumPy arrays, as in the course, so that they need nothing from hw3's NDArray; every other
-# exercise on the NDArray. The grader (course/grading.py) runs each graded test on its own.
+# exercise on the NDArray. The grader (course/grade_plugin.py) runs each graded test on its own.
 HOMEWORK_BACKEND: Dict[str, str] = {"hw1": "np", "hw2": "np"}
 
 

@@ -1,4 +1,4 @@
-"""Two classes never share a name in ``needle/`` (STYLE.md), but for the course's own pairs: an
+"""Two classes never share a name in ``needle/``, but for the course's own pairs: an
 op and the layer that calls it (``ops.ReLU`` / ``nn.ReLU``) and each backend's ``Array``."""
 import ast
 from collections import defaultdict

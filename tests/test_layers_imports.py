@@ -1,4 +1,4 @@
-"""Imports in needle run one way, down (STYLE.md): a scan of every ``import`` in ``needle/``.
+"""Imports in needle run one way, down: a scan of every ``import`` in ``needle/``.
 
 Layers, top to bottom: ``apps`` -> ``nn``, ``optim``, ``init``, ``data`` -> ``ops`` ->
 ``autograd`` -> ``backend_ndarray``; ``backend_cuda`` plugs into ``backend_ndarray`` from above
