@@ -95,8 +95,9 @@ bench: install
 # BEGIN INSTRUCTOR ONLY
 # On a machine with a GPU: the CUDA tests, the hw3 notebook, compute-sanitizer, kernel and
 # training-step benchmarks beside PyTorch, the emulator against the GPU; at most 8 minutes on
-# one H100; report in $$OUT or build/gpu-check (tools/gpu_check.py; benchmarks/README.md "GPU
-# check"). No install step: the lent GPU machines have no network.
+# one H100; report in $$OUT or build/gpu-check (tools/gpu_check.py; benchmarks/README.md "GPU").
+# Needs a CUDA GPU, CuPy, a CUDA PyTorch and needle's requirements; no install step and no
+# network: where these are missing, carry the wheels and headers of tools/gpu_check_carry.sh.
 .PHONY: gpu-check mutate student
 gpu-check:
 	PYTHONPATH=$(CURDIR) $(PYTHON) tools/gpu_check.py

@@ -12,7 +12,7 @@ in float32. Ratios are speed ratios (higher is better) except the training step,
 On a GPU machine with network: ``pip install -e .[cuda,dev]`` (cupy-cuda12x, or cupy-cuda13x on
 CUDA 13) and a CUDA torch, then ``python -m needle.backend_cuda.compile_check``, ``pytest -q
 tests -k "cuda or dlpack"``, this script and ``python benchmarks/bench_memory.py`` (its offload
-section). On the lent H100/H200 (no network; CuPy 14 and torch preinstalled)::
+section). On a GPU machine without network where CuPy and a CUDA torch are installed::
 
     python3 -m pip install --no-deps --no-build-isolation -e .
     python3 -c "import needle as ndl; print(ndl.cuda().enabled())"     # must print True

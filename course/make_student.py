@@ -52,7 +52,7 @@ SHIPPED_FILES = ("Makefile", "setup.py", "pytest.ini", "ruff.toml", "mypy.ini", 
                  "tools/tsan.supp")
 # Not in the student release: the tools that make and check it, the tests of those tools and
 # of what only the reference tree holds (tools/gpu_check.py, tools/mutate.py, every solution),
-# and the GPU reports of the instructor's lent machine. (Copies of the reference that the
+# and the instructor's GPU reports. (Copies of the reference that the
 # release check makes, ``only=...``, keep them: it runs course/pytest_forks.py there.)
 INSTRUCTOR_FILES = ("course/make_student.py", "course/check_release.py",
                     "course/check_notebooks.py",
@@ -67,7 +67,7 @@ INSTRUCTOR_FILES = ("course/make_student.py", "course/check_release.py",
                     "needle/backend_cuda/kernels/reduce_fast.cu")
 # Markdown sections (heading lines, each up to the next heading of its level or above) that
 # describe instructor-only commands
-INSTRUCTOR_SECTIONS = {"benchmarks/README.md": ("## GPU (one lent H100)",
+INSTRUCTOR_SECTIONS = {"benchmarks/README.md": ("## GPU (`make gpu-check`)",
                                                 "## Test tooling: mutation score")}
 SOLUTION_DIRS = ("needle", "apps")  # where exercises live (tests may quote the markers)
 SKIPPED = ("__pycache__", ".pytest_cache", ".hypothesis", ".ipynb_checkpoints")

@@ -10,7 +10,7 @@ tests against real CuPy; the hw3 CUDA notebook; compute-sanitizer memcheck and r
 the kernel tests; kernel benchmarks beside PyTorch (GB/s, TFLOP/s, and the card's peak); one
 training step of ResNet9 and of the transformer LM beside PyTorch eager, where the
 LM step's time goes and what each step asks of the GPU (counted on the emulator); the emulator's
-results against the GPU's. The report goes to ``$OUT`` when set (the lent GPU machines), else
+results against the GPU's. The report goes to ``$OUT`` when set, else
 ``build/gpu-check/``. A dry run labels every figure "emulated": none of them is a GPU figure.
 """
 import argparse
@@ -117,7 +117,7 @@ def sections() -> List[Section]:
 
 
 def out_dir(given: Optional[str]) -> Path:
-    """Where the report goes: --out, else $OUT (the lent GPU machines), else build/gpu-check."""
+    """Where the report goes: --out, else $OUT, else build/gpu-check."""
     path = Path(given or os.environ.get("OUT") or ROOT / "build" / "gpu-check")
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -128,7 +128,7 @@ def run_section(sec: Section, dry: bool, bound: float, out: Path) -> Dict[str, o
     cmd = sec.dry if dry else sec.gpu
     if cmd is None:
         return {"status": "skipped", "why": sec.why_not_dry, "seconds": 0.0}
-    # figures in a scratch folder: $OUT on the lent machines returns at most 8 files
+    # figures in a scratch folder, so $OUT holds only the report's few files
     figures = Path(tempfile.gettempdir()) / f"gpu_check_{os.getpid()}_{sec.name}.json"
     figures.unlink(missing_ok=True)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(

@@ -1,8 +1,8 @@
 #!/bin/sh
-# Prepare .gpucheck/ (ignored by git) for `make gpu-check` on a lent GPU machine (no network):
+# Prepare .gpucheck/ (ignored by git) for `make gpu-check` on a GPU machine without network:
 # the NVIDIA header folders the CUDA emulator builds with (for the emulator-vs-GPU section)
-# and the wheels of packages the GPU image lacks. Run here, in the repository root; then the
-# device run carries .gpucheck (see benchmarks/README.md, "GPU check").
+# and the wheels of packages a GPU image with CuPy and PyTorch lacks. Run it in the repository
+# root of a machine with network; copy .gpucheck/ with the tree (benchmarks/README.md, "GPU").
 set -e
 exclude=$(git rev-parse --git-path info/exclude)
 mkdir -p "$(dirname "$exclude")"

@@ -1,5 +1,5 @@
 """Run a notebook's code cells in order in this process, without Jupyter (for machines that
-have no Jupyter kernel, such as the lent GPU machines); exit 1 at the first failing cell, 2 (one
+have no Jupyter kernel); exit 1 at the first failing cell, 2 (one
 line on stderr) when the notebook cannot be read or an option is unknown.
 
     python tools/run_notebook.py notebooks/hw3_cuda_kernels.ipynb

@@ -7,7 +7,7 @@
   and stored once. numexpr's interpreter runs short float32 chains slower than NumPy here.
   numba's libm calls are scalar and its pow differs in the last bit, so groups with a
   transcendental, sqrt or ``**`` run on the NumPy engine; one core only (threads spin against
-  OpenBLAS's). Measurements: benchmarks/README.md, "Why the fused engines are what they are".
+  OpenBLAS's). Measurements: benchmarks/README.md, "Figures behind constants and docstrings".
 * ``numexpr``: the same expression on numexpr's virtual machine.
 * ``numpy`` (always available): one ufunc pass per statement over cache-sized blocks
   (``BLOCK``); bit for bit the unfused values.

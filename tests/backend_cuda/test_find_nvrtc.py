@@ -1,6 +1,5 @@
 """compile_check finds NVRTC and the CUDA headers in each layout they come in: the CUDA 12 pip
-wheels (the lent GPU machines' image has the CUDA 13 ones, where the first real run found
-nothing), the CUDA 13 wheels, and a toolkit folder."""
+wheels, the CUDA 13 wheels (a GPU image may have only these), and a toolkit folder."""
 from pathlib import Path
 
 from needle.backend_cuda import compile_check as cc
