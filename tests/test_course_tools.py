@@ -334,8 +334,8 @@ def test_release_keeps_docstrings_and_comments_outside_regions():
 
 
 def test_release_run_that_runs_nothing_is_flagged(tmp_path):
-    """A release whose graded run collected nothing (a module failing at import used to stop
-    the session) reported every test 'skipped' and passed the old check."""
+    """A release whose graded run collected nothing (a module failing at import stops the
+    session) reports every test 'skipped': the check flags it."""
     ref = {"exercises": [{"tests": [{"test": "t::a", "outcome": "passed", "message": ""},
                                     {"test": "t::cuda", "outcome": "skipped", "message": ""}]}]}
     rel = {"exercises": [{"tests": [{"test": "t::a", "outcome": "skipped", "message": "not run"},

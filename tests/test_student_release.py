@@ -54,8 +54,8 @@ def _python_without_pip(folder: Path) -> Path:
 @pytest.mark.slow
 def test_make_grade_in_an_installed_release_needs_no_network(tmp_path):
     """Once needle is installed, `make grade` in the release grades without pip: with the
-    package index unreachable it scores (the first grade used to reinstall, and offline pip
-    failed: "No matching distribution found for setuptools")."""
+    package index unreachable it scores (the first grade does not reinstall: offline, pip fails
+    with "No matching distribution found for setuptools")."""
     release = tmp_path / "student"
     make_release(release)
     python = _python_without_pip(tmp_path / "bin")

@@ -101,7 +101,7 @@ def _zero_chunk(comm):
 
 def test_ring_chunk_and_thresholds_from_the_environment_are_checked(monkeypatch):
     """NEEDLE_RING_CHUNK / NEEDLE_*_SMALL that are not byte counts raise naming the variable
-    (they used to raise int()'s own message, or fall back silently for 0)."""
+    (not int()'s own message), and 0 is refused, not replaced by the default."""
     import importlib
 
     from needle.parallel import RankFailedError, virtual

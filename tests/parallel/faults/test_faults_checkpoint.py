@@ -145,7 +145,8 @@ def _zero_state(comm, save_mb, load_mb):
 
 
 def test_zero_state_from_another_bucket_layout_is_refused():
-    """zip() of the shard optimizers used to load state laid out for other pieces silently."""
+    """ZeRO state saved with another bucket layout is refused on every rank, naming the stage;
+the same layout loads (zip() over the shards would load the wrong pieces silently)."""
     assert run_ranks("virtual", 2, _zero_state, 25.0, 25.0) == [None, None]
     for r, err in enumerate(run_ranks("virtual", 2, _zero_state, 25.0, 1e-4)):
         assert f"ZeroRedundancyOptimizer (rank {r}): state saved at stage 1" in err, err

@@ -41,8 +41,8 @@ def test_plain_mpiexec_ends_when_a_rank_dies(mode, when):
 
 @pytest.mark.mpi
 def test_plain_mpiexec_names_a_rank_that_calls_os_exit_0_mid_job():
-    """hydra used to kill rank 0 at once and exit 0, nobody named: now rank 1's guardian says
-    it left, and rank 0 raises within the timeout naming its call and rank 1."""
+    """Rank 1's guardian says it left, rank 0 raises within the timeout naming its call and rank
+    1, and the job ends nonzero (left to hydra, rank 0 is killed and the job exits 0)."""
     from mpi_helpers import mpiexec
     res, took = _job([mpiexec(), "-n", "2", sys.executable, WORKER, "exit0", "after"])
     assert res.returncode != 0 and took < 4 * TIMEOUT, (took, res.stdout + res.stderr)
@@ -91,8 +91,8 @@ def test_launcher_names_the_rank_and_how_without_its_own_traceback(mode, how, wh
 
 @pytest.mark.mpi
 def test_launcher_names_the_rank_that_died_not_the_one_that_timed_out_first():
-    """Rank 1's supervisor used to note its death only at the end of its stderr (here held open
-    10 s by a process it started), after rank 0's timeout: the launcher named rank 0."""
+    """Rank 1 is killed while a process it started holds its stderr open 10 s, past rank 0's
+    timeout: the launcher names rank 1, not rank 0, which timed out first."""
     res, took = _job([sys.executable, "-m", "needle.parallel.launch", "-n", "2", WORKER,
                       "kill-late-seen", "after"])
     assert res.returncode != 0 and took < 4 * TIMEOUT, (took, res.stderr)
@@ -101,8 +101,8 @@ def test_launcher_names_the_rank_that_died_not_the_one_that_timed_out_first():
 
 @pytest.mark.mpi
 def test_launcher_names_the_rank_whose_supervisor_was_starved():
-    """Rank 1's supervisor is stopped when rank 1 dies and resumes after rank 0's timeout: rank
-    0's abort used to kill it before it recorded anything, and the launcher named rank 0."""
+    """Rank 1's supervisor is stopped when rank 1 dies and resumes after rank 0's timeout: the
+    launcher names rank 1, though rank 0 timed out and aborted before that supervisor recorded."""
     res, took = _job([sys.executable, "-m", "needle.parallel.launch", "-n", "2", WORKER,
                       "kill-starved", "after"])
     assert res.returncode != 0 and took < 5 * TIMEOUT, (took, res.stderr)
@@ -151,7 +151,7 @@ def test_virtual_run_returns_when_a_rank_polls_test_forever():
 
 @pytest.mark.mpi
 def test_a_stuck_parameter_server_worker_cannot_keep_the_job_alive():
-    """ASP goes on without the silent worker, then the job ends (it used to wait forever)."""
+    """ASP goes on without the silent worker, then the job ends, nonzero, naming it."""
     from mpi_helpers import mpiexec
     res, took = _job([mpiexec(), "-n", "3", sys.executable,
                       str(PARALLEL_TESTS / "faults" / "worker_ps_stuck.py")])
@@ -163,7 +163,8 @@ def test_a_stuck_parameter_server_worker_cannot_keep_the_job_alive():
 
 @pytest.mark.mpi
 def test_the_exit_guard_leaves_a_ranks_child_processes_alone(tmp_path):
-    """A child inherits mpiexec's environment; it used to join MPI start-up at exit (PMI)."""
+    """A child inherits mpiexec's environment (PMI); the exit guard does not make it join MPI
+    start-up at exit, and the job ends 0."""
     from mpi_helpers import mpiexec
     res, _ = _job([mpiexec(), "-n", "2", sys.executable,
                    str(PARALLEL_TESTS / "faults" / "worker_spawns_child.py"), str(tmp_path)])

@@ -84,8 +84,8 @@ def test_the_parameter_servers_long_poll_outlasts_the_timeout(backend):
 
 @pytest.mark.mpi
 def test_mpi_rank_polling_test_after_its_peer_exited_cleanly_raises():
-    """Rank 1 returns (MPI finalises at exit); rank 0 polls an irecv from it: it used to poll
-    forever, now it raises naming the call and the peer, and the job ends nonzero."""
+    """Rank 1 returns (MPI finalises at exit); rank 0 polls an irecv from it: within
+    the timeout it raises naming the call and the peer, and the job ends nonzero."""
     start = time.monotonic()
     res = run_bounded([mpiexec(), "-n", "2", sys.executable, WORKER], 5 * TIMEOUT + 10,
                       cwd=ROOT, env=worker_env(NEEDLE_COMM_TIMEOUT=str(TIMEOUT)),
