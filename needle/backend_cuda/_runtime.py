@@ -66,7 +66,7 @@ def check_bfloat16(index: int) -> None:
 @functools.lru_cache(maxsize=None)
 def _module(filename: str, dtype: str, index: int) -> Any:
     with device(index):
-        return cp.RawModule(code=kernel_specs.source(filename),
+        return cp.RawModule(code=kernel_specs.named_source(filename),
                             options=kernel_specs.NVRTC_OPTIONS + kernel_specs.include_options(),
                             name_expressions=kernel_specs.name_expressions(filename, dtype))
 

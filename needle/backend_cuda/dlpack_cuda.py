@@ -5,7 +5,7 @@ from typing import Any, Tuple
 import numpy as np
 
 from ..backend_ndarray.dlpack import buffer_span, element_strides
-from ._runtime import cp
+from ._runtime import BF16, cp
 
 
 def dlpack_view(handle: Any, shape: Tuple[int, ...], strides: Tuple[int, ...],
@@ -19,20 +19,20 @@ def dlpack_view(handle: Any, shape: Tuple[int, ...], strides: Tuple[int, ...],
                       strides=tuple(s * item for s in strides))
 
 
-def wrap_dlpack(obj: Any, bfloat16: bool, index: int) -> Tuple[Any, tuple, tuple, int]:
-    """(buffer, shape, strides, offset) over a CUDA DLPack producer's memory on GPU ``index``.
+def wrap_dlpack(obj: Any, bfloat16: bool, index: int, array_cls: Any
+                ) -> Tuple[Any, tuple, tuple, int]:
+    """(buffer, shape, strides, offset) over a CUDA DLPack producer's memory on GPU ``index``,
+    the buffer an ``array_cls`` (the backend's ``Array``) made around it.
 
     ``bfloat16``: ``obj`` holds bfloat16 as its 16-bit integer bits (DLPack consumers such as
     CuPy have no bfloat16); the buffer gets ml_dtypes' bfloat16 as its dtype.
     """
-    from ._runtime import BF16
-    from .ndarray_backend_cuda import for_device
     view = cp.from_dlpack(obj)
     if bfloat16:
         view = view.view(np.uint16)
     strides = element_strides(view)
     offset, size = buffer_span(view.shape, strides)
-    arr: Any = object.__new__(for_device(index).Array)
+    arr: Any = object.__new__(array_cls)
     item = view.dtype.itemsize
     # MemoryPointer + (-n), as CuPy's own __sub__ does (the emulator's pointer has only __add__)
     base = view.data + (-offset * item) if size else view.data

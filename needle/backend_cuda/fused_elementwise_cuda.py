@@ -1,56 +1,18 @@
 """The CUDA backend's ``fused_elementwise``: the same statements (``kernel_expr.py``) as one
 line of CUDA C each in a CuPy ElementwiseKernel."""
-import ast
 import math
-from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..backend_ndarray import primitives as P
+from ._runtime import cp, device
+from .c_expr import body_lines
 
 _CTYPE = {np.dtype("float32"): "float", np.dtype("float64"): "double",
           np.dtype("bool"): "bool"}
+
+
 # the expressions' functions (primitives.py) as CUDA math functions; where() is a conditional
-_FUNCS = {f: {"abs": "fabs"}.get(f, f) for f in P.FUNCTIONS if f != "where"}
-_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.BitOr: "|",
-        ast.BitAnd: "&"}
-_CMPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">",
-         ast.GtE: ">="}
-
-
-def to_c(node: ast.AST) -> str:
-    """CUDA C for one expression of the statement language."""
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.BinOp):
-        a, b = to_c(node.left), to_c(node.right)
-        if isinstance(node.op, ast.Pow):
-            return f"pow({a}, {b})"
-        return f"({a} {_OPS[type(node.op)]} {b})"
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        return f"(-{to_c(node.operand)})"
-    if isinstance(node, ast.Compare):
-        return f"({to_c(node.left)} {_CMPS[type(node.ops[0])]} {to_c(node.comparators[0])})"
-    if isinstance(node, ast.Call):
-        args = [to_c(a) for a in node.args]
-        func = cast(ast.Name, node.func).id  # the expressions call names only
-        if func == "where":
-            return f"({args[0]} ? {args[1]} : {args[2]})"
-        return f"{_FUNCS[func]}({args[0]})"
-    raise ValueError(f"fused_elementwise: unsupported expression {ast.dump(node)}")
-
-
-def body_lines(expr: str) -> List[str]:
-    """The statements as CUDA C lines (temporaries as ``auto``; ``out`` assigned last)."""
-    lines = []
-    for stmt in ast.parse(expr.replace("; ", "\n")).body:
-        assign = cast(ast.Assign, stmt)  # every statement is ``name = expression``
-        name = cast(ast.Name, assign.targets[0]).id
-        rhs = to_c(assign.value)
-        lines.append(f"out = {rhs};" if name == "out" else f"auto {name} = {rhs};")
-    return lines
-
-
 def kernel_parts(expr: str, in_types: Sequence[np.dtype], n_arrays: int,
                  out_type: np.dtype) -> Tuple[str, str, str]:
     """(in_params, out_params, body) for ``cupy.ElementwiseKernel``.
@@ -77,14 +39,12 @@ _KERNELS: Dict[Tuple, Any] = {}
 def fused_elementwise(expr: str, inputs: Sequence[Any], out: Any, shape: Tuple[int, ...],
                       reduce: Optional[Tuple[str, int, int]] = None) -> None:
     """The CPU primitive's contract (see backend_ndarray/fused_elementwise_cpu.py) on a GPU."""
-    from ._runtime import device
     with device(out.device_index):  # the scratch buffer and the launch on out's GPU
         _fused_elementwise(expr, inputs, out, shape, reduce)
 
 
 def _fused_elementwise(expr: str, inputs: Sequence[Any], out: Any, shape: Tuple[int, ...],
                        reduce: Optional[Tuple[str, int, int]]) -> None:
-    from ._runtime import cp
     arrays = [x for x in inputs if isinstance(x, tuple)]
     scalars = [x for x in inputs if not isinstance(x, tuple)]
     views = []

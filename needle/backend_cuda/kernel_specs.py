@@ -14,7 +14,7 @@ from typing import List, Tuple, TypedDict
 
 # pure data (the primitive table), the one module of backend_ndarray this backend reads
 from ..backend_ndarray import primitives as P
-from .fused_elementwise_cuda import to_c
+from .c_expr import to_c
 
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
 # (reduce_fast.cu, the backend's default reductions, is not in a student release: beside
@@ -53,6 +53,12 @@ def source(filename: str) -> str:
     if filename == "ewise_strided.cu":  # strided_index (the exercise) and the functors first
         return source("strided.cu") + source("ewise.cu") + text
     return text + functors() if filename == "ewise.cu" else text
+
+
+def named_source(filename: str) -> str:
+    """``source(filename)`` after a ``#line`` directive naming its file, as the runtime loads
+    it: compilers, and the emulator's messages, say which file a line is in."""
+    return f'#line 1 "{KERNEL_DIR / filename}"\n' + source(filename)
 
 
 def _elementwise_primitives() -> List[P.Primitive]:

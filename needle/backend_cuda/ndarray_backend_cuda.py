@@ -42,6 +42,11 @@ def available(index: int = 0) -> bool:
     return 0 <= index < rt.device_count()
 
 
+def device_count() -> int:
+    """GPUs this process sees (emulated ones under NEEDLE_CUDA_EMULATOR): the runtime's count."""
+    return rt.device_count()
+
+
 # Set by a memory tracker while one is active (called with each new Array), like the NumPy
 # backend's hook; None otherwise.
 _ALLOC_HOOK = None
@@ -598,7 +603,7 @@ _PRIMITIVES.update({name: globals()[name] for name in (
     "matmul", "reduce_sum", "reduce_max", "take_rows", "scatter_add_rows", "from_numpy",
     "to_numpy", "available",
     "memory_stats", "reset_peak_memory", "set_matmul_kernel", "get_matmul_kernel",
-    "set_reduce_kernel", "get_reduce_kernel",
+    "set_reduce_kernel", "get_reduce_kernel", "device_count",
     *(p.name for p in P.TABLE.values() if p.family))})
 # Optional fused primitives (needle.backend_ndarray.fused_ops uses them when a device has them).
 _PRIMITIVES.update({name: getattr(fused, name) for name in (
@@ -611,7 +616,12 @@ _PRIMITIVES.update({name: getattr(conv, name) for name in (
 # needle.compile's fused kernels: the CPU primitive's expressions as ElementwiseKernels
 _PRIMITIVES.update(fused_elementwise=fused_elementwise)
 # DLPack exchange (needle.backend_ndarray.dlpack calls these for a CUDA array)
-_PRIMITIVES.update(dlpack_view=dlpack_cuda.dlpack_view, wrap_dlpack=dlpack_cuda.wrap_dlpack)
+def wrap_dlpack(obj: Any, bfloat16: bool, index: int) -> Tuple[Any, tuple, tuple, int]:
+    """dlpack_cuda.wrap_dlpack with GPU ``index``'s Array (dlpack_cuda imports no backend)."""
+    return dlpack_cuda.wrap_dlpack(obj, bfloat16, index, for_device(index).Array)
+
+
+_PRIMITIVES.update(dlpack_view=dlpack_cuda.dlpack_view, wrap_dlpack=wrap_dlpack)
 _PRIMITIVES.update(__device_name__=__device_name__, EMULATED=EMULATED)
 # needle.compile(mode="reduce-overhead") may capture a plan as a CUDA graph (graphs.py)
 _PRIMITIVES.update(GRAPHS=True)

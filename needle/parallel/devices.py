@@ -9,7 +9,6 @@ from ..backend_ndarray import BackendDevice, cpu, cuda
 # Launchers' local-rank variables: MPICH (Hydra), Open MPI, PMI, Slurm, torchrun
 LOCAL_RANK_ENV = ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_LOCAL_RANK",
                   "SLURM_LOCALID", "LOCAL_RANK")
-MAX_GPUS = 64  # how far cuda_device_count looks
 
 
 def local_rank_from_env() -> Optional[int]:
@@ -40,11 +39,10 @@ def local_rank(mpi_comm: Any = None) -> int:
 
 
 def cuda_device_count() -> int:
-    """GPUs needle can use in this process (emulated ones under NEEDLE_CUDA_EMULATOR)."""
-    n = 0
-    while n < MAX_GPUS and cuda(n).enabled():
-        n += 1
-    return n
+    """GPUs needle can use in this process (emulated ones under NEEDLE_CUDA_EMULATOR): the CUDA
+    backend's one answer (its runtime's count), 0 where the backend is not enabled."""
+    dev = cuda()
+    return int(dev.device_count()) if dev.enabled() else 0
 
 
 def device_for(kind: str, local: int, rank: int = 0) -> BackendDevice:

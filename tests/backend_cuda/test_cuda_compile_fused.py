@@ -6,7 +6,8 @@ import pytest
 
 import needle as ndl
 from needle.backend_cuda import compile_check
-from needle.backend_cuda.fused_elementwise_cuda import _CTYPE, body_lines
+from needle.backend_cuda.c_expr import body_lines
+from needle.backend_cuda.fused_elementwise_cuda import _CTYPE
 
 if compile_check.find_nvrtc() is None:  # a missing compiler must not pass silently
     raise ImportError("libnvrtc not found: pip install nvidia-cuda-nvrtc-cu12 "

@@ -14,7 +14,7 @@ NP_DTYPE = {"float16": np.dtype(np.float16), "bfloat16": np.dtype(ml_dtypes.bflo
 def kernel_module(filename: str, dtype: str = ""):
     """The emulated module of ``kernels/<filename>`` for one dtype, as the backend builds it."""
     from needle.backend_cuda.emulator.module import load_module
-    return load_module(K.source(filename), K.name_expressions(filename, dtype),
+    return load_module(K.named_source(filename), K.name_expressions(filename, dtype),
                        K.NVRTC_OPTIONS + K.include_options())
 
 

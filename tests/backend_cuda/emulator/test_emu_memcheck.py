@@ -181,7 +181,7 @@ def test_full_mode_reports_a_read_of_device_memory_nothing_wrote(monkeypatch):
     the host wrote is an error; elements the host or a kernel wrote are fine."""
     monkeypatch.setenv("NEEDLE_CUDA_EMULATOR_CHECK", "full")
     name = K.unary_name("exp", "float32")
-    k = load_module(K.source("ewise.cu"), K.name_expressions("ewise.cu", "float32"),
+    k = load_module(K.named_source("ewise.cu"), K.name_expressions("ewise.cu", "float32"),
                     OPTIONS).get_function(name)
     n = 100
     out = cp.empty(n, np.float32)

@@ -23,7 +23,7 @@ def _full_checks(monkeypatch):
 
 
 def kernel(filename: str, name: str, engine: str, dtype: str = "float32"):
-    mod = load_module(K.source(filename), K.name_expressions(filename, dtype),
+    mod = load_module(K.named_source(filename), K.name_expressions(filename, dtype),
                       K.NVRTC_OPTIONS + K.include_options(), engine=engine)
     assert mod.check == "full"
     return mod.get_function(name)
