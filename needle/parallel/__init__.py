@@ -3,10 +3,11 @@ Importing does not start MPI: ``communicator.create()`` does (and installs the e
 from . import virtual
 from .comm import communicator
 from .comm.communicator import Communicator, create
+from .comm.errors import CommTimeoutError, DeadlockError
 from .comm.faults import install_exit_guard
 from .comm.ledger import Ledger, Record
 from .comm.p2p import ANY_SOURCE, ANY_TAG, P2PStatus
-from .comm.progress import CommTimeoutError, DeadlockError, Work
+from .comm.progress import Work
 from .comm.protocol import Comm
 from .data_parallel import DataParallelNaive, DistributedDataParallel
 from .mesh import ProcessMesh

@@ -17,7 +17,7 @@ from .. import autograd
 from .. import numbers as strict
 from .comm.args import check_timeout
 from .comm.communicator import Communicator
-from .comm.progress import DeadlockError
+from .comm.errors import DeadlockError
 from .comm.scheduler import CommAbortedError, Scheduler
 from .comm.transport_inprocess import InProcessTransport, Message, World
 

@@ -15,8 +15,16 @@ import bisect
 from typing import Any, Dict, Iterable, List, Sequence, Tuple
 
 from . import events as ev
-from .events import Event, MemorySample, Peak, RankRecord
-from .recorder import GRAD_FIELDS, MEMORY_FIELDS, MODULE_FIELDS, OP_FIELDS
+from .events import (
+    GRAD_FIELDS,
+    MEMORY_FIELDS,
+    MODULE_FIELDS,
+    OP_FIELDS,
+    Event,
+    MemorySample,
+    Peak,
+    RankRecord,
+)
 
 
 def _rows(flat: List[Any], n: int) -> Iterable[Tuple[Any, ...]]:

@@ -18,6 +18,9 @@ MAIN, KERNELS, COMMS = "main", "kernels", "comm"
 TRACK = {KERNEL: KERNELS, PLAN_STEP: KERNELS, COMM: COMMS}
 
 
+# entries per record in a recorder's flat logs (recorder.py appends them, build.py reads them)
+OP_FIELDS, GRAD_FIELDS, MODULE_FIELDS, MEMORY_FIELDS = 8, 5, 4, 3
+
 class Event(NamedTuple):
     """One timed interval (or an instant, ``dur == -1``) on one rank."""
 

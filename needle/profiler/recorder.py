@@ -26,7 +26,8 @@ import time
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .events import RankRecord
+from .build import build_record
+from .events import GRAD_FIELDS, MODULE_FIELDS, OP_FIELDS, RankRecord
 
 perf_ns = time.perf_counter_ns
 _BY_THREAD: Dict[int, "ThreadRecorder"] = {}
@@ -35,7 +36,6 @@ _MEMORY_BY_THREAD: Dict[int, "ThreadRecorder"] = {}  # those of them recording m
 _memory_lookup = _MEMORY_BY_THREAD.get
 _ident = threading.get_ident
 _weakref = weakref.ref
-OP_FIELDS, GRAD_FIELDS, MODULE_FIELDS, MEMORY_FIELDS = 8, 5, 4, 3  # entries per record
 
 
 def current() -> Optional["ThreadRecorder"]:
@@ -101,7 +101,6 @@ class ThreadRecorder:
 
     def record(self, rank: int = 0, offset_ns: int = 0) -> RankRecord:
         """What was recorded, as one rank's ``RankRecord`` (built now, from the raw logs)."""
-        from .build import build_record
         return build_record(self, rank, offset_ns)
 
     def _keep(self, log: List[tuple], item: tuple) -> None:

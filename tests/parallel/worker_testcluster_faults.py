@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from needle.parallel.comm.communicator import create
-from needle.parallel.comm.progress import CommTimeoutError
+from needle.parallel.comm.errors import CommTimeoutError
 
 
 def main() -> None:

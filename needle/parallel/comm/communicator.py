@@ -28,10 +28,11 @@ from . import collectives as table
 from .collectives import NO_DATA, NO_SCRATCH, CallState, Spec, same
 from .convert import to_numpy
 from .faults import install_abort_hook
-from .hierarchical import discover, host_name
+from .hosts import discover, host_name
 from .ledger import Ledger, Regions
+from .mpi_runtime import mpi
 from .p2p import ANY_SOURCE, ANY_TAG, PointToPoint
-from .progress import Algorithm, Channel, Stat, Transport, Waiting, Work, drive, mpi, start, stat
+from .progress import Algorithm, Channel, Stat, Transport, Waiting, Work, drive, start, stat
 from .reference import finish_avg
 from .result_pool import ResultPool
 from .ring import ring_allgather

@@ -19,8 +19,6 @@ schedule over point-to-point messages built from ``ring.py``'s generators, and i
 the pure one bit for bit.  ``nodes[r]`` names rank r's host (any hashable value); every host
 must hold the same number of ranks.
 """
-import socket
-import zlib
 from typing import Any, Hashable, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
@@ -143,33 +141,3 @@ def _together(parts: List[Tuple[Steps, List[int]]]) -> Steps:
         dst[:, g] = np.where(s.dst >= 0, np.asarray(g)[s.dst], -1)
         n[:, g], m[:, g] = s.nbytes, s.msgs
     return Steps(dst, n, m)
-
-
-NAME_BYTES = 64  # host names longer than this are cut, with a checksum of the whole name
-
-
-def host_name() -> str:
-    """This process's host, as MPI and the hostfile name it."""
-    return socket.gethostname()
-
-
-def _encoded_name() -> np.ndarray:
-    """This host's name as ``NAME_BYTES // 8`` int64 (for exchanging over int64 messages)."""
-    name = host_name().encode()
-    if len(name) > NAME_BYTES:
-        name = name[:NAME_BYTES - 9] + b"~" + b"%08x" % zlib.crc32(name)
-    return np.frombuffer(name.ljust(NAME_BYTES, b"\0"), dtype=np.int64).copy()
-
-
-def discover(exchange: Any, size: int) -> List[str]:
-    """Every rank's host name, by an allgather (``exchange``: int64 array -> all ranks')."""
-    words = exchange(_encoded_name())[:size * NAME_BYTES // 8].reshape(size, -1)
-    return [row.tobytes().rstrip(b"\0").decode(errors="replace") for row in words]
-
-
-def where(ranks: Sequence[int], nodes: Optional[Sequence[Hashable]]) -> str:
-    """`` (rank 2 on host h1, ...)`` for error messages; empty when the hosts are unknown or
-    all ranks share one."""
-    if not nodes or len(set(nodes)) < 2:
-        return ""
-    return " (" + ", ".join(f"rank {q} on host {nodes[q]}" for q in ranks) + ")"

@@ -11,6 +11,9 @@ import time
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, List, Optional, Protocol, Union
 
+from .errors import CommTimeoutError
+from .hosts import where
+
 Stat = Dict[str, int]
 Algorithm = Generator[Any, Optional[bool], Any]
 
@@ -28,26 +31,6 @@ class GroupInfo(Protocol):
     size: int
     timeout: float
     nodes: Optional[List[Hashable]]
-
-
-def mpi() -> Any:
-    """mpi4py's MPI module, imported on first use (importing it initialises MPI)."""
-    global _MPI_MODULE
-    if _MPI_MODULE is None:
-        from .faults import start_mpi  # a watchdog: start-up waits for every rank to arrive
-        _MPI_MODULE = start_mpi("waited in MPI start-up")
-    return _MPI_MODULE
-
-
-_MPI_MODULE: Any = None
-
-
-class CommTimeoutError(RuntimeError):
-    """A collective did not finish within the communicator's timeout."""
-
-
-class DeadlockError(CommTimeoutError):
-    """Every rank of the in-process cluster waits and no message can ever arrive."""
 
 
 def stat(stats: Dict[str, Stat], name: str) -> Stat:
@@ -70,7 +53,6 @@ class Waiting:
                 f"ranks {self._peers()}")
 
     def __call__(self) -> str:
-        from .hierarchical import where  # (it imports this module)
         g, peers = self.group, self._peers()
         return (f"needle.parallel: {self.name} (call #{self.seq}) on rank {g.rank} of "
                 f"{g.size} did not finish within {g.timeout:g} s (NEEDLE_COMM_TIMEOUT); "

@@ -12,7 +12,8 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from ... import numbers as strict
-from .progress import CommTimeoutError, mpi
+from .errors import CommTimeoutError
+from .mpi_runtime import mpi
 
 _POLLS_BEFORE_YIELD = 256
 
