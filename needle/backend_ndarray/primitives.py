@@ -149,7 +149,10 @@ FUSED_OPS = (
                               "weight_decay", "step", "decoupled")),
     _fused_op("dropout", ("x", "y", "mask", "prob", "seed", "offset")),
     _fused_op("dropout_backward", ("dy", "mask", "dx", "prob")),
-    # convolution and batch norm as a GPU does them (fused_ops.conv2d, fused_ops.batch_norm)
+)
+# Convolution and batch norm as a GPU does them (fused_ops.conv2d, fused_ops.batch_norm): in the
+# table, so that needle.compile records them; a device without them composes the course's ops
+CONV_OPS = (
     _fused_op("conv_im2col", ("x", "cols", "view", "kernel_hw", "stride", "padding")),
     _fused_op("conv_col2im", ("dcols", "dx", "view", "out_hw", "kernel_hw", "stride",
                               "padding")),
@@ -165,7 +168,8 @@ FUSED_OPS = (
 UNRECORDED = ("multi_tensor_adam", "multi_tensor_sgd")
 
 TABLE: Dict[str, Primitive] = {p.name: p for p in (
-    *_BASE, *(q for row in ELEMENTWISE for q in elementwise(*row)), *_OPTIONAL, *FUSED_OPS)}
+    *_BASE, *(q for row in ELEMENTWISE for q in elementwise(*row)), *_OPTIONAL, *FUSED_OPS,
+    *CONV_OPS)}
 # Required primitives outside the ewise_/scalar_ families, and the optional ones.
 PRIMITIVES = tuple(p.name for p in _BASE)
 OPTIONAL_PRIMITIVES = tuple(p.name for p in _OPTIONAL) + ("adam_update",)

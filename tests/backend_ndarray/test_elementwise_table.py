@@ -86,15 +86,13 @@ def test_a_new_row_runs_on_the_numpy_backend():
 def table_with_new_rows(monkeypatch):
     """The elementwise table holding NEW_ROWS only (ewise.cu is then built with their functors
     alone: a third of the compile time of the whole table, whose rows test_emu_kernels.py
-    covers); the compiled kernel modules and the emulator's copy of each file's source are
-    dropped before and after, so that ewise.cu is built from the table in force."""
+    covers); the compiled kernel modules are dropped before and after, so that ewise.cu is
+    built from the table in force."""
     from needle.backend_cuda import _runtime as rt
-    from needle.backend_cuda.emulator import module
 
     def drop_modules():
         rt.kernel.cache_clear()
         rt._module.cache_clear()
-        module._kernel_file_text.cache_clear()  # how it names a source in its messages
     monkeypatch.setattr(P, "ELEMENTWISE", NEW_ROWS)
     drop_modules()
     yield
