@@ -104,6 +104,13 @@ CAPTURE_KEEP: List[Any] = [None]
 HOLD_CACHES = [0]
 
 
+def keep_for_capture(*arrays: Any) -> None:
+    """A CUDA graph being captured keeps these cached device arrays alive (it reads them
+    through addresses, and a cache may drop them later)."""
+    if CAPTURE_KEEP[0] is not None:
+        CAPTURE_KEEP[0].extend(arrays)
+
+
 def view_meta(shape: Sequence[int], strides: Sequence[int], offset: int, index: int) -> Any:
     """A cached device int64 array [ndim, offset, *shape, *strides] for the strided kernels."""
     key = (index, tuple(kernel_specs.view_meta(tuple(shape), tuple(strides), offset)))
@@ -114,8 +121,8 @@ def view_meta(shape: Sequence[int], strides: Sequence[int], offset: int, index: 
         with device(index):
             meta = cp.asarray(np.array(key[1], dtype=np.int64))
         _META_CACHE[key] = meta
-    if CAPTURE_KEEP[0] is not None:  # a CUDA graph being captured keeps what it reads
-        CAPTURE_KEEP[0].append(meta)
+    if CAPTURE_KEEP[0] is not None:  # (a global read, not a call: this runs per launch)
+        keep_for_capture(meta)
     return meta
 
 
@@ -155,13 +162,19 @@ def matmul_mode_from_env() -> str:
     return mode
 
 
-def reduce_mode_from_env() -> str:
-    """NEEDLE_CUDA_REDUCE: "fast" (default: reduce_fast.cu) or "course" (reduce.cu)."""
-    default = "fast" if "reduce_fast.cu" in kernel_specs.KERNEL_FILES else "course"
-    mode = os.environ.get("NEEDLE_CUDA_REDUCE", default).strip().lower()
+def reduce_mode(mode: str, where: str) -> str:
+    """``mode`` when it is a reduction path this tree has ("fast": reduce_fast.cu, "course":
+    reduce.cu), else ValueError naming ``where`` it was asked for."""
     if mode not in ("fast", "course"):
-        raise ValueError(f"NEEDLE_CUDA_REDUCE={mode!r}; expected fast or course")
-    if mode != default == "course":
-        raise ValueError("NEEDLE_CUDA_REDUCE=fast: this tree has no fast reduction kernels "
-                         "(a student release reduces with the course's reduce.cu)")
+        raise ValueError(f"{where}: unknown reduce kernel {mode!r}; expected fast or course")
+    if mode == "fast" and "reduce_fast.cu" not in kernel_specs.KERNEL_FILES:
+        raise ValueError(f"{where}: this tree has no fast reduction kernels (a student "
+                         f"release reduces with the course's reduce.cu)")
     return mode
+
+
+def reduce_mode_from_env() -> str:
+    """NEEDLE_CUDA_REDUCE: "fast" (the default where reduce_fast.cu exists) or "course"."""
+    default = "fast" if "reduce_fast.cu" in kernel_specs.KERNEL_FILES else "course"
+    raw = os.environ.get("NEEDLE_CUDA_REDUCE", default).strip().lower()
+    return reduce_mode(raw, f"NEEDLE_CUDA_REDUCE={raw!r}")

@@ -147,12 +147,6 @@ def _mt_table(ps: Sequence[Any], gs: Sequence[Any], ss: Sequence[Any], ts: Seque
     return table, cache["blocks"]
 
 
-def _keep_for_capture(*arrays: Any) -> None:
-    """A CUDA graph being captured keeps these (read through addresses it cannot follow)."""
-    if rt.CAPTURE_KEEP[0] is not None:
-        rt.CAPTURE_KEEP[0].extend(arrays)
-
-
 def _mt_launch(kernel: str, dtype: str, idx: int, grid: int, block: int, args: tuple) -> None:
     name = kernel if kernel.endswith("_count") else K.typed_name(kernel, dtype)
     rt.launch(rt.kernel("multi_tensor.cu", name, dtype, idx), (grid,), (block,), args, idx)
@@ -175,7 +169,7 @@ def multi_tensor_adam(ps: Sequence[Any], gs: Sequence[Any], ms: Sequence[Any],
     if bc is None or bc.size != 2 * steps.size:
         with rt.device(idx):
             bc = cache["bc"] = rt.cp.empty(2 * steps.size, dtype=np.float64)
-    _keep_for_capture(table, bc)
+    rt.keep_for_capture(table, bc)
     addr = np.uint64(table.data.ptr)
     grid, block = K.ewise_launch(nt)
     _mt_launch("multi_tensor_adam_count", dt, idx, grid, block,
@@ -196,7 +190,7 @@ def multi_tensor_sgd(ps: Sequence[Any], gs: Sequence[Any], us: Sequence[Any], hy
     if not ps:
         return
     table, blocks = _mt_table(ps, gs, us, [None] * len(ps), [0] * len(ps), cache)
-    _keep_for_capture(table)
+    rt.keep_for_capture(table)
     if blocks:
         _mt_launch("multi_tensor_sgd", ps[0].dtype.name, ps[0].device_index, blocks, MT_BLOCK,
                    (np.uint64(table.data.ptr), np.int32(len(ps)), np.int64(MT_CHUNK),

@@ -19,7 +19,7 @@ device) are ``watch``ed: a replay after one changed raises, naming it. Host book
 an eager call does (an optimizer's step counts) registers ``on_replay`` and runs per replay.
 """
 import contextlib
-from typing import Any, Callable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Iterator, List, Tuple
 
 from ..backend_ndarray import capture_hooks
 from . import _runtime as rt
@@ -42,10 +42,6 @@ class CUDAGraph:
         self._checks: List[Tuple[str, Callable[[], Any], Any]] = []
         self._on_replay: List[Callable[[], None]] = []
         self._on_end: List[Callable[[], None]] = []
-
-    def captured(self) -> bool:
-        """Whether a capture finished into this graph."""
-        return self._graph is not None
 
     def replay(self) -> None:
         """Run the captured work again: one graph launch on the device's stream."""
@@ -131,8 +127,3 @@ def graph(g: CUDAGraph, device_index: int = 0) -> Iterator[CUDAGraph]:
             for fn in g._on_end:  # host bookkeeping the capture did for work not run
                 fn()
     g._graph = captured
-
-
-def capturing() -> Optional[CUDAGraph]:
-    """The graph being captured, if any."""
-    return capture_hooks.CURRENT[0]

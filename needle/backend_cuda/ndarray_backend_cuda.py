@@ -427,12 +427,7 @@ def _reduce(op: str, a: Array, out: Array, reduce_size: int) -> None:
 def set_reduce_kernel(mode: str) -> None:
     """Choose the float reductions: "fast" (default: reduce_fast.cu, middle axes read in
     place) or "course" (reduce.cu, the hw3 exercise, after a transposed copy for middle axes)."""
-    if mode not in ("fast", "course"):
-        raise ValueError(f"unknown reduce kernel {mode!r}; expected fast or course")
-    if mode == "fast" and "reduce_fast.cu" not in K.KERNEL_FILES:
-        raise ValueError("set_reduce_kernel('fast'): this tree has no fast reduction kernels "
-                         "(a student release reduces with the course's reduce.cu)")
-    _REDUCE_MODE[0] = mode
+    _REDUCE_MODE[0] = rt.reduce_mode(mode, f"set_reduce_kernel({mode!r})")
 
 
 def get_reduce_kernel() -> str:

@@ -302,7 +302,7 @@ class CompiledFunction:
         if wrapped is None or wrapped[0] is not arrays:  # the first replay of this capture
             wrapped = entry.graph_results = (arrays, *self._wrap(entry, arrays))
         _, grads, states, result = wrapped
-        for leaf, g in zip(leaves, grads):
+        for leaf, g in zip(leaves, grads):  # (inline, as _replay's: this is the hot path)
             leaf.grad = g
         for (obj, name), s in zip(entry.states, states):
             setattr(obj, name, s)
@@ -327,15 +327,12 @@ class CompiledFunction:
         gm = entry.cuda_graph
         arrays = gm.run(inputs) if gm is not None and gm.reason is None else \
             entry.plan.run(inputs)
-        device = entry.plan.device
-        datas = [NDArray.make(shape, strides=strides, device=device, handle=h, offset=off)
-                 for h, (shape, strides, off) in zip(arrays, entry.outs)]
-        n = entry.n_results
-        for ref, d in zip(entry.leaves, datas[n:n + len(entry.leaves)]):
-            resolve(ref, args).grad = Tensor.make_const(d)
-        for (obj, name), d in zip(entry.states, datas[n + len(entry.leaves):]):
-            setattr(obj, name, Tensor.make_const(d))
-        return unflatten(entry.tree, [graphless(d) for d in datas[:n]])
+        grads, states, result = self._wrap(entry, arrays)
+        for leaf, g in zip(leaves, grads):
+            leaf.grad = g
+        for (obj, name), s in zip(entry.states, states):
+            setattr(obj, name, s)
+        return result
 
     # ------------------------------------------------------------------ reporting
     def plan(self, *args: Any) -> Optional[Plan]:

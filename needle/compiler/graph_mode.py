@@ -26,7 +26,7 @@ hyperparameters as eager steps do):
 """
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .replay import Plan
+from .replay import Plan, check_index_ranges
 
 
 class GraphReplay:
@@ -46,9 +46,12 @@ class GraphReplay:
         self.results: List[Any] = []
         self.captures = 0
         self._moved_last = False
-        inputs = set(plan.inputs)
-        for buf, name, _ in plan.checked:
-            if buf not in inputs and plan.trace.internal[buf]:
+        # (input position, or None for a constant; buffer; step; rows) of each index check
+        self._checks = [(plan.inputs.index(buf) if buf in plan.inputs else None, buf, name, rows)
+                        for buf, name, rows in plan.checked]
+        self._to_numpy, self._compact = plan.lookup("to_numpy"), plan.lookup("compact")
+        for k, buf, name, _ in self._checks:
+            if k is None and plan.trace.internal[buf]:
                 self.reason = (f"{name} reads indices computed inside the function: checking "
                                f"their range needs a host read, which a graph cannot make")
         if not getattr(plan.device.mod, "GRAPHS", False):
@@ -72,7 +75,7 @@ class GraphReplay:
             self._moved_last = True
             return self._capture(inputs)
         self._moved_last = False
-        compact = self.plan.lookup("compact")
+        compact = self._compact
         for k, src in enumerate(inputs):
             dst = self.static_in[k]
             if self.per_call[k] and src is not dst:
@@ -88,7 +91,7 @@ class GraphReplay:
         plan, dev = self.plan, self.plan.device
         self.static_in = [dev.Array(src.size, dtype=src.dtype) if per else src
                           for src, per in zip(inputs, self.per_call)]
-        compact = plan.lookup("compact")
+        compact = self._compact
         for src, dst, per in zip(inputs, self.static_in, self.per_call):
             if per:
                 compact(src, dst, (src.size,), (1,), 0)
@@ -119,21 +122,11 @@ class GraphReplay:
     def _check_indices(self, inputs: Sequence[Any]) -> None:
         """Eager mode's index range checks, on the host: from the range an uploaded index
         buffer carries, else from a download (a constant's: once, before the capture)."""
-        plan = self.plan
-        for buf, name, rows in plan.checked:
-            if buf in plan.inputs:
-                idx = inputs[plan.inputs.index(buf)]
-            elif self.graph is None:  # a constant the function closed over: checked once
-                idx = plan.static[buf]
-            else:
-                continue
-            rng = idx.known_range
-            if rng is None:
-                host = plan.lookup("to_numpy")(idx, (idx.size,), (1,), 0)
-                rng = (host.min(), host.max()) if host.size else None
-            if rng is not None and (rng[0] < 0 or rng[1] >= rows):
-                raise ValueError(f"{name}: indices must lie in [0, {rows}), got values in "
-                                 f"[{rng[0]}, {rng[1]}]")
+        static, first = self.plan.static, self.graph is None
+        # a constant the function closed over is checked once, before the capture
+        check_index_ranges([(inputs[k] if k is not None else static[buf], rows, name)
+                            for k, buf, name, rows in self._checks if k is not None or first],
+                           self._to_numpy)
 
     def explain(self) -> str:
         """One line: graph mode's state."""

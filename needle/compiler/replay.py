@@ -219,17 +219,24 @@ def _index_source(trace: Trace, buf: int, inputs: Sequence[int]) -> int:
     return b
 
 
-def _bounds_checked(fn: Any, name: str, to_numpy: Any) -> Any:
-    """``fn`` (take_rows / scatter_add_rows) after the index check eager mode makes."""
-    def run(a: Any, idx: Any, out: Any, row_size: int) -> None:
-        rows = (a.size if name == "take_rows" else out.size) // max(row_size, 1)
-        rng = getattr(idx, "known_range", None)  # an uploaded index buffer's (no device read)
+def check_index_ranges(checks: Sequence[Tuple[Any, int, str]], to_numpy: Any) -> None:
+    """Eager mode's index checks, (index buffer, rows, take_rows / scatter_add_rows) each, on
+    the host: the range an uploaded index buffer carries (no device read), else a download's."""
+    for idx, rows, name in checks:
+        rng = getattr(idx, "known_range", None)
         if rng is None:
             host = to_numpy(idx, (idx.size,), (1,), 0)
             rng = (host.min(), host.max()) if host.size else None
         if rng is not None and (rng[0] < 0 or rng[1] >= rows):
             raise ValueError(f"{name}: indices must lie in [0, {rows}), got values in "
                              f"[{rng[0]}, {rng[1]}]")
+
+
+def _bounds_checked(fn: Any, name: str, to_numpy: Any) -> Any:
+    """``fn`` (take_rows / scatter_add_rows) after the index check eager mode makes."""
+    def run(a: Any, idx: Any, out: Any, row_size: int) -> None:
+        rows = (a.size if name == "take_rows" else out.size) // max(row_size, 1)
+        check_index_ranges(((idx, rows, name),), to_numpy)
         fn(a, idx, out, row_size)
     return run
 

@@ -283,3 +283,13 @@ def test_second_gpu_runs_its_own_kernels():
     assert a._handle.array.device.id == 1
     np.testing.assert_allclose((a.permute((1, 0)).compact() * 2).numpy(), x.T * 2)
     np.testing.assert_allclose(a.sum(axis=1).numpy(), x.sum(axis=1), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("raw", ["fastest", "1", "nan"])
+def test_an_unknown_reduce_kernel_is_refused_naming_where_it_was_asked(raw, monkeypatch):
+    from needle.backend_cuda import ndarray_backend_cuda as mod
+    monkeypatch.setenv("NEEDLE_CUDA_REDUCE", raw)
+    with pytest.raises(ValueError, match=f"NEEDLE_CUDA_REDUCE='{raw}': unknown reduce kernel"):
+        rt.reduce_mode_from_env()
+    with pytest.raises(ValueError, match=r"set_reduce_kernel\('fastest'\): unknown reduce"):
+        mod.set_reduce_kernel("fastest")

@@ -109,11 +109,6 @@ def current_stream() -> Stream:
     return getattr(_STATE, "stream", Stream.null)
 
 
-def capturing() -> bool:
-    """Whether the calling thread's current stream is capturing."""
-    return current_stream()._record is not None
-
-
 def refuse(what: str, rule: str) -> None:
     """Raise ``CaptureError`` for ``what`` when the current stream captures (``rule``: why)."""
     if current_stream()._record is not None:
@@ -207,10 +202,6 @@ class Graph:
 
     def __len__(self) -> int:
         return len(self._calls)
-
-    def _names(self) -> List[str]:
-        """The captured calls' names, in order."""
-        return [c.name for c in self._calls]
 
     def upload(self, stream: Optional[Stream] = None) -> None:
         """Ready the graph on the device (nothing to do here)."""
