@@ -198,12 +198,11 @@ class ndarray(np.ndarray):
 
     def get(self) -> np.ndarray:
         """A NumPy copy on the host (a device-to-host copy: the host waits for the GPU)."""
-        graph.refuse("ndarray.get", _COPY_RULE)
-        counts.record("d2h", "ndarray.get")
-        counts.record("sync", "ndarray.get")
-        return np.array(self.view(np.ndarray), copy=True)
+        return np.array(self._host_read("ndarray.get"), copy=True)
 
     def _host_read(self, what: str) -> Any:
+        """The buffer as NumPy sees it, counted as a device-to-host copy and a wait (refused
+        during a stream capture)."""
         graph.refuse(what, _COPY_RULE)
         counts.record("d2h", what)
         counts.record("sync", what)
@@ -432,14 +431,14 @@ class ElementwiseKernel:
     def __call__(self, *args: Any) -> Any:
         n_in = len(self.ins)
         is_array, shape = self._check(args)
+        result = args[n_in] if len(self.outs) == 1 else args[n_in:]
         size = math.prod(shape)
-        if size == 0:
-            return args[n_in] if len(self.outs) == 1 else args[n_in:]
-        if graph.record(self.name, self._launch_quietly, args, is_array, shape, size):
-            return args[n_in] if len(self.outs) == 1 else args[n_in:]
+        if size == 0 or graph.record(self.name, self._launch_quietly, args, is_array, shape,
+                                     size):
+            return result
         counts.record("launch", self.name)
         self._launch_quietly(args, is_array, shape, size)
-        return args[n_in] if len(self.outs) == 1 else args[n_in:]
+        return result
 
     def _check(self, args: Sequence[Any]) -> Tuple[Tuple[bool, ...], Tuple[int, ...]]:
         """CuPy's argument checks; (which arguments are arrays, the broadcast shape)."""
