@@ -223,6 +223,13 @@ class ReducePlan(TypedDict):
     chunk: int
 
 
+def _row_chunks(rows: int, size: int, block: int, num_sms: int) -> int:
+    """Blocks per row: 1, or for few long rows enough that about 4 blocks per SM are busy."""
+    if rows < 2 * num_sms and size >= 8 * block:
+        return min(math.ceil(4 * num_sms / rows), math.ceil(size / (8 * block)), 65535)
+    return 1
+
+
 def reduce_plan(rows: int, size: int, num_sms: int = 132) -> ReducePlan:
     """How to reduce ``rows`` rows of ``size`` elements.
 
@@ -235,11 +242,7 @@ def reduce_plan(rows: int, size: int, num_sms: int = 132) -> ReducePlan:
         grid, block = ewise_launch(rows)
         return {"kind": "thread", "block": block, "grid_rows": grid, "chunks": 1, "chunk": size}
     block = max(32, min(512, next_pow2(size)))
-    chunks = 1
-    if rows < 2 * num_sms and size >= 8 * block:
-        # few long rows: split each row so that about 4 blocks per SM are busy
-        chunks = min(math.ceil(4 * num_sms / rows), math.ceil(size / (8 * block)), 65535)
-    chunk = math.ceil(size / chunks)
+    chunk = math.ceil(size / _row_chunks(rows, size, block, num_sms))
     chunks = math.ceil(size / chunk)  # drop empty trailing chunks
     return {"kind": "block", "block": block, "grid_rows": min(rows, 65535 * 16),
             "chunks": chunks, "chunk": chunk}
@@ -273,9 +276,8 @@ def fast_reduce_plan(outer: int, size: int, inner: int, itemsize: int,
         warps = 8  # 256 threads
         return {"kind": "rows_warp", "grid": (min(math.ceil(outer / warps), 65535 * 16), 1),
                 "block": (32 * warps, 1), "chunks": 1, "chunk": size}
-    block, chunks = 512, 1
-    if outer < 2 * num_sms:  # few long rows: about 4 blocks per SM
-        chunks = min(math.ceil(4 * num_sms / outer), math.ceil(size / (8 * block)), 65535)
+    block = 512
+    chunks = _row_chunks(outer, size, block, num_sms)
     pack = max(1, 16 // itemsize)  # a chunk of whole 16-byte packs keeps each one aligned
     chunk = math.ceil(math.ceil(size / chunks) / pack) * pack
     chunks = math.ceil(size / chunk)
