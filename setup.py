@@ -17,7 +17,7 @@ setup(
         # coverage: the student-release check; nbclient/ipykernel/matplotlib: the notebooks
         # nvcc (crt/host_defines.h) + cccl (nv/target): cuda_fp16.h under g++ for the CUDA emulator
         # mypy: `make lint` type-checks the packages mypy.ini lists
-        "dev": ["pytest>=7", "hypothesis>=6", "ruff>=0.6", "mypy>=1.10", "numexpr>=2.8",
+        "dev": ["pytest>=7", "hypothesis>=6", "ruff>=0.6", "mypy>=1.10",
                 "nvidia-cuda-nvrtc-cu12", "nvidia-cuda-runtime-cu12", "nvidia-cuda-nvcc-cu12",
                 "nvidia-cuda-cccl-cu12",
                 "coverage>=7", "nbclient>=0.7", "nbformat>=5", "ipykernel>=6", "matplotlib>=3.5",

@@ -4,11 +4,10 @@
 ``out`` (``kernel_expr.py``). Engines, chosen once per process (``NEEDLE_FUSED_ENGINE``):
 
 * ``numba`` (default when installed): a loop LLVM compiles and vectorizes, each element loaded
-  and stored once. numexpr's interpreter runs short float32 chains slower than NumPy here.
-  numba's libm calls are scalar and its pow differs in the last bit, so groups with a
-  transcendental, sqrt or ``**`` run on the NumPy engine; one core only (threads spin against
-  OpenBLAS's). Measurements: benchmarks/README.md, "Figures behind constants and docstrings".
-* ``numexpr``: the same expression on numexpr's virtual machine.
+  and stored once. numba's libm calls are scalar and its pow differs in the last bit, so
+  groups with a transcendental, sqrt or ``**`` run on the NumPy engine; one core only
+  (threads spin against OpenBLAS's). Measurements: benchmarks/README.md, "Figures behind
+  constants and docstrings" (numexpr's engine, 10x slower than numba there, is gone).
 * ``numpy`` (always available): one ufunc pass per statement over cache-sized blocks
   (``BLOCK``); bit for bit the unfused values.
 
@@ -25,7 +24,6 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
-from .kernel_expr import rename, split
 from .primitives import FUNCTIONS
 
 _FUNCS = {f: getattr(np, f) for f in FUNCTIONS}  # exp -> np.exp, where -> np.where, ...
@@ -33,8 +31,19 @@ _FUNCS = {f: getattr(np, f) for f in FUNCTIONS}  # exp -> np.exp, where -> np.wh
 _TRANSCENDENTAL = tuple(f + "(" for f in FUNCTIONS if f not in ("where", "abs")) + ("**",)
 
 
-ENGINE = os.environ.get("NEEDLE_FUSED_ENGINE") or (
-    "numba" if importlib.util.find_spec("numba") is not None else "numpy")
+ENGINES = ("numba", "numpy")
+
+
+def _engine_from_env() -> str:
+    """NEEDLE_FUSED_ENGINE, checked; unset: numba where installed, else numpy."""
+    name = os.environ.get("NEEDLE_FUSED_ENGINE") or (
+        "numba" if importlib.util.find_spec("numba") is not None else "numpy")
+    if name not in ENGINES:
+        raise ValueError(f"NEEDLE_FUSED_ENGINE={name!r}: expected one of {ENGINES}")
+    return name
+
+
+ENGINE = _engine_from_env()
 _CACHE: Dict[Tuple, Callable] = {}
 
 
@@ -184,39 +193,10 @@ def kernel_for(expr: str, views: list, out: np.ndarray, engine: Optional[str] = 
     if fn is None:
         if engine == "numba":
             fn = _numba_kernel(expr, n_arr, len(views) - n_arr, out.ndim)
-        elif engine == "numexpr":
-            fn = _numexpr_kernel(expr, views)
         else:
             fn = _numpy_kernel(expr)
         _CACHE[key] = fn
     return fn
-
-
-def _numexpr_kernel(expr: str, views: list) -> Callable:
-    import numexpr
-    from numexpr.necompiler import getContext, getExprNames
-    stmts = split(expr)
-    names: Dict[str, str] = {}
-    for lhs, rhs in stmts:  # substitute the temporaries: numexpr takes one expression
-        for k, v in names.items():
-            rhs = rename(rhs, {k: f"({v})"})
-        names[lhs] = rhs
-    text = names["out"]
-    arrays = [v for v in views if isinstance(v, np.ndarray)]
-    order = [f"x{j}" for j in range(len(arrays))] + \
-        [f"c{j}" for j in range(len(views) - len(arrays))]
-    kinds = {np.dtype("float32"): float, np.dtype("float64"): np.float64,
-             np.dtype("bool"): bool}
-    typed = [np.asarray(v) for v in arrays] + [np.asarray(v) for v in views[len(arrays):]]
-    sig = [(n, kinds[t.dtype]) for n, t in zip(order, typed)]
-    _, vml = getExprNames(text, getContext({}), sanitize=False)
-    nex = numexpr.NumExpr(text, signature=sig, sanitize=False)
-
-    def run(args: list, out: np.ndarray) -> None:
-        arrs = [a for a in args if isinstance(a, np.ndarray)]
-        scal = [np.asarray(a) for a in args if not isinstance(a, np.ndarray)]
-        nex(*arrs, *scal, out=out, order="K", casting="unsafe", ex_uses_vml=vml)
-    return run
 
 
 def fused_elementwise(expr: str, inputs: Sequence[Any], out: Any, shape: Tuple[int, ...],

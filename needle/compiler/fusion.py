@@ -29,7 +29,7 @@ from .capture import Step, Trace, View
 
 _FLOATS = (np.dtype("float32"), np.dtype("float64"))
 _REDUCTIONS = ("reduce_sum", "reduce_max")
-MAX_INPUTS = 24  # keep kernels' argument lists short (numexpr allows at most 32 operands)
+MAX_INPUTS = 24  # keep kernels' argument lists short
 Value = Tuple[int, int]  # (buffer, version)
 
 

@@ -285,7 +285,7 @@ def test_lazy_block_flushes_on_a_read():
     np.testing.assert_array_equal(z.numpy(), (np.arange(4.0) * 2 + 1) ** 2)
 
 
-@pytest.mark.parametrize("engine", ["numpy", "numba", "numexpr"])
+@pytest.mark.parametrize("engine", ["numpy", "numba"])
 def test_fused_elementwise_engines_agree(engine):
     pytest.importorskip(engine)
     rng = np.random.default_rng(0)
@@ -296,6 +296,12 @@ def test_fused_elementwise_engines_agree(engine):
     fused_elementwise_cpu.kernel_for(expr, views, out, engine=engine)(views, out)
     np.testing.assert_allclose(out, np.maximum(a - b, 0) * b + 1.5, **TOL)
 
+
+
+def test_unknown_fused_engine_is_refused(monkeypatch):
+    monkeypatch.setenv("NEEDLE_FUSED_ENGINE", "numexpr")  # an engine needle no longer has
+    with pytest.raises(ValueError, match="NEEDLE_FUSED_ENGINE='numexpr'.*numba"):
+        fused_elementwise_cpu._engine_from_env()
 
 def test_index_checks_run_on_every_replay():
     """Label/embedding bounds are checked by each replay, as eager checks them."""
