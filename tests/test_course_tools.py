@@ -204,32 +204,28 @@ def test_student_release_against_reference(tmp_path):
         assert res[key] == [], f"{key}:\n" + "\n".join(res[key])
 
 
-def _ship_answer(root: Path, exercise: str, keep: str) -> int:
-    """Turn every region of ``exercise`` in ``root`` except the one in ``keep`` into plain code
-    (markers made comments): its copies of the answer ship, as they once did."""
-    shipped = 0
-    for region in all_regions(root):
-        if region.exercise != exercise or region.qualname == keep:
-            continue
-        path = root / region.path
-        lines = path.read_text().splitlines(keepends=True)
-        for n in (region.begin, region.end):
-            indent = lines[n - 1][:len(lines[n - 1]) - len(lines[n - 1].lstrip())]
-            lines[n - 1] = f"{indent}# (shipped)\n"
-        path.write_text("".join(lines))
-        shipped += 1
-    return shipped
+def _ship_adam_answer(root: Path) -> None:
+    """Append to ``root``'s optimizer.py a copy of Adam.step outside any region, bound in
+    place of the method: the answer ships although the release stubs Adam.step's region."""
+    path = root / "needle/optim/optimizer.py"
+    text = path.read_text()
+    start = text.index("    def step(self) -> None:\n        \"\"\"Exercise hw2.optim.adam")
+    method = text[start:text.index("class AdamW(Adam):")]
+    body = "".join(line[4:] if "### " not in line else "\n"
+                   for line in method.splitlines(keepends=True))
+    path.write_text(text + "\n\n" + body.replace("def step(", "def _shipped_step(", 1)
+                    + "\n\nAdam.step = _shipped_step\n")
 
 
 @pytest.mark.slow
 def test_isolation_check_catches_a_shipped_answer(tmp_path):
-    """A shipped answer: Adam.tuned=True by default outside any region, with the tuned step, the
-    fused naive step and the numba kernel shipped, Adam's graded tests pass although Adam.step is
-    stubbed. The isolation check must flag it (that it passes on the tree as it is, Adam
-    included, is test_every_exercise_is_isolated)."""
+    """A shipped answer: a copy of Adam.step outside any region replaces the method, so Adam's
+    graded tests pass although Adam.step's region is stubbed. The isolation check must flag
+    it (that it passes on the tree as it is, Adam included, is
+    test_every_exercise_is_isolated)."""
     ref = tmp_path / "ref"
     make_release(ref, only=())
-    assert _ship_answer(ref, "hw2.optim.adam", keep="Adam.step") >= 3
+    _ship_adam_answer(ref)
     res = check_release.check_isolation(tmp_path / "work-shipped", root=ref,
                                         names=["hw2.optim.adam"])
     assert any("test_optimizers_match_torch[adam-" in line for line in res["not_isolated"]), res

@@ -293,7 +293,8 @@ def op_results(device: Any) -> Dict[str, np.ndarray]:
     if mod is not None:
         mod("cublas")
     mom = [NDArray(np.zeros(1000, np.float32), device=device) for _ in range(2)]
-    F.adam_update(a, b, mom[0], mom[1], 1, 1e-2)
+    F.multi_tensor_adam([a], [b], [mom[0]], [mom[1]], [0], [1], F.MultiTensorState(device, 1),
+                        1e-2)
     out["adam"] = a
     return {k: v.numpy() for k, v in out.items()}
 

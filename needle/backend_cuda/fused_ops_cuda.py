@@ -8,7 +8,7 @@ import numpy as np
 from . import _runtime as rt
 from . import kernel_specs as K
 
-__all__ = ["softmax_rows", "logsumexp_rows", "layer_norm_fwd", "layer_norm_bwd", "adam_update",
+__all__ = ["softmax_rows", "logsumexp_rows", "layer_norm_fwd", "layer_norm_bwd",
            "dropout", "dropout_backward", "multi_tensor_adam", "multi_tensor_sgd"]
 
 
@@ -80,18 +80,6 @@ def layer_norm_bwd(dy: Any, x: Any, w: Any, mean: Any, rstd: Any, dx: Any, dw: A
         k = rt.kernel("layernorm.cu", K.typed_name("layernorm_bwd_dwdb_sum", dt), dt, idx)
         rt.launch(k, (grid,), (block,), (part, part[chunks * cols:], dw.array, db.array,
                                          np.int64(chunks), np.int64(cols)), idx)
-
-
-def adam_update(p: Any, g: Any, m: Any, v: Any, lr: float, beta1: float, beta2: float,
-                eps: float, weight_decay: float, step: int, decoupled: bool) -> None:
-    """One Adam/AdamW step in place on p (with gradient g of p's dtype), m and v (float32,
-    float64 for float64 p); 1 - beta is formed here, in double, not from a rounded beta."""
-    n = p.size
-    hyper = (lr, beta1, 1 - beta1, beta2, 1 - beta2, eps, weight_decay, 1 - beta1 ** step,
-             1 - beta2 ** step)
-    _launch_flat("adam.cu", "adam_step", p, n,
-                 (p.array, g.array, m.array, v.array, np.int64(n),
-                  *(_acc(h, p) for h in hyper), np.int32(bool(decoupled))))
 
 
 def dropout(x: Any, y: Any, mask: Any, prob: float, seed: int, offset: int) -> None:

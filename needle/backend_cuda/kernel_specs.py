@@ -21,7 +21,7 @@ KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
 # reduce.cu's exercise it would be its answer; without it the course's kernels reduce)
 KERNEL_FILES = tuple(f for f in (
     "strided.cu", "ewise.cu", "ewise_strided.cu", "reduce.cu", "reduce_fast.cu", "matmul.cu",
-    "softmax.cu", "conv.cu", "batchnorm.cu", "layernorm.cu", "adam.cu", "dropout.cu",
+    "softmax.cu", "conv.cu", "batchnorm.cu", "layernorm.cu", "dropout.cu",
     "multi_tensor.cu") if (KERNEL_DIR / f).is_file())
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
@@ -178,7 +178,6 @@ def name_expressions(filename: str, dtype: str = "") -> List[str]:
         "softmax.cu": ("softmax_rows", "logsumexp_rows"),
         "layernorm.cu": ("layernorm_fwd", "layernorm_bwd_dx", "layernorm_bwd_dwdb",
                      "layernorm_bwd_dwdb_sum"),
-        "adam.cu": ("adam_step",),
         "dropout.cu": ("dropout_fwd", "dropout_bwd"),
         "conv.cu": ("conv_im2col", "conv_col2im", "conv_bias_add"),
         "batchnorm.cu": ("bn_fwd_partials", "bn_fwd_apply", "bn_bwd_partials", "bn_bwd_apply"),

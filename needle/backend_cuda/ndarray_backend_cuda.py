@@ -602,7 +602,7 @@ _PRIMITIVES.update({name: globals()[name] for name in (
     *(p.name for p in P.TABLE.values() if p.family))})
 # Optional fused primitives (needle.backend_ndarray.fused_ops uses them when a device has them).
 _PRIMITIVES.update({name: getattr(fused, name) for name in (
-    "softmax_rows", "logsumexp_rows", "layer_norm_fwd", "layer_norm_bwd", "adam_update",
+    "softmax_rows", "logsumexp_rows", "layer_norm_fwd", "layer_norm_bwd",
     "dropout", "dropout_backward", "multi_tensor_adam", "multi_tensor_sgd")})
 # Convolution and batch norm as a GPU does them (fused_ops.conv2d, fused_ops.batch_norm).
 _PRIMITIVES.update({name: getattr(conv, name) for name in (

@@ -10,7 +10,7 @@ from .ndarray import NDArray
 
 __all__ = ["softmax", "softmax_naive", "logsumexp", "logsumexp_naive", "layer_norm",
            "layer_norm_naive", "layer_norm_backward", "layer_norm_backward_naive",
-           "adam_update", "adam_update_naive", "dropout", "dropout_naive", "dropout_backward",
+           "dropout", "dropout_naive", "dropout_backward",
            "has_primitive", "FUSED_PRIMITIVES", "MultiTensorState", "multi_tensor_adam",
            "multi_tensor_sgd"]
 
@@ -175,50 +175,6 @@ def layer_norm_backward(dy: NDArray, x: NDArray, weight: NDArray, mean: NDArray,
     return dx, dw.astype(x.dtype), db.astype(x.dtype)
 
 
-# ---------------------------------------------------------------------- Adam / AdamW
-def adam_update_naive(p: NDArray, grad: NDArray, m: NDArray, v: NDArray, step: int,
-                      lr: float, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
-                      weight_decay: float = 0.0, decoupled: bool = False) -> None:
-    """One Adam (or AdamW when ``decoupled``) step from composed ops; updates p, m, v in place.
-
-    The answer of exercise hw2.optim.adam (``Adam.step``): stubbed in the student release."""
-    ### BEGIN YOUR SOLUTION (hw2.optim.adam)
-    w = p.astype(m.dtype)
-    g = grad.astype(m.dtype)
-    if decoupled:
-        w = w - w * (lr * weight_decay)
-    else:
-        g = g + w * weight_decay
-    m_new = m * beta1 + g * (1 - beta1)
-    v_new = v * beta2 + g * g * (1 - beta2)
-    mhat = m_new / (1 - beta1 ** step)
-    vhat = v_new / (1 - beta2 ** step)
-    w = w - mhat * lr / (vhat.sqrt() + eps)
-    m[...] = m_new
-    v[...] = v_new
-    p[...] = w.astype(p.dtype)
-    ### END YOUR SOLUTION
-
-
-def adam_update(p: NDArray, grad: NDArray, m: NDArray, v: NDArray, step: int, lr: float,
-                beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
-                weight_decay: float = 0.0, decoupled: bool = False) -> None:
-    """One Adam/AdamW step on p, m, v in place; one kernel if the device offers it.
-
-    The fused kernel needs p, m, v compact and m, v in float32 (float64 for float64 p).
-    """
-    if step < 1:
-        raise ValueError(f"adam_update: step counts from 1, got {step}")
-    prim = _fusable(p, "adam_update")
-    if (prim is None or not (p.is_compact() and m.is_compact() and v.is_compact())
-            or m.dtype != _acc(p.dtype) or v.dtype != _acc(p.dtype)):
-        adam_update_naive(p, grad, m, v, step, lr, beta1, beta2, eps, weight_decay, decoupled)
-        return
-    g = grad.astype(p.dtype).compact()
-    prim(p._handle, g._handle, m._handle, v._handle, lr, beta1, beta2, eps, weight_decay,
-         step, decoupled)
-
-
 # ---------------------------------------------------------------------- multi-tensor steps
 class MultiTensorState:
     """What a multi-tensor optimizer step keeps on one device for a group of parameters: a
@@ -269,14 +225,14 @@ def multi_tensor_adam(params: Sequence[NDArray], grads: Sequence[NDArray],
                       weight_decay: float = 0.0, decoupled: bool = False) -> None:
     """One Adam/AdamW step in place on each ``params[k]`` (of one dtype and device; gradient
     ``grads[k]``, state ``ms[k]``, ``vs[k]``; this step is its ``steps[k]``-th, counted on the
-    device at slot ``slots[k]`` of ``state``). With the device's ``multi_tensor_adam`` all
-    tensors take two launches and must be compact, m and v float32 (float64 for float64
-    params); else ``adam_update`` runs per tensor."""
-    prim = getattr(params[0].device, "multi_tensor_adam", None) if params else None
-    if prim is None:
-        for p, g, m, v, t in zip(params, grads, ms, vs, steps):
-            adam_update(p, g, m, v, t, lr, beta1, beta2, eps, weight_decay, decoupled)
+    device at slot ``slots[k]`` of ``state``), all compact, m and v float32 (float64 for
+    float64 params): two launches of the device's ``multi_tensor_adam`` on a GPU. The composed
+    step is ``Adam.step`` itself (hw2.optim.adam), as for ``multi_tensor_sgd``."""
+    if not params:
         return
+    prim = getattr(params[0].device, "multi_tensor_adam", None)
+    if prim is None:
+        raise ValueError(f"{params[0].device} has no multi_tensor_adam primitive")
     state.set_hyper((lr, beta1, 1 - beta1, beta2, 1 - beta2, eps, weight_decay))
     state.begin_step(slots, steps)
     assert state.hyper is not None

@@ -17,8 +17,8 @@ from . import adam_cpu
 from . import primitives as P
 from .fused_elementwise_cpu import fused_elementwise  # noqa: F401  (optional primitive; see there)
 
-if adam_cpu.AVAILABLE:  # the one primitive of fused_ops.py this backend offers
-    adam_update = adam_cpu.adam_update
+if adam_cpu.AVAILABLE:  # the one optional step of fused_ops.py this backend offers
+    multi_tensor_adam = adam_cpu.multi_tensor_adam
 
 __device_name__ = "cpu"
 # The course's tiled-layout exercise: matmul_tiled multiplies operands stored as

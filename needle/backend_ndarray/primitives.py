@@ -145,8 +145,6 @@ FUSED_OPS = (
     _fused_op("layer_norm_fwd", ("x", "w", "b", "y", "mean", "rstd", "rows", "cols", "eps")),
     _fused_op("layer_norm_bwd", ("dy", "x", "w", "mean", "rstd", "dx", "dw", "db", "rows",
                                  "cols")),
-    _fused_op("adam_update", ("p", "g", "m", "v", "lr", "beta1", "beta2", "eps",
-                              "weight_decay", "step", "decoupled")),
     _fused_op("dropout", ("x", "y", "mask", "prob", "seed", "offset")),
     _fused_op("dropout_backward", ("dy", "mask", "dx", "prob")),
 )
@@ -172,6 +170,6 @@ TABLE: Dict[str, Primitive] = {p.name: p for p in (
     *CONV_OPS)}
 # Required primitives outside the ewise_/scalar_ families, and the optional ones.
 PRIMITIVES = tuple(p.name for p in _BASE)
-OPTIONAL_PRIMITIVES = tuple(p.name for p in _OPTIONAL) + ("adam_update",)
+OPTIONAL_PRIMITIVES = tuple(p.name for p in _OPTIONAL) + UNRECORDED
 REQUIRED = tuple(n for n, p in TABLE.items() if p.required)
 lookup = TABLE.get  # lookup(name): the declaration of primitive ``name``, or None

@@ -112,18 +112,6 @@ def _adam_reference(p, g, m, v, t, lr, b1, b2, eps, wd, decoupled):
     return p, m, v
 
 
-@pytest.mark.parametrize("device", DEVICES, ids=["cpu", "cuda"])
-@pytest.mark.parametrize("decoupled", [False, True])
-def test_adam_naive_matches_reference(device, decoupled):
-    p, g = np.random.randn(7, 3), np.random.randn(7, 3)
-    m, v = np.random.randn(7, 3) * 0.1, np.random.rand(7, 3)
-    arr = [NDArray(a, device=device, dtype="float64") for a in (p, g, m, v)]
-    F.adam_update_naive(*arr, step=3, lr=0.01, weight_decay=0.1, decoupled=decoupled)
-    want = _adam_reference(p, g, m, v, 3, 0.01, 0.9, 0.999, 1e-8, 0.1, decoupled)
-    for got, w in zip((arr[0], arr[2], arr[3]), want):
-        np.testing.assert_allclose(got.numpy(), w, rtol=1e-12, atol=1e-12)
-
-
 def test_dropout_naive_keeps_expected_fraction_and_scales():
     np.random.seed(3)
     x = NDArray(np.ones((200, 50), np.float32))
@@ -142,11 +130,10 @@ def test_dropout_uniform_reference_is_uniform_and_replayable():
 
 
 def test_cpu_arrays_take_the_composed_path():
-    """The CPU backend offers no fused primitive but adam_update (with numba), so each fused
-    op is its naive version there."""
+    """The CPU backend offers no fused primitive, so each fused op is its naive version
+    there."""
     for name in F.FUSED_PRIMITIVES:
-        if name != "adam_update":
-            assert not F.has_primitive(ndl.cpu(), name)
+        assert not F.has_primitive(ndl.cpu(), name)
     a = NDArray(np.random.randn(2, 3).astype(np.float32))
     np.testing.assert_array_equal(F.softmax(a).numpy(), F.softmax_naive(a).numpy())
 
@@ -208,13 +195,15 @@ def test_fused_layer_norm(dtype, tol, shape):
 @cuda_only
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("decoupled", [False, True])
-def test_fused_adam_matches_reference(dtype, decoupled):
+def test_multi_tensor_adam_matches_reference(dtype, decoupled):
     n = 1000003
     p, g = np.random.randn(n).astype(dtype), np.random.randn(n).astype(dtype)
     m, v = np.random.randn(n).astype(np.float32) * 0.1, np.random.rand(n).astype(np.float32)
     dev = ndl.cuda()
     P, G, M, V = (NDArray(a, device=dev) for a in (p, g, m, v))
-    F.adam_update(P, G, M, V, step=2, lr=1e-3, weight_decay=0.01, decoupled=decoupled)
+    state = F.MultiTensorState(dev, 3)  # the tensor at slot 2, its second step
+    F.multi_tensor_adam([P], [G], [M], [V], [2], [2], state, lr=1e-3, weight_decay=0.01,
+                        decoupled=decoupled)
     want = _adam_reference(*(a.astype(np.float64) for a in (p, g, m, v)), 2, 1e-3, 0.9, 0.999,
                            1e-8, 0.01, decoupled)
     tol = 1e-5 if dtype == "float32" else 2e-3

@@ -66,8 +66,10 @@ def per_parameter(monkeypatch):
 
 
 def _adam_reference(params_np, steps, cls, dtype):
-    """Per-parameter fused adam_update with accumulator-dtype state, steps counted per param."""
+    """The multi-tensor step run on one parameter at a time (a table of one, its own step
+    counts), accumulator-dtype state, steps counted per param."""
     ps = [NDArray(w, device=ndl.cuda()) for w in params_np]
+    states = [F.MultiTensorState(ndl.cuda(), 1) for _ in ps]
     ms = [NDArray(np.zeros(w.shape, ACC[dtype]), device=ndl.cuda()) for w in params_np]
     vs = [NDArray(np.zeros(w.shape, ACC[dtype]), device=ndl.cuda()) for w in params_np]
     count = [0] * len(ps)
@@ -76,14 +78,14 @@ def _adam_reference(params_np, steps, cls, dtype):
             if g is None:
                 continue
             count[k] += 1
-            F.adam_update(ps[k], g.astype(dtype), ms[k], vs[k], count[k], decoupled=cls.decoupled,
-                          **HYPER)
+            F.multi_tensor_adam([ps[k]], [g.astype(dtype).compact()], [ms[k]], [vs[k]], [0],
+                                [count[k]], states[k], decoupled=cls.decoupled, **HYPER)
     return ps, ms, vs, count
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
 @pytest.mark.parametrize("cls", [optim.Adam, optim.AdamW])
-def test_multi_tensor_adam_matches_the_per_parameter_kernel(cls, dtype):
+def test_multi_tensor_adam_matches_one_tensor_at_a_time(cls, dtype):
     params = _params(dtype)
     start = [p.numpy() for p in params]
     opt = cls(params + [params[0]], **HYPER)  # a tied parameter: listed twice, updated once
@@ -107,7 +109,6 @@ def test_multi_tensor_adam_matches_the_per_parameter_kernel(cls, dtype):
 def test_multi_tensor_adam_matches_the_course_step(per_parameter, cls, dtype, tol):
     fast, plain = _params(dtype), _params(dtype)
     opt_fast, opt_plain = cls(fast, **HYPER), cls(plain, **HYPER)
-    opt_plain.tuned = False
     for step in range(4):
         _set_grads(fast, _grads(step, dtype))
         _set_grads(plain, _grads(step, dtype))
@@ -151,7 +152,7 @@ def test_multi_tensor_sgd_matches_the_course_step(per_parameter, dtype, tol, mom
         np.testing.assert_allclose(a.numpy().astype(np.float64), w, rtol=tol, atol=tol)
 
 
-def test_state_dict_round_trip_and_changed_hyperparameters():
+def test_state_dict_round_trip_and_changed_hyperparameters(per_parameter):
     a, b = _params("float32"), _params("float32")
     opt_a, opt_b = optim.Adam(a, **HYPER), optim.Adam(b, **HYPER)
     for step in range(3):
@@ -173,11 +174,9 @@ def test_state_dict_round_trip_and_changed_hyperparameters():
         np.testing.assert_array_equal(p.numpy(), q.numpy())
         assert opt_a.state[k]["step"] == opt_b.state[k]["step"]
     # stepping elsewhere (the course's plain step) leaves the device's counts behind: resynced
-    opt_a.tuned = False
     _set_grads(a, _grads(6, "float32"))
     _set_grads(b, _grads(6, "float32"))
-    opt_a.step()
-    opt_a.tuned = True
+    per_parameter(opt_a.step)
     opt_b.step()
     for step in range(7, 9):
         _set_grads(a, _grads(step, "float32"))

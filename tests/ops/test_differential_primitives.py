@@ -47,7 +47,6 @@ ELSEWHERE = {"ewise_strided": "the binary checks here (operands are views)",
              "layer_norm_bwd": "test_differential.py (layer_norm on cuda)",
              "dropout": "test_differential.py (dropout on cuda)",
              "dropout_backward": "test_differential.py (dropout on cuda)",
-             "adam_update": "tests/backend_ndarray/test_adam_cpu.py",
              **dict.fromkeys(("conv_im2col", "conv_col2im", "conv_bias_add", "column_sum",
                               "batch_norm_fwd", "batch_norm_bwd"),
                              "tests/backend_cuda/test_cuda_conv_bn.py (against the course's "

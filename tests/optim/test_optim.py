@@ -64,12 +64,15 @@ def test_sgd_course_momentum_rule(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("tuned", [True, False], ids=["tuned", "plain"])
-def test_adam_rule_step_by_step(device, tuned):
+@pytest.mark.parametrize("path", ["device", "composed"])
+def test_adam_rule_step_by_step(device, path, monkeypatch):
+    """Adam's rule, on the device's multi-tensor step where it has one (numba on the CPU, a
+    kernel on a GPU) and with it hidden (the composed step)."""
     lr, b1, b2, eps, wd = 0.01, 0.8, 0.9, 1e-8, 0.1
     model = _model(device)
     opt = optim.Adam(model.parameters(), lr=lr, beta1=b1, beta2=b2, eps=eps, weight_decay=wd)
-    opt.tuned = tuned
+    if path == "composed":
+        monkeypatch.setattr(model[0].weight.device, "multi_tensor_adam", None, raising=False)
     m = [np.zeros(p.shape) for p in model.parameters()]
     v = [np.zeros(p.shape) for p in model.parameters()]
     for t in range(1, 5):
@@ -86,8 +89,8 @@ def test_adam_rule_step_by_step(device, tuned):
 
 @pytest.mark.torch
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("kind", ["sgd", "adam", "adamw", "adamw-plain"])
-def test_optimizers_match_torch(kind, device):
+@pytest.mark.parametrize("kind", ["sgd", "adam", "adamw", "adamw-composed"])
+def test_optimizers_match_torch(kind, device, monkeypatch):
     torch = pytest.importorskip("torch")
     model = _model(device)
     ref = torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.ReLU(), torch.nn.Linear(5, 3))
@@ -103,7 +106,9 @@ def test_optimizers_match_torch(kind, device):
         opt_t = torch.optim.Adam(ref.parameters(), lr=0.05, weight_decay=0.02)
     else:
         opt = optim.AdamW(model.parameters(), lr=0.05, weight_decay=0.1)
-        opt.tuned = kind == "adamw"
+        if kind == "adamw-composed":  # the device's multi-tensor step hidden
+            monkeypatch.setattr(model[0].weight.device, "multi_tensor_adam", None,
+                                raising=False)
         opt_t = torch.optim.AdamW(ref.parameters(), lr=0.05, weight_decay=0.1)
     losses = _train(model, opt, device, 6)
     x, y = _data(device)

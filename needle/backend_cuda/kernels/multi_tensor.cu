@@ -2,14 +2,51 @@
 // foreach optimizers (multi_tensor_apply, apex's amp_C): a device table lists each tensor's
 // pointers and size, each block updates one chunk of one tensor. Parameters and state are
 // updated in place; the hyperparameters (float64, rounded here to the accumulator type as the
-// host rounds them for adam_step) and each parameter's step count live on the device, so the
+// host would) and each parameter's step count live on the device, so the
 // launch arguments stay the same from step to step while the table does.
 //
 // Table (int64): for tensor k, words FIELDS*k ... FIELDS*k+5 are the addresses of the
 // parameter, its gradient, its two state buffers (Adam m, v; SGD u, unused), its size n and
 // its slot (its index in the step counts); then ntensors+1 words: the first chunk of each
 // tensor (a prefix sum of ceil(n / chunk)), the last being the number of blocks.
-#include "adam.cu"
+#include "common.cuh"
+
+// Adam / AdamW, one element (Kingma & Ba, arXiv:1412.6980;
+// decoupled weight decay: Loshchilov & Hutter, arXiv:1711.05101).
+//   g  = grad + wd * p            (Adam, L2 in the gradient: the course's hw2 Adam)
+//   m  = b1 * m + omb1 * g          omb_i = 1 - b_i
+//   v  = b2 * v + omb2 * g^2
+//   p -= lr * (m / bc1) / (sqrt(v / bc2) + eps)        bc_i = 1 - b_i^t
+//   AdamW instead: g = grad, and p -= lr * wd * p before the update.
+// The composed step (Adam.step) reads and writes p, m, v about ten times; this reads each once.
+// State m, v and the hyperparameters are in the accumulator type (float32 for half/bfloat16
+// parameters). omb_i = 1 - b_i comes from the host: formed here from a float b2 = 0.999 it
+// would be 1.3e-5 off, while bc2 = 1 - b2^t is exact.
+template <typename T>
+using acc_t = typename ndl::Acc<T>::type;
+
+// The step above for element i of one parameter.
+template <typename T>
+__device__ __forceinline__ void adam_element(T* p, const T* grad, acc_t<T>* m, acc_t<T>* v,
+                                             long long i, acc_t<T> lr, acc_t<T> b1,
+                                             acc_t<T> omb1, acc_t<T> b2, acc_t<T> omb2,
+                                             acc_t<T> eps, acc_t<T> wd, acc_t<T> bc1,
+                                             acc_t<T> bc2, int decoupled) {
+  typedef acc_t<T> A;
+  A w = ndl::to_acc(p[i]);
+  A g = ndl::to_acc(grad[i]);
+  if (decoupled) {
+    w -= lr * wd * w;
+  } else {
+    g += wd * w;
+  }
+  const A mi = b1 * m[i] + omb1 * g;
+  const A vi = b2 * v[i] + omb2 * g * g;
+  m[i] = mi;
+  v[i] = vi;
+  w -= lr * (mi / bc1) / (ndl::m_sqrt(vi / bc2) + eps);
+  p[i] = ndl::from_acc<T>(w);
+}
 
 #define NDL_MT_FIELDS 6
 
@@ -42,7 +79,7 @@ __global__ void multi_tensor_adam_count(const long long* table, int ntensors, lo
   }
 }
 
-// adam.cu's step on chunk (block - first[k]) of each tensor k; m, v in the accumulator type.
+// adam_element on chunk (block - first[k]) of each tensor k; m, v in the accumulator type.
 template <typename T>
 __global__ void multi_tensor_adam(const long long* table, int ntensors, long long chunk,
                                   const double* hyper, const double* bc, int decoupled) {

@@ -296,31 +296,6 @@ def test_layernorm_forward_and_backward(dtype):
     close(db_part.sum(0), f64(dy).sum(0), K.ACC_DTYPE[dtype], atol_scale=8)
 
 
-# ---------------------------------------------------------------------- adam.cu
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("decoupled", [0, 1])
-def test_adam_step(dtype, decoupled):
-    n, lr, b1, b2, eps, wd, step = 1000, 1e-2, 0.9, 0.999, 1e-8, 0.1, 3
-    acc = K.ACC_DTYPE[dtype]
-    p, g = rand(n, dtype, seed=17), rand(n, dtype, seed=18)
-    m, v = rand(n, acc, seed=19) * 0.1, rand(n, acc, 0, 1, 20) * 0.01
-    p0, m0, v0 = f64(p), f64(m), f64(v)
-    to_acc = NP_DTYPE[acc].type
-    hyper = [to_acc(x) for x in (lr, b1, 1 - b1, b2, 1 - b2, eps, wd, 1 - b1 ** step,
-                                 1 - b2 ** step)]
-    launch_ewise(kernel("adam.cu", K.typed_name("adam_step", dtype), dtype), n,
-                 (ptr(p), ptr(g), ptr(m), ptr(v), np.int64(n), *hyper, np.int32(decoupled)))
-    bc1, bc2 = 1 - b1 ** step, 1 - b2 ** step  # exact: the kernel gets 1 - b_i, not b_i only
-    grad = f64(g) if decoupled else f64(g) + wd * p0
-    w = p0 - lr * wd * p0 if decoupled else p0
-    mi = b1 * m0 + (1 - b1) * grad
-    vi = b2 * v0 + (1 - b2) * grad * grad
-    want = w - lr * (mi / bc1) / (np.sqrt(vi / bc2) + eps)
-    close(m, mi, acc)
-    close(v, vi, acc)
-    close(p, want, dtype)
-
-
 # ---------------------------------------------------------------------- dropout.cu
 def splitmix64(z: np.ndarray) -> np.ndarray:
     """SplitMix64 (Steele, Lea & Flood 2014) on uint64 arrays, wrapping like C."""
