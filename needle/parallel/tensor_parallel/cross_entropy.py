@@ -8,6 +8,11 @@ needs only three reductions of B numbers each, never the (B, V) logits:
     2. z_{i, y_i}: the rank owning y_i contributes it, others 0    (allreduce, sum)
     3. sum over ranks of sum_{v in V_r} exp(z_iv - m_i)            (allreduce, sum)
 The gradient on rank r is (softmax(z)[:, V_r] - onehot(y)[:, V_r]) / B: local, no communication.
+
+Every rank must hold the same targets and a shard of the same width (rank r's offset is r V/p):
+otherwise each rank's sums mix different losses into one wrong answer. A CRC-32 of the targets
+and the width ride in the first allreduce's ``context`` (no extra message); the naive gathered
+loss has no such call and pays one allgather of two int64 per rank.
 """
 from typing import Any, cast
 
@@ -16,6 +21,7 @@ import numpy as np
 from ...autograd import NDArray, Tensor, TensorOp
 from ...nn.nn_basic import SoftmaxLoss
 from ..comm.protocol import Comm
+from ..input_agreement import agree_inputs, checksum, disagreement, pack
 from ..inputs import check_indices, on_rank
 from .tp_comms import gather_from_region
 
@@ -26,8 +32,12 @@ __all__ = ["vocab_parallel_cross_entropy", "VocabParallelCrossEntropy",
 def gathered_cross_entropy(logits_shard: Tensor, targets: Any, comm: Comm) -> Tensor:
     """The naive version: all-gather the full (B, V) logits on every rank, then the serial
     loss. Correct, but every rank receives B * V numbers (and keeps them for backward)."""
-    t = _checked_targets(logits_shard, targets, comm, "gathered_cross_entropy")
-    full = gather_from_region(logits_shard, comm)                   # (B, V)
+    what = "gathered_cross_entropy"
+    t = _checked_targets(logits_shard, targets, comm, what)
+    agree_inputs(comm, what, {"targets (CRC-32)": checksum(t),
+                              "shard width": logits_shard.shape[1]}, "ce.agree")
+    with disagreement(comm, what):
+        full = gather_from_region(logits_shard, comm)               # (B, V)
     return SoftmaxLoss()(full, Tensor(t, device=full.device, dtype="int64",
                                       requires_grad=False))
 
@@ -44,7 +54,7 @@ class VocabParallelCrossEntropy(TensorOp):
         z = logits.numpy()                                           # (B, V/p)
         n, vp = z.shape
         start = self.comm.rank * vp
-        m = self.comm.allreduce(z.max(axis=1), op="max", label="ce.max")            # 1. (B,)
+        m = self._max(z)                                             # 1. (B,)
         local = self.targets - start
         mine = (local >= 0) & (local < vp)
         rows = np.arange(n)
@@ -57,6 +67,15 @@ class VocabParallelCrossEntropy(TensorOp):
         self.onehot[rows[mine], local[mine]] = 1.0
         loss = np.mean(np.log(s) + m - z_y)
         return NDArray(np.asarray(loss, dtype=z.dtype), device=logits.device, dtype=logits.dtype)
+
+    def _max(self, z: np.ndarray) -> np.ndarray:
+        """Step 1's allreduce, its context checking that the ranks' targets and widths agree."""
+        bits = (32, 30)
+        context = pack((checksum(self.targets), z.shape[1]), bits)
+        with disagreement(self.comm, "VocabParallelCrossEntropy",
+                          ("targets (CRC-32)", "shard width"), bits):
+            return self.comm.allreduce(z.max(axis=1), op="max", label="ce.max",
+                                       context=context)
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
         logits = cast(Tensor, node.inputs[0])

@@ -170,6 +170,7 @@ def test_naive_gathered_loss_agrees_but_moves_the_vocabulary(backend):
     for naive, parallel in run_ranks(backend, tp, ce_both, timeout=60):
         assert abs(naive[0] - parallel[0]) < 1e-12
         np.testing.assert_allclose(naive[1], parallel[1], atol=1e-12)
-        # naive: one all-gather receiving the other ranks' (n, V/p) logits
-        assert naive[2] == [("allgather", (tp - 1) * n * 8 * 8)]
+        # naive: one all-gather receiving the other ranks' (n, V/p) logits, after a tiny one
+        # of two int64 per rank (targets' CRC-32, shard width) checking that the ranks agree
+        assert naive[2] == [("allgather", (tp - 1) * 2 * 8), ("allgather", (tp - 1) * n * 8 * 8)]
         assert [name for name, _ in parallel[2]] == ["allreduce"] * 3

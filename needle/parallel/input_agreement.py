@@ -1,0 +1,110 @@
+"""Ranks agreeing on a parallel layer's per-call inputs: targets, ids, shard widths, batches.
+
+Inputs every rank must hold equal (the vocabulary-parallel loss's targets and shard widths, a
+vocabulary-parallel embedding's ids, a pipeline's batch) give a wrong answer, not an error,
+when the ranks' differ. Each rank reduces its input to a few integers (a width, a CRC-32 of the
+values: one pass over bytes it holds anyway) and the ranks compare them, cheaply:
+
+- ``pack`` them into the ``context`` of a collective the layer makes anyway: the communicator's
+  argument check compares it with the call's shape and dtype, so it costs no message;
+- ``agree_inputs``: one allgather of a few int64 per rank, where no such collective exists.
+
+A collective whose arguments differ already fails on every rank (``CallMismatchError``);
+``disagreement`` re-raises that failure naming the layer and each rank's packed values.
+"""
+import contextlib
+import zlib
+from typing import Any, Dict, Iterator, List, Sequence
+
+import numpy as np
+
+from .comm.protocol import Comm
+
+__all__ = ["checksum", "pack", "unpack", "by_rank", "disagreement", "agree_inputs"]
+
+CONTEXT_BITS = 62  # a collective's context: a non-negative int64 the argument check compares
+
+
+def checksum(values: Any) -> int:
+    """CRC-32 of ``values``' shape, dtype and bytes: arrays that differ almost surely differ."""
+    a = np.ascontiguousarray(values.numpy() if hasattr(values, "numpy") else values)
+    head = zlib.crc32(repr((a.shape, a.dtype.str)).encode())
+    return zlib.crc32(a.reshape(-1).view(np.uint8).data, head)
+
+
+def pack(values: Sequence[int], bits: Sequence[int]) -> int:
+    """Non-negative ints side by side in one context (each kept modulo 2**bits)."""
+    if sum(bits) > CONTEXT_BITS:
+        raise ValueError(f"pack: {sum(bits)} bits do not fit a context of {CONTEXT_BITS}")
+    out, shift = 0, 0
+    for v, b in zip(values, bits):
+        out |= (int(v) % (1 << b)) << shift
+        shift += b
+    return out
+
+
+def unpack(context: int, bits: Sequence[int]) -> List[int]:
+    """The ints ``pack`` put in ``context``."""
+    out = []
+    for b in bits:
+        out.append(context % (1 << b))
+        context >>= b
+    return out
+
+
+def by_rank(values: Sequence[Any]) -> str:
+    """"rank 0 has 4, ranks [1, 2] have 5": each distinct value with the ranks holding it."""
+    groups: Dict[str, List[int]] = {}
+    for r, v in enumerate(values):
+        groups.setdefault(str(v), []).append(r)
+    return ", ".join(f"rank {rs[0]} has {v}" if len(rs) == 1 else f"ranks {rs} have {v}"
+                     for v, rs in groups.items())
+
+
+def _heading(comm: Comm, what: str) -> str:
+    return f"{what} (rank {comm.rank} of {comm.size}): ranks disagree on "
+
+
+def _differing(names: Sequence[str], rows: Sequence[Sequence[int]]) -> List[str]:
+    """``name: rank 0 has a, rank 1 has b`` for each column of ``rows`` that differs (a
+    checksum, named ``... (CRC-32)``, in hex)."""
+    out = []
+    for i, name in enumerate(names):
+        col = [row[i] for row in rows]
+        if any(v != col[0] for v in col):
+            shown = [f"{v:#010x}" for v in col] if "CRC-32" in name else col
+            out.append(f"{name}: {by_rank(shown)}")
+    return out
+
+
+@contextlib.contextmanager
+def disagreement(comm: Comm, what: str, names: Sequence[str] = (),
+                 bits: Sequence[int] = ()) -> Iterator[None]:
+    """Re-raise a collective's argument mismatch inside as ``what``'s error, naming every
+    rank's packed ``names`` when their contexts differ, else the calls' shapes and dtypes.
+    The innermost layer names itself; an error already named passes through."""
+    try:
+        yield
+    except ValueError as err:
+        contexts = getattr(err, "contexts", None)
+        if contexts is None or getattr(err, "named", False):
+            raise  # not the communicator's argument check, or named by an inner layer
+        lines = _differing(names, [unpack(c, bits) for c in contexts]) if names else []
+        text = "; ".join(lines) or f"the input's shape or dtype: {err}"
+        new = type(err)(_heading(comm, what) + text, contexts)
+        new.named = True  # type: ignore[attr-defined]
+        raise new from err
+
+
+def agree_inputs(comm: Comm, what: str, fields: Dict[str, int], label: str) -> None:
+    """Collective: raise on every rank if the ranks' ``fields`` differ, naming each rank's
+    value. Costs one allgather of ``len(fields)`` int64 per rank (nothing on one rank)."""
+    if comm.size == 1:
+        return
+    names = list(fields)
+    mine = np.array([[int(fields[n]) for n in names]], dtype=np.int64)   # (1, k)
+    with disagreement(comm, what):
+        every = comm.allgather(mine, label=label).reshape(comm.size, len(names))  # (p, k)
+    lines = _differing(names, every.tolist())
+    if lines:
+        raise ValueError(_heading(comm, what) + "; ".join(lines))
