@@ -12,6 +12,7 @@ from ...autograd import Tensor
 from ...nn.nn_moe import MoE, rows, scatter_rows
 from ..comm.agree import agree
 from ..comm.protocol import Comm
+from ..input_agreement import disagreement
 from ..inputs import check_device, check_width
 from .ep_comms import all_to_all
 
@@ -68,8 +69,10 @@ class ExpertParallelMoE(MoE):
         max_rows = int(per_pair.max())
         send_idx = np.concatenate(r.tokens)                          # grouped by expert
         send_choice = np.concatenate(r.choices)
-        dispatched = all_to_all(rows(flat, send_idx), self.comm, per_pair[self.comm.rank],
-                                per_pair[:, self.comm.rank], max_rows, "moe.dispatch")  # (R, d)
+        with disagreement(self.comm, what):  # e.g. tokens of another dtype
+            dispatched = all_to_all(rows(flat, send_idx), self.comm, per_pair[self.comm.rank],
+                                    per_pair[:, self.comm.rank], max_rows,
+                                    "moe.dispatch")                  # (R, d)
         # received: for each source rank, its rows for my experts, expert by expert
         mine = table[:, self.first_expert:self.first_expert + per]   # (p, E/p)
         offsets = np.concatenate([[0], np.cumsum(mine.reshape(-1))]).reshape(-1)

@@ -9,6 +9,7 @@ from ...nn.nn_module import Module
 from ...nn.nn_transformer import MultiHeadAttention
 from ..comm.agree import agree
 from ..comm.protocol import Comm
+from ..input_agreement import disagreement
 from ..inputs import check_device, check_width
 from .layers import ColumnParallelLinear, RowParallelLinear, divide, forget
 from .tp_comms import copy_to_region, gather_from_sequence_region
@@ -61,6 +62,10 @@ class ParallelSelfAttention(Module):
         what = f"ParallelSelfAttention({self.q_features})"
         check_width(x.shape, self.q_features, self.comm, what, 3)
         check_device(x, self.prenorm_q.weight, self.comm, what)
+        with disagreement(self.comm, what):  # e.g. sequences of unequal length
+            return self._forward(x)
+
+    def _forward(self, x: Tensor) -> Tensor:
         b, t, f = x.shape
         flat = x.reshape((b * t, f))
         normed = [n(flat).reshape((b, t, f))

@@ -7,6 +7,10 @@ keeps its shard: built with the same seed, a tensor-parallel model is the serial
 Under sequence parallelism (Korthikanti et al., arXiv:2205.05198) parameters applied to
 sequence shards (the row layer's bias, LayerNorms) hold partial gradients: they are marked
 ``sequence_parallel = True`` and ``allreduce_sequence_parallel_grads`` sums them.
+
+Ranks must agree on each call's input (``input_agreement.py``). The embedding's ids: a CRC-32
+in its allreduce's context (no extra message), under SP one allgather of an int64. Batch and
+sequence lengths: the collectives' own argument check, re-raised naming the layer.
 """
 from typing import Any, Dict, Optional
 
@@ -18,6 +22,7 @@ from ...nn.nn_basic import Linear
 from ...nn.nn_module import Module, Parameter
 from ..comm.agree import agree
 from ..comm.protocol import Comm
+from ..input_agreement import agree_inputs, checksum, disagreement
 from ..inputs import check_device, check_indices, check_split, check_width
 from .tp_comms import (
     copy_to_region,
@@ -93,6 +98,10 @@ class ColumnParallelLinear(Module):
         ndim = 3 if self.sequence_parallel else None
         check_width(x.shape, self.in_features, self.comm, what, ndim)
         check_device(x, self.weight, self.comm, what)
+        with disagreement(self.comm, what):  # e.g. sequence shards of unequal length
+            return self._forward(x)
+
+    def _forward(self, x: Tensor) -> Tensor:
         if self.sequence_parallel:
             x = gather_from_sequence_region(x, self.comm)            # (B, T, in)
         else:
@@ -134,6 +143,11 @@ class RowParallelLinear(Module):
     def forward(self, x: Tensor) -> Tensor:
         """x (..., in/p) (or (..., in) with input_is_parallel=False) -> (..., out)."""
         self._check(x)
+        what = f"RowParallelLinear({self.in_features}, {self.out_features})"
+        with disagreement(self.comm, what):  # e.g. another batch or sequence length
+            return self._forward(x)
+
+    def _forward(self, x: Tensor) -> Tensor:
         if not self.input_is_parallel:
             x = scatter_to_region(x, self.comm)
         partial = _matmul(x, self.weight)                            # (..., out), partial sum
@@ -182,6 +196,8 @@ class VocabParallelEmbedding(Module):
         ids = check_indices(idx, self.num_embeddings, self.comm, what)
         if self.sequence_parallel:  # the output is reduce-scattered along the sequence
             check_split(ids.shape, 1, self.comm, what, "the sequence axis 1")
+            # every rank must look up the same ids: checked with one allgather of an int64
+            agree_inputs(self.comm, what, {"ids (CRC-32)": checksum(ids)}, "emb.agree")
         outside = (ids < self.start) | (ids >= self.end)
         local = np.where(outside, 0, ids - self.start)
         emb = ops.embedding(self.weight, local)                      # (..., D)
@@ -190,7 +206,9 @@ class VocabParallelEmbedding(Module):
         emb = emb * keep.broadcast_to(emb.shape)                     # rows owned elsewhere: 0
         if self.sequence_parallel:
             return reduce_scatter_to_sequence_region(emb, self.comm)
-        return reduce_from_region(emb, self.comm)
+        # ... or, without SP, by the allreduce's argument check, at no extra message
+        with disagreement(self.comm, what, ["ids (CRC-32)"], [32]):
+            return reduce_from_region(emb, self.comm, context=checksum(ids))
 
 
 def allreduce_sequence_parallel_grads(module: Module, comm: Comm) -> None:

@@ -57,11 +57,12 @@ class CopyToRegion(TensorOp):
 class ReduceFromRegion(TensorOp):
     """Megatron's g (arXiv:1909.08053, Fig. 3b): allreduce forward, identity backward."""
 
-    def __init__(self, comm: Comm, label: str = "tp.g") -> None:
-        self.comm, self.label = comm, label
+    def __init__(self, comm: Comm, label: str = "tp.g", context: int = 0) -> None:
+        self.comm, self.label, self.context = comm, label, context
 
     def compute(self, a: NDArray) -> NDArray:
-        return to_ndarray(self.comm.allreduce(a.numpy(), label=self.label), a)
+        return to_ndarray(self.comm.allreduce(a.numpy(), label=self.label,
+                                              context=self.context), a)
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
         return copy_to_region(out_grad, self.comm)
@@ -142,9 +143,10 @@ def copy_to_region(x: Tensor, comm: Comm) -> Tensor:
     return CopyToRegion(comm)(x)
 
 
-def reduce_from_region(x: Tensor, comm: Comm) -> Tensor:
-    """g: allreduce forward, identity backward."""
-    return ReduceFromRegion(comm)(x)
+def reduce_from_region(x: Tensor, comm: Comm, context: int = 0) -> Tensor:
+    """g: allreduce forward, identity backward; ``context``: an int every rank must pass
+    equal (the communicator's argument check compares it, with no extra message)."""
+    return ReduceFromRegion(comm, context=context)(x)
 
 
 def gather_from_region(x: Tensor, comm: Comm) -> Tensor:
