@@ -8,6 +8,11 @@ the serial model's full-batch step when the loss is a mean.
 Every rank handles its sends, receives and computations in order of the schedule's simulated
 timeline (``_plan``): one order shared by both ends of every link, so no schedule can deadlock
 even with synchronous sends.
+
+Every stage must be handed the same batch (stage 0 uses its inputs, the last stage its
+targets: different batches would train on mismatched pairs). The first step of each batch
+shape agrees on its size and CRC-32s with one allgather of three int64; later steps of that
+shape send nothing more.
 """
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union, cast
@@ -20,6 +25,7 @@ from ...backend_ndarray import BackendDevice, cpu
 from ...nn.nn_module import Module
 from ..comm.agree import agree
 from ..comm.protocol import Comm
+from ..input_agreement import agree_inputs, checksum
 from ..inputs import check_indices, on_rank
 from .pp_comms import ACTIVATION, GRADIENT, Links
 from .schedules import SCHEDULES, interleaved_1f1b
@@ -94,6 +100,7 @@ class PipelineParallel:
         self._plan_items = self._plan()
         self.timeline: List[Tuple[Tuple, float, float]] = []
         self.peak_activation_bytes = 0
+        self._agreed: Set[Tuple] = set()  # batch shapes and dtypes the stages agreed on
 
     def parameters(self) -> List[Tensor]:
         """This stage's parameters (all its chunks), deduplicated by identity."""
@@ -155,6 +162,7 @@ class PipelineParallel:
         x = np.asarray(x.numpy() if hasattr(x, "numpy") else x)
         y = np.asarray(y.numpy() if hasattr(y, "numpy") else y)
         self._check_batch(x, y)
+        self._agree_batch(x, y)
         self.timeline, self.peak_activation_bytes = [], 0
         m = self.num_microbatches
         return _Step(np.split(x, m), np.split(y, m), self.parameters())
@@ -175,6 +183,16 @@ class PipelineParallel:
                              f"loss_fn (rank {self.stage})")
         if self.num_classes is not None:  # the serial SoftmaxLoss's label checks
             check_indices(y, self.num_classes, self.comm, "PipelineParallel targets")
+
+    def _agree_batch(self, x: np.ndarray, y: np.ndarray) -> None:
+        """On the first step of each batch shape: every stage holds the same batch (one
+        allgather of three int64); later steps of that shape send nothing."""
+        key = (x.shape, x.dtype.str, y.shape, y.dtype.str)
+        if key not in self._agreed:
+            agree_inputs(self.comm, "PipelineParallel.train_step", {
+                "batch": x.shape[0], "inputs (CRC-32)": checksum(x),
+                "targets (CRC-32)": checksum(y)}, "pp.agree")
+            self._agreed.add(key)
 
     def _message(self, step: "_Step", what: str, kind: str, mb: int, k: int) -> None:
         """Receive or send virtual stage k's activation ("F") or input gradient ("B")."""
