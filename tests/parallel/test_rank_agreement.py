@@ -193,3 +193,43 @@ def test_vocab_parallel_targets_disagreeing_under_mpiexec():
         assert kind is not None and f"(rank {rank} of {P})" in msg, msg
         for text in CASES["vocab ce targets"][1]:
             assert text in msg, (text, msg)
+
+
+BAD_SIZES = {  # a constructor with a size that is not a whole number >= 1, and its name
+    "column 4.5": (lambda c: ColumnParallelLinear(4, 4.5, c),
+                   "ColumnParallelLinear on rank {r} of 2: out_features 4.5"),
+    "row nan": (lambda c: RowParallelLinear(float("nan"), 4, c),
+                "RowParallelLinear on rank {r} of 2: in_features nan"),
+    "embedding dim 0": (lambda c: VocabParallelEmbedding(8, 0, c),
+                        "VocabParallelEmbedding on rank {r} of 2: embedding_dim 0"),
+    "attention heads 2.5": (lambda c: ParallelSelfAttention(8, 2.5, 4, c),
+                            "ParallelSelfAttention on rank {r} of 2: num_head 2.5"),
+    "moe experts 2.5": (lambda c: ExpertParallelMoE(4, 8, 2.5, c),
+                        "ExpertParallelMoE on rank {r} of 2: num_experts 2.5"),
+    "moe d_model -4": (lambda c: ExpertParallelMoE(-4, 8, 2, c),
+                       "ExpertParallelMoE on rank {r} of 2: d_model -4"),
+}
+
+
+def _build(comm, case):
+    try:
+        BAD_SIZES[case][0](comm)
+    except ValueError as err:
+        return str(err)
+    return "accepted"
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SIZES))
+def test_sizes_must_be_whole_numbers_before_they_are_divided(case):
+    """``ColumnParallelLinear(4, 4.5)`` said "not divisible by the tensor-parallel size"."""
+    for rank, msg in enumerate(virtual.run(P, _build, case, timeout=10)):
+        assert BAD_SIZES[case][1].format(r=rank) + " must be a whole number >= 1" in msg, msg
+
+
+def _whole_floats(comm):
+    layer = ColumnParallelLinear(4.0, 6.0, comm)
+    return layer.in_features, layer.out_per_rank, type(layer.out_per_rank).__name__
+
+
+def test_whole_float_sizes_are_taken_as_ints():
+    assert virtual.run(P, _whole_floats, timeout=10) == [(4, 3, "int")] * P

@@ -8,12 +8,13 @@ from typing import Any, Optional
 
 import numpy as np
 
+from ... import numbers
 from ...autograd import Tensor
 from ...nn.nn_moe import MoE, rows, scatter_rows
 from ..comm.agree import agree
 from ..comm.protocol import Comm
 from ..input_agreement import disagreement
-from ..inputs import check_device, check_width
+from ..inputs import check_device, check_width, on_rank
 from .ep_comms import all_to_all
 
 __all__ = ["ExpertParallelMoE"]
@@ -25,6 +26,9 @@ class ExpertParallelMoE(MoE):
     def __init__(self, d_model: int, d_ff: int, num_experts: int, comm: Comm, top_k: int = 1,
                  capacity_factor: float = 1.25, device: Optional[Any] = None,
                  dtype: str = "float32") -> None:
+        what = f"ExpertParallelMoE{on_rank(comm)}"
+        d_model, d_ff, num_experts = (numbers.count_arg(v, f"{what}: {k}", lo=1) for k, v in (
+            ("d_model", d_model), ("d_ff", d_ff), ("num_experts", num_experts)))
         if num_experts % comm.size:
             raise ValueError(f"ExpertParallelMoE: {num_experts} experts do not split evenly over "
                              f"{comm.size} ranks")

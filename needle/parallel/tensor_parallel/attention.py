@@ -11,7 +11,7 @@ from ..comm.agree import agree
 from ..comm.protocol import Comm
 from ..input_agreement import disagreement
 from ..inputs import check_device, check_width
-from .layers import ColumnParallelLinear, RowParallelLinear, divide, forget
+from .layers import ColumnParallelLinear, RowParallelLinear, divide, forget, sizes
 from .tp_comms import copy_to_region, gather_from_sequence_region
 
 __all__ = ["ParallelSelfAttention"]
@@ -25,6 +25,9 @@ class ParallelSelfAttention(Module):
                  recompute_gather: bool = False, device: Optional[Any] = None,
                  dtype: str = "float32") -> None:
         super().__init__()
+        q_features, num_head, dim_head = sizes("ParallelSelfAttention", comm,
+                                               q_features=q_features, num_head=num_head,
+                                               dim_head=dim_head)
         agree(comm, "ParallelSelfAttention", dict(
             q_features=q_features, num_head=num_head, dim_head=dim_head, causal=causal,
             sequence_parallel=sequence_parallel, recompute_gather=recompute_gather, dtype=dtype))

@@ -12,18 +12,18 @@ Ranks must agree on each call's input (``input_agreement.py``). The embedding's 
 in its allreduce's context (no extra message), under SP one allgather of an int64. Batch and
 sequence lengths: the collectives' own argument check, re-raised naming the layer.
 """
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from ... import init, ops
+from ... import init, numbers, ops
 from ...autograd import Tensor, Value
 from ...nn.nn_basic import Linear
 from ...nn.nn_module import Module, Parameter
 from ..comm.agree import agree
 from ..comm.protocol import Comm
 from ..input_agreement import agree_inputs, checksum, disagreement
-from ..inputs import check_device, check_indices, check_split, check_width
+from ..inputs import check_device, check_indices, check_split, check_width, on_rank
 from .tp_comms import (
     copy_to_region,
     gather_from_region,
@@ -34,7 +34,13 @@ from .tp_comms import (
 )
 
 __all__ = ["ColumnParallelLinear", "RowParallelLinear", "VocabParallelEmbedding",
-           "divide", "allreduce_sequence_parallel_grads"]
+           "divide", "sizes", "allreduce_sequence_parallel_grads"]
+
+
+def sizes(what: str, comm: Comm, **named: Any) -> List[int]:
+    """Each named size as a whole number >= 1, or an error naming it and this rank (before
+    ``divide`` could call 4.5 "not divisible")."""
+    return [numbers.count_arg(v, f"{what}{on_rank(comm)}: {k}", lo=1) for k, v in named.items()]
 
 
 def divide(n: int, p: int, what: str) -> int:
@@ -77,6 +83,8 @@ class ColumnParallelLinear(Module):
                  dtype: str = "float32") -> None:
         super().__init__()
         p, r = comm.size, comm.rank
+        in_features, out_features = sizes("ColumnParallelLinear", comm,
+                                          in_features=in_features, out_features=out_features)
         agree(comm, "ColumnParallelLinear", dict(
             in_features=in_features, out_features=out_features, bias=bias,
             gather_output=gather_output, sequence_parallel=sequence_parallel,
@@ -125,6 +133,8 @@ class RowParallelLinear(Module):
                  device: Optional[Any] = None, dtype: str = "float32") -> None:
         super().__init__()
         p, r = comm.size, comm.rank
+        in_features, out_features = sizes("RowParallelLinear", comm,
+                                          in_features=in_features, out_features=out_features)
         agree(comm, "RowParallelLinear", dict(
             in_features=in_features, out_features=out_features, bias=bias,
             input_is_parallel=input_is_parallel, sequence_parallel=sequence_parallel,
@@ -178,6 +188,9 @@ class VocabParallelEmbedding(Module):
                  dtype: str = "float32") -> None:
         super().__init__()
         p, r = comm.size, comm.rank
+        num_embeddings, embedding_dim = sizes("VocabParallelEmbedding", comm,
+                                              num_embeddings=num_embeddings,
+                                              embedding_dim=embedding_dim)
         agree(comm, "VocabParallelEmbedding", dict(
             num_embeddings=num_embeddings, embedding_dim=embedding_dim,
             sequence_parallel=sequence_parallel, dtype=dtype))
