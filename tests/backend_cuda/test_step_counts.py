@@ -29,6 +29,20 @@ BOUNDS = {
                                   buffers=0, python_calls=419)},
 }
 
+# With the course's reductions (reduce.cu: the student release, which has no reduce_fast.cu,
+# or NEEDLE_CUDA_REDUCE=course) a reduction over a middle axis copies its input transposed
+# first: these many more library calls (the copies) and buffers per step, as measured.
+COURSE_REDUCE_EXTRA = {"lm": {"backward": dict(library=9, buffers=9)},
+                       "resnet9": {"backward": dict(library=2, buffers=2)}}
+
+
+def bound(model: str, phase: str, kind: str) -> int:
+    """The most ``kind`` allowed in ``phase`` of ``model``'s step on this reduction path."""
+    extra = 0
+    if ndl.cuda().mod.get_reduce_kernel() == "course":
+        extra = COURSE_REDUCE_EXTRA[model].get(phase, {}).get(kind, 0)
+    return BOUNDS[model][phase][kind] + extra
+
 
 @pytest.fixture(scope="module")
 def emulated() -> None:
@@ -41,14 +55,14 @@ def test_a_training_step_stays_within_its_counts(emulated: None, model: str) -> 
     got = measure(model)
     over = []
     for phase in PHASES:
-        for kind, bound in BOUNDS[model][phase].items():
-            n = got[phase][kind]
-            if n > bound:
+        for kind in BOUNDS[model][phase]:
+            n, most = got[phase][kind], bound(model, phase, kind)
+            if n > most:
                 names = got[phase]["by_name"].get(kind, {})
                 top = ", ".join(f"{k} x{v}" for k, v in sorted(names.items(),
                                                               key=lambda kv: -kv[1])[:12])
-                over.append(f"{model} {phase}: {n} {kind} > {bound}" + (f" ({top})" if top
-                                                                       else ""))
+                over.append(f"{model} {phase}: {n} {kind} > {most}" + (f" ({top})" if top
+                                                                      else ""))
     assert not over, "a step asks more of the GPU than before:\n" + "\n".join(over)
 
 
