@@ -161,6 +161,19 @@ def test_agreeing_ranks_pass_and_match_the_serial_loss():
         np.testing.assert_allclose(losses, [want, want], rtol=1e-5)
 
 
+def _targets_of_two_int_dtypes(comm):
+    z = ndl.Tensor(np.zeros((3, 4), np.float32))
+    t = np.array([0, 5, 7], dtype=[np.int64, np.int32][comm.rank])
+    from needle.parallel.tensor_parallel.cross_entropy import VocabParallelCrossEntropy
+    return [float(vocab_parallel_cross_entropy(z, t, comm).numpy()),
+            float(VocabParallelCrossEntropy(t, comm)(z).numpy())]
+
+
+def test_equal_targets_of_two_integer_dtypes_agree():
+    np.testing.assert_allclose(virtual.run(P, _targets_of_two_int_dtypes, timeout=10),
+                               [[np.log(8)] * 2] * P, rtol=1e-6)
+
+
 def test_checksum_sees_values_shape_and_dtype():
     a = np.arange(6, dtype=np.int64)
     sums = {checksum(a), checksum(a.reshape(2, 3)), checksum(a.astype(np.int32)),

@@ -71,7 +71,7 @@ class VocabParallelCrossEntropy(TensorOp):
     def _max(self, z: np.ndarray) -> np.ndarray:
         """Step 1's allreduce, its context checking that the ranks' targets and widths agree."""
         bits = (32, 30)
-        context = pack((checksum(self.targets), z.shape[1]), bits)
+        context = pack((checksum(np.asarray(self.targets, dtype=np.int64)), z.shape[1]), bits)
         with disagreement(self.comm, "VocabParallelCrossEntropy",
                           ("targets (CRC-32)", "shard width"), bits):
             return self.comm.allreduce(z.max(axis=1), op="max", label="ce.max",
