@@ -1,8 +1,9 @@
 """The homework notebooks in the student release, run as a student at each point of the course
 runs them: with hw0..hwN written (N over ``HOMEWORKS``), every notebook of those homeworks runs
-to its end. A notebook belongs to the homework of its first question
-(``course/notebook_questions.py``); a cell needing a later homework's exercise stops it there,
-with the NotImplementedError naming that exercise.
+to its end, and with all written, the walkthroughs (the notebooks of no homework). A notebook
+belongs to the homework of its first question (``course/notebook_questions.py``); a cell
+needing a later homework's exercise stops it there, with the NotImplementedError naming that
+exercise.
 
 Each notebook runs in a Jupyter kernel (nbclient), from the release's notebooks/ folder. Its
 grading cells record the exercises they name instead of grading them (a graded run per cell
@@ -77,11 +78,19 @@ def run_notebook(path: Path, written: Set[str], timeout: float = 300) -> Optiona
     return f"grades exercises not written yet: {early}" if early else None
 
 
+def walkthroughs(root: Path = ROOT) -> List[str]:
+    """The notebooks that belong to no homework (no question of theirs is graded): they use
+    what the homeworks wrote, so they are run with every exercise written."""
+    belongs = notebook_homework()
+    return sorted(p.name for p in (root / "notebooks").glob("*.ipynb") if p.name not in belongs)
+
+
 def check_notebooks(workdir: Path, root: Path = ROOT, homeworks: Sequence[str] = (),
                     log: Any = None) -> Dict[str, List[str]]:
     """Per homework H (default all): in the release with H and the homeworks before it
-    written, every notebook of those homeworks runs to its end. A line per notebook that
-    does not: ``<H> written: <notebook> <what stopped it>``."""
+    written, every notebook of those homeworks runs to its end; with the last written (all
+    of them), the walkthroughs too. A line per notebook that does not: ``<H> written:
+    <notebook> <what stopped it>``."""
     belongs = notebook_homework()
     res: Dict[str, List[str]] = {"notebook_not_finishing": []}
     for hw in homeworks or HOMEWORKS:
@@ -89,6 +98,8 @@ def check_notebooks(workdir: Path, root: Path = ROOT, homeworks: Sequence[str] =
             raise ValueError(f"--notebooks {hw}: the homeworks are {', '.join(HOMEWORKS)}")
         before = HOMEWORKS[:HOMEWORKS.index(hw) + 1]
         names = sorted(n for n, h in belongs.items() if h in before)
+        if hw == HOMEWORKS[-1]:
+            names += walkthroughs(root)
         if not names:
             continue
         written = {e.name for e in EXERCISES if e.homework in before}
