@@ -276,19 +276,31 @@ def test_only_cuda_failures_that_name_no_kernel_are_rerun_checked():
     assert to_rerun(graded) == ["t::a", "t::b", "t::c"][:RERUNS_PER_EXERCISE]
 
 
+# planted in reduce_rows_block (reduce.cu): what the line is, what it becomes, and what the
+# grader's line must then name
+KERNEL_BUGS = {
+    "missing barrier": ("    if (lane == 0) smem[warp] = acc;\n    __syncthreads();\n",
+                        "    if (lane == 0) smem[warp] = acc;\n",
+                        ("shared-memory race", "reduce.cu:66")),
+    "uninitialised read": ("(lane < nwarps) ? smem[lane] : Op::template identity<A>()",
+                           "smem[lane]", ("uninitialised", "reduce.cu:69")),
+}
+
+
 @pytest.mark.slow
-def test_a_missing_barrier_is_named_by_make_grade(tmp_path):
-    """A removed __syncthreads() in reduce_rows_block gives wrong numbers only; the grader
-    reruns the failing test under NEEDLE_CUDA_EMULATOR_CHECK=full and its line names the race:
-    kernel, thread and both lines."""
+@pytest.mark.parametrize("bug", sorted(KERNEL_BUGS))
+def test_a_kernel_bug_giving_wrong_numbers_is_named_by_make_grade(tmp_path, bug):
+    """A removed __syncthreads() or a read of shared memory no thread wrote, in
+    reduce_rows_block, gives wrong numbers only; the grader reruns the failing test under
+    NEEDLE_CUDA_EMULATOR_CHECK=full and its line names the fault: kernel, thread, line."""
     # the reference tree (the student release has no make_student, nor reduce.cu's answer)
     make_release = pytest.importorskip("course.make_student").make_release
     tree = tmp_path / "tree"
     make_release(tree, only=())  # the reference, every exercise written
     kernel = tree / "needle" / "backend_cuda" / "kernels" / "reduce.cu"
-    barrier = "    if (lane == 0) smem[warp] = acc;\n    __syncthreads();\n"
-    assert kernel.read_text().count(barrier) == 1, "the mutation site moved"
-    kernel.write_text(kernel.read_text().replace(barrier, barrier.split("\n")[0] + "\n"))
+    site, planted, names = KERNEL_BUGS[bug]
+    assert kernel.read_text().count(site) == 1, "the mutation site moved"
+    kernel.write_text(kernel.read_text().replace(site, planted))
     res = subprocess.run([sys.executable, "-m", "course.grade", "--exercise",
                           "hw3.cuda.backend", "--report", str(tmp_path / "r.json"),
                           "-k", "test_reductions"], cwd=tree, capture_output=True, text=True,
@@ -296,6 +308,5 @@ def test_a_missing_barrier_is_named_by_make_grade(tmp_path):
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     line = next(ln for ln in res.stdout.splitlines() if ln.startswith("  hw3.cuda.backend: "))
     assert "NEEDLE_CUDA_EMULATOR_CHECK=full" in res.stdout
-    for named in ("EmulatorMemoryError: kernel 'reduce_rows_block", "shared-memory race",
-                  "reduce.cu:66", "thread ("):
+    for named in ("EmulatorMemoryError: kernel 'reduce_rows_block", "thread (", *names):
         assert named in line, (named, line)
