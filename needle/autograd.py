@@ -16,19 +16,24 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, TypeVa
 import numpy
 
 from . import backend_ndarray as array_api
-from . import backend_numpy, backend_selection
+from . import backend_numpy, backend_selection, process_state
 from .backend_ndarray import BackendDevice, NDArray, cpu, default_device  # noqa: F401
+from .process_state import switches
 
 # Lazy mode: ops only build the graph; data is computed the first time it is needed.
+# (The course's name; saved and restored with process_state's modes, registered below.)
 LAZY_MODE = False
 # Number of live Value objects, for checking that graphs are freed.
 TENSOR_COUNTER = 0
-# Set to False inside no_grad(): ops then record no graph.
-_GRAD_ENABLED = True
-# Set inside needle.amp.autocast(): f(op, args) -> args cast by the mixed-precision policy.
-_AUTOCAST_HOOK = None
-# Set while needle.profiler records: times ops, gradients, module calls (profiler/hooks.py).
-_PROFILER: Any = None
+# Grad mode, autocast and the profiler hook are process_state.switches' attributes.
+
+
+def _set_lazy_mode(on: bool) -> None:
+    global LAZY_MODE
+    LAZY_MODE = on
+
+
+process_state.register(lambda: LAZY_MODE, _set_lazy_mode)
 
 NDArrayLike = Any
 
@@ -59,12 +64,10 @@ class no_grad(ModeContext):
     _mode = False  # grad mode inside the block
 
     def __enter__(self) -> None:
-        global _GRAD_ENABLED
-        self._prev, _GRAD_ENABLED = _GRAD_ENABLED, self._mode
+        self._prev, switches.grad_enabled = switches.grad_enabled, self._mode
 
     def __exit__(self, *exc: Any) -> None:
-        global _GRAD_ENABLED
-        _GRAD_ENABLED = self._prev
+        switches.grad_enabled = self._prev
 
 
 class enable_grad(no_grad):
@@ -74,9 +77,9 @@ class enable_grad(no_grad):
 
 
 def _records_graph(inputs: Iterable["Value"]) -> bool:
-    """True when an op on ``inputs`` must record its graph: ``_GRAD_ENABLED and
+    """True when an op on ``inputs`` must record its graph: ``is_grad_enabled() and
     any(x.requires_grad for x in inputs)``, without the generator (this runs once per op)."""
-    if _GRAD_ENABLED:
+    if switches.grad_enabled:
         for x in inputs:
             if x.requires_grad:
                 return True
@@ -85,7 +88,7 @@ def _records_graph(inputs: Iterable["Value"]) -> bool:
 
 def is_grad_enabled() -> bool:
     """True unless inside ``no_grad()``."""
-    return _GRAD_ENABLED
+    return switches.grad_enabled
 
 
 class Op:
@@ -104,10 +107,11 @@ class Op:
 
     def gradient_as_tuple(self, out_grad: Adjoint, node: "Value") -> tuple[Adjoint, ...]:
         """``gradient`` always returned as a tuple."""
-        if _PROFILER is None:
+        profiler = switches.profiler
+        if profiler is None:
             output = self.gradient(out_grad, node)
         else:  # needle.profiler: a timed "<Op>Backward" range
-            output = _PROFILER.backward(self, out_grad, node)
+            output = profiler.backward(self, out_grad, node)
         if isinstance(output, tuple):
             return output
         if isinstance(output, list):
@@ -120,10 +124,10 @@ class TensorOp(Op):
 
     def __call__(self, *args: "Value") -> "Tensor":
         try:  # (free when nothing is raised: the check below runs only after a failure)
-            if _AUTOCAST_HOOK is not None:  # set by needle.amp.autocast: casts args per op
-                args = _AUTOCAST_HOOK(self, args)
-            if _PROFILER is not None:  # needle.profiler: a timed "op" event
-                return _PROFILER.op(Tensor.make_from_op, self, args)
+            if switches.autocast_hook is not None:  # needle.amp.autocast: casts args per op
+                args = switches.autocast_hook(self, args)
+            if switches.profiler is not None:  # needle.profiler: a timed "op" event
+                return switches.profiler.op(Tensor.make_from_op, self, args)
             return Tensor.make_from_op(self, args)
         except AttributeError:
             _check_inputs(self, args)
@@ -135,8 +139,8 @@ class TensorTupleOp(Op):
 
     def __call__(self, *args: "Value") -> "TensorTuple":
         try:
-            if _PROFILER is not None:  # needle.profiler: a timed "op" event
-                return _PROFILER.op(TensorTuple.make_from_op, self, args)
+            if switches.profiler is not None:  # needle.profiler: a timed "op" event
+                return switches.profiler.op(TensorTuple.make_from_op, self, args)
             return TensorTuple.make_from_op(self, args)
         except AttributeError:
             _check_inputs(self, args)
@@ -638,7 +642,7 @@ def _backward_callbacks() -> Iterator[None]:
 def _why_no_graph(tensor: "Tensor") -> str:
     """The error for ``backward`` on a tensor that no graph leads to, saying why."""
     why = getattr(tensor, "_why_no_graph", None)  # set by whoever made it (needle.compile)
-    if why is None and not _GRAD_ENABLED:
+    if why is None and not switches.grad_enabled:
         why = "grad mode is off here (inside no_grad())"
     elif why is None and not _is_float(tensor.realize_cached_data()):
         why = f"its dtype {tensor.dtype} cannot have gradients"

@@ -19,6 +19,7 @@ from helpers import wall_clock_bound  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
 import needle as ndl  # noqa: E402
+from needle import process_state  # noqa: E402
 
 CUDA_TEST_TIMEOUT = float(os.environ.get("NEEDLE_CUDA_TEST_TIMEOUT", "300"))
 
@@ -34,16 +35,13 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "needle"))
 @pytest.fixture(autouse=True)
 def _seed_and_restore_modes():
     """Seed NumPy's global RNG (used by ndl.init/randn) and PyTorch's (the reference layers'
-    initial weights: unseeded, they depended on which tests ran before), and restore autograd's
-    global modes."""
+    initial weights: unseeded, they depended on which tests ran before), and restore the
+    process-wide modes (grad, lazy, autocast) afterwards."""
     np.random.seed(0)
     if "torch" in sys.modules:
         sys.modules["torch"].manual_seed(0)
-    lazy = ndl.autograd.LAZY_MODE
-    grad_enabled = ndl.autograd._GRAD_ENABLED
-    yield
-    ndl.autograd.LAZY_MODE = lazy
-    ndl.autograd._GRAD_ENABLED = grad_enabled
+    with process_state.saved():
+        yield
 
 
 @pytest.fixture(autouse=True)

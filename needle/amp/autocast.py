@@ -12,6 +12,7 @@ from .. import autograd
 from ..autograd import Tensor
 from ..backend_ndarray import to_numpy_dtype
 from ..ops import ops_conv, ops_logarithmic, ops_mathematic, ops_reduce
+from ..process_state import switches
 
 __all__ = ["autocast", "autocast_dtype", "policy", "LOW_PRECISION", "FLOAT32", "NARROWING"]
 
@@ -22,12 +23,11 @@ FLOAT32 = (ops_reduce.Summation, ops_logarithmic.LogSumExp, ops_logarithmic.LogS
 NARROWING = (ops_mathematic.EWiseAdd, ops_mathematic.EWiseMul, ops_mathematic.EWiseDiv,
              ops_mathematic.Maximum, ops_mathematic.Where)
 _FLOATS = ("float16", "bfloat16", "float32")
-_DTYPE: Optional[str] = None
 
 
 def autocast_dtype() -> Optional[str]:
     """The active autocast dtype, or None outside ``autocast``."""
-    return _DTYPE
+    return switches.autocast_dtype
 
 
 def _cast_all(args: Tuple[Any, ...], src: Tuple[str, ...], dst: str) -> Tuple[Any, ...]:
@@ -45,7 +45,7 @@ def _cast_all(args: Tuple[Any, ...], src: Tuple[str, ...], dst: str) -> Tuple[An
 
 def policy(op: Any, args: Tuple[Any, ...]) -> Tuple[Any, ...]:
     """The inputs ``op`` should see under the active autocast dtype."""
-    low = _DTYPE
+    low = switches.autocast_dtype
     if low is None or isinstance(op, ops_mathematic.Cast):
         return args
     if isinstance(op, LOW_PRECISION):
@@ -70,16 +70,10 @@ class autocast(autograd.ModeContext):
         self.enabled = enabled
 
     def __enter__(self) -> "autocast":
-        global _DTYPE
-        self._prev = (_DTYPE, autograd._AUTOCAST_HOOK)
-        if self.enabled:
-            _DTYPE = self.dtype
-            autograd._AUTOCAST_HOOK = policy
-        else:
-            _DTYPE = None
-            autograd._AUTOCAST_HOOK = None
+        self._prev = (switches.autocast_dtype, switches.autocast_hook)
+        mode = (self.dtype, policy) if self.enabled else (None, None)
+        switches.autocast_dtype, switches.autocast_hook = mode
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        global _DTYPE
-        _DTYPE, autograd._AUTOCAST_HOOK = self._prev
+        switches.autocast_dtype, switches.autocast_hook = self._prev

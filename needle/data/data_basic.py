@@ -3,9 +3,10 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .. import autograd, numbers
+from .. import numbers
 from ..autograd import Tensor
 from ..backend_ndarray.device import BackendDevice
+from ..process_state import switches
 from .samplers import is_sampler
 
 _INT_DTYPES = ("bool", "int8", "uint8", "int32", "int64")
@@ -131,8 +132,8 @@ class DataLoader:
         return self
 
     def __next__(self) -> Tuple[Tensor, ...]:
-        if autograd._PROFILER is not None:  # needle.profiler: a "dataloader" range
-            with autograd._PROFILER.range("DataLoader.__next__", "dataloader"):
+        if switches.profiler is not None:  # needle.profiler: a "dataloader" range
+            with switches.profiler.range("DataLoader.__next__", "dataloader"):
                 return self._next_batch()
         return self._next_batch()
 

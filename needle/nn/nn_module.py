@@ -12,9 +12,9 @@ from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Set, Tuple, 
 
 import numpy as np
 
-from .. import autograd
 from ..autograd import Tensor
 from ..backend_ndarray import BackendDevice, NDArray
+from ..process_state import switches
 
 
 class Parameter(Tensor):
@@ -144,8 +144,8 @@ class Module:
         return self.train(False)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if autograd._PROFILER is not None:  # needle.profiler: a range named by module path
-            return autograd._PROFILER.module(self, args, kwargs)
+        if switches.profiler is not None:  # needle.profiler: a range named by module path
+            return switches.profiler.module(self, args, kwargs)
         return self.forward(*args, **kwargs)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:

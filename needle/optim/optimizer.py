@@ -5,11 +5,12 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Sequence, Tupl
 
 import numpy as np
 
-from .. import autograd, numbers
+from .. import numbers
 from ..autograd import Tensor
 from ..backend_ndarray import NDArray, capture_hooks
 from ..backend_ndarray import fused_ops as fused
 from ..backend_ndarray.fused_ops import has_primitive
+from ..process_state import switches
 from .hyper import Hyper
 
 
@@ -22,10 +23,10 @@ def _profiled_step(step: Callable[[Any], None]) -> Callable[[Any], None]:
     """``step``, shown as an "optimizer" range while ``needle.profiler`` records."""
     @functools.wraps(step)
     def wrapped(self: Any) -> None:
-        if autograd._PROFILER is None:
+        if switches.profiler is None:
             return step(self)
         name = f"Optimizer.step#{type(self).__name__}.step"  # torch.profiler's name
-        with autograd._PROFILER.range(name, "optimizer"):
+        with switches.profiler.range(name, "optimizer"):
             return step(self)
     return wrapped
 

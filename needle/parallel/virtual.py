@@ -1,20 +1,16 @@
 """The in-process virtual cluster: run a function on k ranks as threads of this process.
 
 See docs/parallel.md, "The virtual cluster". Scheduling is cooperative (``comm/scheduler.py``),
-so runs are deterministic. Each rank starts from the caller's values of ``PROCESS_STATE``
-(global RNGs, grad and lazy mode, autocast), keeps its own copy, and the caller's is restored
-afterwards; ``register_state`` adds more.
+so runs are deterministic. Each rank starts from the caller's ``process_state.snapshot()``
+(global RNGs, grad and lazy mode, autocast, what ``process_state.register`` added), keeps its
+own copy, and the caller's is restored afterwards.
 """
 import os
-import random
-import sys
 import threading
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional
 
-import numpy as np
-
-from .. import autograd
 from .. import numbers as strict
+from .. import process_state
 from .comm.args import check_timeout
 from .comm.communicator import Communicator
 from .comm.errors import DeadlockError
@@ -22,37 +18,10 @@ from .comm.scheduler import CommAbortedError, Scheduler
 from .comm.transport_inprocess import InProcessTransport, Message, World
 
 __all__ = ["run", "Cluster", "RankFailedError", "DeadlockError", "CommAbortedError",
-           "PROCESS_STATE", "register_state", "Message"]
-
-
-def _set_grad_mode(v: Tuple[bool, bool]) -> None:
-    autograd._GRAD_ENABLED, autograd.LAZY_MODE = v
-
-
-def _get_autocast() -> Tuple[Any, Any]:
-    amp = sys.modules.get("needle.amp.autocast")  # not imported: autocast was never used
-    return (amp._DTYPE if amp is not None else None), autograd._AUTOCAST_HOOK  # type: ignore
-
-
-def _set_autocast(v: Tuple[Any, Any]) -> None:
-    amp = sys.modules.get("needle.amp.autocast")
-    if amp is not None:
-        amp._DTYPE = v[0]  # type: ignore[attr-defined]
-    autograd._AUTOCAST_HOOK = v[1]
-
-
-# (getter, setter) of each piece of state that a separate process would have to itself.
-PROCESS_STATE: List[Tuple[Callable[[], Any], Callable[[Any], None]]] = [
-    (np.random.get_state, np.random.set_state),
-    (random.getstate, random.setstate),
-    (lambda: (autograd._GRAD_ENABLED, autograd.LAZY_MODE), _set_grad_mode),
-    (_get_autocast, _set_autocast),
-]
-
-
-def register_state(getter: Callable[[], Any], setter: Callable[[Any], None]) -> None:
-    """Give every virtual rank its own copy of some process-global state."""
-    PROCESS_STATE.append((getter, setter))
+           "Message"]
+# What a separate process would have to itself: the scheduler saves it when the baton leaves
+# a rank and restores it when it returns.
+_PER_RANK = [(process_state.snapshot, process_state.restore)]
 
 
 class RankFailedError(RuntimeError):
@@ -91,7 +60,7 @@ class Cluster:
         if getattr(_RUNNING, "active", False):
             raise RuntimeError("virtual.run cannot be called from inside a virtual rank")
         k = self.world_size
-        sched = Scheduler(k, PROCESS_STATE)
+        sched = Scheduler(k, _PER_RANK)
         caller_state = sched.snapshot()
         world = World(sched, self.trace)
         world.timeout = check_timeout(os.environ.get("NEEDLE_COMM_TIMEOUT", "60"))  \

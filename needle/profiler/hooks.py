@@ -1,7 +1,7 @@
 """Installing the profiler's hooks into the library, and the one object they all call.
 
-Each hook in the library is one module-level variable, None while nothing is profiled, tested
-once per call: ``autograd._PROFILER`` (op dispatch, ``Op.gradient_as_tuple``,
+Each hook in the library is one variable, None while nothing is profiled, tested once per
+call: ``process_state.switches.profiler`` (op dispatch, ``Op.gradient_as_tuple``,
 ``nn.Module.__call__``, ``DataLoader``, ``Optimizer.step``, gradient buckets, compiled plans),
 the CPU and CUDA backends' ``_ALLOC_HOOK`` (shared with ``needle.memory.MemoryTracker``),
 ``backend_cuda._runtime._LAUNCH_HOOK`` (every kernel launch, real or emulated) and the
@@ -13,7 +13,7 @@ import sys
 import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from .. import autograd
+from ..process_state import switches
 from . import events as ev
 from . import recorder
 from .recorder import current
@@ -131,7 +131,7 @@ def _backends() -> List[Tuple[Any, str]]:
 
 
 def _set_library_hooks(on: bool) -> None:
-    autograd._PROFILER = DISPATCH if on else None
+    switches.profiler = DISPATCH if on else None
     ledger = sys.modules.get("needle.parallel.comm.ledger")
     if ledger is not None:
         ledger._ADD_HOOK = DISPATCH.comm if on else None  # type: ignore[attr-defined]

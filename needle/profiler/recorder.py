@@ -186,7 +186,7 @@ def _tree_paths(root: Any) -> Dict[int, str]:
 
 
 # ---------------------------------------------------------------------- the hot path
-# What ``autograd._PROFILER.op/backward/module`` are while profiling (``hooks.Dispatch``):
+# What ``switches.profiler.op/backward/module`` are while profiling (``hooks.Dispatch``):
 # plain functions (one call each), this thread's recorder looked up by thread id.
 
 def record_op(make: Callable, op: Any, inputs: Tuple[Any, ...]) -> Any:

@@ -5,7 +5,9 @@ import numpy as np
 import pytest
 
 import needle as ndl
+from needle import process_state
 from needle.parallel import CommTimeoutError, DeadlockError, RankFailedError, virtual
+from needle.process_state import switches
 
 
 def _rank_and_size(comm, offset, scale=1):
@@ -187,15 +189,15 @@ def _grad_modes(comm):
     if comm.rank == 0:
         with ndl.no_grad():
             comm.barrier()
-            inside = ndl.autograd._GRAD_ENABLED
-        return inside, ndl.autograd._GRAD_ENABLED
+            inside = ndl.autograd.is_grad_enabled()
+        return inside, ndl.autograd.is_grad_enabled()
     comm.barrier()
-    return ndl.autograd._GRAD_ENABLED, ndl.autograd.LAZY_MODE
+    return ndl.autograd.is_grad_enabled(), ndl.autograd.LAZY_MODE
 
 
 def test_grad_mode_is_per_rank() -> None:
     assert virtual.run(2, _grad_modes) == [(False, True), (True, False)]
-    assert ndl.autograd._GRAD_ENABLED
+    assert ndl.autograd.is_grad_enabled()
 
 
 def _autocast_modes(comm):
@@ -212,9 +214,9 @@ def test_autocast_is_per_rank() -> None:
     assert virtual.run(2, _autocast_modes) == ["float16", None]
 
 
-def test_register_state_adds_a_per_rank_value() -> None:
+def test_registered_state_is_per_rank() -> None:
     box = {"v": 0}
-    virtual.register_state(lambda: box["v"], lambda v: box.__setitem__("v", v))
+    process_state.register(lambda: box["v"], lambda v: box.__setitem__("v", v))
     try:
         def bump(comm):
             box["v"] += comm.rank + 1
@@ -222,7 +224,32 @@ def test_register_state_adds_a_per_rank_value() -> None:
             return box["v"]
         assert virtual.run(3, bump) == [1, 2, 3] and box["v"] == 0
     finally:
-        virtual.PROCESS_STATE.pop()
+        process_state.REGISTERED.pop()
+
+
+def _modes():
+    return (ndl.autograd.LAZY_MODE, switches.grad_enabled, switches.autocast_dtype,
+            switches.autocast_hook)
+
+
+def _cast_nothing(op, args):
+    return args
+
+
+def _change_every_mode(comm):
+    found = _modes()
+    ndl.autograd.LAZY_MODE, switches.grad_enabled = True, False
+    switches.autocast_dtype, switches.autocast_hook = "bfloat16", _cast_nothing
+    comm.barrier()  # rank 0 changed its modes before rank 1 starts: rank 1 must not see them
+    return found, _modes()
+
+
+def test_a_ranks_modes_do_not_leak_to_other_ranks_or_the_caller() -> None:
+    caller = _modes()
+    assert caller == (False, True, None, None)
+    assert virtual.run(2, _change_every_mode) == [(caller, (True, False, "bfloat16",
+                                                            _cast_nothing))] * 2
+    assert _modes() == caller
 
 
 def test_trace_records_every_message() -> None:

@@ -14,9 +14,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ... import autograd
 from ...autograd import Tensor
 from ...backend_ndarray.dtypes import to_numpy_dtype
+from ...process_state import switches
 from ..comm.convert import empty_host, host_view
 from ..comm.protocol import Comm
 from .flat_layout import FlatLayout
@@ -178,10 +178,10 @@ class BucketReducer:
                 bucket.work = _DONE
 
     def _start(self, bucket: Bucket) -> None:
-        if autograd._PROFILER is not None:  # needle.profiler: mark the launch on the timeline
+        if switches.profiler is not None:  # needle.profiler: mark the launch on the timeline
             nbytes = int(getattr(bucket.buffer, "nbytes", 0))
-            autograd._PROFILER.instant(f"bucket {self.buckets.index(bucket)} launched", "bucket",
-                                       {"params": len(bucket.params), "bytes": nbytes})
+            switches.profiler.instant(f"bucket {self.buckets.index(bucket)} launched", "bucket",
+                                      {"params": len(bucket.params), "bytes": nbytes})
         bucket.seal()
         bucket.work = self._launch(bucket)
 
