@@ -1,12 +1,12 @@
 """Installing the profiler's hooks into the library, and the one object they all call.
 
-Each hook in the library is one variable, None while nothing is profiled, tested once per
-call: ``process_state.switches.profiler`` (op dispatch, ``Op.gradient_as_tuple``,
-``nn.Module.__call__``, ``DataLoader``, ``Optimizer.step``, gradient buckets, compiled plans),
-the CPU and CUDA backends' ``_ALLOC_HOOK`` (shared with ``needle.memory.MemoryTracker``),
-``backend_cuda._runtime._LAUNCH_HOOK`` (every kernel launch, real or emulated) and the
-communication ledger's ``_ADD_HOOK``. They are set while at least one recorder is active in
-the process and reset to None by the last one to stop, so profiling off costs one global test.
+The library calls ``process_state.switches.profiler`` (this module's ``DISPATCH``, None while
+nothing is profiled: one attribute test per call) at op dispatch, ``Op.gradient_as_tuple``,
+``nn.Module.__call__``, ``DataLoader``, ``Optimizer.step``, gradient buckets, compiled plans,
+every kernel launch (real or emulated) and every communication ledger record; and each
+backend's ``_ALLOC_HOOK`` (shared with ``needle.memory.MemoryTracker``) at every allocation.
+They are set while at least one recorder is active in the process and reset to None by the
+last one to stop.
 """
 import contextlib
 import sys
@@ -130,14 +130,6 @@ def _backends() -> List[Tuple[Any, str]]:
     return found
 
 
-def _set_library_hooks(on: bool) -> None:
-    switches.profiler = DISPATCH if on else None
-    ledger = sys.modules.get("needle.parallel.comm.ledger")
-    if ledger is not None:
-        ledger._ADD_HOOK = DISPATCH.comm if on else None  # type: ignore[attr-defined]
-    runtime = sys.modules.get("needle.backend_cuda._runtime")
-    if runtime is not None:
-        runtime._LAUNCH_HOOK = DISPATCH.launch if on else None  # type: ignore[attr-defined]
 
 
 def install() -> None:
@@ -145,7 +137,7 @@ def install() -> None:
     from ..memory import tracker  # here: importing needle.memory costs every `import needle`
     with _LOCK:
         _USERS[0] += 1
-        _set_library_hooks(True)  # again: the ledger or CUDA may have been imported since
+        switches.profiler = DISPATCH
         if _USERS[0] > 1:
             return
         for backend, device in _backends():
@@ -165,6 +157,6 @@ def uninstall() -> None:
         _USERS[0] -= 1
         if _USERS[0] > 0:
             return
-        _set_library_hooks(False)
+        switches.profiler = None
         while _PROBES:
             tracker.detach(_PROBES.pop())

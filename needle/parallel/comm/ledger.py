@@ -22,10 +22,8 @@ from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
+from ...process_state import switches
 from .reference import chunk_bounds
-
-# Set while needle.profiler records: told of every record, to put the call on its timeline.
-_ADD_HOOK: Any = None
 
 
 class Record(NamedTuple):
@@ -92,8 +90,8 @@ class Ledger:
 
     def add(self, record: tuple) -> None:
         """Append a record: a ``Record`` or a tuple of its fields (the communicator's)."""
-        if _ADD_HOOK is not None:
-            _ADD_HOOK(record)
+        if switches.profiler is not None:  # needle.profiler records: the call on its timeline
+            switches.profiler.comm(record)
         self._records.append(record)
         if len(self._records) > self.maxlen:  # fold the oldest half into the totals
             half = len(self._records) // 2
