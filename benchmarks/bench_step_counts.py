@@ -38,6 +38,7 @@ if str(ROOT) not in sys.path:  # run as a script: the checkout's needle and apps
 import numpy as np  # noqa: E402
 
 import needle as ndl  # noqa: E402
+from needle.process_state import switches  # noqa: E402
 
 PHASES = ("forward", "backward", "optimizer")
 
@@ -128,7 +129,6 @@ def measure(name: str, mode: str = "eager") -> Dict[str, Dict[str, Any]]:
     """phase -> {kind: count, "buffers": n, "python_calls": n, "by_name": {kind: {name: n}}}
     for one step after two warm-up steps (kernels compiled, optimizer state made, and the
     pool of freed buffers filled: the second step still meets buffers the first kept alive)."""
-    from needle.backend_cuda import ndarray_backend_cuda as backend
     counts = _counts()
     phases = step_phases(name, mode)
     for _ in range(2):
@@ -143,14 +143,14 @@ def measure(name: str, mode: str = "eager") -> Dict[str, Dict[str, Any]]:
     out: Dict[str, Dict[str, Any]] = {}
     for phase, run in phases.items():
         prof, made = cProfile.Profile(), [0]
-        hook, backend._ALLOC_HOOK = backend._ALLOC_HOOK, lambda a: made.__setitem__(0, made[0] + 1)
+        hook, switches.alloc_cuda = switches.alloc_cuda, lambda a: made.__setitem__(0, made[0] + 1)
         try:
             with counts.counting() as c:
                 prof.enable()
                 run()
                 prof.disable()
         finally:
-            backend._ALLOC_HOOK = hook
+            switches.alloc_cuda = hook
         row: Dict[str, Any] = dict(c.totals())
         row["buffers"] = made[0]
         row["python_calls"] = needle_calls(prof)

@@ -4,16 +4,20 @@ Every module reads and writes them here, as attributes of ``switches``: ``switch
 (False inside ``no_grad()``), ``switches.autocast_dtype`` and ``switches.autocast_hook`` (set
 inside ``needle.amp.autocast``: ``hook(op, args) -> args``, called on every TensorOp dispatch),
 ``switches.profiler`` (set while ``needle.profiler`` records: op dispatch, gradients, module
-calls, data loading, optimizer steps, gradient buckets and compiled plans call it). The hooks
-are None while off, so each costs one attribute test where it is checked.
+calls, data loading, optimizer steps, gradient buckets, compiled plans, kernel launches and
+ledger records call it) and ``switches.alloc_cpu`` / ``alloc_cuda`` (set while a
+``MemoryTracker`` or the profiler listens: each backend calls its own with every new Array; a
+backend's ``ALLOC_SWITCH`` names it). The hooks are None while off, so each costs one
+attribute test where it is checked.
 
 ``snapshot()`` returns the modes a separate process would have to itself: grad mode and
 autocast, numpy's and ``random``'s global RNGs, and every piece another module added with
 ``register(getter, setter)``; ``restore(value)`` sets them back, and ``saved()`` does both
 around a block. The virtual cluster gives each rank thread its own copy this way
-(``parallel/virtual.py``). The profiler hook is not in a snapshot: it is on while any thread
-records (each thread has its own recorder), and the profiler's count of active recorders sets
-and clears it; a restore would undo that bookkeeping.
+(``parallel/virtual.py``). The hooks are not in a snapshot: they are on while any thread
+listens (each thread has its own recorder), and their owners (the profiler's count of active
+recorders, the memory tracker's list of listeners) set and clear them; a restore would undo
+that bookkeeping.
 
 The course's module globals stay where the course has them: ``autograd.LAZY_MODE`` (a test
 assigns it, which nothing here could intercept) is registered by ``autograd`` as a getter and
@@ -33,7 +37,8 @@ __all__ = ["switches", "Switches", "snapshot", "restore", "saved", "register", "
 class Switches:
     """The process-wide hooks and modes (one instance, ``switches``)."""
 
-    __slots__ = ("grad_enabled", "autocast_dtype", "autocast_hook", "profiler")
+    __slots__ = ("grad_enabled", "autocast_dtype", "autocast_hook", "profiler", "alloc_cpu",
+                 "alloc_cuda")
     MODES = ("grad_enabled", "autocast_dtype", "autocast_hook")  # the ones ``snapshot`` saves
 
     def __init__(self) -> None:
@@ -41,6 +46,8 @@ class Switches:
         self.autocast_dtype: Optional[str] = None
         self.autocast_hook: Optional[Callable[[Any, Tuple[Any, ...]], Tuple[Any, ...]]] = None
         self.profiler: Any = None
+        self.alloc_cpu: Optional[Callable[[Any], None]] = None
+        self.alloc_cuda: Optional[Callable[[Any], None]] = None
 
 
 switches = Switches()

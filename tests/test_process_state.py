@@ -6,6 +6,7 @@ import pytest
 
 import needle as ndl
 from needle import process_state
+from needle.memory import MemoryTracker
 from needle.process_state import Switches, switches
 
 
@@ -78,15 +79,23 @@ def test_saved_restores_after_an_error_and_grad_mode_reads_the_switch() -> None:
     assert switches.grad_enabled is True
 
 
-def test_the_profiler_hook_is_not_in_a_snapshot() -> None:
-    """Its owner (the profiler's count of active recorders) sets and clears it."""
+@pytest.mark.parametrize("hook", ["profiler", "alloc_cpu", "alloc_cuda"])
+def test_hooks_are_not_in_a_snapshot(hook) -> None:
+    """Their owners (the profiler's count of recorders, the trackers' listeners) set them."""
     value = process_state.snapshot()
-    switches.profiler = object()
+    setattr(switches, hook, _hook)
     try:
         process_state.restore(value)
-        assert switches.profiler is not None
+        assert getattr(switches, hook) is _hook
     finally:
-        switches.profiler = None
+        setattr(switches, hook, None)
+
+
+def test_a_memory_tracker_sets_its_backends_hook() -> None:
+    with MemoryTracker() as tracker:
+        assert switches.alloc_cpu is not None and switches.alloc_cuda is None
+        ndl.cpu().empty((10,))
+    assert switches.alloc_cpu is None and tracker.num_allocs == 1
 
 
 def test_a_typo_is_an_error() -> None:

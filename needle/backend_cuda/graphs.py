@@ -22,9 +22,9 @@ import contextlib
 from typing import Any, Callable, Iterator, List, Tuple
 
 from ..backend_ndarray import capture_hooks
+from ..process_state import switches
 from . import _runtime as rt
 from . import buffer_pool
-from . import ndarray_backend_cuda as backend
 from ._runtime import cp
 
 
@@ -67,18 +67,18 @@ class CUDAGraph:
 @contextlib.contextmanager
 def _owning(kept: List[Any]) -> Iterator[None]:
     """Every Array made inside keeps its buffer out of needle's pool, in ``kept`` instead."""
-    previous = backend._ALLOC_HOOK
+    previous = switches.alloc_cuda
 
     def own(arr: Any) -> None:
         arr.pooled = False
         kept.append(arr.array)
         if previous is not None:
             previous(arr)
-    backend._ALLOC_HOOK = own
+    switches.alloc_cuda = own
     try:
         yield
     finally:
-        backend._ALLOC_HOOK = previous
+        switches.alloc_cuda = previous
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, Iterable, Tuple
 import numpy as np
 
 from ..backend_ndarray import primitives as P
+from ..process_state import switches
 from . import _runtime as rt
 from . import buffer_pool, dlpack_cuda, emulator
 from . import conv_cuda as conv
@@ -47,9 +48,8 @@ def device_count() -> int:
     return rt.device_count()
 
 
-# Set by a memory tracker while one is active (called with each new Array), like the NumPy
-# backend's hook; None otherwise.
-_ALLOC_HOOK = None
+# The allocation hook, process_state.switches.alloc_cuda (as the NumPy backend's alloc_cpu).
+ALLOC_SWITCH = "alloc_cuda"
 
 
 class Array:
@@ -100,8 +100,8 @@ class Array:
         # (min, max) of an integer buffer uploaded from the host, until something writes it:
         # index checks read it instead of the device (no synchronisation)
         self.known_range: Any = None
-        if _ALLOC_HOOK is not None:
-            _ALLOC_HOOK(self)
+        if switches.alloc_cuda is not None:
+            switches.alloc_cuda(self)
 
     def __del__(self) -> None:
         # not an Array made around another's memory, nor one dying with the interpreter

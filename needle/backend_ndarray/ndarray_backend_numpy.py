@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, Iterable, Sequence, Tuple
 
 import numpy as np
 
+from ..process_state import switches
 from . import adam_cpu
 from . import primitives as P
 from .fused_elementwise_cpu import fused_elementwise  # noqa: F401  (optional primitive; see there)
@@ -32,9 +33,9 @@ TILED_MATMUL = False
 # writes); tests/backend_ndarray/test_backend_contract.py checks both backends against them.
 PRIMITIVES, OPTIONAL_PRIMITIVES = P.PRIMITIVES, P.OPTIONAL_PRIMITIVES
 
-# Set by ``needle.memory.MemoryTracker`` while one is active (called with each new Array);
-# None otherwise, so the hot path pays one global load and an ``is None`` test.
-_ALLOC_HOOK = None
+# The allocation hook: process_state.switches.alloc_cpu, set while a MemoryTracker or the
+# profiler listens (called with each new Array); None otherwise: one attribute test.
+ALLOC_SWITCH = "alloc_cpu"
 
 
 class Array:
@@ -44,8 +45,8 @@ class Array:
 
     def __init__(self, size: int, dtype: Any = np.float32):
         self.array = np.empty(size, dtype=dtype)
-        if _ALLOC_HOOK is not None:
-            _ALLOC_HOOK(self)
+        if switches.alloc_cpu is not None:
+            switches.alloc_cpu(self)
         self.size = size  # plain attributes, not properties: read on every op
         self.dtype = self.array.dtype
 

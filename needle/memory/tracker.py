@@ -1,7 +1,9 @@
 """MemoryTracker: bytes of live array storage, its peak, and what it was spent on.
 
 Exact: each backend buffer allocated while it is active is reported through the backend's
-``_ALLOC_HOOK`` (``None`` otherwise: one global load per allocation), and a ``weakref.finalize``
+allocation hook (``switches.alloc_cpu`` or ``alloc_cuda`` of ``needle.process_state``, named by
+the backend's ``ALLOC_SWITCH``; None otherwise: one attribute test per allocation), and a
+``weakref.finalize``
 reports its release; views share a buffer, counted once. Allocations and frees are kept as
 events, so ``classify(...)`` can label buffers after the fact and ``peak_by_category()`` replay
 them. Buffers allocated before the tracker started are not seen (``bytes_of`` counts them).
@@ -13,6 +15,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from ..autograd import Tensor
 from ..backend_ndarray import BackendDevice, NDArray, cpu
+from ..process_state import switches
 
 __all__ = ["MemoryTracker", "bytes_of", "buffers_of", "CATEGORIES"]
 
@@ -30,14 +33,14 @@ def attach(listener: Any) -> None:
     """Report every new buffer of ``listener._backend`` (a backend module) to
     ``listener._on_alloc(buf)`` until ``detach`` (trackers and ``needle.profiler`` use it)."""
     _ACTIVE.append(listener)
-    listener._backend._ALLOC_HOOK = _dispatch
+    setattr(switches, listener._backend.ALLOC_SWITCH, _dispatch)
 
 
 def detach(listener: Any) -> None:
     """Stop reporting to ``listener``; the hook goes back to None when no one else listens."""
     _ACTIVE.remove(listener)
     if not any(t._backend is listener._backend for t in _ACTIVE):
-        listener._backend._ALLOC_HOOK = None
+        setattr(switches, listener._backend.ALLOC_SWITCH, None)
 
 
 def buffers_of(items: Iterable[Any]) -> Dict[int, Any]:

@@ -3,8 +3,9 @@
 The library calls ``process_state.switches.profiler`` (this module's ``DISPATCH``, None while
 nothing is profiled: one attribute test per call) at op dispatch, ``Op.gradient_as_tuple``,
 ``nn.Module.__call__``, ``DataLoader``, ``Optimizer.step``, gradient buckets, compiled plans,
-every kernel launch (real or emulated) and every communication ledger record; and each
-backend's ``_ALLOC_HOOK`` (shared with ``needle.memory.MemoryTracker``) at every allocation.
+every kernel launch (real or emulated) and every communication ledger record; and
+``switches.alloc_cpu`` / ``alloc_cuda`` (shared with ``needle.memory.MemoryTracker``) at
+every allocation.
 They are set while at least one recorder is active in the process and reset to None by the
 last one to stop.
 """
@@ -147,7 +148,7 @@ def install() -> None:
             if [t for t in tracker._ACTIVE if t._backend is backend] == [probe]:
                 # the backend's only listener: called directly, not through the tracker's
                 # loop (a MemoryTracker attached later sets the loop back)
-                backend._ALLOC_HOOK = probe._on_alloc
+                setattr(switches, backend.ALLOC_SWITCH, probe._on_alloc)
 
 
 def uninstall() -> None:

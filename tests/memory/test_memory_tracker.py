@@ -5,6 +5,7 @@ import pytest
 import needle as ndl
 from needle import nn
 from needle.memory import MemoryTracker, bytes_of
+from needle.process_state import switches
 
 
 def test_counts_new_buffers_exactly_and_their_release():
@@ -46,12 +47,11 @@ def test_inactive_tracker_sees_nothing_and_hook_is_cleared():
     tr = MemoryTracker()
     ndl.cpu().empty((10,))
     assert tr.num_allocs == 0
-    mod = ndl.cpu().mod
     with tr:
         with MemoryTracker() as inner:
             ndl.cpu().empty((10,))
-        assert mod._ALLOC_HOOK is not None             # outer still active
-    assert mod._ALLOC_HOOK is None
+        assert switches.alloc_cpu is not None          # outer still active
+    assert switches.alloc_cpu is None
     assert tr.num_allocs == 1 and inner.num_allocs == 1
 
 
