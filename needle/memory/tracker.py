@@ -23,24 +23,29 @@ CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "othe
 _ACTIVE: List[Any] = []  # MemoryTrackers and other listeners (attach)
 
 
-def _dispatch(buf: Any) -> None:
-    """The allocation hook: tell every active tracker about a new buffer."""
-    for tracker in _ACTIVE:
-        tracker._on_alloc(buf)
+def _set_hook(backend: Any) -> None:
+    """The backend's allocation hook: None with no listener, the one listener's own
+    ``_on_alloc`` (no loop in between), else a loop over that backend's listeners."""
+    calls = tuple(t._on_alloc for t in _ACTIVE if t._backend is backend)
+
+    def each(buf: Any) -> None:
+        for call in calls:
+            call(buf)
+    setattr(switches, backend.ALLOC_SWITCH,
+            None if not calls else calls[0] if len(calls) == 1 else each)
 
 
 def attach(listener: Any) -> None:
     """Report every new buffer of ``listener._backend`` (a backend module) to
     ``listener._on_alloc(buf)`` until ``detach`` (trackers and ``needle.profiler`` use it)."""
     _ACTIVE.append(listener)
-    setattr(switches, listener._backend.ALLOC_SWITCH, _dispatch)
+    _set_hook(listener._backend)
 
 
 def detach(listener: Any) -> None:
     """Stop reporting to ``listener``; the hook goes back to None when no one else listens."""
     _ACTIVE.remove(listener)
-    if not any(t._backend is listener._backend for t in _ACTIVE):
-        setattr(switches, listener._backend.ALLOC_SWITCH, None)
+    _set_hook(listener._backend)
 
 
 def buffers_of(items: Iterable[Any]) -> Dict[int, Any]:

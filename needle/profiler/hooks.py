@@ -131,8 +131,6 @@ def _backends() -> List[Tuple[Any, str]]:
     return found
 
 
-
-
 def install() -> None:
     """Turn the hooks on (the first active recorder does it)."""
     from ..memory import tracker  # here: importing needle.memory costs every `import needle`
@@ -144,11 +142,7 @@ def install() -> None:
         for backend, device in _backends():
             probe = _MemoryProbe(backend, device)
             _PROBES.append(probe)
-            tracker.attach(probe)
-            if [t for t in tracker._ACTIVE if t._backend is backend] == [probe]:
-                # the backend's only listener: called directly, not through the tracker's
-                # loop (a MemoryTracker attached later sets the loop back)
-                setattr(switches, backend.ALLOC_SWITCH, probe._on_alloc)
+            tracker.attach(probe)  # the backend's only listener: called with no loop between
 
 
 def uninstall() -> None:

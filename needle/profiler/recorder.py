@@ -267,7 +267,7 @@ def alloc_hook(array: Any, device: str) -> Callable[[Any], None]:
     """The hook told of each new buffer of one backend (its ``Array`` class, ``device`` its
     name): logs ``ns, device, bytes`` to the allocating thread's recorder, and its release
     through a weakref callback. A GPU buffer knows its GPU ("cuda:1"). Only buffers of
-    ``array`` are logged (a ``MemoryTracker`` beside it tells every listener of every one)."""
+    ``array`` are logged."""
     if hasattr(array, "device_index"):
         names: Dict[int, str] = {}
 

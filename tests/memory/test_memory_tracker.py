@@ -55,6 +55,19 @@ def test_inactive_tracker_sees_nothing_and_hook_is_cleared():
     assert tr.num_allocs == 1 and inner.num_allocs == 1
 
 
+@pytest.mark.skipif(not ndl.cuda().enabled(), reason="no CUDA (nor its emulator)")
+def test_a_tracker_counts_only_its_own_devices_buffers():
+    """A CPU and a CUDA tracker at once: each backend tells only its own listeners."""
+    with MemoryTracker() as on_cpu, MemoryTracker(ndl.cuda()) as on_gpu:
+        ndl.cpu().empty((10,))
+        ndl.cuda().empty((3,))
+        ndl.cuda().empty((5,))
+        with MemoryTracker() as second_on_cpu:  # two listeners: the hook loops over both
+            ndl.cpu().empty((7,))
+    assert (on_cpu.num_allocs, second_on_cpu.num_allocs, on_gpu.num_allocs) == (2, 1, 2)
+    assert switches.alloc_cpu is None and switches.alloc_cuda is None
+
+
 def test_breakdown_parameters_gradients_optimizer_activations():
     np.random.seed(0)
     with MemoryTracker(timeline=True) as tr:
