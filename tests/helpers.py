@@ -7,7 +7,7 @@ puts ``tests/`` on the path).
 import contextlib
 import faulthandler
 import signal
-from typing import Any, Callable, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pytest
@@ -145,3 +145,17 @@ def dropout_uniform_reference(seed: int, offset: int, n: int) -> np.ndarray:
         i = np.uint64(offset % 2 ** 64) + np.arange(n, dtype=np.uint64)
         h = mix(np.uint64(seed % 2 ** 64) ^ mix(i))
     return (h >> np.uint64(40)).astype(np.float32) * np.float32(1.0 / 16777216.0)
+
+
+def adam_reference(p: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray, t: int,
+                   lr: float, b1: float, b2: float, eps: float, wd: float, decoupled: bool
+                   ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(p, m, v) after Adam's step t (Kingma & Ba, Algorithm 1, L2 decay in the gradient), or
+    AdamW's (Loshchilov & Hutter: the decay applied to p first), in NumPy."""
+    if decoupled:
+        p = p - lr * wd * p
+    else:
+        g = g + wd * p
+    m = b1 * m + (1 - b1) * g
+    v = b2 * v + (1 - b2) * g * g
+    return p - lr * (m / (1 - b1 ** t)) / (np.sqrt(v / (1 - b2 ** t)) + eps), m, v

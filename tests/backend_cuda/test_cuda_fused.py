@@ -6,7 +6,7 @@ kernels (the CUDA device's optional primitives, reached through
 """
 import numpy as np
 import pytest
-from helpers import dropout_uniform_reference
+from helpers import adam_reference, dropout_uniform_reference
 
 import needle as ndl
 from needle.backend_ndarray import NDArray
@@ -101,17 +101,6 @@ def test_layer_norm_grads_match_finite_differences():
     assert abs(num - dw[2]) < 1e-6
 
 
-def _adam_reference(p, g, m, v, t, lr, b1, b2, eps, wd, decoupled):
-    if decoupled:
-        p = p - lr * wd * p
-    else:
-        g = g + wd * p
-    m = b1 * m + (1 - b1) * g
-    v = b2 * v + (1 - b2) * g * g
-    p = p - lr * (m / (1 - b1 ** t)) / (np.sqrt(v / (1 - b2 ** t)) + eps)
-    return p, m, v
-
-
 def test_dropout_naive_keeps_expected_fraction_and_scales():
     np.random.seed(3)
     x = NDArray(np.ones((200, 50), np.float32))
@@ -204,7 +193,7 @@ def test_multi_tensor_adam_matches_reference(dtype, decoupled):
     state = F.MultiTensorState(dev, 3)  # the tensor at slot 2, its second step
     F.multi_tensor_adam([P], [G], [M], [V], [2], [2], state, lr=1e-3, weight_decay=0.01,
                         decoupled=decoupled)
-    want = _adam_reference(*(a.astype(np.float64) for a in (p, g, m, v)), 2, 1e-3, 0.9, 0.999,
+    want = adam_reference(*(a.astype(np.float64) for a in (p, g, m, v)), 2, 1e-3, 0.9, 0.999,
                            1e-8, 0.01, decoupled)
     tol = 1e-5 if dtype == "float32" else 2e-3
     for got, w in zip((P, M, V), want):
