@@ -77,9 +77,12 @@ def _test_paths(parser: _Parser, args: argparse.Namespace) -> List[str]:
     """The test files to collect: the rubric's (those of --exercise), plus --hidden."""
     names = [ex.name for ex in EXERCISES]
     if args.exercise:
+        wanted = [w for e in args.exercise for w in e.split(",") if w]
+        if not wanted:  # '' picked nothing, and pytest then collected every test there is
+            parser.error(f"--exercise {' '.join(args.exercise)!r}: give an exercise id or "
+                         f"prefix, such as hw2.optim")
         try:
-            names = select_exercises([w for e in args.exercise for w in e.split(",") if w],
-                                     names)
+            names = select_exercises(wanted, names)
         except pytest.UsageError as err:
             parser.error(str(err))
     paths = [str(ROOT / f) for f in test_files(names, ROOT)]

@@ -143,7 +143,15 @@ def save(obj: Any, path: str) -> None:
     """Write ``obj`` (nested dicts/lists of Tensors, arrays and scalars) to ``path`` atomically."""
     arrays: List[Tuple[str, np.ndarray]] = []
     tree = _encode(obj, arrays, "obj")
-    write_atomic(os.fspath(path), lambda f: _write(f, tree, arrays))
+    write_atomic(_path(path, "ndl.save"), lambda f: _write(f, tree, arrays))
+
+
+def _path(path: Any, who: str) -> str:
+    """``path`` as a str, refusing a NUL byte (the OS's 'embedded null byte' names no file)."""
+    path = os.fspath(path)
+    if isinstance(path, str) and "\0" in path:
+        raise ValueError(f"{who}: the path {path!r} holds a NUL byte")
+    return path
 
 
 # ---------------------------------------------------------------------------- decoding
@@ -358,7 +366,9 @@ def load(path: str, device: Optional[BackendDevice] = None, verify: bool = True)
     if device is not None and not isinstance(device, BackendDevice):  # not the file's fault
         raise TypeError(f"ndl.load: device must be a needle BackendDevice (ndl.cpu(), "
                         f"ndl.cuda()), got {type(device).__name__} {device!r}")
-    path = os.fspath(path)
+    if not isinstance(verify, bool):  # verify="no" is truthy
+        raise TypeError(f"ndl.load: verify must be True or False, got {verify!r}")
+    path = _path(path, "ndl.load")
     if os.path.isdir(path):
         raise IsADirectoryError(f"ndl.load: {path} is a folder, not a checkpoint file")
     if not os.path.isfile(path):

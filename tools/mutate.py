@@ -2,6 +2,7 @@
 
     python tools/mutate.py                 # every mutant: caught/survived each, then the score
     python tools/mutate.py --only fusion   # the mutants whose name starts with "fusion"
+    python tools/mutate.py --only doors.,profiler.offset   # several prefixes
     python tools/mutate.py --list          # the mutants and their tests, running nothing
 
 Each mutant is one small source edit (a flipped comparison, a dropped check, an off-by-one)
@@ -30,36 +31,53 @@ from needle import cli
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 300.0  # seconds per mutant's test run
 
-# The tests that cover each module (fast ones; slow and multi-process tests are left out).
+# The tests that cover each module, slow ones included (multi-process `mpi` tests are left out:
+# mpiexec may be absent), except where SKIPPED says. Each set runs in order and stops at its first
+# failure, so the fast, direct tests come first. A mutant may name its own tests instead (node
+# ids too): those run with their slow ones whatever its module's marks.
 TESTS: Dict[str, Tuple[str, ...]] = {
-    "grading": ("tests/test_course_tools.py", "tests/test_grading_rules.py",
-                "tests/test_grader.py"),
+    "grading": ("tests/test_grading_rules.py", "tests/test_supervisor.py",
+                "tests/test_course_tools.py", "tests/test_grader.py"),
     "serialization": ("tests/test_serialization.py", "tests/test_serialization_edges.py"),
     "fusion": ("tests/compiler/test_fusion.py", "tests/compiler/test_capture.py",
                "tests/compiler/test_compile.py"),
     "comm": ("tests/parallel/comm/test_args.py", "tests/parallel/comm/test_timeout_message.py",
              "tests/parallel/comm/test_p2p.py"),
-    "optim": ("tests/optim/test_hyper.py", "tests/optim/test_adafactor.py"),
-    "profiler": ("tests/profiler/test_profiler.py",),
-    "doors": ("tests/test_doors.py",),
+    "optim": ("tests/optim/test_hyper.py", "tests/optim/test_adafactor.py",
+              "tests/backend_ndarray/test_adam_cpu.py"),
+    "profiler": ("tests/profiler/test_clock_offset.py", "tests/profiler/test_profiler.py",
+                 "tests/profiler/test_profiler_distributed.py"),
+    "doors": ("tests/test_doors.py", "tests/test_doors_round2.py"),
     "sharded": ("tests/parallel/zero/test_zero_state.py", "tests/parallel/zero/test_fsdp.py",
                 "tests/parallel/tensor_parallel/test_tp_checkpoint.py",
                 "tests/parallel/pipeline/test_pp_checkpoint.py"),
+    "agreement": ("tests/parallel/test_rank_agreement.py",),
 }
+# the course tools' slow tests build and grade whole student releases (tens of minutes a run):
+# a grading mutant that only they catch names them itself
+SKIPPED: Dict[str, str] = {"grading": "not mpi and not slow"}
 
 
 class Mutant(NamedTuple):
-    """One planted bug: replace ``before`` (found once in ``path``) by ``after``."""
+    """One planted bug: replace ``before`` (found once in ``path``) by ``after``; ``catchers``,
+    when given, are the tests to run instead of its module's."""
 
     name: str
     path: str
     before: str
     after: str
+    catchers: Tuple[str, ...] = ()
 
     @property
     def tests(self) -> Tuple[str, ...]:
-        """The tests of this mutant's module (its name's first part)."""
-        return TESTS[self.name.split(".")[0]]
+        """The tests that should catch it: ``catchers``, else its module's (its name's first
+        part)."""
+        return self.catchers or TESTS[self.name.split(".")[0]]
+
+    @property
+    def marks(self) -> str:
+        """The pytest -m expression its tests run with."""
+        return "not mpi" if self.catchers else SKIPPED.get(self.name.split(".")[0], "not mpi")
 
 
 GRADING, SERIAL = "course/grade_plugin.py", "needle/serialization.py"
@@ -67,6 +85,9 @@ SCORING = "course/scoring.py"
 FUSION, COMM = "needle/compiler/fusion.py", "needle/parallel/comm/communicator.py"
 ARGS = "needle/parallel/comm/args.py"
 HYPER, OPTIM = "needle/optim/hyper.py", "needle/optim/optimizer.py"
+SUPERVISOR = "course/supervisor.py"
+FORK_TESTS = ("tests/test_supervisor.py",  # the policy, then make grade's crashes end to end
+              "tests/test_grader.py::test_grading_survives_an_abort_a_segfault_and_a_hang")
 
 MUTANTS: List[Mutant] = [
     Mutant("grading.earned-off-by-one", SCORING,
@@ -136,6 +157,39 @@ MUTANTS: List[Mutant] = [
            'if index["world_size"] != comm.size:', "if False:"),
     Mutant("sharded.pp-layer-off-by-one", "needle/parallel/pipeline/stage_state.py",
            "first_layer <= _index(n) < end}", "first_layer <= _index(n) <= end}"),
+    Mutant("grading.fork-after-one-crash", SUPERVISOR,
+           "for f, n in crashes.items() if n >= 2)", "for f, n in crashes.items() if n >= 1)",
+           FORK_TESTS),
+    Mutant("grading.fork-after-three-crashes", SUPERVISOR,
+           "for f, n in crashes.items() if n >= 2)", "for f, n in crashes.items() if n >= 3)",
+           FORK_TESTS),
+    Mutant("grading.fork-every-file", SUPERVISOR,
+           "for f, n in crashes.items() if n >= 2)", "for f, n in crashes.items())", FORK_TESTS),
+    Mutant("profiler.offset-from-arrival", "needle/profiler/distributed.py",
+           "t_r - (t0 + t1) // 2", "t_r - t1"),
+    Mutant("profiler.offset-from-departure", "needle/profiler/distributed.py",
+           "t_r - (t0 + t1) // 2", "t_r - t0"),
+    Mutant("profiler.offset-of-longest-trip", "needle/profiler/distributed.py",
+           "t1 - t0 < best_trip", "t1 - t0 > best_trip"),
+    Mutant("profiler.offset-at-start-only", "needle/profiler/profile.py",
+           "(self._offset0 + offset1) // 2", "self._offset0"),
+    Mutant("profiler.offset-halved", "needle/profiler/profile.py",
+           "(self._offset0 + offset1) // 2", "(self._offset0 + offset1) // 4"),
+    Mutant("doors.fan-in-truncated", "needle/init/init_initializers.py",
+           'fan_in = numbers.count_arg(fan_in, "initializer fan_in", lo=1)',
+           "fan_in = int(fan_in)"),
+    Mutant("agreement.crc-of-values-dropped", "needle/parallel/input_agreement.py",
+           "return zlib.crc32(a.reshape(-1).view(np.uint8).data, head)", "return head"),
+    Mutant("agreement.allgathered-values-not-compared", "needle/parallel/input_agreement.py",
+           "    lines = _differing(names, every.tolist())\n",
+           "    lines = _differing(names, every.tolist()[:1])\n"),
+    Mutant("optim.adam-step-counted-after", "needle/backend_ndarray/adam_cpu.py",
+           "        steps.array[slot] += 1\n        t = int(steps.array[slot])\n",
+           "        t = int(steps.array[slot])\n        steps.array[slot] += 1\n"),
+    Mutant("optim.adam-step-counted-twice", "needle/backend_ndarray/adam_cpu.py",
+           "        steps.array[slot] += 1\n", "        steps.array[slot] += 2\n"),
+    Mutant("fusion.unknown-engine-accepted", "needle/backend_ndarray/fused_elementwise_cpu.py",
+           "    if name not in ENGINES:\n", "    if False:\n"),
     Mutant("sharded.tp-split-unchecked", "needle/parallel/tensor_parallel/tp_checkpoint.py",
            "    if full.shape[axis] % size:\n", "    if False:\n"),
 ]
@@ -173,11 +227,11 @@ class Run(NamedTuple):
     first_failure: str
 
 
-def run_tests(tree: Path, tests: Sequence[str], timeout: float) -> Run:
-    """``tests`` run in ``tree`` (stopping at the first failure)."""
+def run_tests(tree: Path, tests: Sequence[str], timeout: float, marks: str = "not mpi") -> Run:
+    """``tests`` run in ``tree`` with ``-m marks`` (stopping at the first failure)."""
     env = dict(os.environ, PYTHONPATH=str(tree), PYTHONDONTWRITEBYTECODE="1")
     cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-rfE", "-p", "no:cacheprovider",
-           "-m", "not mpi and not slow", *tests]
+           "-m", marks, *tests]
     start = time.monotonic()
     try:
         res = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True,
@@ -208,7 +262,7 @@ def mutate(tree: Path, mutants: Sequence[Mutant], timeout: float) -> List[Tuple[
         original = path.read_text()
         path.write_text(original.replace(m.before, m.after, 1))
         try:
-            run = run_tests(tree, m.tests, timeout)
+            run = run_tests(tree, m.tests, timeout, m.marks)
         finally:
             path.write_text(original)
         verdict = "survived" if run.outcome == "passed" else "caught"
@@ -223,12 +277,13 @@ def mutate(tree: Path, mutants: Sequence[Mutant], timeout: float) -> List[Tuple[
 def main(argv: Optional[List[str]] = None) -> int:
     """Run the mutants; 0 when every chosen mutant ran, 2 on a broken list or baseline."""
     ap = cli.Parser(prog="python tools/mutate.py", description=__doc__.split("\n")[0])
-    ap.add_argument("--only", default="", help="run the mutants whose name starts with this")
+    ap.add_argument("--only", default="",
+                    help="run the mutants whose name starts with this (prefixes: a,b)")
     ap.add_argument("--list", action="store_true", help="list the mutants and their tests")
     ap.add_argument("--timeout", type=cli.positive_type(), default=TIMEOUT,
                     help="seconds per test run")
     args = ap.parse_args(argv)
-    chosen = [m for m in MUTANTS if m.name.startswith(args.only)]
+    chosen = [m for m in MUTANTS if m.name.startswith(tuple(args.only.split(",")))]
     broken = problems()
     if broken or not chosen:
         print("\n".join(broken) or f"no mutant starts with {args.only!r}", file=sys.stderr)
@@ -243,8 +298,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             print("python does not import needle from the copy: is PYTHONPATH overridden?",
                   file=sys.stderr)
             return 2
-        for tests in sorted({m.tests for m in chosen}):
-            run = run_tests(tree, tests, args.timeout)
+        for tests, marks in sorted({(m.tests, m.marks) for m in chosen}):
+            run = run_tests(tree, tests, args.timeout, marks)
             print(f"baseline  {' '.join(tests)}: {run.outcome} ({run.seconds:.1f} s)",
                   flush=True)
             if run.outcome != "passed":

@@ -9,6 +9,8 @@ def _backend_for(index: int) -> Optional[Any]:
     """The primitives bound to GPU ``index``, or None where CuPy or that GPU is missing."""
     try:
         from .ndarray_backend_cuda import available, for_device
+    except ValueError:  # a setting the user wrote (NEEDLE_CUDA_REDUCE=slow): not "no GPU"
+        raise
     except Exception:  # CuPy missing or broken: the device exists but is disabled
         return None
     return for_device(index) if available(index) else None  # allocates on GPU index

@@ -21,6 +21,7 @@ an eager call does (an optimizer's step counts) registers ``on_replay`` and runs
 import contextlib
 from typing import Any, Callable, Iterator, List, Tuple
 
+from .. import numbers
 from ..backend_ndarray import capture_hooks
 from ..process_state import switches
 from . import _runtime as rt
@@ -103,6 +104,9 @@ def warm_up() -> Iterator[None]:
 def graph(g: CUDAGraph, device_index: int = 0) -> Iterator[CUDAGraph]:
     """Capture the CUDA work of the block into ``g`` (nothing inside runs). Run the same work
     once under ``warm_up()`` just before, so that needle's pool holds what it asks for."""
+    if not isinstance(g, CUDAGraph):
+        raise TypeError(f"graph: expected a CUDAGraph to capture into, got {type(g).__name__}")
+    device_index = numbers.count_arg(device_index, "graph: device_index", lo=0)  # '0', 1.5
     if capture_hooks.CURRENT[0] is not None:
         raise GraphError("CUDA graph captures do not nest")
     g.reset()

@@ -375,6 +375,9 @@ def compile(fn: Optional[Callable] = None, *, fusion: bool = True, fallback: boo
         return lambda f: compile(f, fusion=fusion, fallback=fallback, debug=debug, mode=mode)
     if mode not in MODES:
         raise ValueError(f"needle.compile: mode={mode!r}; expected one of {MODES}")
+    for flag, value in (("fusion", fusion), ("fallback", fallback), ("debug", debug)):
+        if not isinstance(value, bool):  # fusion="no" is truthy: it would fuse
+            raise TypeError(f"needle.compile: {flag} must be True or False, got {value!r}")
     if not callable(fn):
         raise TypeError(f"needle.compile: expected a function or a module, got "
                         f"{type(fn).__name__} {fn!r:.60}")

@@ -19,6 +19,10 @@ class Dataset:
     batch_indexable = False
 
     def __init__(self, transforms: Optional[List[Any]] = None):
+        if transforms is not None and (not isinstance(transforms, (list, tuple)) or not all(
+                callable(t) for t in transforms)):  # else a TypeError at the first sample
+            raise TypeError(f"{type(self).__name__}: transforms must be a list of callables "
+                            f"(x -> x), got {transforms!r:.80}")
         self.transforms = transforms
 
     def __getitem__(self, index: Any) -> Any:

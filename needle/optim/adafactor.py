@@ -15,7 +15,7 @@ Without momentum (``beta1=None``, the paper's choice) the state of an n x m weig
 numbers instead of Adam's 2 n m.
 """
 import math
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Tuple
 
 from ..autograd import Tensor
 from ..backend_ndarray import NDArray
@@ -60,6 +60,14 @@ class Adafactor(Optimizer):
         self.weight_decay = weight_decay
         self.relative_step = lr is None if relative_step is None else relative_step
         self.scale_parameter = scale_parameter
+
+    def _state_shape(self, name: str, shape: Tuple[int, ...]) -> Tuple[int, ...]:
+        """Factored second moments: 'row' (..., n, 1) and 'col' (..., 1, m)."""
+        if name == "row":
+            return shape[:-1] + (1,)
+        if name == "col":
+            return shape[:-2] + (1,) + shape[-1:]
+        return shape
 
     def _step_size(self, step: int, w: NDArray) -> float:
         if self.relative_step:

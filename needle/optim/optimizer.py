@@ -13,6 +13,8 @@ from ..backend_ndarray.fused_ops import has_primitive
 from ..process_state import switches
 from .hyper import Hyper
 
+FLOAT_STATE = ("float16", "bfloat16", "float32", "float64")  # dtypes a loaded state may have
+
 
 def unique_by_identity(params: Iterable[Tensor]) -> List[Tensor]:
     """``params`` in order, each object once (a tied weight is one parameter)."""
@@ -42,6 +44,9 @@ class Optimizer:
         if isinstance(params, Tensor):  # iterating it would give new row tensors, never updated
             raise TypeError(f"{type(self).__name__}: params must be an iterable of Tensors, "
                             "got one Tensor (pass [tensor] or model.parameters())")
+        if not hasattr(params, "__iter__"):
+            raise TypeError(f"{type(self).__name__}: params must be an iterable of Tensors, "
+                            f"got {type(params).__name__}")
         params = list(params)
         for p in params:
             if not isinstance(p, Tensor):
@@ -73,11 +78,16 @@ class Optimizer:
             if p.grad is None:
                 continue
             w = p.realize_cached_data()
+            if str(w.dtype) not in FLOAT_STATE:  # Adam's step on int64 rounds to 0: no change
+                raise TypeError(f"param {i}: a {w.dtype} parameter cannot be stepped "
+                                f"(optimizers update float parameters)")
             g = p.grad.realize_cached_data()
             if g.dtype != w.dtype:
                 g = g.astype(w.dtype)
             if g.shape != w.shape:
                 raise ValueError(f"param {i}: grad shape {g.shape} != param shape {w.shape}")
+            if getattr(g, "device", None) != getattr(w, "device", None):  # Adam stepped on
+                raise ValueError(f"param {i}: grad on {g.device}, param on {w.device}")
             yield i, p, w, g
 
     def _grads_unless(self, name: str, groups: Dict[Tuple[Any, str], List[Any]]
@@ -165,8 +175,28 @@ class Optimizer:
         hyper = {k: getattr(self, k) for k in self.hyperparameters}
         return {"hyper": hyper, "state": state}
 
+    def _state_shape(self, name: str, shape: Tuple[int, ...]) -> Tuple[int, ...]:
+        """The shape of state ``name`` of a parameter of ``shape`` (its own, unless factored)."""
+        return shape
+
+    def _loaded_array(self, i: int, name: str, v: Any) -> Any:
+        """State array ``name`` of param ``i`` as loaded: checked, copied to the param's device."""
+        p = self.params[i]
+        want = self._state_shape(name, tuple(p.shape))
+        if tuple(v.shape) != want:
+            raise ValueError(f"optimizer state {name!r} of param {i} has shape "
+                             f"{tuple(v.shape)}, expected {want} (param {tuple(p.shape)})")
+        if str(v.dtype) not in FLOAT_STATE:  # an int m would be stepped as 0
+            raise ValueError(f"optimizer state {name!r} of param {i} has dtype {v.dtype}; "
+                             f"expected a float dtype")
+        # a copy through Tensor: an NDArray, or NumPy's under NEEDLE_BACKEND=np
+        return Tensor(v, device=p.device, dtype=p.dtype, requires_grad=False).realize_cached_data()
+
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """Restore hyperparameters and state saved by ``state_dict`` (same parameter order)."""
+        if not isinstance(state_dict, dict):
+            raise TypeError(f"optimizer state_dict must be a dict, got "
+                            f"{type(state_dict).__name__}")
         if set(state_dict) != {"hyper", "state"}:
             raise ValueError(f"optimizer state_dict needs keys 'hyper' and 'state', got "
                              f"{sorted(state_dict)}")
@@ -176,16 +206,10 @@ class Optimizer:
             if not 0 <= i < len(self.params):
                 raise ValueError(f"optimizer state for param {i}, but only "
                                  f"{len(self.params)} params")
-            p = self.params[i]
             new[i] = {}
             for name, v in s.items():
                 if isinstance(v, (np.ndarray, NDArray)):
-                    if tuple(v.shape) != tuple(p.shape):
-                        raise ValueError(f"optimizer state {name!r} of param {i} has shape "
-                                         f"{tuple(v.shape)}, param has {tuple(p.shape)}")
-                    # a copy through Tensor: an NDArray, or NumPy's under NEEDLE_BACKEND=np
-                    v = Tensor(v, device=p.device, dtype=p.dtype,
-                               requires_grad=False).realize_cached_data()
+                    v = self._loaded_array(i, name, v)
                 elif isinstance(v, np.generic):
                     v = v.item()
                 new[i][name] = v

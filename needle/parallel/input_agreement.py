@@ -13,6 +13,7 @@ A collective whose arguments differ already fails on every rank (``CallMismatchE
 ``disagreement`` re-raises that failure naming the layer and each rank's packed values.
 """
 import contextlib
+import operator
 import zlib
 from typing import Any, Dict, Iterator, List, Sequence
 
@@ -28,28 +29,46 @@ CONTEXT_BITS = 62  # a collective's context: a non-negative int64 the argument c
 def checksum(values: Any) -> int:
     """CRC-32 of ``values``' shape, dtype and bytes: arrays that differ almost surely differ."""
     a = np.ascontiguousarray(values.numpy() if hasattr(values, "numpy") else values)
+    if a.dtype.kind == "O":  # bytes of references: differ on every rank
+        raise TypeError(f"checksum: expected an array of numbers, got {type(values).__name__}")
     head = zlib.crc32(repr((a.shape, a.dtype.str)).encode())
     return zlib.crc32(a.reshape(-1).view(np.uint8).data, head)
 
 
 def pack(values: Sequence[int], bits: Sequence[int]) -> int:
     """Non-negative ints side by side in one context (each kept modulo 2**bits)."""
+    if len(values) != len(bits):  # zip would drop the extra values unchecked
+        raise ValueError(f"pack: {len(values)} values but {len(bits)} widths")
+    bits = [_whole(b, "pack: a width in bits") for b in bits]
+    if min(bits, default=1) < 1:
+        raise ValueError(f"pack: widths in bits must be >= 1, got {bits}")
     if sum(bits) > CONTEXT_BITS:
         raise ValueError(f"pack: {sum(bits)} bits do not fit a context of {CONTEXT_BITS}")
     out, shift = 0, 0
     for v, b in zip(values, bits):
-        out |= (int(v) % (1 << b)) << shift
+        out |= (_whole(v, "pack: a value") % (1 << b)) << shift
         shift += b
     return out
 
 
 def unpack(context: int, bits: Sequence[int]) -> List[int]:
     """The ints ``pack`` put in ``context``."""
+    context = _whole(context, "unpack: the context")
+    if context < 0:
+        raise ValueError(f"unpack: a context is >= 0, got {context}")
     out = []
     for b in bits:
         out.append(context % (1 << b))
         context >>= b
     return out
+
+
+def _whole(v: Any, what: str) -> int:
+    """``v`` as an int (an int or a NumPy integer), else TypeError: int(1.5) would be 1."""
+    try:
+        return operator.index(v)
+    except TypeError:
+        raise TypeError(f"{what} must be an integer, got {type(v).__name__} {v!r}") from None
 
 
 def by_rank(values: Sequence[Any]) -> str:
@@ -99,10 +118,14 @@ def disagreement(comm: Comm, what: str, names: Sequence[str] = (),
 def agree_inputs(comm: Comm, what: str, fields: Dict[str, int], label: str) -> None:
     """Collective: raise on every rank if the ranks' ``fields`` differ, naming each rank's
     value. Costs one allgather of ``len(fields)`` int64 per rank (nothing on one rank)."""
+    if not isinstance(fields, dict):
+        raise TypeError(f"agree_inputs: fields must be a dict of name -> int, got "
+                        f"{type(fields).__name__}")
+    names = list(fields)
+    row = [_whole(fields[n], f"{what}: input {n!r}") for n in names]  # 1.2 and 1.4: both 1
     if comm.size == 1:
         return
-    names = list(fields)
-    mine = np.array([[int(fields[n]) for n in names]], dtype=np.int64)   # (1, k)
+    mine = np.array([row], dtype=np.int64)   # (1, k)
     with disagreement(comm, what):
         every = comm.allgather(mine, label=label).reshape(comm.size, len(names))  # (p, k)
     lines = _differing(names, every.tolist())

@@ -8,6 +8,7 @@ from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
+from ... import numbers
 from ..data_basic import Dataset
 
 CLASSES = 10  # digits 0..9
@@ -20,6 +21,10 @@ def read_idx(filename: str, max_bytes: int = MAX_IDX_BYTES) -> np.ndarray:
 
     The header's shape bounds the read: a file (a gzip bomb) holding more bytes than it
     declares is refused after reading one byte more, never decompressed whole."""
+    if not isinstance(filename, (str, os.PathLike)):
+        raise TypeError(f"MNIST: a file name is a str, got {type(filename).__name__}")
+    filename = os.fspath(filename)
+    max_bytes = numbers.count_arg(max_bytes, "read_idx: max_bytes", lo=0)  # nan: no bound
     if not os.path.isfile(filename):
         raise FileNotFoundError(f"MNIST file not found: {filename}")
     opener = gzip.open if filename.endswith(".gz") else open
