@@ -1,5 +1,6 @@
 """Every layout worth predicting for a model, a set-up and a cluster, and why others are out
 (tp within a node, pp dividing the layers, ZeRO 0-1 with pp > 1 as DeepSpeed)."""
+import math
 from typing import Iterator, List, Optional, Tuple
 
 from ..parallel.pipeline.schedules import SCHEDULES
@@ -11,8 +12,9 @@ __all__ = ["enumerate_layouts", "check_layout", "divisors"]
 
 
 def divisors(n: int) -> List[int]:
-    """The positive divisors of n, ascending."""
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """The positive divisors of n, ascending (pairs d, n // d with d <= sqrt n)."""
+    low = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return low + [n // d for d in reversed(low) if d * d != n]
 
 
 def check_layout(spec: ModelSpec, lay: Layout, setup: Setup, cluster: ClusterSpec) -> None:

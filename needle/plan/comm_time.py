@@ -1,7 +1,8 @@
 """Per-step communication of a layout: each collective's bytes and messages, and its time.
 
-Messages and bytes per rank are what the algorithm ``select.choose`` runs declares it sends
-(``select.steps``, checked against the ledger; 1 MiB pieces not counted; no hosts: never
+Messages and bytes are the busiest rank's of the algorithm ``select.choose`` runs, in closed
+form (``collective_sends.busiest``: O(1) in the group's size; equal to what ``select.steps``
+declares, which is checked against the ledger; 1 MiB pieces not counted; no hosts: never
 hierarchical).  Times: alpha-beta (``CostModel.seconds``) on the link the group runs on,
 NVLink inside a node, InfiniBand across nodes.
 
@@ -19,20 +20,18 @@ A layout's collectives per step (Megatron-LM, Narayanan et al. SC'21 sec. 3; ZeR
         neighbouring stages (v times as many with interleaving; ``pp_sends``), s b h / t
         with SP.
 """
-from functools import lru_cache
 from typing import List, NamedTuple
 
 import numpy as np
 
 from ..parallel.comm.cost_model import CostModel
-from ..parallel.comm.ledger import Steps
-from ..parallel.comm.select import steps
 from .cluster import ClusterSpec
+from .collective_sends import busiest
 from .layout import Layout, Setup
 from .model import ModelSpec
 
-__all__ = ["Collective", "collective_steps", "summed_steps", "collective_bytes",
-           "layout_collectives", "comm_seconds", "step_bytes", "pp_sends"]
+__all__ = ["Collective", "collective_bytes", "layout_collectives", "comm_seconds", "step_bytes",
+           "pp_sends"]
 
 
 class Collective(NamedTuple):
@@ -48,30 +47,9 @@ class Collective(NamedTuple):
     overlap: str = ""
 
 
-@lru_cache(maxsize=4096)
-def collective_steps(name: str, items: int, itemsize: int, p: int) -> Steps:
-    """What one call sends, from the algorithm ``select.choose`` picks (``items``: per rank's
-    piece for allgather and reduce_scatter, else the whole; ``send``: one message)."""
-    n = items * itemsize
-    if name == "send":
-        return Steps.of([[1, -1]], n)
-    if name in ("allgather", "reduce_scatter"):
-        return steps(name, "auto", p * n, p, n if name == "reduce_scatter" else itemsize)
-    return steps(name, "auto", n, p, itemsize)
-
-
-@lru_cache(maxsize=4096)
-def summed_steps(name: str, items: int, itemsize: int, p: int) -> Steps:
-    """``collective_steps`` folded into one round: each rank's messages and bytes in all
-    (what ``CostModel.seconds`` reads). A ring's rounds x ranks sum is O(p^2): done once per
-    collective, not once per layout that runs it."""
-    msgs, nbytes = collective_steps(name, items, itemsize, p).per_rank()
-    return Steps(np.zeros((1, p), np.int64), nbytes[None, :], msgs[None, :])
-
-
 def collective_bytes(name: str, items: int, itemsize: int, p: int) -> int:
     """Payload bytes the busiest rank sends in one call (what its ledger records)."""
-    return int(np.max(summed_steps(name, items, itemsize, p).nbytes, initial=0))
+    return int(np.max(busiest(name, items, itemsize, p).nbytes, initial=0))
 
 
 def layout_collectives(spec: ModelSpec, lay: Layout, setup: Setup) -> List[Collective]:
@@ -131,7 +109,7 @@ def _link(cluster: ClusterSpec, lay: Layout, group: str) -> CostModel:
 def comm_seconds(c: Collective, cluster: ClusterSpec, lay: Layout) -> float:
     """Alpha-beta seconds of all ``calls`` of ``c`` (the busiest rank's sends)."""
     return c.calls * _link(cluster, lay, c.group).seconds(
-        summed_steps(c.name, c.items, c.itemsize, c.p))
+        busiest(c.name, c.items, c.itemsize, c.p))
 
 
 def step_bytes(cs: List[Collective]) -> float:

@@ -15,13 +15,8 @@ from needle.parallel import (
     ZeroRedundancyOptimizer,
     virtual,
 )
-from needle.plan.comm_time import (
-    Collective,
-    collective_bytes,
-    collective_steps,
-    layout_collectives,
-    step_bytes,
-)
+from needle.plan.collective_sends import collective_steps
+from needle.plan.comm_time import Collective, collective_bytes, layout_collectives, step_bytes
 from needle.plan.layout import Layout, Setup
 from needle.plan.model import ModelSpec
 
