@@ -78,16 +78,18 @@ class Optimizer:
             if p.grad is None:
                 continue
             w = p.realize_cached_data()
-            if str(w.dtype) not in FLOAT_STATE:  # Adam's step on int64 rounds to 0: no change
-                raise TypeError(f"param {i}: a {w.dtype} parameter cannot be stepped "
+            dtype = w.dtype
+            if dtype not in FLOAT_STATE:  # Adam's step on int64 rounds to 0: no change
+                raise TypeError(f"param {i}: a {dtype} parameter cannot be stepped "
                                 f"(optimizers update float parameters)")
             g = p.grad.realize_cached_data()
-            if g.dtype != w.dtype:
-                g = g.astype(w.dtype)
+            if g.dtype != dtype:
+                g = g.astype(dtype)
             if g.shape != w.shape:
                 raise ValueError(f"param {i}: grad shape {g.shape} != param shape {w.shape}")
-            if getattr(g, "device", None) != getattr(w, "device", None):  # Adam stepped on
-                raise ValueError(f"param {i}: grad on {g.device}, param on {w.device}")
+            gdev, wdev = getattr(g, "device", None), getattr(w, "device", None)
+            if gdev is not wdev and gdev != wdev:  # Adam stepped on (devices are singletons)
+                raise ValueError(f"param {i}: grad on {gdev}, param on {wdev}")
             yield i, p, w, g
 
     def _grads_unless(self, name: str, groups: Dict[Tuple[Any, str], List[Any]]
@@ -179,6 +181,16 @@ class Optimizer:
         """The shape of state ``name`` of a parameter of ``shape`` (its own, unless factored)."""
         return shape
 
+    def _loaded_value(self, i: int, name: str, v: Any) -> Any:
+        """State ``name`` of param ``i`` as loaded: an array checked and copied, a count whole."""
+        if isinstance(v, (np.ndarray, NDArray)):
+            return self._loaded_array(i, name, v)
+        if isinstance(v, np.generic):
+            v = v.item()
+        if name == "step":  # Adafactor's per-parameter count: 1.5 ran as a step
+            return numbers.count(v, f"optimizer state 'step' of param {i}", lo=0)
+        return v
+
     def _loaded_array(self, i: int, name: str, v: Any) -> Any:
         """State array ``name`` of param ``i`` as loaded: checked, copied to the param's device."""
         p = self.params[i]
@@ -208,11 +220,7 @@ class Optimizer:
                                  f"{len(self.params)} params")
             new[i] = {}
             for name, v in s.items():
-                if isinstance(v, (np.ndarray, NDArray)):
-                    v = self._loaded_array(i, name, v)
-                elif isinstance(v, np.generic):
-                    v = v.item()
-                new[i][name] = v
+                new[i][name] = self._loaded_value(i, name, v)
         for k, v in state_dict["hyper"].items():
             if k not in self.hyperparameters:
                 raise ValueError(f"unknown optimizer hyperparameter {k!r} for "
