@@ -7,7 +7,7 @@
   and stored once. numba's libm calls are scalar and its pow differs in the last bit, so
   groups with a transcendental, sqrt or ``**`` run on the NumPy engine; one core only
   (threads spin against OpenBLAS's). Measurements: benchmarks/README.md, "Figures behind
-  constants and docstrings" (numexpr's engine, 10x slower than numba there, is gone).
+  constants and docstrings" (numexpr's interpreter, 10x slower than numba there, is not used).
 * ``numpy`` (always available): one ufunc pass per statement over cache-sized blocks
   (``BLOCK``); bit for bit the unfused values.
 
