@@ -307,3 +307,8 @@ def _gather_histories(comm: Comm, history: List[Tuple[float, float]],
 STRATEGIES: Dict[str, Callable[[Comm, argparse.Namespace], Dict[str, Any]]] = {
     name: run_data_parallel for name in WRAPPERS}
 STRATEGIES["ps"] = run_ps
+
+
+if __name__ == "__main__":  # a library of strategies: `python -m` of it once ran nothing, exit 0
+    raise SystemExit("apps.data_parallel_strategies holds the strategies and runs nothing: "
+                     "python -m apps.train_parallel --strategy {naive,ddp,zero1,zero2,fsdp,ps}")

@@ -50,6 +50,14 @@ def _int_state_loaded() -> None:
     optim.Adam([P()], lr=0.1).load_state_dict(state)
 
 
+def _step_loaded(step: Any) -> None:
+    opt = optim.Adafactor([P()])
+    _stepped(opt, ndl.Tensor(np.ones((2, 3)), dtype="float32"))
+    state = opt.state_dict()
+    state["state"]["0"]["step"] = step
+    optim.Adafactor([P()]).load_state_dict(state)
+
+
 # (what was wrong before, the call, the exception, words the message must hold)
 CASES = [
     # ---- silent wrong answers
@@ -74,6 +82,10 @@ CASES = [
      ValueError, "optimizer state 'm' of param 0 has dtype int64; expected a float dtype"),
     ("pack([1, 2], [3]): zip dropped the second value", lambda: input_agreement.pack([1, 2], [3]),
      ValueError, "pack: 2 values but 1 widths"),
+    ("unpack(1, [0]) gave [0]: a width of 0 holds nothing", lambda: input_agreement.unpack(1, [0]),
+     ValueError, "unpack: widths in bits must be >= 1, got [0]"),
+    ("Adafactor.load_state_dict took a step count of 1.5", lambda: _step_loaded(1.5), ValueError,
+     "optimizer state 'step' of param 0 1.5 must be a whole number >= 0"),
     ("pack([1.5], [4]) packed 1", lambda: input_agreement.pack([1.5], [4]), TypeError,
      "pack: a value must be an integer, got float 1.5"),
     ("unpack(-1, [4]) gave [15]", lambda: input_agreement.unpack(-1, [4]), ValueError,
@@ -134,6 +146,14 @@ def test_an_empty_exercise_id_is_refused_before_grading_everything() -> None:
                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert res.returncode == 2, res.stdout[-2000:]
     assert "--exercise '': give an exercise id or prefix" in res.stderr
+
+
+def test_running_the_strategy_library_says_which_command_runs_it() -> None:
+    """`python -m apps.data_parallel_strategies --strategy ddp` once ran nothing and exited 0."""
+    res = subprocess.run([sys.executable, "-m", "apps.data_parallel_strategies", "--strategy",
+                          "ddp"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         stdin=subprocess.DEVNULL)
+    assert res.returncode == 1 and "python -m apps.train_parallel --strategy" in res.stderr
 
 
 @pytest.mark.parametrize("value", ["slow", "fast course"])

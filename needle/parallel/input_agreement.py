@@ -39,9 +39,7 @@ def pack(values: Sequence[int], bits: Sequence[int]) -> int:
     """Non-negative ints side by side in one context (each kept modulo 2**bits)."""
     if len(values) != len(bits):  # zip would drop the extra values unchecked
         raise ValueError(f"pack: {len(values)} values but {len(bits)} widths")
-    bits = [_whole(b, "pack: a width in bits") for b in bits]
-    if min(bits, default=1) < 1:
-        raise ValueError(f"pack: widths in bits must be >= 1, got {bits}")
+    bits = _widths(bits, "pack")
     if sum(bits) > CONTEXT_BITS:
         raise ValueError(f"pack: {sum(bits)} bits do not fit a context of {CONTEXT_BITS}")
     out, shift = 0, 0
@@ -53,7 +51,7 @@ def pack(values: Sequence[int], bits: Sequence[int]) -> int:
 
 def unpack(context: int, bits: Sequence[int]) -> List[int]:
     """The ints ``pack`` put in ``context``."""
-    context = _whole(context, "unpack: the context")
+    context, bits = _whole(context, "unpack: the context"), _widths(bits, "unpack")
     if context < 0:
         raise ValueError(f"unpack: a context is >= 0, got {context}")
     out = []
@@ -69,6 +67,14 @@ def _whole(v: Any, what: str) -> int:
         return operator.index(v)
     except TypeError:
         raise TypeError(f"{what} must be an integer, got {type(v).__name__} {v!r}") from None
+
+
+def _widths(bits: Sequence[Any], who: str) -> List[int]:
+    """``bits`` as ints >= 1 (a width of 0 packs nothing)."""
+    out = [_whole(b, f"{who}: a width in bits") for b in bits]
+    if min(out, default=1) < 1:
+        raise ValueError(f"{who}: widths in bits must be >= 1, got {out}")
+    return out
 
 
 def by_rank(values: Sequence[Any]) -> str:
