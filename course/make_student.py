@@ -64,8 +64,10 @@ INSTRUCTOR_FILES = ("course/make_student.py", "course/check_release.py",
                     "tests/test_commands.py",  # its bad-input cases run the release tools
                     "benchmarks/gpu_check_h100.md", "benchmarks/gpu_check_h100.json",
                     # the backends' fast kernels beside an exercise, each its answer: the
-                    # reductions (reduce.cu) and the CPU's one-pass Adam (hw2.optim.adam)
+                    # reductions (reduce.cu), softmax and layer norm (softmax.cu,
+                    # layernorm.cu) and the CPU's one-pass Adam (hw2.optim.adam)
                     "needle/backend_cuda/kernels/reduce_fast.cu",
+                    "needle/backend_cuda/kernels/norm_fast.cu",
                     "needle/backend_ndarray/adam_cpu_kernel.py")
 # Markdown sections (heading lines, each up to the next heading of its level or above) that
 # describe instructor-only commands

@@ -162,18 +162,30 @@ def matmul_mode_from_env() -> str:
 
 
 def reduce_mode(mode: str, where: str) -> str:
-    """``mode`` when it is a reduction path this tree has ("fast": reduce_fast.cu, "course":
-    reduce.cu), else ValueError naming ``where`` it was asked for."""
+    """``mode`` when it is a kernel path this tree has ("fast": reduce_fast.cu and
+    norm_fast.cu, "course": reduce.cu, softmax.cu and layernorm.cu), else ValueError naming
+    ``where`` it was asked for."""
     if mode not in ("fast", "course"):
         raise ValueError(f"{where}: unknown reduce kernel {mode!r}; expected fast or course")
-    if mode == "fast" and "reduce_fast.cu" not in kernel_specs.KERNEL_FILES:
+    if mode == "fast" and not fast_kernels():
         raise ValueError(f"{where}: this tree has no fast reduction kernels (a student "
                          f"release reduces with the course's reduce.cu)")
     return mode
 
 
+def fast_kernels() -> bool:
+    """Whether this tree has the fast reductions, softmax and layer norm (not a student
+    release)."""
+    return all(f in kernel_specs.KERNEL_FILES for f in kernel_specs.FAST_FILES)
+
+
 def reduce_mode_from_env() -> str:
-    """NEEDLE_CUDA_REDUCE: "fast" (the default where reduce_fast.cu exists) or "course"."""
-    default = "fast" if "reduce_fast.cu" in kernel_specs.KERNEL_FILES else "course"
+    """NEEDLE_CUDA_REDUCE: "fast" (the default where the fast kernels exist) or "course"."""
+    default = "fast" if fast_kernels() else "course"
     raw = os.environ.get("NEEDLE_CUDA_REDUCE", default).strip().lower()
     return reduce_mode(raw, f"NEEDLE_CUDA_REDUCE={raw!r}")
+
+
+# The reductions', softmax's and layer norm's kernels: "fast" or "course" (set by
+# ndarray_backend_cuda from NEEDLE_CUDA_REDUCE, and by its set_reduce_kernel)
+REDUCE_MODE = [""]

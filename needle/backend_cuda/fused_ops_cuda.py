@@ -34,22 +34,42 @@ def _launch_flat(filename: str, kernel: str, x: Any, n: int, args: tuple) -> Non
               idx)
 
 
+def _launch_fast(kernel: str, x: Any, rows: int, cols: int, args: tuple) -> None:
+    """norm_fast.cu's ``kernel`` over ``rows`` rows of ``cols``; its ``group`` is appended."""
+    if rows == 0 or cols == 0:
+        return
+    dt, idx = rt.DTYPE_NAME[x.dtype], x.device_index
+    grid, block, group = K.norm_launch(rows, cols, x.dtype.itemsize)
+    k = rt.kernel("norm_fast.cu", K.typed_name(kernel, dt), dt, idx)
+    rt.launch(k, (grid,), (block,), args + (np.int32(group),), idx)
+
+
+def _rows_kernel(course_file: str, kernel: str, x: Any, rows: int, cols: int,
+                 args: tuple) -> None:
+    """``kernel`` of the course's ``course_file``, or its ``_fast`` twin in norm_fast.cu when
+    set_reduce_kernel is "fast"."""
+    if rt.REDUCE_MODE[0] == "fast":
+        _launch_fast(kernel + "_fast", x, rows, cols, args)
+    else:
+        _launch_rows(course_file, kernel, x, rows, cols, args)
+
+
 def softmax_rows(a: Any, out: Any, rows: int, cols: int) -> None:
     """out = softmax of each of the ``rows`` rows of length ``cols`` (online normalizer)."""
-    _launch_rows("softmax.cu", "softmax_rows", a, rows, cols,
+    _rows_kernel("softmax.cu", "softmax_rows", a, rows, cols,
                  (a.array, out.array, np.int64(rows), np.int64(cols)))
 
 
 def logsumexp_rows(a: Any, out: Any, rows: int, cols: int) -> None:
     """out[r] = log(sum(exp(row r))) for ``rows`` rows of length ``cols`` > 0."""
-    _launch_rows("softmax.cu", "logsumexp_rows", a, rows, cols,
+    _rows_kernel("softmax.cu", "logsumexp_rows", a, rows, cols,
                  (a.array, out.array, np.int64(rows), np.int64(cols)))
 
 
 def layer_norm_fwd(x: Any, w: Any, b: Any, y: Any, mean: Any, rstd: Any, rows: int, cols: int,
                    eps: float) -> None:
     """y, mean, rstd of layer norm over rows of length ``cols``; mean, rstd float32 (float64)."""
-    _launch_rows("layernorm.cu", "layernorm_fwd", x, rows, cols,
+    _rows_kernel("layernorm.cu", "layernorm_fwd", x, rows, cols,
                  (x.array, w.array, b.array, y.array, mean.array, rstd.array, np.int64(rows),
                   np.int64(cols), _acc(eps, x)))
 

@@ -17,11 +17,13 @@ from ..backend_ndarray import primitives as P
 from .c_expr import to_c
 
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
-# (reduce_fast.cu, the backend's default reductions, is not in a student release: beside
-# reduce.cu's exercise it would be its answer; without it the course's kernels reduce)
+# (FAST_FILES, the backend's default reductions, softmax and layer norm, are not in a student
+# release: beside reduce.cu's, softmax.cu's and layernorm.cu's exercises they would be their
+# answers; without them the course's kernels run)
+FAST_FILES = ("reduce_fast.cu", "norm_fast.cu")
 KERNEL_FILES = tuple(f for f in (
     "strided.cu", "ewise.cu", "ewise_strided.cu", "reduce.cu", "reduce_fast.cu", "matmul.cu",
-    "softmax.cu", "conv.cu", "batchnorm.cu", "layernorm.cu", "dropout.cu",
+    "softmax.cu", "conv.cu", "batchnorm.cu", "layernorm.cu", "norm_fast.cu", "dropout.cu",
     "multi_tensor.cu") if (KERNEL_DIR / f).is_file())
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
@@ -178,6 +180,7 @@ def name_expressions(filename: str, dtype: str = "") -> List[str]:
         "softmax.cu": ("softmax_rows", "logsumexp_rows"),
         "layernorm.cu": ("layernorm_fwd", "layernorm_bwd_dx", "layernorm_bwd_dwdb",
                      "layernorm_bwd_dwdb_sum"),
+        "norm_fast.cu": ("softmax_rows_fast", "logsumexp_rows_fast", "layernorm_fwd_fast"),
         "dropout.cu": ("dropout_fwd", "dropout_bwd"),
         "conv.cu": ("conv_im2col", "conv_col2im", "conv_bias_add"),
         "batchnorm.cu": ("bn_fwd_partials", "bn_fwd_apply", "bn_bwd_partials", "bn_bwd_apply"),
@@ -282,6 +285,21 @@ def fast_reduce_plan(outer: int, size: int, inner: int, itemsize: int,
     chunks = math.ceil(size / chunk)
     return {"kind": "rows_wide", "grid": (min(outer, 65535 * 16), chunks), "block": (block, 1),
             "chunks": chunks, "chunk": chunk}
+
+
+WARP_ROW_BYTES = 4096  # rows up to this many bytes take a warp each in norm_fast.cu
+
+
+def norm_launch(rows: int, cols: int, itemsize: int) -> Tuple[int, int, int]:
+    """(grid, block, group) for norm_fast.cu over ``rows`` rows of ``cols`` elements: ``group``
+    threads per row, 32 (a warp per row, 8 rows per block) for short rows, else the block (128
+    to 512 threads, about four 16-byte packs each)."""
+    if rows <= 0 or cols <= 0:
+        raise ValueError(f"norm_launch needs rows > 0 and cols > 0, got {rows}, {cols}")
+    if cols * itemsize <= WARP_ROW_BYTES:
+        return min(math.ceil(rows / 8), 65535 * 16), 256, 32
+    block = max(128, min(512, next_pow2(math.ceil(cols * itemsize / 64))))
+    return min(rows, 65535 * 16), block, block
 
 
 def matmul_launch(batch: int, m: int, p: int, mode: str) -> Tuple[Tuple[int, int, int],

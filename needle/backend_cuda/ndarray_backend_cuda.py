@@ -35,7 +35,8 @@ _POOL_FREE, _POOL_HELD, _FULL_CHECK = buffer_pool.FREE, buffer_pool.HELD, buffer
 _PEAK = rt.PEAK
 _EWISE_SHAPES: Dict[int, Tuple[int, int]] = {}
 _MATMUL_MODE = [rt.matmul_mode_from_env()]
-_REDUCE_MODE = [rt.reduce_mode_from_env()]
+rt.REDUCE_MODE[0] = rt.reduce_mode_from_env()
+_REDUCE_MODE = rt.REDUCE_MODE
 
 
 def available(index: int = 0) -> bool:
@@ -425,13 +426,14 @@ def _reduce(op: str, a: Array, out: Array, reduce_size: int) -> None:
 
 
 def set_reduce_kernel(mode: str) -> None:
-    """Choose the float reductions: "fast" (default: reduce_fast.cu, middle axes read in
-    place) or "course" (reduce.cu, the hw3 exercise, after a transposed copy for middle axes)."""
+    """Choose the float reductions, fused softmax / logsumexp and layer-norm forward: "fast"
+    (default: reduce_fast.cu, middle axes read in place, and norm_fast.cu) or "course" (the hw3
+    exercises reduce.cu, after a transposed copy for middle axes, softmax.cu and layernorm.cu)."""
     _REDUCE_MODE[0] = rt.reduce_mode(mode, f"set_reduce_kernel({mode!r})")
 
 
 def get_reduce_kernel() -> str:
-    """The current reduction path."""
+    """The current reduction, softmax and layer-norm path ("fast" or "course")."""
     return _REDUCE_MODE[0]
 
 
