@@ -17,7 +17,7 @@ import platform
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -45,6 +45,24 @@ def timed(fn: Callable[[], Any], sync: Callable[[], None], reps: int) -> float:
         sync()
         times.append(time.perf_counter() - t0)
     return float(np.median(times))
+
+
+def timed_pair(fn_a: Callable[[], Any], fn_b: Callable[[], Any], sync: Callable[[], None],
+               reps: int) -> Tuple[float, float]:
+    """Median seconds of ``fn_a`` and of ``fn_b``, run alternately (a, b, a, b, ...) so that
+    clock and thermal drift fall on both alike; warm-up as ``timed``."""
+    for _ in range(1 if reps == 1 else 2):
+        fn_a()
+        fn_b()
+    sync()
+    times: Tuple[List[float], List[float]] = ([], [])
+    for _ in range(reps):
+        for fn, out in ((fn_a, times[0]), (fn_b, times[1])):
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            out.append(time.perf_counter() - t0)
+    return float(np.median(times[0])), float(np.median(times[1]))
 
 
 def _sync(torch: Any) -> Callable[[], None]:
@@ -131,7 +149,8 @@ def _adam(F: Any, p: Any, g: Any, mom: List[Any]) -> Callable[[], None]:
 
 
 def _course(mod: Any, fn: Callable[[], Any]) -> Callable[[], Any]:
-    """``fn`` with the course's reduce.cu (the backend's default is reduce_fast.cu)."""
+    """``fn`` with the course's reduce.cu, softmax.cu and layernorm.cu (the backend's default
+    is reduce_fast.cu and norm_fast.cu)."""
     def run() -> Any:
         old = mod.get_reduce_kernel()
         mod.set_reduce_kernel("course")
@@ -140,6 +159,23 @@ def _course(mod: Any, fn: Callable[[], Any]) -> Callable[[], Any]:
         finally:
             mod.set_reduce_kernel(old)
     return run
+
+
+def _bandwidth_row(name: str, nbytes: int, fn_n: Callable[[], Any],
+                   fn_t: Optional[Callable[[], Any]], sync: Callable[[], None], reps: int,
+                   peak: Dict[str, float], mode: str) -> None:
+    """One kernel row: needle's GB/s, and where torch runs, torch's GB/s timed alternately
+    with needle's and needle's bandwidth as a fraction of torch's."""
+    if fn_t is None:
+        s, t = timed(fn_n, sync, reps), 0.0
+    else:
+        s, t = timed_pair(fn_n, fn_t, sync, reps)
+    row: Dict[str, Any] = {"kernel": name, "needle_GBps": round(nbytes / s / 1e9, 2)}
+    if t:
+        row.update(torch_GBps=round(nbytes / t / 1e9, 2), needle_vs_torch=round(t / s, 3))
+    if peak:
+        row["needle_pct_of_copy"] = round(100 * nbytes / s / 1e9 / peak["copy_GBps"], 1)
+    emit(**row, mode=mode)
 
 
 def kernels(dry: bool) -> None:
@@ -176,16 +212,16 @@ def kernels(dry: bool) -> None:
          lambda: torch.softmax(tt["m2"], -1)),
         ("layer norm fused", 8 * rows * cols, lambda: F.layer_norm(cu["m2"], cu["w"], cu["b"]),
          lambda: torch.nn.functional.layer_norm(tt["m2"], (cols,), tt["w"], tt["b"])),
+        ("softmax fused course", 8 * rows * cols, _course(mod, lambda: F.softmax(cu["m2"])),
+         lambda: torch.softmax(tt["m2"], -1)),
+        ("layer norm fused course", 8 * rows * cols,
+         _course(mod, lambda: F.layer_norm(cu["m2"], cu["w"], cu["b"])),
+         lambda: torch.nn.functional.layer_norm(tt["m2"], (cols,), tt["w"], tt["b"])),
         ("adam fused", 28 * n_el, _adam(F, cu["x"], cu["y"], mom), _torch_adam(torch, x)),
     ]
     for name, nbytes, fn_n, fn_t in cases:
-        s = timed(fn_n, sync, reps)
-        row: Dict[str, Any] = {"kernel": name, "needle_GBps": round(nbytes / s / 1e9, 2)}
-        if torch is not None and fn_t is not None:
-            row["torch_GBps"] = round(nbytes / timed(fn_t, sync, reps) / 1e9, 2)
-        if peak:
-            row["needle_pct_of_copy"] = round(100 * nbytes / s / 1e9 / peak["copy_GBps"], 1)
-        emit(**row, mode="emulated" if dry else "gpu")
+        _bandwidth_row(name, nbytes, fn_n, fn_t if torch is not None else None, sync, reps,
+                       peak, "emulated" if dry else "gpu")
     a = NDArray(rng.standard_normal((mm, mm), dtype=np.float32), device=ndl.cuda())
     flop = 2 * mm ** 3
     for path in ("naive", "tiled", "cublas"):
