@@ -16,6 +16,9 @@ from needle.backend_cuda.emulator import build
 
 SANITIZER_EXIT = 66
 DEFAULT_TESTS = ("tests/backend_cuda/emulator/test_emu_kernels.py",)
+# Static TLS that glibc keeps for dlopen'ed libraries: TSan-built kernels hold their thread_locals
+# there (build.SANITIZE_FLAGS says why), 56 bytes a module; glibc's default 512 fits nine.
+STATIC_TLS_BYTES = 65536
 
 
 def sanitizer_env(mode: str, base: Optional[Dict[str, str]] = None,
@@ -39,6 +42,9 @@ def sanitizer_env(mode: str, base: Optional[Dict[str, str]] = None,
         "ASAN_OPTIONS": f"detect_leaks=0 halt_on_error=1 exitcode={SANITIZER_EXIT} "
                         f"allocator_may_return_null=1{log}",
         "PYTHONMALLOC": "malloc",  # every Python allocation through the sanitizer's malloc
+        "GLIBC_TUNABLES": ":".join(filter(None, (
+            env.get("GLIBC_TUNABLES", ""),
+            f"glibc.rtld.optional_static_tls={STATIC_TLS_BYTES}"))),
     })
     return env
 

@@ -35,8 +35,13 @@ CHECK_FLAGS = ("-O1", "-g1", "-DCUDA_EMU_MEMCHECK=1", "-fsanitize=kernel-address
                *(("-mtls-dialect=gnu2",) if platform.machine() == "x86_64" else ()),
                "--param", "asan-instrumentation-with-call-threshold=0", "--param", "asan-stack=0",
                "--param", "asan-globals=0", "-fno-sanitize-address-use-after-scope")
+# Under ThreadSanitizer the kernels' thread_locals are initial-exec: with glibc's default dynamic
+# TLS, every CUDA thread's exit frees blocks inside ld.so, a race TSan reports and tsan.supp
+# suppresses, and checking a suppression symbolizes, which freezes gcc's symbolizer (libbacktrace)
+# to the libraries loaded so far: a later module's frames print as <null>. The static TLS this
+# takes is reserved by sanitize.py (GLIBC_TUNABLES, STATIC_TLS_BYTES).
 SANITIZE_FLAGS = {
-    "thread": ("-fsanitize=thread", "-g", "-O1"),
+    "thread": ("-fsanitize=thread", "-g", "-O1", "-ftls-model=initial-exec"),
     "address": ("-fsanitize=address", "-fno-omit-frame-pointer", "-g", "-O1"),
 }
 _EXTERN_SHARED = re.compile(

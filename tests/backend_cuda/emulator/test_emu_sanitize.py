@@ -6,7 +6,9 @@ a copy with an off-by-one loop bound must make AddressSanitizer report a heap ov
 unmutated kernels run clean under both; ``make test-cuda-sanitize`` runs the whole kernel test
 file that way. Every child process has a wall-clock bound.
 """
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -55,6 +57,39 @@ def test_tsan_passes_reduce_and_flags_a_removed_syncthreads(tmp_path):
     write = lines.index("    if (lane == 0) smem[warp] = acc;") + 1
     assert f"{tmp_path / 'reduce.cu'}:{write}" in res.stderr, res.stderr[-3000:]
     assert "'B0 T" in res.stderr or "'B1 T" in res.stderr, res.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_tsan_names_both_lines_of_a_race_after_other_kernels(tmp_path, monkeypatch):
+    """The whole kernel test file's condition: strided.cu's tests run first in the same pytest
+    process, then a reduction without its barrier. Both accesses carry file:line (gcc's
+    symbolizer sees only the libraries loaded when it first symbolizes: build.SANITIZE_FLAGS)."""
+    if build.find_runtime("thread") is None:
+        pytest.skip("gcc's thread sanitizer runtime is not installed")
+    kernels = tmp_path / "kernels"
+    shutil.copytree(K.KERNEL_DIR, kernels)
+    code = mutated("reduce.cu", REDUCE_BARRIER, "    if (lane == 0) smem[warp] = acc;\n")
+    (kernels / "reduce.cu").write_text(code)
+    (tmp_path / "planted_kernels.py").write_text(  # a plugin: the child loads these kernels
+        "from pathlib import Path\nfrom needle.backend_cuda import kernel_specs\n"
+        f"kernel_specs.KERNEL_DIR = Path({str(kernels)!r})\n")
+    monkeypatch.setenv("NEEDLE_CUDA_EMULATOR_CACHE", str(tmp_path / "cache"))  # no leftovers
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        filter(None, (str(tmp_path), os.environ.get("PYTHONPATH")))))
+    res = sanitize.run_pytest("thread", ["-p", "planted_kernels", sanitize.DEFAULT_TESTS[0], "-k",
+                                         "test_strided_copies or (test_reduce_plans and sum)"],
+                              timeout=CHILD_TIMEOUT, cwd=str(ROOT))
+    assert res.returncode == sanitize.SANITIZER_EXIT, res.stdout[-3000:] + res.stderr[-3000:]
+    lines = code.splitlines()
+    write = lines.index("    if (lane == 0) smem[warp] = acc;") + 1
+    read = next(i for i, line in enumerate(lines, 1) if "smem[lane]" in line)
+    report = res.stderr[res.stderr.index("WARNING: ThreadSanitizer: data race"):]
+    # the first frame of each access, the write and the read in whichever order they ran
+    frames = re.findall(r"(?:[Ww]rite|[Rr]ead) of size \d+ .*\n +#0 (.*)", report)[:2]
+    assert len(frames) == 2 and all("reduce_rows_block" in f for f in frames), report[:3000]
+    where = re.escape(str(kernels / "reduce.cu"))
+    named = sorted(int(m.group(1)) for f in frames if (m := re.search(rf" {where}:(\d+) ", f)))
+    assert named == sorted([write, read]), report[:3000]
 
 
 def test_tsan_sees_a_race_between_blocks(tmp_path):
