@@ -88,7 +88,7 @@ def parser(strategies: Optional[List[str]] = None,
                    help="write a Chrome trace of the run (every rank) and summaries to DIR")
     p.add_argument("--blas-threads", type=int, default=None,
                    help="BLAS threads per rank (default: the node's cores shared among its "
-                        "ranks, or OMP_NUM_THREADS when set; see needle/parallel/comm/threads.py)")
+                        "ranks, or OMP_NUM_THREADS when set; see needle/parallel/threads.py)")
     # a _Family takes the add_argument calls a parser would
     mp.add_arguments(cast(argparse.ArgumentParser, _Family(p, DEFAULTS["mp"])))
     dp.add_arguments(cast(argparse.ArgumentParser, _Family(p, DEFAULTS["dp"])))

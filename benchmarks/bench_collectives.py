@@ -21,9 +21,9 @@ allreduce with the ledger disabled.  Time is the best batch of the slowest rank'
 all cases interleaved within each batch, so a change in the machine's load lands on all of them
 alike; on a shared machine the slower batches measure other people's processes.
 
-Then the alpha-beta model (``needle.parallel.comm.cost_model``) is fitted to the ``Sendrecv``
-times and predicts the ring allreduce from the message trace of the same call on the virtual
-cluster; the collectives' targets are printed with PASS/FAIL.
+Then the alpha-beta model (``needle.parallel.comm.algorithms.cost_model``) is fitted to the
+``Sendrecv`` times and predicts the ring allreduce from the message trace of the same call on
+the virtual cluster; the collectives' targets are printed with PASS/FAIL.
 """
 import os
 import tempfile
@@ -35,8 +35,8 @@ import numpy as np
 
 from needle import cli
 from needle.parallel import virtual
-from needle.parallel.comm.communicator import Communicator, create
-from needle.parallel.comm.cost_model import CostModel
+from needle.parallel.comm.algorithms.cost_model import CostModel
+from needle.parallel.comm.engine.communicator import Communicator, create
 
 SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 Results = Dict[int, Dict[Tuple[str, str], float]]

@@ -9,7 +9,7 @@ traffic, and the parameter server with a straggler.
         -u OPENBLAS_L2_SIZE mpiexec -n 2 python benchmarks/bench_data_parallel.py --default-threads
 
 ``--default-threads`` leaves the BLAS threads to ``create()`` (the library's default placement,
-``needle/parallel/comm/threads.py``) and compares needle DDP with torch DDP. Otherwise one BLAS
+``needle/parallel/threads.py``) and compares needle DDP with torch DDP. Otherwise one BLAS
 thread per rank (``threadpoolctl``: the launcher's rank process has loaded NumPy before this
 script runs, so environment variables would come too late). Timed cases run in interleaved
 blocks (each block: a barrier, then a few steps of every case in turn), and a case's time is the

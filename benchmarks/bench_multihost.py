@@ -61,7 +61,7 @@ def fit_links(raw):
     message's latency hides behind the transfer here, and an alpha fitted over 1-16 MiB is
     noise (0-2 ms across runs on this shared 2-core machine, whose small messages measure its
     scheduler), as is the rate at 1 MiB (10% slower, run to run)."""
-    from needle.parallel.comm.cost_model import CostModel
+    from needle.parallel.comm.algorithms.cost_model import CostModel
     n = 16 << 20
     return [CostModel(0.0, min(exchange(raw, peer, n, 4) for _ in range(2)) / n)
             for peer in (1, 2)]
@@ -107,7 +107,7 @@ def measure(comm, sizes: List[int], reps: int) -> Dict[int, Dict[str, List[float
 def predicted_steps(algorithm: str, size: int, piece: int = 0):
     """The steps an allreduce of ``size`` bytes of float32 sends on ``NODES`` (``piece=0``: one
     latency per send, its pieces pipelined behind each other)."""
-    from needle.parallel.comm import select
+    from needle.parallel.comm.algorithms import select
     p = len(NODES)
     if algorithm == "tree":
         return select.steps("reduce", "binomial", size, p, 4, piece).then(
@@ -117,8 +117,8 @@ def predicted_steps(algorithm: str, size: int, piece: int = 0):
 
 def worker(args: argparse.Namespace) -> None:
     """On each rank: fit, measure, and (rank 0) print the table."""
-    from needle.parallel.comm.communicator import create
-    from needle.parallel.comm.cost_model import TwoLevelModel
+    from needle.parallel.comm.algorithms.cost_model import TwoLevelModel
+    from needle.parallel.comm.engine.communicator import create
     comm = create()
     raw = comm.transport.comm
     intra, inter = fit_links(raw)

@@ -61,7 +61,7 @@ from needle import cli, nn  # noqa: E402
 from needle.autograd import find_topo_sort  # noqa: E402
 from needle.memory.estimator import estimate_module  # noqa: E402
 from needle.parallel import mpiexec, virtual  # noqa: E402
-from needle.parallel.comm.threads import ENV_VARS, threads_per_rank  # noqa: E402
+from needle.parallel.threads import ENV_VARS, threads_per_rank  # noqa: E402
 from needle.plan.bubble import pipeline_seconds  # noqa: E402
 from needle.plan.cluster import (  # noqa: E402
     ClusterSpec,
@@ -87,7 +87,7 @@ ZERO = {"ddp": 0, "zero1": 1, "zero2": 2, "zero3": 3, "single": 0}
 def run_worker(strategy: str, ranks: int, steps: int, timeout: float,
                blas_threads: int = 0, extra: Sequence[str] = ()) -> Dict[str, Any]:
     """Launch plan_worker.py under mpiexec; its JSON figures. ``blas_threads``: fix the
-    BLAS/OpenMP threads per rank (0: needle's own choice, ``comm.threads``)."""
+    BLAS/OpenMP threads per rank (0: needle's own choice, ``parallel.threads``)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -440,7 +440,7 @@ def main() -> None:
           + ", ".join(f"{p} ranks {ab['alpha'] * 1e6:.1f} us, {1 / ab['beta'] / 1e9:.2f} GB/s"
                       for p, ab in abs_.items()))
     # The one-rank reference runs with the BLAS threads each rank of the runs gets
-    # (comm.threads: cores // ranks, 1 here), not the cores-many a lone process starts: two
+    # (parallel.threads: cores // ranks, 1 here), not the cores-many a lone process starts: two
     # OpenBLAS threads on these small matmuls made a 1-rank step 10x slower than one thread.
     ref_threads = threads_per_rank(os.cpu_count() or 1, min(a.ranks))
     print(f"{a.reps} rounds per rank count, each {a.steps} timed steps after 2 warm-up steps;"

@@ -10,7 +10,7 @@ rules to a list of parameter sizes, so the bytes it predicts are the ledger's to
 from typing import Any, List, NamedTuple, Sequence, Tuple
 
 from needle.autograd import find_topo_sort
-from needle.parallel.comm.latency_bound import binomial_broadcast_steps
+from needle.parallel.comm.algorithms.latency_bound import binomial_broadcast_steps
 from needle.parallel.data_parallel.buckets import assign_buckets
 from needle.plan.comm_time import Collective, pp_sends, step_bytes
 

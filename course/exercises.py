@@ -265,11 +265,12 @@ UNTRACED: Dict[str, str] = {
     "needle/backend_cuda/ndarray_backend_cuda.py::_reduce": "hw3.cuda.backend",
     "needle/backend_ndarray/fused_ops.py::logsumexp_naive": "hw2.ops.logsumexp",  # GPU fallback
     "needle/backend_ndarray/fused_ops.py::dropout_naive": "hw2.nn.dropout",  # ops.dropout on CPU
-    "needle/parallel/comm/ring.py::ring_reduce_scatter": "collectives.mpi",
-    "needle/parallel/comm/ring.py::ring_gather": "collectives.mpi",
-    "needle/parallel/comm/latency_bound.py::recursive_doubling_allreduce": "collectives.mpi",
-    "needle/parallel/comm/latency_bound.py::binomial_broadcast": "collectives.mpi",
-    "needle/parallel/comm/latency_bound.py::binomial_reduce": "collectives.mpi",
+    "needle/parallel/comm/algorithms/ring.py::ring_reduce_scatter": "collectives.mpi",
+    "needle/parallel/comm/algorithms/ring.py::ring_gather": "collectives.mpi",
+    "needle/parallel/comm/algorithms/latency_bound.py::recursive_doubling_allreduce":
+        "collectives.mpi",
+    "needle/parallel/comm/algorithms/latency_bound.py::binomial_broadcast": "collectives.mpi",
+    "needle/parallel/comm/algorithms/latency_bound.py::binomial_reduce": "collectives.mpi",
 }
 
 

@@ -186,7 +186,7 @@ HW4: List[Q] = [
 
 COLLECTIVES: List[Q] = [
     ("collectives.reference",
-     "from needle.parallel.comm import reference\n"
+     "from needle.parallel.comm.algorithms import reference\n"
      "xs = [np.full(4, r + 1.0) for r in range(3)]\n"
      "print(reference.recursive_doubling_allreduce(xs)[0])"),
     ("collectives.mpi",

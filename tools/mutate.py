@@ -82,8 +82,8 @@ class Mutant(NamedTuple):
 
 GRADING, SERIAL = "course/grade_plugin.py", "needle/serialization.py"
 SCORING = "course/scoring.py"
-FUSION, COMM = "needle/compiler/fusion.py", "needle/parallel/comm/communicator.py"
-ARGS = "needle/parallel/comm/args.py"
+FUSION, COMM = "needle/compiler/fusion.py", "needle/parallel/comm/engine/communicator.py"
+ARGS = "needle/parallel/comm/engine/args.py"
 HYPER, OPTIM = "needle/optim/hyper.py", "needle/optim/optimizer.py"
 SUPERVISOR = "course/supervisor.py"
 FORK_TESTS = ("tests/test_supervisor.py",  # the policy, then make grade's crashes end to end

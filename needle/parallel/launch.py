@@ -21,14 +21,14 @@ from typing import Any, Callable, List, NoReturn, Optional
 
 from ..cli import Parser
 from . import hostfile, mpiexec
-from .comm.faults import (
+from .faults import (
     CONSEQUENCES,
     install_abort_hook,
     rank_from_env,
     remove_exit_guard,
     write_status,
 )
-from .comm.faults import REPORT_DIR_ENV as DIR_ENV
+from .faults import REPORT_DIR_ENV as DIR_ENV
 
 SUPERVISE = "--rank-supervise"  # internal: how mpiexec starts each rank
 CHILD = "--rank-child"  # internal: the rank itself, under its supervisor

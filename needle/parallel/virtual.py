@@ -1,9 +1,9 @@
 """The in-process virtual cluster: run a function on k ranks as threads of this process.
 
-See docs/parallel.md, "The virtual cluster". Scheduling is cooperative (``comm/scheduler.py``),
-so runs are deterministic. Each rank starts from the caller's ``process_state.snapshot()``
-(global RNGs, grad and lazy mode, autocast, what ``process_state.register`` added), keeps its
-own copy, and the caller's is restored afterwards.
+See docs/parallel.md, "The virtual cluster". Scheduling is cooperative
+(``comm/transport/scheduler.py``), so runs are deterministic. Each rank starts from the
+caller's ``process_state.snapshot()`` (global RNGs, grad and lazy mode, autocast,
+what ``process_state.register`` added), keeps its own copy, and the caller's is restored afterwards.
 """
 import os
 import threading
@@ -11,11 +11,11 @@ from typing import Any, Callable, Dict, List, Optional
 
 from .. import numbers as strict
 from .. import process_state
-from .comm.args import check_timeout
-from .comm.communicator import Communicator
+from .comm.engine.args import check_timeout
+from .comm.engine.communicator import Communicator
 from .comm.errors import DeadlockError
-from .comm.scheduler import CommAbortedError, Scheduler
-from .comm.transport_inprocess import InProcessTransport, Message, World
+from .comm.transport.scheduler import CommAbortedError, Scheduler
+from .comm.transport.transport_inprocess import InProcessTransport, Message, World
 
 __all__ = ["run", "Cluster", "RankFailedError", "DeadlockError", "CommAbortedError",
            "Message"]

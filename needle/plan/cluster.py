@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Tuple
 import numpy as np
 
 from ..parallel import mpiexec
-from ..parallel.comm.cost_model import ALPHA, BETA
+from ..parallel.comm.algorithms.cost_model import ALPHA, BETA
 from .core_sharing import sharing_factor, slowdown_curve
 
 __all__ = ["ClusterSpec", "PRESETS", "preset", "measure_gemm_flops", "measure_here"]

@@ -24,7 +24,7 @@ from typing import List, NamedTuple
 
 import numpy as np
 
-from ..parallel.comm.cost_model import CostModel
+from ..parallel.comm.algorithms.cost_model import CostModel
 from .cluster import ClusterSpec
 from .collective_sends import busiest
 from .layout import Layout, Setup

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from needle.parallel.comm.communicator import create
+from needle.parallel.comm.engine.communicator import create
 from needle.parallel.comm.errors import CommTimeoutError
 
 

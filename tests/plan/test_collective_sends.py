@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-from needle.parallel.comm.cost_model import CostModel
+from needle.parallel.comm.algorithms.cost_model import CostModel
 from needle.plan import cluster, collective_sends, comm_time
 from needle.plan.collective_sends import RANK_BY_RANK, busiest, rank_by_rank
 from needle.plan.layout import Setup

@@ -1,15 +1,12 @@
 """The communicator: collectives written from scratch on point-to-point messages.
 
-Reading order: ``reference.py`` (the algorithms as pure functions), ``ring.py`` and
-``latency_bound.py`` (the same as generators over messages), ``hierarchical.py``,
-``progress.py`` (channels, waiting, ``Work``), ``errors.py``, ``hosts.py`` (which host each
-rank is on), ``metadata.py`` (argument checks), ``select.py``, ``p2p.py``, ``ledger.py``, the
-transports, ``mpi_runtime.py`` (MPI started on first use) and ``scheduler.py``,
-``collectives.py`` (the table) and ``communicator.py`` (the class that runs it).
+``algorithms/`` (what is sent), ``engine/`` (the ``Communicator`` that runs a call),
+``transport/`` (what it travels over); beside them the errors, host discovery, the ledger, the
+``Comm`` protocol and the cross-rank ``agree``.
 """
-from .communicator import Communicator, create
+from .engine.communicator import Communicator, create
 from .errors import CommTimeoutError, DeadlockError
-from .progress import Work
 from .protocol import Comm
+from .transport.progress import Work
 
 __all__ = ["Comm", "Communicator", "CommTimeoutError", "DeadlockError", "Work", "create"]

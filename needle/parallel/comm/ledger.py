@@ -23,7 +23,7 @@ from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 import numpy as np
 
 from ...process_state import switches
-from .reference import chunk_bounds
+from .algorithms.reference import chunk_bounds
 
 
 class Record(NamedTuple):

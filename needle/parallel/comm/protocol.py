@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ContextManager, Dict, Optional, Protocol,
 import numpy as np
 
 from .ledger import Ledger
-from .progress import Stat, Transport, Work
+from .transport.progress import Stat, Transport, Work
 
 __all__ = ["Comm"]
 
@@ -93,7 +93,7 @@ class Comm(Protocol):
 
 
 if TYPE_CHECKING:  # mypy checks here that the communicator satisfies the protocol
-    from .communicator import Communicator
+    from .engine.communicator import Communicator
 
     def _is_comm(c: Communicator) -> Comm:
         return c

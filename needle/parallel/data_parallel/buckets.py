@@ -17,7 +17,7 @@ import numpy as np
 from ...autograd import Tensor
 from ...backend_ndarray.dtypes import to_numpy_dtype
 from ...process_state import switches
-from ..comm.convert import empty_host, host_view
+from ..comm.engine.convert import empty_host, host_view
 from ..comm.protocol import Comm
 from .flat_layout import FlatLayout
 

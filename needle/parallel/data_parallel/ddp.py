@@ -18,8 +18,8 @@ import numpy as np
 from ...autograd import Tensor
 from ...nn import Module
 from ..comm.agree import agree
-from ..comm.convert import host_view, to_tensor
-from ..comm.metadata import CallMismatchError
+from ..comm.engine.convert import host_view, to_tensor
+from ..comm.engine.metadata import CallMismatchError
 from ..comm.protocol import Comm
 from .buckets import Bucket, BucketReducer, assign_buckets, reduce_dtype
 from .grad_hooks import BackwardHooks

@@ -5,7 +5,7 @@ from typing import Sequence, Union
 import numpy as np
 
 from ...autograd import NDArray, Tensor, TensorOp
-from ..comm.convert import to_ndarray
+from ..comm.engine.convert import to_ndarray
 from ..comm.protocol import Comm
 
 __all__ = ["all_to_all"]

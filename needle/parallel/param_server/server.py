@@ -6,8 +6,8 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 import numpy as np
 
 from ...autograd import Tensor
-from ..comm.convert import host_view, to_tensor
-from ..comm.p2p import ANY_SOURCE
+from ..comm.engine.convert import host_view, to_tensor
+from ..comm.engine.p2p import ANY_SOURCE
 from ..comm.protocol import Comm
 from .consistency import ClockTable
 from .messages import (

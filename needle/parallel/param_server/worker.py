@@ -6,7 +6,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from ...autograd import Tensor
-from ..comm.convert import host_view, to_tensor
+from ..comm.engine.convert import host_view, to_tensor
 from ..comm.protocol import Comm
 from .messages import CLOCK, DONE, PAYLOAD, PULL, PUSH, REQUEST, header, recv_reply
 

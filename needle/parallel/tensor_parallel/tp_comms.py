@@ -10,7 +10,7 @@ Activations are (B, T, ...) with the sequence on axis 1.
 import numpy as np
 
 from ...autograd import NDArray, Tensor, TensorOp
-from ..comm.convert import to_ndarray
+from ..comm.engine.convert import to_ndarray
 from ..comm.protocol import Comm
 
 __all__ = ["copy_to_region", "reduce_from_region", "gather_from_region", "scatter_to_region",

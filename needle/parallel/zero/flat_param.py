@@ -8,7 +8,7 @@ from ...autograd import Tensor
 from ...backend_ndarray import NDArray
 from ...backend_ndarray.dtypes import to_numpy_dtype
 from ...nn import Parameter
-from ..comm.convert import empty_host, host_view, to_tensor
+from ..comm.engine.convert import empty_host, host_view, to_tensor
 from ..comm.protocol import Comm
 from ..data_parallel.flat_layout import FlatLayout
 

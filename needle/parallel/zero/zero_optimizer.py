@@ -21,7 +21,7 @@ from ...autograd import Tensor
 from ...backend_ndarray.dtypes import to_numpy_dtype
 from ...optim import SGD, Adam
 from ..comm.agree import agree, optimizer_settings
-from ..comm.convert import empty_host, host_view, to_tensor
+from ..comm.engine.convert import empty_host, host_view, to_tensor
 from ..comm.protocol import Comm
 from ..data_parallel.buckets import (
     Bucket,

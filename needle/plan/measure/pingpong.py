@@ -7,7 +7,7 @@ import time
 import numpy as np
 
 from needle.parallel import communicator
-from needle.parallel.comm.cost_model import CostModel
+from needle.parallel.comm.algorithms.cost_model import CostModel
 from needle.plan.cluster import measure_gemm_flops
 
 SIZES = (8, 1024, 65536, 1 << 20, 4 << 20)

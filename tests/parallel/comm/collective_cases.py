@@ -2,9 +2,10 @@
 
 ``check_all(comm, quick)`` runs on every rank (``mpi_helpers.run_ranks``).  Every rank builds the
 inputs of *all* ranks from (seed, rank), so it can compute the pure-function reference
-(needle.parallel.comm.reference) for everyone locally and compare its own result exactly; under
-MPI results are also compared with MPI's native collectives.  It returns the number of checks and
-a digest of every result's bytes, so the two backends can be compared bit for bit.
+(needle.parallel.comm.algorithms.reference) for everyone locally and compare its own result
+exactly; under MPI results are also compared with MPI's native collectives.  It returns the
+number of checks and a digest of every result's bytes, so the two backends can be compared
+bit for bit.
 """
 import hashlib
 import itertools
@@ -12,8 +13,8 @@ import itertools
 import numpy as np
 
 from needle.parallel import communicator
-from needle.parallel.comm import reference as ring
-from needle.parallel.comm.transport_mpi import MPITransport
+from needle.parallel.comm.algorithms import reference as ring
+from needle.parallel.comm.transport.transport_mpi import MPITransport
 
 DTYPES = ["float32", "float64", "float16", "int32", "int64", "bool"]
 NATIVE_OPS = ["sum", "prod", "max", "min"]
@@ -133,7 +134,7 @@ def check_reduce_scatter_and_reduce(comms: tuple, xs: list, op: str, root: int,
 
 def reduce_scatter_reference(xs: list, op: str = "sum") -> list:
     """The reference of the algorithm that ``algorithm="auto"`` picks for these inputs."""
-    from needle.parallel.comm import select
+    from needle.parallel.comm.algorithms import select
     algo = select.choose("reduce_scatter", xs[0].nbytes, len(xs))
     if algo == "recursive_halving":
         return ring.recursive_halving_reduce_scatter(xs, op)
@@ -141,7 +142,7 @@ def reduce_scatter_reference(xs: list, op: str = "sum") -> list:
 
 
 def comm_small() -> int:
-    from needle.parallel.comm import select
+    from needle.parallel.comm.algorithms import select
     return select.ALLREDUCE_SMALL
 
 

@@ -95,7 +95,7 @@ def _nothing(comm):
 
 
 def _zero_chunk(comm):
-    from needle.parallel.comm.communicator import Communicator
+    from needle.parallel.comm.engine.communicator import Communicator
     Communicator(comm.transport, chunk_bytes=0)
 
 
@@ -105,7 +105,8 @@ def test_ring_chunk_and_thresholds_from_the_environment_are_checked(monkeypatch)
     import importlib
 
     from needle.parallel import RankFailedError, virtual
-    from needle.parallel.comm import args, select
+    from needle.parallel.comm.algorithms import select
+    from needle.parallel.comm.engine import args
     bad = (ValueError, RankFailedError)
     for raw, why in (("", "number of bytes"), ("1M", "number of bytes"), ("0", "at least 1")):
         monkeypatch.setenv("NEEDLE_RING_CHUNK", raw)
@@ -130,7 +131,7 @@ def test_a_bad_comm_timeout_is_named_before_any_wait(monkeypatch, raw):
     """NEEDLE_COMM_TIMEOUT of nan or inf turned every deadline off (a dead rank hung the rest
     for ever); negative, zero, beyond 1e6 s or not a number: each raises naming the variable."""
     from needle.parallel import RankFailedError, virtual
-    from needle.parallel.comm import args
+    from needle.parallel.comm.engine import args
     monkeypatch.setenv("NEEDLE_COMM_TIMEOUT", raw)
     with pytest.raises((ValueError, RankFailedError),
                        match=f"timeout must be a finite number of seconds.*{raw!r}"
@@ -149,7 +150,7 @@ def test_mpi_start_up_watchdog_refuses_a_bad_comm_timeout():
     import subprocess
     import sys
     env = dict(os.environ, NEEDLE_COMM_TIMEOUT="nan", PMI_SIZE="2", PMI_RANK="0")
-    code = ("import sys; from needle.parallel.comm import faults\n"
+    code = ("import sys; from needle.parallel import faults\n"
             "sys.modules.pop('mpi4py.MPI', None)\nfaults.start_mpi('test')")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, timeout=120)
@@ -161,7 +162,7 @@ def test_mpi_start_up_watchdog_refuses_a_bad_comm_timeout():
 def test_polls_before_yield_from_the_environment_is_a_whole_count(monkeypatch):
     """NEEDLE_POLLS_BEFORE_YIELD went through int(): '٣' read as 3, '-5' as -5 polls."""
     from needle.numbers import NumberError
-    from needle.parallel.comm.transport_mpi import _spin_polls
+    from needle.parallel.comm.transport.transport_mpi import _spin_polls
     for raw in ("-5", "٣", "2.5", "many"):
         monkeypatch.setenv("NEEDLE_POLLS_BEFORE_YIELD", raw)
         with pytest.raises(NumberError, match=f"NEEDLE_POLLS_BEFORE_YIELD {raw!r} must be a "
@@ -172,7 +173,7 @@ def test_polls_before_yield_from_the_environment_is_a_whole_count(monkeypatch):
 def test_tag_bounds_are_half_open():
     """Tags lie in [0, tag_ub): tag_ub itself is refused, tag_ub - 1 accepted (an MPI tag
     above the bound fails only inside MPI, far from the call)."""
-    from needle.parallel.comm.args import check_tag
+    from needle.parallel.comm.engine.args import check_tag
     assert check_tag("send", 31, 32, 0, 2) == 31 and check_tag("send", 0, 32, 0, 2) == 0
     with pytest.raises(ValueError, match=r"send\(tag=32\) on rank 0 of 2: tag must be in "
                                          r"\[0, 32\)"):

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from needle.parallel.comm.convert import to_numpy
+from needle.parallel.comm.engine.convert import to_numpy
 
 
 def test_numpy_and_scalars_pass_through() -> None:
@@ -40,7 +40,7 @@ def test_host_bridge_shares_cpu_memory_and_keeps_device_and_dtype() -> None:
     the device and dtype of ``like``; empty_host's NumPy side is the NDArray's memory."""
     import needle
     from needle.backend_ndarray import NDArray, cpu
-    from needle.parallel.comm.convert import empty_host, host_view, to_ndarray, to_tensor
+    from needle.parallel.comm.engine.convert import empty_host, host_view, to_ndarray, to_tensor
 
     t = needle.Tensor(np.arange(6, dtype=np.float32).reshape(2, 3), dtype="float32",
                       requires_grad=False)

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from needle.parallel import virtual
-from needle.parallel.comm import select
-from needle.parallel.comm.communicator import Communicator
-from needle.parallel.comm.cost_model import CostModel, TwoLevelModel
+from needle.parallel.comm.algorithms import select
+from needle.parallel.comm.algorithms.cost_model import CostModel, TwoLevelModel
+from needle.parallel.comm.engine.communicator import Communicator
 
 
 def textbook_ring(model: CostModel, nbytes: int, p: int) -> float:

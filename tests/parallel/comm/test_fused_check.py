@@ -6,7 +6,7 @@ import pytest
 from mpi_helpers import BACKENDS, run_ranks
 
 from needle.parallel import virtual
-from needle.parallel.comm import reference, select
+from needle.parallel.comm.algorithms import reference, select
 
 
 def _gather(comm, shape, dtype, algorithm):

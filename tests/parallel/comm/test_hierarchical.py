@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 
 from needle.parallel import virtual
-from needle.parallel.comm.communicator import Communicator
-from needle.parallel.comm.hierarchical import (
+from needle.parallel.comm.algorithms.hierarchical import (
     hierarchical_allreduce_reference,
     host_groups,
     worthwhile,
 )
+from needle.parallel.comm.engine.communicator import Communicator
 
 LAYOUTS = [[0, 0, 1, 1], [0, 0, 0, 1, 1, 1], ["a", "b", "a", "b"], [0, 0, 1, 1, 2, 2],
            [0, 1, 2], [7, 7, 7]]

@@ -4,7 +4,7 @@ import pytest
 from mpi_helpers import BACKENDS, run_ranks
 
 from needle.parallel import virtual
-from needle.parallel.comm.communicator import Communicator
+from needle.parallel.comm.engine.communicator import Communicator
 
 N = 3 * 4 * 5 * 1024  # float32 items: p in 2..5 divides N, so the formulas are exact
 
@@ -101,7 +101,7 @@ def _nodes(p: int) -> list:
 
 
 def _every_algorithm(comm):
-    from needle.parallel.comm.select import ALGORITHMS, POWER_OF_TWO
+    from needle.parallel.comm.algorithms.select import ALGORITHMS, POWER_OF_TWO
     c = Communicator(comm.transport, chunk_bytes=PIECE)
     c.nodes = _nodes(comm.size)
     flat, rows = np.ones(ROWS * COLS, np.float32), np.ones((ROWS, COLS), np.float32)
@@ -122,7 +122,7 @@ def _every_algorithm(comm):
 def test_declared_steps_equal_the_ledger(p: int) -> None:
     """Every collective and algorithm on p virtual ranks (uneven segments, several pieces):
     the messages, bytes sent and bytes received each rank's ``steps`` declare are the ledger's."""
-    from needle.parallel.comm import select
+    from needle.parallel.comm.algorithms import select
     got = virtual.run(p, _every_algorithm)
     nbytes = {"allgather": p * ROWS * COLS * 4}
     unit = {"reduce_scatter": COLS * 4, "alltoall": COLS * 4}

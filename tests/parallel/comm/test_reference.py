@@ -1,10 +1,11 @@
-"""The pure-function references of needle.parallel.comm.reference, checked exactly against numpy."""
+"""The pure-function references of needle.parallel.comm.algorithms.reference, checked exactly
+against numpy."""
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from needle.parallel.comm import reference as ring
+from needle.parallel.comm.algorithms import reference as ring
 
 OPS = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}
 

@@ -2,7 +2,7 @@
 import numpy as np
 
 from needle.parallel import virtual
-from needle.parallel.comm.result_pool import ResultPool
+from needle.parallel.comm.engine.result_pool import ResultPool
 
 
 def _addr(a: np.ndarray) -> int:

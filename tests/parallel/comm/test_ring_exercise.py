@@ -1,17 +1,17 @@
 """Graded tests of the collectives unit (notebooks/hw_collectives.ipynb): the pipelined ring.
 
-The exercise is the two marked loops of ``needle/parallel/comm/ring.py`` (``ring_reduce_scatter``
-and ``ring_gather``); these tests run them on the virtual cluster against the pure reference,
-bit for bit.
+The exercise is the two marked loops of ``needle/parallel/comm/algorithms/ring.py``
+(``ring_reduce_scatter`` and ``ring_gather``); these tests run them on the virtual cluster
+against the pure reference, bit for bit.
 """
 import numpy as np
 import pytest
 
 from needle.parallel import virtual
-from needle.parallel.comm import reference
-from needle.parallel.comm.communicator import Communicator
-from needle.parallel.comm.progress import Channel, drive
-from needle.parallel.comm.ring import ring_allreduce_naive
+from needle.parallel.comm.algorithms import reference
+from needle.parallel.comm.algorithms.ring import ring_allreduce_naive
+from needle.parallel.comm.engine.communicator import Communicator
+from needle.parallel.comm.transport.progress import Channel, drive
 
 pytestmark = pytest.mark.collectives
 

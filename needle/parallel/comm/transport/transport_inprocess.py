@@ -11,7 +11,7 @@ from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional
 
 import numpy as np
 
-from .errors import CommTimeoutError
+from ..errors import CommTimeoutError
 from .scheduler import Scheduler
 
 EAGER_BYTES = 64 << 10

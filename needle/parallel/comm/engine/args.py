@@ -10,8 +10,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ... import numbers as strict
-from .reference import UFUNCS
+from .... import numbers as strict
+from ..algorithms.reference import UFUNCS
 
 # dtypes a reduction can run on: numbers and bool (never objects, strings or records)
 _REDUCIBLE = "biufc"

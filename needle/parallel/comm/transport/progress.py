@@ -11,8 +11,8 @@ import time
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, List, Optional, Protocol, Union
 
-from .errors import CommTimeoutError
-from .hosts import where
+from ..errors import CommTimeoutError
+from ..hosts import where
 
 Stat = Dict[str, int]
 Algorithm = Generator[Any, Optional[bool], Any]

@@ -23,21 +23,32 @@ from typing import Any, ContextManager, Dict, List, Optional
 
 import numpy as np
 
-from . import args, metadata, threads
+from ... import threads
+from ...faults import install_abort_hook
+from ..algorithms.reference import finish_avg
+from ..algorithms.ring import ring_allgather
+from ..algorithms.select import choose
+from ..hosts import discover, host_name
+from ..ledger import Ledger, Regions
+from ..transport.mpi_runtime import mpi
+from ..transport.progress import (
+    Algorithm,
+    Channel,
+    Stat,
+    Transport,
+    Waiting,
+    Work,
+    drive,
+    start,
+    stat,
+)
+from ..transport.transport_mpi import MPITransport
+from . import args, metadata
 from . import collectives as table
 from .collectives import NO_DATA, NO_SCRATCH, CallState, Spec, same
 from .convert import to_numpy
-from .faults import install_abort_hook
-from .hosts import discover, host_name
-from .ledger import Ledger, Regions
-from .mpi_runtime import mpi
 from .p2p import ANY_SOURCE, ANY_TAG, PointToPoint
-from .progress import Algorithm, Channel, Stat, Transport, Waiting, Work, drive, start, stat
-from .reference import finish_avg
 from .result_pool import ResultPool
-from .ring import ring_allgather
-from .select import choose
-from .transport_mpi import MPITransport
 
 _SPLIT_TAG = 3  # collective calls use tags 4k, 4k+1, 4k+2; split's exchange uses 4k+3
 _KEEP = 64  # keys the cache holds at most (a long run may see many shapes)

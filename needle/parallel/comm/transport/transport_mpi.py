@@ -11,8 +11,8 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from ... import numbers as strict
-from .errors import CommTimeoutError
+from .... import numbers as strict
+from ..errors import CommTimeoutError
 from .mpi_runtime import mpi
 
 _POLLS_BEFORE_YIELD = 256

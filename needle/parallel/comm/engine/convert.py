@@ -14,9 +14,9 @@ from typing import Any, Callable, Optional, Tuple
 
 import numpy as np
 
-from ...autograd import Tensor
-from ...backend_ndarray import NDArray, array, cpu, dlpack
-from ...backend_ndarray.dtypes import to_numpy_dtype
+from ....autograd import Tensor
+from ....backend_ndarray import NDArray, array, cpu, dlpack
+from ....backend_ndarray.dtypes import to_numpy_dtype
 
 __all__ = ["to_numpy", "host_view", "to_tensor", "to_ndarray", "empty_host"]
 

@@ -12,13 +12,13 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 
-from . import latency_bound as lb
+from ..algorithms import latency_bound as lb
+from ..algorithms.hierarchical import hierarchical_allreduce
+from ..algorithms.reference import chunk_bounds
+from ..algorithms.ring import DEPTH, ring_allgather, ring_allreduce, ring_reduce_scatter_full
+from ..transport.progress import Algorithm, Channel, GroupInfo, Transport, Waiting
 from . import metadata
-from .hierarchical import hierarchical_allreduce
-from .progress import Algorithm, Channel, GroupInfo, Transport, Waiting
-from .reference import chunk_bounds
 from .result_pool import MIN_BYTES
-from .ring import DEPTH, ring_allgather, ring_allreduce, ring_reduce_scatter_full
 
 NO_DATA = np.empty(0, np.uint8)  # a call without an array (barrier), or none in flight
 NO_SCRATCH: List[np.ndarray] = []  # (never appended to)

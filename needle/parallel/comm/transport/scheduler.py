@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .errors import DeadlockError
+from ..errors import DeadlockError
 
 StateHooks = Sequence[Tuple[Callable[[], Any], Callable[[Any], None]]]
 

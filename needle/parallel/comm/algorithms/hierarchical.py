@@ -23,9 +23,9 @@ from typing import Any, Hashable, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
+from ..ledger import Steps, segment_bytes
+from ..transport.progress import Algorithm, Channel
 from . import ring
-from .ledger import Steps, segment_bytes
-from .progress import Algorithm, Channel
 from .reference import chunk_bounds, finish_avg, reduce_scatter_segments, ring_allreduce
 
 

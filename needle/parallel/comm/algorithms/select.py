@@ -19,10 +19,10 @@ generator: the communicator asks ``choose``; the cost models and the planner ``s
 """
 from typing import Callable, Dict, Hashable, Optional, Sequence
 
+from ..engine.args import env_bytes
+from ..ledger import Steps
 from . import latency_bound as lb
-from .args import env_bytes
 from .hierarchical import hierarchical_allreduce_steps, worthwhile
-from .ledger import Steps
 from .ring import ring_allgather_steps, ring_allreduce_steps, ring_reduce_scatter_steps
 
 # Each collective's algorithms and what each sends, f(nbytes, p or hosts, unit, piece).

@@ -1,4 +1,4 @@
-"""BLAS/OpenMP thread placement when a communicator is created (``comm/threads.py``).
+"""BLAS/OpenMP thread placement when a communicator is created (``parallel/threads.py``).
 
 Under ``mpiexec -n 2`` each rank's BLAS must run cores/2 threads (at least 1) by default,
 the environment's count when the user set one, and the caller's when ``create`` is given
@@ -9,7 +9,7 @@ import os
 import pytest
 from mpi_helpers import run_ranks
 
-from needle.parallel.comm import threads
+from needle.parallel import threads
 
 CLEAN = {v: "" for v in threads.ENV_VARS}  # no user setting
 
@@ -25,7 +25,7 @@ def _seen(comm):
 
 
 def _seen_explicit(comm):
-    from needle.parallel.comm import communicator
+    from needle.parallel.comm.engine import communicator
     communicator.create(blas_threads=1)
     return _blas_threads()
 

@@ -33,8 +33,8 @@ from typing import Any, List, Optional, Sequence
 
 import numpy as np
 
-from .ledger import Steps, segment_bytes
-from .progress import Algorithm, Channel
+from ..ledger import Steps, segment_bytes
+from ..transport.progress import Algorithm, Channel
 from .reference import UFUNCS, chunk_bounds
 
 HEADER = 16

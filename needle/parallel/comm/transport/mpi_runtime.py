@@ -9,6 +9,6 @@ def mpi() -> Any:
     """mpi4py's MPI module (MPI initialised on the first call)."""
     global _MPI_MODULE
     if _MPI_MODULE is None:
-        from .faults import start_mpi  # (faults imports the communicator's parts: lazily)
+        from ...faults import start_mpi  # (faults imports the communicator's parts: lazily)
         _MPI_MODULE = start_mpi("waited in MPI start-up")
     return _MPI_MODULE

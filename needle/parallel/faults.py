@@ -21,7 +21,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from .args import check_timeout
+from .comm.engine.args import check_timeout
 
 REPORT_DIR_ENV = "NEEDLE_LAUNCH_DIR"
 GUARD_ENV = "NEEDLE_EXIT_GUARD_PID"  # the rank that installed the exit guard
