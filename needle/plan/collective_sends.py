@@ -33,7 +33,7 @@ from typing import Tuple
 import numpy as np
 
 from ..parallel.comm.algorithms.select import choose, steps
-from ..parallel.comm.ledger import Steps
+from ..parallel.comm.algorithms.steps import Steps
 
 __all__ = ["collective_steps", "rank_by_rank", "busiest", "RANK_BY_RANK"]
 

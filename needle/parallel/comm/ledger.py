@@ -12,18 +12,14 @@ Up to ``maxlen`` of the newest records are kept; older ones are folded into tota
 ``summary()`` and ``total()`` are exact over every call since the last ``reset()``.
 A disabled ledger costs one attribute test per call.
 
-``Steps`` is the other side: what an algorithm declares it sends, round by round, written beside
-its generator and read through ``select.steps``; tests check it against the records.
+What an algorithm declares it sends is ``algorithms/steps.py``; tests check it against these.
 """
 import contextlib
 from collections import defaultdict
 from operator import itemgetter
-from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
-
-import numpy as np
+from typing import Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from ...process_state import switches
-from .algorithms.reference import chunk_bounds
 
 
 class Record(NamedTuple):
@@ -37,46 +33,6 @@ class Record(NamedTuple):
     messages: int
     seconds: float
     peer: Optional[int] = None
-
-
-class Steps(NamedTuple):
-    """What one call sends: in round k rank r sends ``nbytes[k, r]`` payload bytes to rank
-    ``dst[k, r]`` (-1: nothing) in ``msgs[k, r]`` messages (pieces)."""
-
-    dst: np.ndarray
-    nbytes: np.ndarray
-    msgs: np.ndarray
-
-    @classmethod
-    def of(cls, dst: Any, nbytes: Any, piece: int = 0) -> "Steps":
-        """From (rounds, p) destinations and bytes; sends cut in ``piece`` bytes (0: whole)."""
-        dst, n = np.broadcast_arrays(np.asarray(dst, np.int64), np.asarray(nbytes, np.int64))
-        n = n * (dst >= 0)
-        msgs = -(-n // piece) if piece else (n > 0).astype(np.int64)
-        return cls(dst, n, msgs)
-
-    @classmethod
-    def ring(cls, seg: np.ndarray, rounds: int, shift: int = 0, piece: int = 0) -> "Steps":
-        """Round j: r sends segment r - shift - j to r + 1 (views: the planner asks p = 4096)."""
-        p, one = len(seg), cls.of((np.arange(len(seg)) + 1) % len(seg), seg, piece)
-
-        def rows(v: np.ndarray) -> np.ndarray:  # v[(r - shift - j) % p] in row j
-            ext, k = np.tile(v, 3)[2 * p - shift % p:], v.itemsize
-            return np.lib.stride_tricks.as_strided(ext, (rounds, p), (-k, k), writeable=False)
-        return cls(np.broadcast_to(one.dst, (rounds, p)), rows(one.nbytes), rows(one.msgs))
-
-    def then(self, other: "Steps") -> "Steps":
-        """These rounds followed by ``other``'s."""
-        return Steps(*(np.concatenate([a, b]) for a, b in zip(self, other)))
-
-    def per_rank(self) -> Tuple[np.ndarray, np.ndarray]:
-        """(messages, payload bytes) each rank sends in all."""
-        return self.msgs.sum(axis=0), self.nbytes.sum(axis=0)
-
-
-def segment_bytes(nbytes: int, p: int, unit: int = 1) -> np.ndarray:
-    """Bytes of the p near-equal segments (``chunk_bounds``) of ``nbytes`` cut at ``unit``s."""
-    return np.diff(chunk_bounds(nbytes // unit, p)) * unit
 
 
 class Ledger:

@@ -80,7 +80,7 @@ def _steps(algorithm, n, nodes):
 
 def test_two_level_model_shares_a_link_among_unequal_messages():
     """3 ranks of host 0 send 1, 2 and 3 MB to host 1 at once: each gets a third of the link."""
-    from needle.parallel.comm.ledger import Steps
+    from needle.parallel.comm.algorithms.steps import Steps
     model = TwoLevelModel(CostModel(AI, BI), CostModel(AE, BE))
     steps = Steps.of([[3, 3, 3, -1]], [[1e6, 2e6, 3e6, 0]])
     assert model.seconds(steps, [0, 0, 0, 1]) == pytest.approx(AE + 3 * 3e6 * BE)

@@ -101,7 +101,7 @@ def _nodes(p: int) -> list:
 
 
 def _every_algorithm(comm):
-    from needle.parallel.comm.algorithms.select import ALGORITHMS, POWER_OF_TWO
+    from needle.parallel.comm.algorithms.select import ALGORITHMS
     c = Communicator(comm.transport, chunk_bytes=PIECE)
     c.nodes = _nodes(comm.size)
     flat, rows = np.ones(ROWS * COLS, np.float32), np.ones((ROWS, COLS), np.float32)
@@ -111,9 +111,9 @@ def _every_algorithm(comm):
              "broadcast": lambda a: c.broadcast(flat, root=0, algorithm=a),
              "reduce": lambda a: c.reduce(flat, root=0, algorithm=a),
              "alltoall": lambda a: c.alltoall(rows, algorithm=a)}
-    for name, algos in ALGORITHMS.items():
-        for a in algos:
-            if (name, a) not in POWER_OF_TWO or comm.size & (comm.size - 1) == 0:
+    for name, row in ALGORITHMS.items():
+        for a in row.steps:
+            if a not in row.power_of_two or comm.size & (comm.size - 1) == 0:
                 calls[name](a)
     return [(r.name, r.algorithm, r.messages, r.bytes_sent, r.bytes_recv) for r in c.ledger]
 

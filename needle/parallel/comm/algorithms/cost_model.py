@@ -24,7 +24,7 @@ from typing import Dict, Hashable, Iterable, NamedTuple, Sequence
 
 import numpy as np
 
-from ..ledger import Steps
+from .steps import Steps
 
 ALPHA = 3.6e-6  # seconds per message (2 ranks, fitted by the benchmark: benchmarks/README.md,
 BETA = 7.0e-11  # seconds per byte (14.3 GB/s)           "Collectives")

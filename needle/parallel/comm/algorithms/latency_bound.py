@@ -27,15 +27,15 @@ partner's ``POISON`` makes ours ``POISON``. Every rank's header reaches every ra
 does, so all ranks end with h when all passed the same arguments and with ``POISON`` otherwise,
 at no extra message cost. With an empty payload the allreduce is the metadata check beside the
 first messages of every other collective (``metadata.py``). The ``*_steps`` function beside each
-generator declares what it sends (``ledger.Steps``; the headers are not payload).
+generator declares what it sends (``steps.Steps``; the headers are not payload).
 """
 from typing import Any, List, Optional, Sequence
 
 import numpy as np
 
-from ..ledger import Steps, segment_bytes
 from ..transport.progress import Algorithm, Channel
 from .reference import UFUNCS, chunk_bounds
+from .steps import Steps, segment_bytes
 
 HEADER = 16
 POISON = np.iinfo(np.int64).min  # header value meaning "a message had the wrong size"

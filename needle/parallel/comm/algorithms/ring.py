@@ -16,15 +16,15 @@ Messages between one pair of ranks with one tag stay in order (MPI's non-overtak
 by the in-process transport too), so a single tag is enough for all pieces of all steps: each
 rank posts its receives in the order its left neighbour posts the sends.  Each function is a
 generator (see ``progress.py``): it yields the requests it waits for, and returns its result;
-the ``*_steps`` function beside it declares what it sends (``ledger.Steps``).
+the ``*_steps`` function beside it declares what it sends (``steps.Steps``).
 """
 from typing import Any, List, Optional, Sequence
 
 import numpy as np
 
-from ..ledger import Steps, segment_bytes
 from ..transport.progress import Algorithm, Channel
 from .reference import UFUNCS, chunk_bounds
+from .steps import Steps, segment_bytes
 
 DEPTH = 4  # receive buffers in flight per rank during the reduce phase
 

@@ -14,30 +14,18 @@ Each threshold is measured on the machine at hand by ``mpiexec -n P python
 benchmarks/bench_collectives.py --crossovers`` (figures behind the defaults:
 ``benchmarks/README.md``).
 
-``ALGORITHMS`` names each algorithm's ``*_steps``, what it sends, declared beside its
-generator: the communicator asks ``choose``; the cost models and the planner ``steps``.
+``ALGORITHMS`` is the one table of the algorithms: per collective, each algorithm's ``*_steps``
+(what it sends, declared beside its generator) and how ``choose`` picks among them by name.
+The communicator runs what ``choose`` names (its glue per name: ``engine/collectives.py``); the
+cost models and the planner price what ``steps`` says.
 """
-from typing import Callable, Dict, Hashable, Optional, Sequence
+from typing import Callable, Dict, FrozenSet, Hashable, NamedTuple, Optional, Sequence
 
 from ..engine.args import env_bytes
-from ..ledger import Steps
 from . import latency_bound as lb
 from .hierarchical import hierarchical_allreduce_steps, worthwhile
 from .ring import ring_allgather_steps, ring_allreduce_steps, ring_reduce_scatter_steps
-
-# Each collective's algorithms and what each sends, f(nbytes, p or hosts, unit, piece).
-ALGORITHMS: Dict[str, Dict[str, Callable[..., Steps]]] = {
-    "allreduce": {"ring": ring_allreduce_steps,
-                  "recursive_doubling": lb.recursive_doubling_allreduce_steps,
-                  "hierarchical": hierarchical_allreduce_steps},
-    "allgather": {"ring": ring_allgather_steps,
-                  "recursive_doubling": lb.recursive_doubling_allgather_steps},
-    "reduce_scatter": {"ring": ring_reduce_scatter_steps,
-                       "recursive_halving": lb.recursive_halving_reduce_scatter_steps},
-    "broadcast": {"binomial": lb.binomial_broadcast_steps},
-    "reduce": {"binomial": lb.binomial_reduce_steps},
-    "alltoall": {"pairwise": lb.pairwise_alltoall_steps},
-}
+from .steps import Steps
 
 # Allreduce messages up to this many bytes use recursive doubling (override for experiments).
 ALLREDUCE_SMALL = env_bytes("NEEDLE_ALLREDUCE_SMALL", 64 * 1024)
@@ -46,32 +34,57 @@ ALLREDUCE_SMALL = env_bytes("NEEDLE_ALLREDUCE_SMALL", 64 * 1024)
 ALLGATHER_SMALL = env_bytes("NEEDLE_ALLGATHER_SMALL", 64 * 1024)
 # Reduce-scatters with an input up to this many bytes use recursive halving (p a power of two).
 REDUCE_SCATTER_SMALL = env_bytes("NEEDLE_REDUCE_SCATTER_SMALL", 64 * 1024)
-# The algorithms that need a power-of-two number of ranks.
-POWER_OF_TWO = {("allgather", "recursive_doubling"), ("reduce_scatter", "recursive_halving")}
+
+
+class Row(NamedTuple):
+    """One collective's algorithms: ``steps`` by name (what each sends, f(nbytes, p or hosts,
+    unit, piece)); ``choose`` takes ``small`` up to ``limit`` bytes (or on one rank), else
+    ``hosts`` over ranks that share hosts, else ``default``; ``power_of_two``: needs 2^k ranks."""
+
+    steps: Dict[str, Callable[..., Steps]]
+    default: str
+    small: str = ""
+    limit: int = 0
+    power_of_two: FrozenSet[str] = frozenset()
+    hosts: str = ""
+
+
+RD, RH = "recursive_doubling", "recursive_halving"
+ALGORITHMS: Dict[str, Row] = {
+    "allreduce": Row({"ring": ring_allreduce_steps, RD: lb.recursive_doubling_allreduce_steps,
+                      "hierarchical": hierarchical_allreduce_steps},
+                     "ring", RD, ALLREDUCE_SMALL, hosts="hierarchical"),
+    "allgather": Row({"ring": ring_allgather_steps, RD: lb.recursive_doubling_allgather_steps},
+                     "ring", RD, ALLGATHER_SMALL, frozenset({RD})),
+    "reduce_scatter": Row({"ring": ring_reduce_scatter_steps,
+                           RH: lb.recursive_halving_reduce_scatter_steps},
+                          "ring", RH, REDUCE_SCATTER_SMALL, frozenset({RH})),
+    "broadcast": Row({"binomial": lb.binomial_broadcast_steps}, "binomial"),
+    "reduce": Row({"binomial": lb.binomial_reduce_steps}, "binomial"),
+    "alltoall": Row({"pairwise": lb.pairwise_alltoall_steps}, "pairwise"),
+}
+
 
 def choose(collective: str, nbytes: int, size: int, algorithm: str = "auto",
            hosts: Optional[Callable[[], Sequence[Hashable]]] = None) -> str:
     """The algorithm to run: ``algorithm`` itself when given, else the size-based choice;
     a large allreduce over ranks that share hosts (``hosts()``: each rank's host) is
     hierarchical (``hierarchical.py``)."""
-    options = tuple(ALGORITHMS[collective])
+    row = ALGORITHMS[collective]
     if algorithm != "auto":
-        if algorithm not in options:
+        if algorithm not in row.steps:
             raise ValueError(f"{collective}: unknown algorithm {algorithm!r}; "
-                             f"choose from {options}")
-        if (collective, algorithm) in POWER_OF_TWO and size & (size - 1):
+                             f"choose from {tuple(row.steps)}")
+        if algorithm in row.power_of_two and size & (size - 1):
             raise ValueError(f"{collective}: {algorithm} needs a power-of-two number of "
                              f"ranks, not {size}")
         return algorithm
-    if collective == "allreduce":
-        if nbytes <= ALLREDUCE_SMALL or size == 1:
-            return "recursive_doubling"
-        return "hierarchical" if hosts is not None and worthwhile(hosts()) else "ring"
-    if collective in ("allgather", "reduce_scatter") and size > 1 and size & (size - 1) == 0:
-        limit = ALLGATHER_SMALL if collective == "allgather" else REDUCE_SCATTER_SMALL
-        if nbytes <= limit:  # the latency-bound algorithm, its check in its messages
-            return options[1]
-    return options[0]
+    fits = row.small not in row.power_of_two or (size > 1 and size & (size - 1) == 0)
+    if row.small and fits and (nbytes <= row.limit or size == 1):
+        return row.small  # latency-bound: few rounds, its check in its messages
+    if row.hosts and hosts is not None and worthwhile(hosts()):
+        return row.hosts
+    return row.default
 
 
 def steps(collective: str, algorithm: str, nbytes: int, p: int, unit: int = 1, piece: int = 0,
@@ -80,4 +93,4 @@ def steps(collective: str, algorithm: str, nbytes: int, p: int, unit: int = 1, p
     are cut, an item or a row; ``piece``: ``chunk_bytes`` in whole items, 0: unsplit)."""
     algorithm = choose(collective, nbytes, p, algorithm, (lambda: nodes) if nodes else None)
     ranks = (nodes or [0] * p) if algorithm == "hierarchical" else p  # hierarchical: the hosts
-    return ALGORITHMS[collective][algorithm](nbytes, ranks, unit, piece)
+    return ALGORITHMS[collective].steps[algorithm](nbytes, ranks, unit, piece)

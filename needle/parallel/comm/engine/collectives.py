@@ -1,4 +1,5 @@
-"""The communicator's table: one ``Spec`` per collective, one ``Method`` per algorithm.
+"""The communicator's table: one ``Spec`` per collective, one ``Method`` per algorithm of
+``select.ALGORITHMS`` (the one table of the algorithms; a ``Spec`` checks it has each).
 
 A ``Method`` glues an algorithm generator (``ring.py``, ``latency_bound.py``,
 ``hierarchical.py``) to a call: the scratch it borrows, and whether the argument check rides
@@ -16,6 +17,7 @@ from ..algorithms import latency_bound as lb
 from ..algorithms.hierarchical import hierarchical_allreduce
 from ..algorithms.reference import chunk_bounds
 from ..algorithms.ring import DEPTH, ring_allgather, ring_allreduce, ring_reduce_scatter_full
+from ..algorithms.select import ALGORITHMS
 from ..transport.progress import Algorithm, Channel, GroupInfo, Transport, Waiting
 from . import metadata
 from .result_pool import MIN_BYTES
@@ -116,7 +118,16 @@ class Spec:
     whole: bool = False
     gather: bool = False
     root_only: bool = False
-    chosen: bool = True
+
+    def __post_init__(self) -> None:  # the engine glues, by name, the table's algorithms
+        row = ALGORITHMS.get(self.name)
+        if row is not None and set(self.methods) != set(row.steps):
+            raise TypeError(f"{self.name}: {set(self.methods)} are not select's {set(row.steps)}")
+
+    @property
+    def chosen(self) -> bool:
+        """Whether ``select.choose`` picks the algorithm (a collective of its table)."""
+        return self.name in ALGORITHMS
 
 
 def _workspace(st: CallState) -> Tuple[int, ...]:
@@ -216,7 +227,7 @@ REDUCE = Spec("reduce", ("root", "op") + _ARRAY, {
     "binomial": Method(_reduce, lambda st: (st.items * st.x.itemsize,))},
     rooted=True, reduces=True, root_only=True)
 ALLTOALL = Spec("alltoall", _ARRAY, {"pairwise": Method(_alltoall)}, _exchanged, whole=True)
-BARRIER = Spec("barrier", (), {"check": Method(_nothing)}, chosen=False)
+BARRIER = Spec("barrier", (), {"check": Method(_nothing)})
 
 
 def same(result: Any) -> Any:
