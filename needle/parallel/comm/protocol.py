@@ -1,7 +1,8 @@
 """What a strategy may ask of the communicator it is handed: the ``Comm`` protocol.
 
 Every strategy takes ``comm: Comm`` as an argument, never a global; mypy checks every call
-against it, and ``communicator.Communicator`` (over MPI or in-process) satisfies it.
+against it, and ``communicator.Communicator`` (over MPI or in-process) satisfies it with the same
+parameters, name for name (``tests/parallel/comm/test_protocol.py``).
 """
 from typing import TYPE_CHECKING, Any, ContextManager, Dict, Optional, Protocol, runtime_checkable
 
@@ -25,12 +26,12 @@ class Comm(Protocol):
     transport: Transport  # what the messages travel over: MPI or the in-process cluster
 
     def allreduce(self, a: Any, op: str = "sum", algorithm: str = "auto",
-                  out: Optional[np.ndarray] = None, label: Optional[str] = None, *,
+                  out: Optional[np.ndarray] = None, label: Optional[str] = None,
                   context: int = 0) -> Any:
         """Reduce ``a`` over all ranks with ``op``; every rank gets the result."""
 
     def allreduce_async(self, a: Any, op: str = "sum", algorithm: str = "auto",
-                        out: Optional[np.ndarray] = None, label: Optional[str] = None, *,
+                        out: Optional[np.ndarray] = None, label: Optional[str] = None,
                         context: int = 0) -> Work:
         """Start an allreduce; a ``Work`` whose ``wait()`` returns the result."""
 
