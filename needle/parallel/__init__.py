@@ -6,8 +6,8 @@ from .comm.engine.communicator import Communicator, create
 from .comm.engine.p2p import ANY_SOURCE, ANY_TAG, P2PStatus
 from .comm.errors import CommTimeoutError, DeadlockError
 from .comm.ledger import Ledger, Record
+from .comm.progress import Work
 from .comm.protocol import Comm
-from .comm.transport.progress import Work
 from .data_parallel import DataParallelNaive, DistributedDataParallel
 from .faults import install_exit_guard
 from .mesh import ProcessMesh

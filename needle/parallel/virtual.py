@@ -14,8 +14,8 @@ from .. import process_state
 from .comm.engine.args import check_timeout
 from .comm.engine.communicator import Communicator
 from .comm.errors import DeadlockError
+from .comm.transport.inprocess import InProcessTransport, Message, World
 from .comm.transport.scheduler import CommAbortedError, Scheduler
-from .comm.transport.transport_inprocess import InProcessTransport, Message, World
 
 __all__ = ["run", "Cluster", "RankFailedError", "DeadlockError", "CommAbortedError",
            "Message"]

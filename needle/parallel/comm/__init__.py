@@ -1,12 +1,13 @@
 """The communicator: collectives written from scratch on point-to-point messages.
 
 ``algorithms/`` (what is sent), ``engine/`` (the ``Communicator`` that runs a call),
-``transport/`` (what it travels over); beside them the errors, host discovery, the ledger, the
-``Comm`` protocol and the cross-rank ``agree``.
+``transport/`` (what it travels over); beside them what all three use: ``progress.py``
+(channels, waiting, ``Work``), the errors, host discovery, the ledger, the ``Comm`` protocol
+and the cross-rank ``agree``.
 """
 from .engine.communicator import Communicator, create
 from .errors import CommTimeoutError, DeadlockError
+from .progress import Work
 from .protocol import Comm
-from .transport.progress import Work
 
 __all__ = ["Comm", "Communicator", "CommTimeoutError", "DeadlockError", "Work", "create"]

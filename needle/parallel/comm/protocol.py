@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, ContextManager, Dict, Optional, Protocol,
 import numpy as np
 
 from .ledger import Ledger
-from .transport.progress import Stat, Transport, Work
+from .progress import Stat, Transport, Work
 
 __all__ = ["Comm"]
 

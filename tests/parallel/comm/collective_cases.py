@@ -14,7 +14,7 @@ import numpy as np
 
 from needle.parallel import communicator
 from needle.parallel.comm.algorithms import reference as ring
-from needle.parallel.comm.transport.transport_mpi import MPITransport
+from needle.parallel.comm.transport.mpi import MPITransport
 
 DTYPES = ["float32", "float64", "float16", "int32", "int64", "bool"]
 NATIVE_OPS = ["sum", "prod", "max", "min"]

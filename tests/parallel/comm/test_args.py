@@ -162,7 +162,7 @@ def test_mpi_start_up_watchdog_refuses_a_bad_comm_timeout():
 def test_polls_before_yield_from_the_environment_is_a_whole_count(monkeypatch):
     """NEEDLE_POLLS_BEFORE_YIELD went through int(): '٣' read as 3, '-5' as -5 polls."""
     from needle.numbers import NumberError
-    from needle.parallel.comm.transport.transport_mpi import _spin_polls
+    from needle.parallel.comm.transport.mpi import _spin_polls
     for raw in ("-5", "٣", "2.5", "many"):
         monkeypatch.setenv("NEEDLE_POLLS_BEFORE_YIELD", raw)
         with pytest.raises(NumberError, match=f"NEEDLE_POLLS_BEFORE_YIELD {raw!r} must be a "

@@ -11,7 +11,7 @@ from needle.parallel import virtual
 from needle.parallel.comm.algorithms import reference
 from needle.parallel.comm.algorithms.ring import ring_allreduce_naive
 from needle.parallel.comm.engine.communicator import Communicator
-from needle.parallel.comm.transport.progress import Channel, drive
+from needle.parallel.comm.progress import Channel, drive
 
 pytestmark = pytest.mark.collectives
 

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from needle.parallel.comm.transport.transport_mpi import _spin_polls
+from needle.parallel.comm.transport.mpi import _spin_polls
 
 
 class _FakeComm:

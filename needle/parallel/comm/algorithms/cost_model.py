@@ -42,7 +42,7 @@ class CostModel(NamedTuple):
 
     def predict(self, trace: Iterable) -> float:
         """Predicted seconds of a traced run (items with ``.src`` and ``.nbytes``, e.g.
-        ``transport_inprocess.Message``): the busiest sender's total."""
+        ``transport/inprocess.py``'s ``Message``): the busiest sender's total."""
         busy: Dict[int, float] = {}
         for m in trace:
             busy[m.src] = busy.get(m.src, 0.0) + self.message(m.nbytes)

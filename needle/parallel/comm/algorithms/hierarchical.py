@@ -23,7 +23,7 @@ from typing import Any, Hashable, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
-from ..transport.progress import Algorithm, Channel
+from ..progress import Algorithm, Channel
 from . import ring
 from .reference import chunk_bounds, finish_avg, reduce_scatter_segments, ring_allreduce
 from .steps import Steps, segment_bytes

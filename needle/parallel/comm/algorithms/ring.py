@@ -22,7 +22,7 @@ from typing import Any, List, Optional, Sequence
 
 import numpy as np
 
-from ..transport.progress import Algorithm, Channel
+from ..progress import Algorithm, Channel
 from .reference import UFUNCS, chunk_bounds
 from .steps import Steps, segment_bytes
 

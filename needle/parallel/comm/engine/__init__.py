@@ -1,2 +1,3 @@
-"""The call engine: the ``Communicator`` class, its table of collectives, argument checks
-(own-rank and cross-rank), array conversion and the result pool."""
+"""The call engine: the ``Communicator``, its table of collectives (each glued to the
+algorithms of ``select.ALGORITHMS``), point-to-point calls, argument checks (own-rank and
+cross-rank), array conversion and the result pool."""

@@ -18,7 +18,7 @@ from ..algorithms.hierarchical import hierarchical_allreduce
 from ..algorithms.reference import chunk_bounds
 from ..algorithms.ring import DEPTH, ring_allgather, ring_allreduce, ring_reduce_scatter_full
 from ..algorithms.select import ALGORITHMS
-from ..transport.progress import Algorithm, Channel, GroupInfo, Transport, Waiting
+from ..progress import Algorithm, Channel, GroupInfo, Transport, Waiting
 from . import metadata
 from .result_pool import MIN_BYTES
 

@@ -30,19 +30,9 @@ from ..algorithms.ring import ring_allgather
 from ..algorithms.select import choose
 from ..hosts import discover, host_name
 from ..ledger import Ledger, Regions
+from ..progress import Algorithm, Channel, Stat, Transport, Waiting, Work, drive, start, stat
+from ..transport.mpi import MPITransport
 from ..transport.mpi_runtime import mpi
-from ..transport.progress import (
-    Algorithm,
-    Channel,
-    Stat,
-    Transport,
-    Waiting,
-    Work,
-    drive,
-    start,
-    stat,
-)
-from ..transport.transport_mpi import MPITransport
 from . import args, metadata
 from . import collectives as table
 from .collectives import NO_DATA, NO_SCRATCH, CallState, Spec, same

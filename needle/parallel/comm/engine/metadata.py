@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List
 import numpy as np
 
 from ..algorithms.ring import ring_allgather
-from ..transport.progress import Algorithm, Channel, drive
+from ..progress import Algorithm, Channel, drive
 
 RECORD = 256  # bytes per rank in the detailed exchange: the context (int64), then the text
 _MASK = (1 << 62) - 1  # hashes stay non-negative 62-bit numbers (never POISON)

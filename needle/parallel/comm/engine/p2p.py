@@ -16,16 +16,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 import numpy as np
 
 from ..ledger import Ledger, Regions
-from ..transport.progress import (
-    Algorithm,
-    Channel,
-    GroupInfo,
-    Stat,
-    Transport,
-    Waiting,
-    start,
-    stat,
-)
+from ..progress import Algorithm, Channel, GroupInfo, Stat, Transport, Waiting, start, stat
 from . import args
 from .convert import to_numpy
 

@@ -1,2 +1,2 @@
-"""What messages travel over: MPI or the in-process cluster (and its scheduler), the
-progress engine (channels, waiting, ``Work``) and point-to-point calls."""
+"""What messages travel over: MPI (started on first use) or the in-process virtual cluster with
+its cooperative scheduler; each a ``progress.Transport``."""

@@ -3,7 +3,7 @@
 Every algorithm is a *generator* that posts nonblocking sends and receives (``Channel``) and
 ``yield``s the requests it must see complete before it can go on. ``drive`` runs it to the end
 (blocking calls); ``Work`` keeps it suspended and finishes it in ``wait()`` (``*_async`` calls).
-A transport (``transport_mpi.py`` or ``transport_inprocess.py``) has ``isend``, ``irecv``,
+A transport (``transport/mpi.py`` or ``transport/inprocess.py``) has ``isend``, ``irecv``,
 ``poll(item)`` (None while in flight, else whether a receive was truncated), ``wait(item,
 timeout, describe)`` and ``idle()``, so the same generators run over both.
 """
@@ -11,16 +11,16 @@ import time
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, List, Optional, Protocol, Union
 
-from ..errors import CommTimeoutError
-from ..hosts import where
+from .errors import CommTimeoutError
+from .hosts import where
 
 Stat = Dict[str, int]
 Algorithm = Generator[Any, Optional[bool], Any]
 
 
-if TYPE_CHECKING:  # (they import this module)
-    from .transport_inprocess import InProcessTransport
-    from .transport_mpi import MPITransport
+if TYPE_CHECKING:  # (names for the ``Transport`` type only)
+    from .transport.inprocess import InProcessTransport
+    from .transport.mpi import MPITransport
 Transport = Union["MPITransport", "InProcessTransport"]
 
 
