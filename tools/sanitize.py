@@ -19,6 +19,7 @@ DEFAULT_TESTS = ("tests/backend_cuda/emulator/test_emu_kernels.py",)
 # Static TLS that glibc keeps for dlopen'ed libraries: TSan-built kernels hold their thread_locals
 # there (build.SANITIZE_FLAGS says why), 56 bytes a module; glibc's default 512 fits nine.
 STATIC_TLS_BYTES = 65536
+ASAN_REDZONE = 256  # bytes of poisoned memory at least around every allocation
 
 
 def sanitizer_env(mode: str, base: Optional[Dict[str, str]] = None,
@@ -39,8 +40,10 @@ def sanitizer_env(mode: str, base: Optional[Dict[str, str]] = None,
         # report the first problem and fail the process; Python's own leaks are not ours
         "TSAN_OPTIONS": f"halt_on_error=1 exitcode={SANITIZER_EXIT} report_signal_unsafe=0 "
                         f"suppressions={Path(__file__).with_name('tsan.supp')}{log}",
+        # redzone: an access up to 256 bytes past a buffer is a heap-buffer-overflow; with the
+        # default 16 it lands in a neighbour, often a freed one ("heap-use-after-free")
         "ASAN_OPTIONS": f"detect_leaks=0 halt_on_error=1 exitcode={SANITIZER_EXIT} "
-                        f"allocator_may_return_null=1{log}",
+                        f"allocator_may_return_null=1 redzone={ASAN_REDZONE}{log}",
         "PYTHONMALLOC": "malloc",  # every Python allocation through the sanitizer's malloc
         "GLIBC_TUNABLES": ":".join(filter(None, (
             env.get("GLIBC_TUNABLES", ""),

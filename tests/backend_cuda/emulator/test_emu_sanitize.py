@@ -24,6 +24,7 @@ ROOT = HERE.parents[2]
 CHILD_TIMEOUT = 600
 
 REDUCE_BARRIER = "    if (lane == 0) smem[warp] = acc;\n    __syncthreads();\n"
+COMPACT_STORE = "    out[i] = a[ndl::strided_index(i, ndim, s_shape, s_strides, offset)];"
 UNARY_BOUND = ("  for (long long i = ndl::global_id(); i < n; i += ndl::grid_stride())\n"
                "    out[i] = ndl::from_acc<T>(op(ndl::to_acc(a[i])));")
 
@@ -33,6 +34,25 @@ def mutated(filename: str, old: str, new: str) -> str:
     src = K.source(filename)
     assert src.count(old) == 1, f"the mutation site moved in {filename}"
     return src.replace(old, new)
+
+
+def run_planted(mode: str, filename: str, code: str, select: str, tmp_path: Path,
+                monkeypatch: pytest.MonkeyPatch) -> subprocess.CompletedProcess:
+    """The kernel tests matching ``select`` under ``mode``, as make test-cuda-sanitize runs
+    them, with kernels/<filename> replaced by ``code`` (a copy of kernels/ in tmp_path)."""
+    if build.find_runtime(mode) is None:
+        pytest.skip(f"gcc's {mode} sanitizer runtime is not installed")
+    kernels = tmp_path / "kernels"
+    shutil.copytree(K.KERNEL_DIR, kernels)
+    (kernels / filename).write_text(code)
+    (tmp_path / "planted_kernels.py").write_text(  # a plugin: the child loads these kernels
+        "from pathlib import Path\nfrom needle.backend_cuda import kernel_specs\n"
+        f"kernel_specs.KERNEL_DIR = Path({str(kernels)!r})\n")
+    monkeypatch.setenv("NEEDLE_CUDA_EMULATOR_CACHE", str(tmp_path / "cache"))  # no leftovers
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        filter(None, (str(tmp_path), os.environ.get("PYTHONPATH")))))
+    return sanitize.run_pytest(mode, ["-p", "planted_kernels", sanitize.DEFAULT_TESTS[0],
+                                      "-k", select], timeout=CHILD_TIMEOUT, cwd=str(ROOT))
 
 
 def run_child(mode: str, case: str, code: str, tmp_path: Path) -> subprocess.CompletedProcess:
@@ -64,21 +84,9 @@ def test_tsan_names_both_lines_of_a_race_after_other_kernels(tmp_path, monkeypat
     """The whole kernel test file's condition: strided.cu's tests run first in the same pytest
     process, then a reduction without its barrier. Both accesses carry file:line (gcc's
     symbolizer sees only the libraries loaded when it first symbolizes: build.SANITIZE_FLAGS)."""
-    if build.find_runtime("thread") is None:
-        pytest.skip("gcc's thread sanitizer runtime is not installed")
-    kernels = tmp_path / "kernels"
-    shutil.copytree(K.KERNEL_DIR, kernels)
     code = mutated("reduce.cu", REDUCE_BARRIER, "    if (lane == 0) smem[warp] = acc;\n")
-    (kernels / "reduce.cu").write_text(code)
-    (tmp_path / "planted_kernels.py").write_text(  # a plugin: the child loads these kernels
-        "from pathlib import Path\nfrom needle.backend_cuda import kernel_specs\n"
-        f"kernel_specs.KERNEL_DIR = Path({str(kernels)!r})\n")
-    monkeypatch.setenv("NEEDLE_CUDA_EMULATOR_CACHE", str(tmp_path / "cache"))  # no leftovers
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
-        filter(None, (str(tmp_path), os.environ.get("PYTHONPATH")))))
-    res = sanitize.run_pytest("thread", ["-p", "planted_kernels", sanitize.DEFAULT_TESTS[0], "-k",
-                                         "test_strided_copies or (test_reduce_plans and sum)"],
-                              timeout=CHILD_TIMEOUT, cwd=str(ROOT))
+    res = run_planted("thread", "reduce.cu", code,
+                      "test_strided_copies or (test_reduce_plans and sum)", tmp_path, monkeypatch)
     assert res.returncode == sanitize.SANITIZER_EXIT, res.stdout[-3000:] + res.stderr[-3000:]
     lines = code.splitlines()
     write = lines.index("    if (lane == 0) smem[warp] = acc;") + 1
@@ -87,7 +95,7 @@ def test_tsan_names_both_lines_of_a_race_after_other_kernels(tmp_path, monkeypat
     # the first frame of each access, the write and the read in whichever order they ran
     frames = re.findall(r"(?:[Ww]rite|[Rr]ead) of size \d+ .*\n +#0 (.*)", report)[:2]
     assert len(frames) == 2 and all("reduce_rows_block" in f for f in frames), report[:3000]
-    where = re.escape(str(kernels / "reduce.cu"))
+    where = re.escape(str(tmp_path / "kernels" / "reduce.cu"))
     named = sorted(int(m.group(1)) for f in frames if (m := re.search(rf" {where}:(\d+) ", f)))
     assert named == sorted([write, read]), report[:3000]
 
@@ -128,6 +136,22 @@ def test_sanitizer_pass_over_the_float32_kernels(mode):
     res = sanitize.run_pytest(mode, ["tests/backend_cuda/emulator/test_emu_kernels.py",
                                      "-k", select], timeout=CHILD_TIMEOUT, cwd=str(ROOT))
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-5000:]
+
+
+def test_asan_calls_a_write_far_past_the_end_an_overflow(tmp_path, monkeypatch):
+    """compact writing 40 elements past a 60-byte buffer lands beyond ASan's default redzone,
+    in a neighbouring freed allocation (reported as a "heap-use-after-free" of it):
+    sanitize.ASAN_REDZONE keeps it a heap-buffer-overflow of the kernel's buffer."""
+    code = mutated("strided.cu", COMPACT_STORE, COMPACT_STORE.replace("out[i]", "out[i + n + 40]"))
+    res = run_planted("address", "strided.cu", code, "test_strided_copies", tmp_path,
+                      monkeypatch)
+    assert res.returncode == sanitize.SANITIZER_EXIT, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "AddressSanitizer: heap-buffer-overflow" in res.stderr, res.stderr[-3000:]
+    # the kernel's own buffer (width 1, first view: 60 bytes), at least 40 bytes past its end;
+    # the default redzone named a neighbour instead ("2 bytes to the right", "inside of")
+    where = re.search(r"located (\d+) bytes to the right of 60-byte region", res.stderr)
+    assert where and int(where.group(1)) >= 40, res.stderr[-3000:]
+    assert f"{tmp_path / 'kernels' / 'strided.cu'}:" in res.stderr, res.stderr[-3000:]
 
 
 def test_command_line_splits_test_paths_from_pytest_args():
