@@ -183,6 +183,43 @@ def test_batchnorm_train_eval_match_torch(dims, device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_layernorm_matches_numpy(device):
+    """The layer's forward against Ba et al.'s formula in float64 NumPy (no PyTorch needed)."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 3, 6)).astype("float32") * 3 + 1
+    ln = nn.LayerNorm1d(6, eps=1e-5, device=device)
+    weight, bias = rng.standard_normal(6), rng.standard_normal(6)
+    ln.weight.cached_data = _t(weight, device, requires_grad=False).realize_cached_data()
+    ln.bias.cached_data = _t(bias, device, requires_grad=False).realize_cached_data()
+    x64 = x.astype(np.float64)
+    mean, var = x64.mean(-1, keepdims=True), x64.var(-1, keepdims=True)  # biased variance
+    want = (x64 - mean) / np.sqrt(var + 1e-5) * weight + bias
+    np.testing.assert_allclose(ln(_t(x, device)).numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dims", [1, 2])
+def test_batchnorm_train_eval_match_numpy(dims, device):
+    """Training normalizes by the batch's mean and biased variance and moves the running
+    statistics by ``momentum``; eval normalizes by those (float64 NumPy, no PyTorch)."""
+    rng = np.random.default_rng(2)
+    shape, axes = ((16, 4), (0,)) if dims == 1 else ((3, 4, 5, 2), (0, 2, 3))
+    keep = (1, 4) if dims == 1 else (1, 4, 1, 1)
+    bn = (nn.BatchNorm1d if dims == 1 else nn.BatchNorm2d)(4, momentum=0.2, device=device)
+    x = (rng.standard_normal(shape) * 2 + 1).astype("float32")
+    x64 = x.astype(np.float64)
+    mean, var = x64.mean(axis=axes), x64.var(axis=axes)
+    want = (x64 - mean.reshape(keep)) / np.sqrt(var.reshape(keep) + 1e-5)
+    np.testing.assert_allclose(bn(_t(x, device)).numpy(), want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(bn.running_mean.numpy(), 0.2 * mean, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(bn.running_var.numpy(), 0.8 + 0.2 * var, rtol=1e-5)
+    bn.eval()
+    x2 = rng.standard_normal(shape).astype("float32")
+    want = (x2 - 0.2 * mean.reshape(keep)) / np.sqrt(0.8 + 0.2 * var.reshape(keep) + 1e-5)
+    np.testing.assert_allclose(bn(_t(x2, device)).numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_dropout_statistics_and_eval(device):
     np.random.seed(5)
     p = 0.3
