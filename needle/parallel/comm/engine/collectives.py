@@ -124,11 +124,6 @@ class Spec:
         if row is not None and set(self.methods) != set(row.steps):
             raise TypeError(f"{self.name}: {set(self.methods)} are not select's {set(row.steps)}")
 
-    @property
-    def chosen(self) -> bool:
-        """Whether ``select.choose`` picks the algorithm (a collective of its table)."""
-        return self.name in ALGORITHMS
-
 
 def _workspace(st: CallState) -> Tuple[int, ...]:
     return (DEPTH * st.items * st.x.itemsize,)

@@ -27,7 +27,7 @@ from ... import threads
 from ...faults import install_abort_hook
 from ..algorithms.reference import finish_avg
 from ..algorithms.ring import ring_allgather
-from ..algorithms.select import choose
+from ..algorithms.select import ALGORITHMS, choose
 from ..hosts import discover, host_name
 from ..ledger import Ledger, Regions
 from ..progress import Algorithm, Channel, Stat, Transport, Waiting, Work, drive, start, stat
@@ -242,7 +242,8 @@ class Communicator:
         if not spec.reduces:
             args.check_dtype(spec.name, x.dtype, r, p)
         nbytes = x.nbytes * p if spec.gather else x.nbytes
-        algo = choose(spec.name, nbytes, p, algorithm, self.hosts) if spec.chosen else algorithm
+        chosen = spec.name in ALGORITHMS  # (a barrier has no algorithm to choose)
+        algo = choose(spec.name, nbytes, p, algorithm, self.hosts) if chosen else algorithm
         st = CallState(self, self._t, spec, key, algo, root, x, self.chunk_bytes, self.hosts)
         st.home = self._shelf(key)
         return st
