@@ -61,7 +61,9 @@ fuzz: install
 # AddressSanitizer (tools/sanitize.py): fails on a data race, an
 # out-of-bounds access or a divergent barrier. `make test` runs the float32 part of it
 # (tests/backend_cuda/emulator/test_emu_sanitize.py). Installs gcc's runtimes when missing.
-# Prints each report in full (OS threads named "B<block> T<thread>"); pytest arguments after
+# Prints each report in full (OS threads named "B<block> T<thread>", every kernel frame with
+# its .cu file:line); about 7 minutes on 2 cores (ThreadSanitizer 5.5, AddressSanitizer 1; more
+# the first time, compiling). Pytest arguments after
 # --: `python -m tools.sanitize --mode thread -- -k float32`. Without a
 # sanitizer, NEEDLE_CUDA_EMULATOR_CHECK=full catches shared-memory races and uninitialised reads.
 test-cuda-sanitize: install
