@@ -104,7 +104,8 @@ def check_output_path(path: str, flag: str) -> Optional[str]:
 
 def check_output_dir(path: str, flag: str) -> Optional[str]:
     """Why the folder ``path`` could not be made (or written in), or None when it can: a file
-    in its place, or a nearest existing folder above it that is read-only. Creates nothing."""
+    in its place, or a nearest existing folder above it that is read-only or takes no new
+    folder (``/proc``, even for root: tried with a folder made and removed). Leaves nothing."""
     if not path:
         return None
     if os.path.exists(path) and not os.path.isdir(path):
@@ -116,4 +117,8 @@ def check_output_dir(path: str, flag: str) -> Optional[str]:
         return f"{flag} {path}: {existing} is a file, not a folder"
     if not os.access(existing, os.W_OK | os.X_OK):
         return f"{flag} {path} cannot be written ({existing}: permission denied)"
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".needle-check-", dir=existing))
+    except OSError as err:
+        return f"{flag} {path} cannot be made ({existing}: {err.strerror or err})"
     return None

@@ -196,3 +196,40 @@ def test_what_the_round2_doors_still_accept() -> None:
     assert _agree(lambda r: {"w": np.int64(7)}) == [None, None]
     ds = data.NDArrayDataset(np.ones((2, 3)))
     assert ds.transforms is None
+
+
+def test_an_output_folder_that_cannot_be_made_is_named_before_the_run(tmp_path: Path) -> None:
+    """/proc takes no new folder even for root (whom os.access lets write anywhere): the
+    check tries one (made and removed), so --profile /proc/nope is refused up front."""
+    from needle.cli import check_output_dir
+    if os.path.isdir("/proc"):
+        said = check_output_dir("/proc/nope", "--profile")
+        assert said is not None and said.startswith("--profile /proc/nope cannot be"), said
+    assert check_output_dir(str(tmp_path / "a" / "b"), "--profile") is None
+    assert list(tmp_path.iterdir()) == []  # the check leaves nothing behind
+
+
+@pytest.mark.parametrize("index", [1.5, "a", np.array([0.0, 1.0])])
+def test_a_dataset_index_that_is_not_whole_is_named(index: Any) -> None:
+    ds = data.MNISTDataset.__new__(data.MNISTDataset)  # the images as parsed, no files needed
+    ds.images, ds.labels, ds.transforms = np.zeros((5, 784), np.float32), np.arange(5), None
+    with pytest.raises(TypeError, match="MNISTDataset index must be a whole number"):
+        ds[index]
+    assert ds[np.array([0, 1])][0].shape == (2, 784) and ds[3][0].shape == (784,)
+    assert ds[1:3][0].shape == (2, 784)
+
+
+@pytest.mark.parametrize("args", [["/dev/null"], []])
+def test_the_planners_pingpong_worker_run_by_hand_says_how_to_run_it(args: Any) -> None:
+    res = subprocess.run([sys.executable, "-m", "needle.plan.measure.pingpong", *args],
+                         capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert res.returncode == 1 and "mpiexec -n 2" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("cls", [optim.SGD, optim.Adam, optim.AdamW, optim.Adafactor])
+def test_an_optimizer_of_no_parameters_is_refused(cls: Any) -> None:
+    """A step that updates nothing trained nothing and said nothing (PyTorch refuses too)."""
+    with pytest.raises(ValueError, match=f"{cls.__name__}: got an empty parameter list"):
+        cls(nn.ReLU().parameters())

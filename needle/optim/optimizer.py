@@ -52,6 +52,9 @@ class Optimizer:
             if not isinstance(p, Tensor):
                 raise TypeError(f"optimizer params must be Tensors, got {type(p).__name__}")
         self.params = unique_by_identity(params)
+        if not self.params:  # as PyTorch: a step that updates nothing is a mistake upstream
+            raise ValueError(f"{type(self).__name__}: got an empty parameter list (nothing to "
+                             "optimize: a model without parameters, or a spent generator?)")
         self.state: Dict[int, Dict[str, Any]] = {}
         # (device, dtype) -> what a multi-tensor step keeps on that device (not state_dict's)
         self._multi_tensor_states: Dict[Tuple[Any, str], fused.MultiTensorState] = {}

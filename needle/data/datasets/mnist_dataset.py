@@ -97,6 +97,10 @@ class MNISTDataset(Dataset):
         self.labels = check_labels(labels, label_filename)
 
     def __getitem__(self, index: Any) -> Tuple[np.ndarray, Any]:
+        kind = getattr(np.asarray(index) if not isinstance(index, slice) else None, "dtype", None)
+        if kind is not None and kind.kind not in "iu":  # 1.5, "a": NumPy's message, not ours
+            raise TypeError(f"MNISTDataset index must be a whole number, a slice or integer "
+                            f"indices, got {index!r}")
         x, y = self.images[index], self.labels[index]
         if not self.transforms:
             return x, y

@@ -16,6 +16,9 @@ SIZES = (8, 1024, 65536, 1 << 20, 4 << 20)
 def main(path: str) -> None:
     """Time one-way messages of each size (half a round trip, best of a few) and fit."""
     comm = communicator.create()
+    if comm.size < 2:  # run by hand: say how to run it, not a send to a rank that is not there
+        sys.exit("python -m needle.plan.measure.pingpong: run under mpiexec -n 2 or more (it "
+                 f"times messages between ranks 0 and 1); this is {comm.size} rank")
     times = []
     for n in SIZES:
         buf = np.zeros(n, np.uint8)
@@ -41,4 +44,6 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: mpiexec -n 2 python -m needle.plan.measure.pingpong OUT.json")
     main(sys.argv[1])
