@@ -233,3 +233,21 @@ def test_an_optimizer_of_no_parameters_is_refused(cls: Any) -> None:
     """A step that updates nothing trained nothing and said nothing (PyTorch refuses too)."""
     with pytest.raises(ValueError, match=f"{cls.__name__}: got an empty parameter list"):
         cls(nn.ReLU().parameters())
+
+
+def test_internal_helpers_name_what_they_were_given() -> None:
+    """The last of the round-2 probe: a value that is no rank list, no communicator, and
+    multi-tensor lists of different lengths (zip dropped the tail: those tensors never
+    stepped) or a slot outside the state's."""
+    from needle.backend_ndarray import fused_ops as F
+    with pytest.raises(TypeError, match="by_rank: values must be a sequence"):
+        input_agreement.by_rank(3)
+    with pytest.raises(TypeError, match="agree_inputs: comm must be a communicator"):
+        input_agreement.agree_inputs(None, "x", {"a": 1}, "lbl")
+    ps = [ndl.NDArray(np.zeros(3, np.float32)) for _ in range(2)]
+    zeros = [ndl.NDArray(np.zeros(3, np.float32)) for _ in range(2)]
+    state = F.MultiTensorState(ndl.cpu(), 2)
+    with pytest.raises(ValueError, match="one entry per tensor, got lengths"):
+        F.multi_tensor_adam(ps, ps[:1], zeros, zeros, [0, 1], [1, 1], state, 0.1)
+    with pytest.raises(ValueError, match=r"slots must lie in 0\.\.1, got 0\.\.2"):
+        F.multi_tensor_adam(ps, ps, zeros, zeros, [0, 2], [1, 1], state, 0.1)

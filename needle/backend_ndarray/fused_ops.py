@@ -218,6 +218,19 @@ class MultiTensorState:
             capture_hooks.counted_step(count)
 
 
+def _check_lists(name: str, state: "MultiTensorState", slots: Sequence[int],
+                 *lists: Sequence[Any]) -> None:
+    """One entry per tensor in every list (zip would drop the longer lists' tail), and slots
+    within ``state``'s: lengths and ints only, so the check adds no call per tensor."""
+    lengths = [len(x) for x in (slots, *lists)]
+    if len(set(lengths)) != 1:
+        raise ValueError(f"{name}: the slot, parameter, gradient and state lists must have one "
+                         f"entry per tensor, got lengths {lengths}")
+    if min(slots) < 0 or max(slots) >= len(state.counts):
+        raise ValueError(f"{name}: slots must lie in 0..{len(state.counts) - 1}, got "
+                         f"{min(slots)}..{max(slots)}")
+
+
 def multi_tensor_adam(params: Sequence[NDArray], grads: Sequence[NDArray],
                       ms: Sequence[NDArray], vs: Sequence[NDArray], slots: Sequence[int],
                       steps: Sequence[int], state: MultiTensorState, lr: float,
@@ -230,6 +243,7 @@ def multi_tensor_adam(params: Sequence[NDArray], grads: Sequence[NDArray],
     step is ``Adam.step`` itself (hw2.optim.adam), as for ``multi_tensor_sgd``."""
     if not params:
         return
+    _check_lists("multi_tensor_adam", state, slots, params, grads, ms, vs, steps)
     prim = getattr(params[0].device, "multi_tensor_adam", None)
     if prim is None:
         raise ValueError(f"{params[0].device} has no multi_tensor_adam primitive")

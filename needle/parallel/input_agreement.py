@@ -15,6 +15,7 @@ A collective whose arguments differ already fails on every rank (``CallMismatchE
 import contextlib
 import operator
 import zlib
+from collections import abc
 from typing import Any, Dict, Iterator, List, Sequence
 
 import numpy as np
@@ -79,6 +80,9 @@ def _widths(bits: Sequence[Any], who: str) -> List[int]:
 
 def by_rank(values: Sequence[Any]) -> str:
     """"rank 0 has 4, ranks [1, 2] have 5": each distinct value with the ranks holding it."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, abc.Sequence):
+        raise TypeError(f"by_rank: values must be a sequence (one per rank), got "
+                        f"{type(values).__name__}")
     groups: Dict[str, List[int]] = {}
     for r, v in enumerate(values):
         groups.setdefault(str(v), []).append(r)
@@ -124,6 +128,8 @@ def disagreement(comm: Comm, what: str, names: Sequence[str] = (),
 def agree_inputs(comm: Comm, what: str, fields: Dict[str, int], label: str) -> None:
     """Collective: raise on every rank if the ranks' ``fields`` differ, naming each rank's
     value. Costs one allgather of ``len(fields)`` int64 per rank (nothing on one rank)."""
+    if not hasattr(comm, "allgather") or not hasattr(comm, "size"):
+        raise TypeError(f"agree_inputs: comm must be a communicator, got {type(comm).__name__}")
     if not isinstance(fields, dict):
         raise TypeError(f"agree_inputs: fields must be a dict of name -> int, got "
                         f"{type(fields).__name__}")
