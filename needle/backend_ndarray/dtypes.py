@@ -6,6 +6,7 @@ import numpy as np
 
 bfloat16 = np.dtype(ml_dtypes.bfloat16)
 
+FLOATS = ("float16", "bfloat16", "float32", "float64")  # the floating dtypes, narrowest first
 SUPPORTED = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "bool", "int8", "uint8")
 _CACHE: Dict[Any, np.dtype] = {}
 

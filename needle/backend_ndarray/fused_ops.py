@@ -6,6 +6,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import capture_hooks, primitives
+from .dtypes import FLOATS
 from .ndarray import NDArray
 
 __all__ = ["softmax", "softmax_naive", "logsumexp", "logsumexp_naive", "layer_norm",
@@ -14,7 +15,6 @@ __all__ = ["softmax", "softmax_naive", "logsumexp", "logsumexp_naive", "layer_no
            "has_primitive", "FUSED_PRIMITIVES", "MultiTensorState", "multi_tensor_adam",
            "multi_tensor_sgd"]
 
-_FLOATS = ("float16", "bfloat16", "float32", "float64")
 
 # The optional primitives used below and the parameters a backend's versions take (flat
 # ``Array`` buffers, compact), as primitives.py declares them; test_fused_dispatch.py checks
@@ -52,7 +52,7 @@ def _last_axis(x: NDArray, axis: int) -> Tuple[NDArray, Tuple[int, ...]]:
 def _fusable(x: NDArray, name: str) -> Optional[Any]:
     """The device primitive ``name`` for ``x``, or None (absent, or ``x`` not floating)."""
     prim = getattr(x.device, name, None)
-    return prim if prim is not None and x.dtype in _FLOATS and x.ndim else None
+    return prim if prim is not None and x.dtype in FLOATS and x.ndim else None
 
 
 # ---------------------------------------------------------------------- softmax / logsumexp

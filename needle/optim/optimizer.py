@@ -9,11 +9,10 @@ from .. import numbers
 from ..autograd import Tensor
 from ..backend_ndarray import NDArray, capture_hooks
 from ..backend_ndarray import fused_ops as fused
+from ..backend_ndarray.dtypes import FLOATS
 from ..backend_ndarray.fused_ops import has_primitive
 from ..process_state import switches
 from .hyper import Hyper
-
-FLOAT_STATE = ("float16", "bfloat16", "float32", "float64")  # dtypes a loaded state may have
 
 
 def unique_by_identity(params: Iterable[Tensor]) -> List[Tensor]:
@@ -82,7 +81,7 @@ class Optimizer:
                 continue
             w = p.realize_cached_data()
             dtype = w.dtype
-            if dtype not in FLOAT_STATE:  # Adam's step on int64 rounds to 0: no change
+            if dtype not in FLOATS:  # Adam's step on int64 rounds to 0: no change
                 raise TypeError(f"param {i}: a {dtype} parameter cannot be stepped "
                                 f"(optimizers update float parameters)")
             g = p.grad.realize_cached_data()
@@ -201,7 +200,7 @@ class Optimizer:
         if tuple(v.shape) != want:
             raise ValueError(f"optimizer state {name!r} of param {i} has shape "
                              f"{tuple(v.shape)}, expected {want} (param {tuple(p.shape)})")
-        if str(v.dtype) not in FLOAT_STATE:  # an int m would be stepped as 0
+        if str(v.dtype) not in FLOATS:  # an int m would be stepped as 0
             raise ValueError(f"optimizer state {name!r} of param {i} has dtype {v.dtype}; "
                              f"expected a float dtype")
         # a copy through Tensor: an NDArray, or NumPy's under NEEDLE_BACKEND=np

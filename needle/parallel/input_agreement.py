@@ -15,11 +15,11 @@ A collective whose arguments differ already fails on every rank (``CallMismatchE
 import contextlib
 import operator
 import zlib
-from collections import abc
 from typing import Any, Dict, Iterator, List, Sequence
 
 import numpy as np
 
+from .comm.agree import by_rank
 from .comm.protocol import Comm
 
 __all__ = ["checksum", "pack", "unpack", "by_rank", "disagreement", "agree_inputs"]
@@ -76,18 +76,6 @@ def _widths(bits: Sequence[Any], who: str) -> List[int]:
     if min(out, default=1) < 1:
         raise ValueError(f"{who}: widths in bits must be >= 1, got {out}")
     return out
-
-
-def by_rank(values: Sequence[Any]) -> str:
-    """"rank 0 has 4, ranks [1, 2] have 5": each distinct value with the ranks holding it."""
-    if isinstance(values, (str, bytes)) or not isinstance(values, abc.Sequence):
-        raise TypeError(f"by_rank: values must be a sequence (one per rank), got "
-                        f"{type(values).__name__}")
-    groups: Dict[str, List[int]] = {}
-    for r, v in enumerate(values):
-        groups.setdefault(str(v), []).append(r)
-    return ", ".join(f"rank {rs[0]} has {v}" if len(rs) == 1 else f"ranks {rs} have {v}"
-                     for v, rs in groups.items())
 
 
 def _heading(comm: Comm, what: str) -> str:

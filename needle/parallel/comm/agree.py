@@ -6,7 +6,8 @@ allgathers a fixed-size JSON record of each rank's settings; if any differ, ever
 the same ``ValueError`` naming each setting that differs and every rank's value.
 """
 import json
-from typing import Any, Dict, List, Tuple
+from collections import abc
+from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
@@ -59,13 +60,18 @@ def agree(comm: Comm, who: str, settings: Dict[str, Any]) -> None:
     for k in sorted({k for s in per_rank for k in s}):
         values = [s.get(k, "<not set>") for s in per_rank]
         if any(v != values[0] for v in values):
-            by_value: Dict[str, List[int]] = {}
-            for r, v in enumerate(values):
-                by_value.setdefault(repr(v), []).append(r)
-            lines.append(f"{k}: " + ", ".join(f"{_ranks(rs)} {v}" for v, rs in by_value.items()))
+            lines.append(f"{k}: " + by_rank([repr(v) for v in values]))
     raise ValueError(f"{who} (rank {comm.rank}): ranks disagree on their settings: "
                      + "; ".join(lines))
 
 
-def _ranks(rs: List[int]) -> str:
-    return f"rank {rs[0]} has" if len(rs) == 1 else f"ranks {rs} have"
+def by_rank(values: Sequence[Any]) -> str:
+    """"rank 0 has 4, ranks [1, 2] have 5": each distinct value with the ranks holding it."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, abc.Sequence):
+        raise TypeError(f"by_rank: values must be a sequence (one per rank), got "
+                        f"{type(values).__name__}")
+    groups: Dict[str, List[int]] = {}
+    for r, v in enumerate(values):
+        groups.setdefault(str(v), []).append(r)
+    return ", ".join(f"rank {rs[0]} has {v}" if len(rs) == 1 else f"ranks {rs} have {v}"
+                     for v, rs in groups.items())
