@@ -91,7 +91,7 @@ def column_sum(a: Any, out: Any, rows: int, cols: int) -> None:
     run(part, acc, out.array, dt, chunks, chunks)
 
 
-def _plan(shape: Sequence[int]) -> Tuple[int, int, int, Tuple[int, int]]:
+def _bn_chunks(shape: Sequence[int]) -> Tuple[int, int, int, Tuple[int, int]]:
     """(rows, rows per chunk, chunks, grid) for (N, C, H, W): about 256 row chunks at most."""
     n, c, h, w = shape
     rows = n * h * w
@@ -113,7 +113,7 @@ def _stats_parts(x_view: View, stats: Any) -> Any:
     the (N, C, H, W) view: ``stats`` split as batch_norm_fwd lays it out; None when empty."""
     shape = x_view[0]
     c, hw, width = shape[1], shape[2] * shape[3], shape[3]
-    rows, rows_per, chunks, grid = _plan(shape)
+    rows, rows_per, chunks, grid = _bn_chunks(shape)
     if rows == 0 or c == 0:
         return None
     st = stats.array
@@ -141,7 +141,7 @@ def batch_norm_fwd(x: Any, x_view: View, w: Any, b: Any, running_mean: Any, runn
 
 def batch_norm_stats_size(shape: Sequence[int]) -> int:
     """Elements of the ``stats`` buffer batch_norm_fwd needs for an (N, C, H, W) input."""
-    return (2 + 2 * _plan(shape)[2]) * shape[1]
+    return (2 + 2 * _bn_chunks(shape)[2]) * shape[1]
 
 
 def batch_norm_bwd(dy: Any, dy_view: View, x: Any, x_view: View, w: Any, stats: Any,

@@ -215,8 +215,8 @@ def row_block(cols: int, per_thread: int = 4) -> int:
     return max(32, min(1024, next_pow2(math.ceil(max(cols, 1) / per_thread))))
 
 
-class ReducePlan(TypedDict):
-    """``reduce_plan``'s answer (its docstring says what each field means)."""
+class ReduceLaunch(TypedDict):
+    """``reduce_launch``'s answer (its docstring says what each field means)."""
 
     kind: str
     block: int
@@ -232,14 +232,14 @@ def _row_chunks(rows: int, size: int, block: int, num_sms: int) -> int:
     return 1
 
 
-def reduce_plan(rows: int, size: int, num_sms: int = 132) -> ReducePlan:
+def reduce_launch(rows: int, size: int, num_sms: int = 132) -> ReduceLaunch:
     """How to reduce ``rows`` rows of ``size`` elements.
 
     Returns ``kind`` ("thread" or "block"), ``block`` threads, ``grid_rows`` blocks along rows,
     ``chunks`` blocks per row (>1 means a second pass over the partials) and ``chunk`` elements.
     """
     if rows <= 0 or size <= 0:
-        raise ValueError(f"reduce_plan needs rows > 0 and size > 0, got {rows}, {size}")
+        raise ValueError(f"reduce_launch needs rows > 0 and size > 0, got {rows}, {size}")
     if size <= 32 and rows >= 32 * num_sms:
         grid, block = ewise_launch(rows)
         return {"kind": "thread", "block": block, "grid_rows": grid, "chunks": 1, "chunk": size}
@@ -254,8 +254,8 @@ FAST_REDUCE_KINDS = ("rows_warp", "rows_wide", "cols")
 WARP_ROW_MAX = 4096  # rows up to this many elements take a warp each (reduce_rows_warp)
 
 
-class FastReducePlan(TypedDict):
-    """``fast_reduce_plan``'s answer: ``kind`` (a FAST_REDUCE_KINDS entry), ``grid`` and
+class FastReduceLaunch(TypedDict):
+    """``fast_reduce_launch``'s answer: ``kind`` (a FAST_REDUCE_KINDS entry), ``grid`` and
     ``block`` of the launch, and for "rows_wide" the ``chunks`` per row (> 1: a second pass
     over the partials) of ``chunk`` elements."""
 
@@ -266,11 +266,11 @@ class FastReducePlan(TypedDict):
     chunk: int
 
 
-def fast_reduce_plan(outer: int, size: int, inner: int, itemsize: int,
-                     num_sms: int = 132) -> FastReducePlan:
+def fast_reduce_launch(outer: int, size: int, inner: int, itemsize: int,
+                     num_sms: int = 132) -> FastReduceLaunch:
     """How reduce_fast.cu reduces compact (outer, size, inner) over its middle axis."""
     if outer <= 0 or size <= 0 or inner <= 0:
-        raise ValueError(f"fast_reduce_plan needs sizes > 0, got {outer}, {size}, {inner}")
+        raise ValueError(f"fast_reduce_launch needs sizes > 0, got {outer}, {size}, {inner}")
     if inner > 1:
         return {"kind": "cols", "grid": (math.ceil(inner / 32), min(outer, 65535)),
                 "block": (32, 8), "chunks": 1, "chunk": size}

@@ -387,13 +387,13 @@ def _reduce_rows(src: Any, src_dt: str, dst: Any, dst_dt: str, rows: int, size: 
 
     ``base`` is the array dtype; partials of the first pass are kept in its accumulator type.
     """
-    plan = K.reduce_plan(rows, size, rt.num_sms(index))
-    if plan["kind"] == "thread":
+    launch = K.reduce_launch(rows, size, rt.num_sms(index))
+    if launch["kind"] == "thread":
         k = rt.kernel("reduce.cu", K.reduce_name("thread", op, src_dt, dst_dt), base, index)
-        rt.launch(k, (plan["grid_rows"],), (plan["block"],),
+        rt.launch(k, (launch["grid_rows"],), (launch["block"],),
                   (src, dst, np.int64(rows), np.int64(size)), index)
         return
-    chunks = plan["chunks"]
+    chunks = launch["chunks"]
     if chunks == 1:
         target, target_dt = dst, dst_dt
     else:
@@ -401,8 +401,8 @@ def _reduce_rows(src: Any, src_dt: str, dst: Any, dst_dt: str, rows: int, size: 
         target_buf = Array(rows * chunks, np.dtype(target_dt), index)  # needle's pool
         target = target_buf.array
     k = rt.kernel("reduce.cu", K.reduce_name("block", op, src_dt, target_dt), base, index)
-    rt.launch(k, (plan["grid_rows"], chunks), (plan["block"],),
-              (src, target, np.int64(rows), np.int64(size), np.int64(plan["chunk"])), index)
+    rt.launch(k, (launch["grid_rows"], chunks), (launch["block"],),
+              (src, target, np.int64(rows), np.int64(size), np.int64(launch["chunk"])), index)
     if chunks > 1:
         _reduce_rows(target, target_dt, dst, dst_dt, rows, chunks, op, base, index)
 
@@ -441,9 +441,9 @@ def _fast_reduce(op: str, src: Any, src_dt: str, dst: Any, dst_dt: str, outer: i
                  size: int, inner: int, base: str, index: int) -> None:
     """dst = op over the middle axis of compact (outer, size, inner) ``src`` by reduce_fast.cu;
     few long rows go through partials in the accumulator type (a second pass)."""
-    plan = K.fast_reduce_plan(outer, size, inner, np.dtype(src.dtype).itemsize,
+    launch = K.fast_reduce_launch(outer, size, inner, np.dtype(src.dtype).itemsize,
                               rt.num_sms(index))
-    kind, chunks = plan["kind"], plan["chunks"]
+    kind, chunks = launch["kind"], launch["chunks"]
     target, target_dt, part = dst, dst_dt, None
     if chunks > 1:
         target_dt = K.ACC_DTYPE[base]
@@ -452,8 +452,8 @@ def _fast_reduce(op: str, src: Any, src_dt: str, dst: Any, dst_dt: str, outer: i
     k = rt.kernel("reduce_fast.cu", K.fast_reduce_name(kind, op, src_dt, target_dt), base,
                   index)
     sizes = (outer, size, inner) if kind == "cols" else (outer, size)
-    extra = (plan["chunk"],) if kind == "rows_wide" else ()
-    rt.launch(k, plan["grid"], plan["block"],
+    extra = (launch["chunk"],) if kind == "rows_wide" else ()
+    rt.launch(k, launch["grid"], launch["block"],
               (src, target, *(np.int64(v) for v in sizes + extra)), index)
     if part is not None:
         _fast_reduce(op, target, target_dt, dst, dst_dt, outer, chunks, 1, base, index)

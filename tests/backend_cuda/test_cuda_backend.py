@@ -157,7 +157,7 @@ def test_matmul_transposed_operands():
     np.testing.assert_allclose(got, x.T @ y.T, rtol=1e-4, atol=1e-3)
 
 
-# Sizes the emulator runs in seconds that still take every reduce plan on this device: one
+# Sizes the emulator runs in seconds that still take every reduce launch on this device: one
 # thread per row (32 * SMs rows or more, of <= 32), one block per row, two passes (few long rows).
 SMS = rt.num_sms(0) if ndl.cuda().enabled() else 132
 REDUCTIONS = [((1,), None), ((100003,), None), ((3, 5000), 1), ((32 * SMS, 3), 1),
@@ -165,16 +165,16 @@ REDUCTIONS = [((1,), None), ((100003,), None), ((3, 5000), 1), ((32 * SMS, 3), 1
               ((3, 0, 2), 2), ((7, 20000), 1), ((300, 40), 1)]
 
 
-def test_reduction_sizes_take_every_plan():  # the course's reduce.cu
-    plans = set()
+def test_reduction_sizes_take_every_launch():  # the course's reduce.cu
+    launches = set()
     for shape, axes in REDUCTIONS:
         axes = range(len(shape)) if axes is None else np.atleast_1d(axes)
         size = int(np.prod([shape[i] for i in axes]))
         rows = int(np.prod(shape)) // max(size, 1)
         if rows and size:
-            plan = K.reduce_plan(rows, size, SMS)
-            plans.add((plan["kind"], plan["chunks"] > 1))
-    assert plans == {("thread", False), ("block", False), ("block", True)}
+            launch = K.reduce_launch(rows, size, SMS)
+            launches.add((launch["kind"], launch["chunks"] > 1))
+    assert launches == {("thread", False), ("block", False), ("block", True)}
 
 
 # The course's reduce.cu (graded: hw3.cuda.backend) and the backend's default reduce_fast.cu
@@ -194,16 +194,16 @@ def reduce_mode(request):
     mod.set_reduce_kernel(old)
 
 
-def test_fast_reduction_sizes_take_every_plan():
-    plans = set()
+def test_fast_reduction_sizes_take_every_launch():
+    launches = set()
     for shape, axes in FAST_REDUCTIONS:
         axes = np.atleast_1d(axes)
         size = int(np.prod([shape[i] for i in axes]))
         inner = int(np.prod(shape[max(axes) + 1:])) if len(axes) == 1 else 1
         outer = int(np.prod(shape)) // size // inner
-        plan = K.fast_reduce_plan(outer, size, inner, 4, SMS)
-        plans.add((plan["kind"], plan["chunks"] > 1))
-    assert plans == {("rows_warp", False), ("rows_wide", False), ("rows_wide", True),
+        launch = K.fast_reduce_launch(outer, size, inner, 4, SMS)
+        launches.add((launch["kind"], launch["chunks"] > 1))
+    assert launches == {("rows_warp", False), ("rows_wide", False), ("rows_wide", True),
                      ("cols", False)}
 
 

@@ -29,19 +29,19 @@ def test_row_block_is_warp_multiple(cols):
 
 @pytest.mark.parametrize("rows,size", [(1, 1), (1, 7), (1, 10**8), (3, 5000), (4096, 4096),
                                        (10**6, 3), (10**6, 32), (10**6, 33), (7, 2**20)])
-def test_reduce_plan_partitions_each_row(rows, size):
-    plan = K.reduce_plan(rows, size, num_sms=132)
-    assert plan["block"] % 32 == 0 and plan["block"] <= 1024
-    if plan["kind"] == "thread":
-        assert size <= 32 and plan["chunks"] == 1
+def test_reduce_launch_partitions_each_row(rows, size):
+    launch = K.reduce_launch(rows, size, num_sms=132)
+    assert launch["block"] % 32 == 0 and launch["block"] <= 1024
+    if launch["kind"] == "thread":
+        assert size <= 32 and launch["chunks"] == 1
         return
     # chunks of `chunk` elements cover the row exactly, none empty
-    assert plan["chunk"] * plan["chunks"] >= size > plan["chunk"] * (plan["chunks"] - 1)
-    assert 1 <= plan["chunks"] <= 65535 and 1 <= plan["grid_rows"] <= rows
+    assert launch["chunk"] * launch["chunks"] >= size > launch["chunk"] * (launch["chunks"] - 1)
+    assert 1 <= launch["chunks"] <= 65535 and 1 <= launch["grid_rows"] <= rows
     if rows == 1 and size >= 10**6:
-        assert plan["chunks"] > 1  # one long row must not run on a single block
-    if plan["chunks"] > 1:  # the second pass must not split again
-        assert K.reduce_plan(rows, plan["chunks"], 132)["chunks"] == 1
+        assert launch["chunks"] > 1  # one long row must not run on a single block
+    if launch["chunks"] > 1:  # the second pass must not split again
+        assert K.reduce_launch(rows, launch["chunks"], 132)["chunks"] == 1
 
 
 @pytest.mark.parametrize("mode", ["naive", "tiled"])

@@ -1,6 +1,6 @@
 // Row reductions: out[r] = reduce(a[r * size : (r + 1) * size]) for a compact buffer.
 //
-// Three launch shapes, picked in Python by ``reduce_plan``:
+// Three launch shapes, picked in Python by ``reduce_launch``:
 //   * reduce_rows_thread: one thread per row, for short rows (size <= 32) and many rows;
 //   * reduce_rows_block: one block per (row, chunk), a shared-memory tree reduction within
 //     the block (warp shuffles, then one value per warp);

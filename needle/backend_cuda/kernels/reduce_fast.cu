@@ -6,7 +6,7 @@
 //   * reduce_rows_warp: a warp per row for rows up to a few thousand elements: warp shuffles
 //     only, no shared memory and no barrier;
 //   * reduce_rows_wide: a block per (row, chunk) for long rows, one block-level combine;
-//     few long rows take a second pass over the partials (Python's plan);
+//     few long rows take a second pass over the partials (fast_reduce_launch);
 //   * reduce_cols: the middle axis of (outer, size, inner) read in place, 32 neighbouring
 //     columns per block row (coalesced) and 8 rows of the reduced axis per block combined in
 //     shared memory: no transposed copy first.

@@ -161,43 +161,43 @@ def test_ewise_astype_bit_exact(src, dst):
 
 # ---------------------------------------------------------------------- reduce.cu
 def reduce_rows(op: str, a: np.ndarray, src: str, dst: str, base: str, num_sms: int):
-    """The backend's launch protocol: reduce_plan, then a second pass over the partials."""
+    """The backend's launch protocol: reduce_launch, then a second pass over the partials."""
     rows, size = a.shape
-    plan = K.reduce_plan(rows, size, num_sms)
+    launch = K.reduce_launch(rows, size, num_sms)
     out = np.zeros(rows, NP_DTYPE[dst])
-    if plan["kind"] == "thread":
+    if launch["kind"] == "thread":
         k = kernel("reduce.cu", K.reduce_name("thread", op, src, dst), base)
-        k((plan["grid_rows"],), (plan["block"],), (ptr(a), ptr(out), np.int64(rows),
+        k((launch["grid_rows"],), (launch["block"],), (ptr(a), ptr(out), np.int64(rows),
                                                    np.int64(size)))
-        return out, plan
-    chunks = plan["chunks"]
+        return out, launch
+    chunks = launch["chunks"]
     tdt = dst if chunks == 1 else K.ACC_DTYPE[base]
     target = out if chunks == 1 else np.zeros(rows * chunks, NP_DTYPE[tdt])
     k = kernel("reduce.cu", K.reduce_name("block", op, src, tdt), base)
-    k((plan["grid_rows"], chunks), (plan["block"],),
-      (ptr(a), ptr(target), np.int64(rows), np.int64(size), np.int64(plan["chunk"])))
+    k((launch["grid_rows"], chunks), (launch["block"],),
+      (ptr(a), ptr(target), np.int64(rows), np.int64(size), np.int64(launch["chunk"])))
     if chunks > 1:
         out, _ = reduce_rows(op, target.reshape(rows, chunks), tdt, dst, base, num_sms)
-    return out, plan
+    return out, launch
 
 
 # (rows, size, num_sms): one thread per row, one block per row, two passes over chunks
-PLANS = {"thread": (140, 9, 4), "block": (5, 300, 132), "two_pass": (2, 5000, 4)}
+LAUNCHES = {"thread": (140, 9, 4), "block": (5, 300, 132), "two_pass": (2, 5000, 4)}
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("op", ["sum", "max"])
-@pytest.mark.parametrize("plan", sorted(PLANS))
-def test_reduce_plans(dtype, op, plan):
-    rows, size, sms = PLANS[plan]
+@pytest.mark.parametrize("launch", sorted(LAUNCHES))
+def test_reduce_launches(dtype, op, launch):
+    rows, size, sms = LAUNCHES[launch]
     a = rand((rows, size), dtype, seed=8)
     if op == "max":
         a[0, size // 2] = np.nan  # numpy.max propagates NaN
         a[-1, :] = -np.inf
     acc = K.ACC_DTYPE[dtype]
-    out, got_plan = reduce_rows(op, a, dtype, acc, dtype, sms)
-    assert got_plan["kind"] == plan.split("_")[0] or (plan == "two_pass"
-                                                      and got_plan["chunks"] > 1)
+    out, got_launch = reduce_rows(op, a, dtype, acc, dtype, sms)
+    assert got_launch["kind"] == launch.split("_")[0] or (launch == "two_pass"
+                                                          and got_launch["chunks"] > 1)
     want = f64(a).sum(1) if op == "sum" else f64(a).max(1)
     close(out, want, acc, atol_scale=size ** 0.5)
     if dtype != acc:  # the (dtype -> dtype) instantiation rounds once at the end

@@ -86,7 +86,8 @@ def test_tsan_names_both_lines_of_a_race_after_other_kernels(tmp_path, monkeypat
     symbolizer sees only the libraries loaded when it first symbolizes: build.SANITIZE_FLAGS)."""
     code = mutated("reduce.cu", REDUCE_BARRIER, "    if (lane == 0) smem[warp] = acc;\n")
     res = run_planted("thread", "reduce.cu", code,
-                      "test_strided_copies or (test_reduce_plans and sum)", tmp_path, monkeypatch)
+                      "test_strided_copies or (test_reduce_launches and sum)", tmp_path,
+                      monkeypatch)
     assert res.returncode == sanitize.SANITIZER_EXIT, res.stdout[-3000:] + res.stderr[-3000:]
     lines = code.splitlines()
     write = lines.index("    if (lane == 0) smem[warp] = acc;") + 1

@@ -53,14 +53,14 @@ def test_softmax_rows_wider_than_a_block(engine):
 @pytest.mark.parametrize("engine", ENGINES)
 def test_reduce_rows_split_over_blocks(engine):
     rows, size = 2, 5000
-    plan = K.reduce_plan(rows, size, num_sms=4)
-    assert plan["kind"] == "block" and plan["chunks"] > 1 and plan["block"] > 32
+    launch = K.reduce_launch(rows, size, num_sms=4)
+    assert launch["kind"] == "block" and launch["chunks"] > 1 and launch["block"] > 32
     a = rand(rows, size, seed=2)
-    part = dev(np.zeros(rows * plan["chunks"], np.float32))
+    part = dev(np.zeros(rows * launch["chunks"], np.float32))
     k = kernel("reduce.cu", K.reduce_name("block", "sum", "float32", "float32"), engine)
-    k((plan["grid_rows"], plan["chunks"]), (plan["block"],),
-      (dev(a), part, np.int64(rows), np.int64(size), np.int64(plan["chunk"])))
-    got = part.get().reshape(rows, plan["chunks"]).sum(1)
+    k((launch["grid_rows"], launch["chunks"]), (launch["block"],),
+      (dev(a), part, np.int64(rows), np.int64(size), np.int64(launch["chunk"])))
+    got = part.get().reshape(rows, launch["chunks"]).sum(1)
     np.testing.assert_allclose(got, a.astype(np.float64).sum(1), rtol=1e-4, atol=1e-3)
 
 
