@@ -12,7 +12,7 @@ too where it runs.
 
 Reported: ms per step and ratios (targets: compiled / torch eager <= 1.0), the compile time
 (trace + check + fusion + kernel build: the first calls minus an eager call), and where a
-speed-up comes from (primitive calls and bytes moved before/after fusion, from the plan).
+speed-up comes from (primitive calls and bytes moved before/after fusion, from the program).
 
     python benchmarks/bench_compile.py [--steps 9] [--threads 2] [--only mlp|transformer]
                                        [--no-torch-compile] [--breakdown]
@@ -118,7 +118,7 @@ def time_blocks(steps: Dict[str, Callable[[], None]], n: int, rounds: int = 3,
 
 
 def _kind(fn: Callable, flat: list) -> str:
-    """The class of one plan entry, for the time breakdown."""
+    """The class of one program entry, for the time breakdown."""
     name = getattr(fn, "__name__", "")
     if name == "fused_elementwise":
         from needle.backend_ndarray import fused_elementwise_cpu
@@ -137,12 +137,12 @@ def _kind(fn: Callable, flat: list) -> str:
 def breakdown(step: Callable[[], None], cf: object, torch: object, reps: int = 3) -> None:
     """Where the compiled step's time goes, and the same matmuls run by NumPy and by torch.
 
-    Every kernel of the plan is timed over ``reps`` steps; then the step's matrix products
+    Every kernel of the program is timed over ``reps`` steps; then the step's matrix products
     (same shapes and transposes, in order) run alone with NumPy's BLAS and with torch's,
     alternating, median of 5: the BLAS floor each framework starts from.
     """
-    plan = cf.plan()
-    saved, totals = plan.bound, {}
+    program = cf.program()
+    saved, totals = program.bound, {}
 
     def timed(fn: Callable, kind: str) -> Callable:
         def run(*a: object) -> None:
@@ -150,28 +150,28 @@ def breakdown(step: Callable[[], None], cf: object, torch: object, reps: int = 3
             fn(*a)
             totals[kind] = totals.get(kind, 0.0) + time.perf_counter() - t0
         return run
-    plan.bound = [(timed(fn, _kind(fn, flat)), flat, holes) for fn, flat, holes in saved]
-    products = _matmul_products(plan, saved)
+    program.bound = [(timed(fn, _kind(fn, flat)), flat, holes) for fn, flat, holes in saved]
+    products = _matmul_products(program, saved)
     t0 = time.perf_counter()
     for _ in range(reps):
         step()
     total = (time.perf_counter() - t0) / reps * 1e3
-    plan.bound = saved
+    program.bound = saved
     print(f"  breakdown of the compiled step ({total:.1f} ms, {reps} instrumented steps):")
     for kind, sec in sorted(totals.items(), key=lambda kv: -kv[1]):
         print(f"    {kind:38s} {sec / reps * 1e3:7.1f} ms")
-    print(f"    {'outside the plan (Adam, Python)':38s} "
+    print(f"    {'outside the program (Adam, Python)':38s} "
           f"{total - sum(totals.values()) / reps * 1e3:7.1f} ms")
     if torch is not None and products:
         _matmuls_alone(products, torch)
 
 
-def _matmul_products(plan: object, bound: list) -> list:
-    """(batch, m, n, p, transpose a, transpose b, dtype) of each matmul the plan calls."""
+def _matmul_products(program: object, bound: list) -> list:
+    """(batch, m, n, p, transpose a, transpose b, dtype) of each matmul the program calls."""
     products = []
     for fn, flat, _ in bound:
         if getattr(fn, "__name__", "") == "matmul":
-            dt = plan.trace.dtype(int(flat[2])) if not hasattr(flat[2], "array") \
+            dt = program.trace.dtype(int(flat[2])) if not hasattr(flat[2], "array") \
                 else flat[2].array.dtype  # the output is a per-call buffer or a static one
             products.append(tuple(flat[3:9]) + (dt,))
     return products
@@ -230,12 +230,12 @@ def _steps(kind: str, torch: object, no_torch_compile: bool) -> tuple:
 
 def _report(kind: str, ms: dict, cf: object, extra: float, note: str) -> bool:
     """Print one model's figures; False when compiled needle misses its target."""
-    st = cf.plan().stats() if cf.plan() is not None else {}
+    st = cf.program().stats() if cf.program() is not None else {}
     print(f"\n[{kind}] " + ", ".join(f"{k} {v:.1f} ms" for k, v in ms.items()))
     print(f"  compile: {extra:.2f} s beyond three eager steps "
-          f"(plan build {cf.compile_seconds() * 1e3:.0f} ms); torch.compile: {note}")
+          f"(program build {cf.compile_seconds() * 1e3:.0f} ms); torch.compile: {note}")
     if st:
-        print(f"  plan: {st['steps']} primitive calls -> {st['kernels']} kernels "
+        print(f"  program: {st['steps']} primitive calls -> {st['kernels']} kernels "
               f"({st['fused_groups']} fused); bytes moved {st['bytes_before'] / 2**20:.0f}"
               f" -> {st['bytes_after'] / 2**20:.0f} MiB; intermediates never written "
               f"{st['dead_bytes'] / 2**20:.0f} MiB")
@@ -277,7 +277,7 @@ def main() -> None:
         steps, cf, extra, note = _steps(kind, torch, args.no_torch_compile)
         ms = time_blocks(steps, args.steps, settle=0.5)
         failed |= not _report(kind, ms, cf, extra, note)
-        if args.breakdown and cf.plan() is not None:
+        if args.breakdown and cf.program() is not None:
             breakdown(steps["needle compiled"], cf, torch)
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
     raise SystemExit(1 if failed else 0)

@@ -1,9 +1,9 @@
 """Compiled results that carry a graph: the compiled forward is one autograd node.
 
 AOTAutograd's split (Ansel et al., "PyTorch 2", ASPLOS 2024, sec. 4): trace the forward (F),
-then the backward of its results (B). The forward plan returns the results and the arrays of F
+then the backward of its results (B). The forward program returns the results and the arrays of F
 that B reads (fresh each call, so several graphs may be alive at once); the results hang from
-one ``CompiledGraph`` node whose gradient runs the backward plan, and the engine does the rest
+one ``CompiledGraph`` node whose gradient runs the backward program, and the engine does the rest
 (hooks, accumulation, upstream graphs). Its gradients are constants: no ``create_graph``.
 """
 import contextlib
@@ -24,7 +24,7 @@ from ..autograd import (
 from ..backend_ndarray import NDArray, full
 from . import checks
 from .capture import Recorder, Trace
-from .replay import Plan
+from .replay import Program
 from .results import flatten, leaf_ref, meta, resolve, source, unflatten
 
 
@@ -122,12 +122,12 @@ def backward_problem(btrace: Trace) -> Optional[str]:
     return None
 
 
-class GraphPlan:
-    """The compiled pair: forward plan, backward plan and how to feed and unpack them."""
+class GraphProgram:
+    """The compiled pair: forward program, backward program and how to feed and unpack them."""
 
     def __init__(self) -> None:
-        self.fplan: Optional[Plan] = None
-        self.bplan: Optional[Plan] = None
+        self.forward: Optional[Program] = None
+        self.backward: Optional[Program] = None
         self.f_roles: List[Tuple[int, tuple]] = []  # forward inputs: (buffer, (kind, j))
         self.b_roles: List[tuple] = []              # backward inputs after the gradients
         self.n_results = 0
@@ -141,7 +141,7 @@ def _backward_roles(btrace: Trace, g_handles: List[Any], ftrace: Trace, saved: L
                     owners: dict) -> List[tuple]:
     """(buffer, role) for each array the backward reads from outside: ('g', i), ('saved', j),
     or the argument, leaf or attribute it belongs to; an array closed over gets none (the
-    plan keeps it as a constant)."""
+    program keeps it as a constant)."""
     g_ids = {id(h): i for i, h in enumerate(g_handles)}
     saved_ids = {id(ftrace.arrays[b]): j for j, b in enumerate(saved)}
     roles = []
@@ -211,7 +211,7 @@ def record(cf: Any, entry: Any, args: tuple, box: list, ftrace: Trace, device: A
     problem, states = checks.check_arrays(ftrace, keep, others=[btrace])
     entry.states_seen = [(o, k) for o, k, _ in states]
     # this call's backward: the traced one, this call's arrays as its constants
-    now = Plan(btrace, device, g_bufs, grad_bufs, fusion=False)
+    now = Program(btrace, device, g_bufs, grad_bufs, fusion=False)
     value = _results(tree, outs, diff, CompiledGraph(
         lambda gs: _unpack(now.run(gs), grad_meta, device)), leaves)
     if problem is not None:
@@ -229,7 +229,7 @@ def record(cf: Any, entry: Any, args: tuple, box: list, ftrace: Trace, device: A
                   tuple((id(o), k, meta(d)) for o, k, d in states))
     if not cf._same_as_last(entry, comparable):
         return value
-    gp = GraphPlan()
+    gp = GraphProgram()
     gp.f_roles, gp.n_results, gp.n_saved, gp.diff = f_roles, len(outs), len(saved), diff
     gp.grad_meta, gp.device = grad_meta, device
     gp.b_roles = [r for _, r in b_roles]
@@ -241,49 +241,49 @@ def record(cf: Any, entry: Any, args: tuple, box: list, ftrace: Trace, device: A
     return value
 
 
-def _compile(cf: Any, entry: Any, gp: GraphPlan, traces: Tuple[Trace, Trace],
+def _compile(cf: Any, entry: Any, gp: GraphProgram, traces: Tuple[Trace, Trace],
              in_bufs: Tuple[List[int], List[int]], saved: List[int], grad_bufs: List[int],
              outs: List[NDArray], states: list) -> None:
-    """Build the forward and backward plans into ``gp`` and make ``entry`` replay them."""
+    """Build the forward and backward programs into ``gp`` and make ``entry`` replay them."""
     t0 = time.perf_counter()
     ftrace, btrace = traces
     out_arrays = [o._handle for o in outs] + [ftrace.arrays[b] for b in saved] + \
         [d._handle for _, _, d in states]
-    gp.fplan = Plan(ftrace, gp.device, in_bufs[0],
+    gp.forward = Program(ftrace, gp.device, in_bufs[0],
                     [ftrace.index_of(h) for h in out_arrays], fusion=cf.fusion)
-    gp.bplan = Plan(btrace, gp.fplan.device, in_bufs[1], grad_bufs, fusion=cf.fusion)
-    entry.plan, entry.roles, entry.graph = gp.fplan, gp.f_roles, gp
+    gp.backward = Program(btrace, gp.forward.device, in_bufs[1], grad_bufs, fusion=cf.fusion)
+    entry.program, entry.roles, entry.graph = gp.forward, gp.f_roles, gp
     entry.outs = [(o.shape, o.strides, o.offset) for o in outs]
     entry.states = [(o, k) for o, k, _ in states]
     entry.state_meta = [(d.shape, d.strides, d.offset) for _, _, d in states]
     entry.compile_s = time.perf_counter() - t0
     cf.compiles += 1
-    cf._say(f"compiled in {entry.compile_s * 1e3:.0f} ms: forward {gp.fplan.stats()}, "
-            f"backward {gp.bplan.stats()}")
+    cf._say(f"compiled in {entry.compile_s * 1e3:.0f} ms: forward {gp.forward.stats()}, "
+            f"backward {gp.backward.stats()}")
 
 
 def replay(cf: Any, entry: Any, args: tuple) -> Any:
-    """A call of ``cf`` replaying the forward plan; the result's node holds the backward."""
-    gp: GraphPlan = entry.graph
+    """A call of ``cf`` replaying the forward program; the result's node holds the backward."""
+    gp: GraphProgram = entry.graph
     leaves = [resolve(r, args) for r in entry.leaves]
     fixed = {r: source(r, args, leaves).realize_cached_data()._handle
              for r in [r for _, r in gp.f_roles] + gp.b_roles if r[0] != "saved"}
-    arrays = gp.fplan.run([fixed[r] for _, r in gp.f_roles])
-    device = gp.fplan.device
+    arrays = gp.forward.run([fixed[r] for _, r in gp.f_roles])
+    device = gp.forward.device
     n, s = gp.n_results, gp.n_saved
     datas = _unpack(arrays[:n], entry.outs, device)
     saved = arrays[n:n + s]
     for (obj, name), d in zip(entry.states, _unpack(arrays[n + s:], entry.state_meta, device)):
         setattr(obj, name, Tensor.make_const(d))
     rest = [saved[r[1]] if r[0] == "saved" else fixed[r] for r in gp.b_roles]
-    bplan, grad_meta = gp.bplan, gp.grad_meta
-    op = CompiledGraph(lambda gs: _unpack(bplan.run(list(gs) + rest), grad_meta, device))
+    backward, grad_meta = gp.backward, gp.grad_meta
+    op = CompiledGraph(lambda gs: _unpack(backward.run(list(gs) + rest), grad_meta, device))
     return _results(entry.tree, datas, gp.diff, op, leaves)
 
 
 def explain(entry: Any, limit: Optional[int] = None) -> str:
-    """The forward plan's dump, then the backward plan's."""
-    gp: GraphPlan = entry.graph
+    """The forward program's dump, then the backward program's."""
+    gp: GraphProgram = entry.graph
     return ("forward (returns the results and the arrays the backward reads):\n"
-            + gp.fplan.explain(limit=limit) + "\nbackward (run by the result's node):\n"
-            + gp.bplan.explain(limit=limit))
+            + gp.forward.explain(limit=limit) + "\nbackward (run by the result's node):\n"
+            + gp.backward.explain(limit=limit))

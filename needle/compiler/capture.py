@@ -111,7 +111,7 @@ def _hashable(x: Any) -> Any:
     return x
 
 
-# Functions whose reads of data only decide whether to raise (index bounds checks); the plan
+# Functions whose reads of data only decide whether to raise (index bounds checks); the program
 # repeats their check on every replay (``replay.py``), so they do not stop compilation.
 VALIDATORS = ("_row_indices",)
 
@@ -207,7 +207,7 @@ class Recorder:
         """``fn``, run, and the recording marked as not replayable (as a data read is)."""
         def run(*args: Any) -> Any:
             if self.trace.data_read is None:
-                self.trace.data_read = (f"{name} (an optimizer step, whose buffers a plan "
+                self.trace.data_read = (f"{name} (an optimizer step, whose buffers a program "
                                         f"cannot rebind: call it outside the compiled function)")
             return fn(*args)
         return run

@@ -1,4 +1,4 @@
-"""``CompiledFunction``: a function with a plan cache keyed by its arguments' signature."""
+"""``CompiledFunction``: a function with a program cache keyed by its arguments' signature."""
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -8,20 +8,20 @@ from . import autograd_node, checks
 from .capture import DataDependentError, Recorder, Trace
 from .compiled_module import CompiledModule
 from .graph_mode import GraphReplay
-from .replay import Plan
+from .replay import Program
 from .results import flatten, graphless, leaf_ref, meta, resolve, source, unflatten
 
 MAX_RECORDINGS = 3  # recordings that may disagree before a signature runs eagerly for good
-# "reduce-overhead" (PyTorch's name): a plan on a CUDA device replayed as one CUDA graph
+# "reduce-overhead" (PyTorch's name): a program on a CUDA device replayed as one CUDA graph
 MODES = ("default", "reduce-overhead")
 _CHANGED = object()  # _replay_graph: a leaf's layout changed (the full guard runs)
 
 
 class _Entry:
-    """The cache entry of one input signature: recordings so far, then a plan (or eager)."""
+    """The cache entry of one input signature: recordings so far, then a program (or eager)."""
 
     def __init__(self) -> None:
-        self.plan: Optional[Plan] = None
+        self.program: Optional[Program] = None
         self.eager_reason: Optional[str] = None
         self.last: Optional[tuple] = None  # comparable form of the previous recording
         self.tries = 0
@@ -33,7 +33,7 @@ class _Entry:
         self.tree: Any = None
         self.n_results = 0
         self.compile_s = 0.0
-        self.graph: Optional[autograd_node.GraphPlan] = None  # results carry a graph
+        self.graph: Optional[autograd_node.GraphProgram] = None  # results carry a graph
         self.cuda_graph: Optional[GraphReplay] = None  # mode="reduce-overhead"
         self.last_leaf_datas: List[Any] = []  # the leaves' arrays at the last graph replay
         self.graph_results: Optional[tuple] = None  # (arrays, grads, states, result)
@@ -56,7 +56,7 @@ class _Recording:
 
 
 class CompiledFunction:
-    """``fn`` with a plan cache keyed by its arguments' shapes, dtypes and devices."""
+    """``fn`` with a program cache keyed by its arguments' shapes, dtypes and devices."""
 
     def __init__(self, fn: Callable, fusion: bool = True, fallback: bool = True,
                  debug: bool = False, guard: Optional[Callable[[], Any]] = None,
@@ -65,12 +65,12 @@ class CompiledFunction:
             raise ValueError(f"needle.compile: mode={mode!r}; expected one of {MODES}")
         self.fn = fn
         self.mode = mode
-        self.guard = guard  # () -> extra state the plan depends on (a module's modes)
+        self.guard = guard  # () -> extra state the program depends on (a module's modes)
         self.fusion = fusion
         self.fallback = fallback
         self.debug = debug
         self.cache: Dict[tuple, _Entry] = {}
-        self.compiles = 0   # plans built (a new signature, or a guard that failed)
+        self.compiles = 0   # programs built (a new signature, or a guard that failed)
         self.recordings = 0
         self.replays = 0
         self.eager_calls = 0
@@ -112,7 +112,7 @@ class CompiledFunction:
         if entry.eager_reason is not None:
             self.eager_calls += 1
             return self.fn(*args)
-        if entry.plan is not None:
+        if entry.program is not None:
             gm = entry.cuda_graph
             if gm is not None and gm.reason is None and gm.graph is not None:
                 fast = self._replay_graph(entry, gm, args)
@@ -128,7 +128,7 @@ class CompiledFunction:
 
     @staticmethod
     def _changed(entry: _Entry, args: tuple) -> list:
-        """Leaves (by index) and attributes (by name) whose layout the plan did not see."""
+        """Leaves (by index) and attributes (by name) whose layout the program did not see."""
         leaves = [resolve(r, args) for r in entry.leaves]
         changed: list = [i for i, (t, m) in enumerate(zip(leaves, entry.leaf_meta))
                          if meta(t.realize_cached_data()) != m]
@@ -149,7 +149,7 @@ class CompiledFunction:
 
     # ------------------------------------------------------------------ recording
     def _record(self, entry: _Entry, args: tuple) -> Any:
-        """Run ``fn`` eagerly under a recorder; build a plan once a recording can be replayed."""
+        """Run ``fn`` eagerly under a recorder; build a program once a recording can be replayed."""
         device = self._device(args)
         if device is None:
             entry.eager_reason = "tensor arguments on several devices"
@@ -193,7 +193,7 @@ class CompiledFunction:
 
     def _check(self, entry: _Entry, rec: _Recording, args: tuple
                ) -> Optional[Tuple[List[checks.Role], List[tuple], list]]:
-        """Step 2: (roles, leaf refs, state) when the recording can become a plan, else None
+        """Step 2: (roles, leaf refs, state) when the recording can become a program, else None
         (the function read data, an array escaped, or this recording differs from the last)."""
         trace = rec.trace
         if trace.data_read is not None:
@@ -217,15 +217,15 @@ class CompiledFunction:
 
     def _build(self, entry: _Entry, rec: _Recording, device: Any,
                roles: List[checks.Role], refs: List[tuple], states: list) -> None:
-        """Step 3: the plan (fusion, buffers, kernels), and what a replay needs to bind."""
+        """Step 3: the program (fusion, buffers, kernels), and what a replay needs to bind."""
         t0 = time.perf_counter()
         trace = rec.trace
         outs = rec.outs + [d for _, _, d in states]
         for o in outs:
             trace.buffer(o._handle)
         out_bufs = [trace.index_of(o._handle) for o in outs]
-        plan = Plan(trace, device, [b for b, _ in roles], out_bufs, fusion=self.fusion)
-        entry.plan, entry.roles = plan, roles
+        program = Program(trace, device, [b for b, _ in roles], out_bufs, fusion=self.fusion)
+        entry.program, entry.roles = program, roles
         entry.attr_meta = checks.attr_meta(roles)
         entry.leaves = refs
         entry.leaf_meta = [meta(x.realize_cached_data()) for x in rec.leaves]
@@ -239,10 +239,10 @@ class CompiledFunction:
             first = len(rec.outs)  # states follow the results and the leaves' gradients
             state = [(k, first + j) for j, (o, name, _) in enumerate(states)
                      for k, (_, r) in enumerate(roles) if r == ("attr", (o, name))]
-            entry.cuda_graph = GraphReplay(plan, per_call, state)
+            entry.cuda_graph = GraphReplay(program, per_call, state)
         entry.compile_s = time.perf_counter() - t0
         self.compiles += 1
-        self._say(f"compiled in {entry.compile_s * 1e3:.0f} ms: {plan.stats()}")
+        self._say(f"compiled in {entry.compile_s * 1e3:.0f} ms: {program.stats()}")
 
     def _data_dependent(self, entry: _Entry, trace: Trace) -> None:
         """The function read data into Python: run it eagerly from now on, or raise."""
@@ -264,7 +264,7 @@ class CompiledFunction:
             self._say("giving up: running eagerly")
 
     def _same_as_last(self, entry: _Entry, comparable: tuple) -> bool:
-        """True when this recording equals the previous one (then the plan can be built)."""
+        """True when this recording equals the previous one (then the program can be built)."""
         if entry.last == comparable:
             return True
         if entry.last is not None:
@@ -310,7 +310,7 @@ class CompiledFunction:
 
     def _wrap(self, entry: _Entry, arrays: List[Any]) -> Tuple[list, list, Any]:
         """(leaf gradients, states, the result) as tensors around a replay's output arrays."""
-        device = entry.plan.device
+        device = entry.program.device
         datas = [NDArray.make(shape, strides=strides, device=device, handle=h, offset=off)
                  for h, (shape, strides, off) in zip(arrays, entry.outs)]
         n, k = entry.n_results, len(entry.leaves)
@@ -326,7 +326,7 @@ class CompiledFunction:
         inputs = [source(r, args, leaves).realize_cached_data()._handle for _, r in entry.roles]
         gm = entry.cuda_graph
         arrays = gm.run(inputs) if gm is not None and gm.reason is None else \
-            entry.plan.run(inputs)
+            entry.program.run(inputs)
         grads, states, result = self._wrap(entry, arrays)
         for leaf, g in zip(leaves, grads):
             leaf.grad = g
@@ -335,11 +335,11 @@ class CompiledFunction:
         return result
 
     # ------------------------------------------------------------------ reporting
-    def plan(self, *args: Any) -> Optional[Plan]:
-        """The plan for ``args``'s signature (the last one called when omitted), if built."""
+    def program(self, *args: Any) -> Optional[Program]:
+        """The program for ``args``'s signature (the last one called when omitted), if built."""
         key = self.key(args) if args else self._last_key
         entry = self.cache.get(key)
-        return entry.plan if entry is not None else None
+        return entry.program if entry is not None else None
 
     def explain(self, *args: Any, limit: Optional[int] = None) -> str:
         """The traced tape before fusion and the kernels after, for a signature."""
@@ -349,11 +349,11 @@ class CompiledFunction:
             return "not traced yet: call the compiled function first"
         if entry.eager_reason is not None:
             return f"runs eagerly: {entry.eager_reason}"
-        if entry.plan is None:
-            return "recorded once; the plan is built on the next call with this signature"
+        if entry.program is None:
+            return "recorded once; the program is built on the next call with this signature"
         if entry.graph is not None:
             return autograd_node.explain(entry, limit=limit)
-        text = entry.plan.explain(limit=limit)
+        text = entry.program.explain(limit=limit)
         if entry.cuda_graph is not None:
             text = entry.cuda_graph.explain() + "\n" + text
         elif self.mode == "reduce-overhead":
@@ -362,14 +362,14 @@ class CompiledFunction:
         return text
 
     def compile_seconds(self) -> float:
-        """Seconds spent building plans (fusion, buffers, kernel lookup), all signatures."""
+        """Seconds spent building programs (fusion, buffers, kernel lookup), all signatures."""
         return sum(e.compile_s for e in self.cache.values())
 
 
 def compile(fn: Optional[Callable] = None, *, fusion: bool = True, fallback: bool = True,
             debug: bool = False, mode: str = "default") -> Any:
     """Compile ``fn`` (or ``@compile(debug=True)``); a module gives a ``CompiledModule``.
-    ``mode="reduce-overhead"`` replays a plan on a CUDA device as one CUDA graph
+    ``mode="reduce-overhead"`` replays a program on a CUDA device as one CUDA graph
     (``graph_mode.py``: results are overwritten by the next call)."""
     if fn is None:
         return lambda f: compile(f, fusion=fusion, fallback=fallback, debug=debug, mode=mode)

@@ -17,7 +17,7 @@ class CompiledModule:
         return self.compiled(*args)
 
     def train(self, mode: bool = True) -> "CompiledModule":
-        """Set training mode on the module (a new mode traces its own plan)."""
+        """Set training mode on the module (a new mode traces its own program)."""
         self._orig_mod.train(mode)
         return self
 

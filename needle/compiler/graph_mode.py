@@ -1,7 +1,7 @@
-"""A compiled plan replayed as one CUDA graph (``needle.compile(fn, mode="reduce-overhead")``,
+"""A compiled program replayed as one CUDA graph (``needle.compile(fn, mode="reduce-overhead")``,
 PyTorch's name for the same thing: ``torch.compile(mode="reduce-overhead")``).
 
-The plan already knows every buffer of a call, so it is run once more under a stream capture
+The program already knows every buffer of a call, so it is run once more under a stream capture
 (``backend_cuda/graphs.py``) into static buffers, and each later call is: copy the call's
 arguments into the static input buffers, check embedding indices on the host (their range is
 known where they were uploaded), one graph launch. Parameters and module state are read where
@@ -26,15 +26,15 @@ hyperparameters as eager steps do):
 """
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .replay import Plan, check_index_ranges
+from .replay import Program, check_index_ranges
 
 
 class GraphReplay:
-    """``plan`` captured as a CUDA graph over static buffers; ``reason`` when it cannot be."""
+    """``program`` captured as a CUDA graph over static buffers; ``reason`` when it cannot be."""
 
-    def __init__(self, plan: Plan, per_call: Sequence[bool],
+    def __init__(self, program: Program, per_call: Sequence[bool],
                  state: Sequence[Tuple[int, int]] = ()) -> None:
-        self.plan = plan
+        self.program = program
         self.per_call = list(per_call)  # per input: a call's argument (copied) or read in place
         # (input, output) positions of state the function replaces (BatchNorm's running
         # statistics): the graph copies the new value into the input buffer it reads
@@ -47,15 +47,15 @@ class GraphReplay:
         self.captures = 0
         self._moved_last = False
         # (input position, or None for a constant; buffer; step; rows) of each index check
-        self._checks = [(plan.inputs.index(buf) if buf in plan.inputs else None, buf, name, rows)
-                        for buf, name, rows in plan.checked]
-        self._to_numpy, self._compact = plan.lookup("to_numpy"), plan.lookup("compact")
+        self._checks = [(program.inputs.index(buf) if buf in program.inputs else None, buf,
+                         name, rows) for buf, name, rows in program.checked]
+        self._to_numpy, self._compact = program.lookup("to_numpy"), program.lookup("compact")
         for k, buf, name, _ in self._checks:
-            if k is None and plan.trace.internal[buf]:
+            if k is None and program.trace.internal[buf]:
                 self.reason = (f"{name} reads indices computed inside the function: checking "
                                f"their range needs a host read, which a graph cannot make")
-        if not getattr(plan.device.mod, "GRAPHS", False):
-            self.reason = f"the {plan.device.name} device has no CUDA graphs"
+        if not getattr(program.device.mod, "GRAPHS", False):
+            self.reason = f"the {program.device.name} device has no CUDA graphs"
 
     def run(self, inputs: Sequence[Any]) -> List[Any]:
         """This call's results: captured on the first call (and when parameters moved),
@@ -71,7 +71,7 @@ class GraphReplay:
                 self.reason = ("the function's parameters or state get new arrays every call "
                                "(an optimizer that does not update in place): each call would "
                                "capture again")
-                return self.plan._run(inputs)
+                return self.program._run(inputs)
             self._moved_last = True
             return self._capture(inputs)
         self._moved_last = False
@@ -88,7 +88,7 @@ class GraphReplay:
         """Static buffers, a warm run into them (this call's results: a capture runs
         nothing), then the capture; on failure, plain replay from now on with the reason."""
         from ..backend_cuda import graphs
-        plan, dev = self.plan, self.plan.device
+        program, dev = self.program, self.program.device
         self.static_in = [dev.Array(src.size, dtype=src.dtype) if per else src
                           for src, per in zip(inputs, self.per_call)]
         compact = self._compact
@@ -96,14 +96,14 @@ class GraphReplay:
             if per:
                 compact(src, dst, (src.size,), (1,), 0)
                 dst.known_range = src.known_range
-        self.outputs = {b: dev.Array(size, dtype=dtype) for b, size, dtype in plan.fresh}
+        self.outputs = {b: dev.Array(size, dtype=dtype) for b, size, dtype in program.fresh}
         with graphs.warm_up():  # this call's results; the pool then holds every buffer
-            self.results = plan._run(self.static_in, self.outputs, checked=False)  # needed
+            self.results = program._run(self.static_in, self.outputs, checked=False)  # needed
             self._carry_state(compact)
         g = graphs.CUDAGraph()
         try:
             with graphs.graph(g, self.static_in[0].device_index if self.static_in else 0):
-                plan._run(self.static_in, self.outputs, checked=False)
+                program._run(self.static_in, self.outputs, checked=False)
                 self._carry_state(compact)
         except Exception as e:  # what CUDA (or the emulator) refuses during a capture
             self.reason = f"the capture failed: {type(e).__name__}: {e}"
@@ -122,7 +122,7 @@ class GraphReplay:
     def _check_indices(self, inputs: Sequence[Any]) -> None:
         """Eager mode's index range checks, on the host: from the range an uploaded index
         buffer carries, else from a download (a constant's: once, before the capture)."""
-        static, first = self.plan.static, self.graph is None
+        static, first = self.program.static, self.graph is None
         # a constant the function closed over is checked once, before the capture
         check_index_ranges([(inputs[k] if k is not None else static[buf], rows, name)
                             for k, buf, name, rows in self._checks if k is not None or first],

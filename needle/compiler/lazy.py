@@ -4,16 +4,16 @@ from typing import Any, Iterator, List, Optional
 
 from ..backend_ndarray import cpu
 from .capture import Recorder, Trace, alive_elsewhere
-from .replay import Plan
+from .replay import Program
 
 
 class LazyBlock:
-    """The state of one ``lazy()`` block: the queue of primitives and the plans it ran."""
+    """The state of one ``lazy()`` block: the queue of primitives and the programs it ran."""
 
     def __init__(self, device: Any, fusion: bool) -> None:
         self.device = device
         self.fusion = fusion
-        self.plans: List[Plan] = []
+        self.programs: List[Program] = []
         self.recorder = Recorder(device, execute=False, on_read=self.flush)
 
     def flush(self) -> None:
@@ -23,14 +23,14 @@ class LazyBlock:
             return
         self.recorder.trace = Trace()
         keep = alive_elsewhere(trace, [])
-        plan = Plan(trace, self.device, [], keep, fusion=self.fusion, in_place=True,
+        program = Program(trace, self.device, [], keep, fusion=self.fusion, in_place=True,
                     lookup=self.recorder.original)
-        plan.run([])
-        self.plans.append(plan)
+        program.run([])
+        self.programs.append(program)
 
     def explain(self, limit: Optional[int] = None) -> str:
-        """Every flushed plan's dump."""
-        return "\n".join(p.explain(limit=limit) for p in self.plans) or "nothing ran"
+        """Every flushed program's dump."""
+        return "\n".join(p.explain(limit=limit) for p in self.programs) or "nothing ran"
 
 
 @contextlib.contextmanager

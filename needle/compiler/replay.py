@@ -1,4 +1,4 @@
-"""A compiled plan: the fused tape replayed on fresh inputs, and its readable dump. Outputs are
+"""A compiled program: the fused tape replayed on fresh inputs, and its readable dump. Outputs are
 fresh each call (a kept result is never overwritten); intermediates are allocated once."""
 import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -14,7 +14,7 @@ from .fusion import fuse
 _FIXED_COST = ("matmul", "matmul_tiled", "take_rows", "scatter_add_rows")
 
 
-class Plan:
+class Program:
     """Steps and fused kernels to replay; ``run(inputs)`` returns the output buffers."""
 
     def __init__(self, trace: Trace, device: Any, inputs: Sequence[int], outputs: Sequence[int],
@@ -55,9 +55,9 @@ class Plan:
             if b not in set(self.inputs) and trace.internal[b]]  # (a result may be saved too)
         fused_prim = self.lookup("fused_elementwise") if hasattr(
             dev.mod, "fused_elementwise") else None
-        self.program: List[Tuple] = []
+        self.calls: List[Tuple] = []
         self.checked: List[Tuple[int, str, int]] = []  # (index buffer, step, rows) checked
-        self.unchecked: Dict[int, Any] = {}  # program index -> the step without its check
+        self.unchecked: Dict[int, Any] = {}  # call index -> the step without its check
         for i, s in enumerate(trace.steps):
             if i in self.folded:
                 continue
@@ -73,7 +73,7 @@ class Plan:
                         v = (shape, NDArray.compact_strides(shape), v[2])
                     args.append((Buf(b), *v))
                 args += list(g.scalars)
-                self.program.append((fused_prim, (g.expression(), args, Buf(g.out), shape,
+                self.calls.append((fused_prim, (g.expression(), args, Buf(g.out), shape,
                                                   g.reduce)))
                 continue
             self.groups[i] = None
@@ -83,16 +83,16 @@ class Plan:
                 rows = trace.size(a if s.name == "take_rows" else out) // max(row, 1)
                 self.checked.append((_index_source(trace, int(idx), self.inputs), s.name,
                                      rows))
-                self.unchecked[len(self.program)] = fn
+                self.unchecked[len(self.calls)] = fn
                 fn = _bounds_checked(fn, s.name, self.lookup("to_numpy"))
-            self.program.append((fn, s.args))
+            self.calls.append((fn, s.args))
         self._bind()
 
     def _bind(self) -> None:
         """Pre-resolve every argument that does not change between calls."""
         dynamic = set() if self.in_place else set(self.inputs) | {b for b, _, _ in self.fresh}
         self.bound = []
-        for fn, args in self.program:
+        for fn, args in self.calls:
             holes: List[Tuple[int, int, Optional[int]]] = []
             flat = list(args)
             for k, a in enumerate(flat):
@@ -116,7 +116,7 @@ class Plan:
     def run(self, inputs: Sequence[Any]) -> List[Any]:
         """Replay on the input Arrays (in ``self.inputs`` order); return the output Arrays."""
         if switches.profiler is not None:  # needle.profiler: each step timed
-            return switches.profiler.plan(self, inputs, Plan._run)
+            return switches.profiler.plan(self, inputs, Program._run)
         return self._run(inputs)
 
     def _run(self, inputs: Sequence[Any], outputs: Optional[Dict[int, Any]] = None,

@@ -49,10 +49,10 @@ def _step_kernels():
     y = ndl.Tensor(np.random.randint(0, 4, 5), dtype="int64")
     for _ in range(2):
         cf(x, y)
-    plan = cf.plan()
-    tr = plan.trace
+    program = cf.program()
+    tr = program.trace
     out = []
-    for g in plan.groups:
+    for g in program.groups:
         if g is not None:
             types = [tr.dtype(b) for b, _, _ in g.leaves] + [np.asarray(s).dtype
                                                               for s in g.scalars]
@@ -115,7 +115,7 @@ def test_compiled_step_runs_its_fused_kernels_on_cuda():
             out.append([fn(x, y).numpy()] + [p.grad.numpy() for p in model.parameters()])
         return out, fn
     (want, _), (got, cf) = run(ndl.cpu(), False), run(ndl.cuda(), True)
-    assert cf.plan().stats()["fused_groups"] > 0 and cf.replays == 2
+    assert cf.program().stats()["fused_groups"] > 0 and cf.replays == 2
     for g_step, w_step in zip(got, want):
         for g, w in zip(g_step, w_step):
             np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)

@@ -142,7 +142,7 @@ def test_training_steps_compiled_equal_eager(kind):
             np.testing.assert_allclose(pc.grad.numpy(), pe.grad.numpy(), **TOL)
             np.testing.assert_allclose(pc.numpy(), pe.numpy(), **TOL)
     assert fns[1].replays == 2 and fns[1].compiles == 1
-    assert fns[1].plan().stats()["fused_groups"] > 0
+    assert fns[1].program().stats()["fused_groups"] > 0
 
 
 def test_recompiles_on_a_new_shape_only():
@@ -159,7 +159,7 @@ def test_recompiles_on_a_new_shape_only():
     for _ in range(3):
         call(4)
     assert (cf.compiles, cf.recordings, cf.replays) == (2, 4, 4)
-    call(8)  # the first plan is still cached
+    call(8)  # the first program is still cached
     assert (cf.compiles, cf.replays) == (2, 5)
 
 
@@ -228,7 +228,7 @@ def test_attribute_state_is_replayed():
 
 
 def test_explain_shows_the_graph_before_and_after_fusion():
-    """A forward-only plan (no input requires a gradient, so nothing is saved for a
+    """A forward-only program (no input requires a gradient, so nothing is saved for a
     backward and the whole chain after the matmul fuses)."""
     f = ndl.compile(lambda x, w: ndl.ops.relu(x @ w + 1.0).sum(axes=(1,)))
     x = ndl.Tensor(np.ones((4, 8)), requires_grad=False)
@@ -252,8 +252,8 @@ def test_fusion_keeps_visible_buffers():
         a, b = f(x)
     np.testing.assert_array_equal(a.numpy(), np.arange(6.0) * 2 + 1)
     np.testing.assert_array_equal(b.numpy(), np.arange(6.0) * 2)
-    plan = f.plan(x)
-    groups, _, _ = fuse(plan.trace, set(plan.outputs) | set(plan.inputs))
+    program = f.program(x)
+    groups, _, _ = fuse(program.trace, set(program.outputs) | set(program.inputs))
     assert all(g is None or len(g.members) == 1 for g in groups)
 
 

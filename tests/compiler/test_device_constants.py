@@ -1,5 +1,5 @@
 """``BackendDevice.constant``: a value uploaded once per key is a leaf of a compiled step from
-its first call (made outside the recording), so the plan is built on the second call, and a
+its first call (made outside the recording), so the program is built on the second call, and a
 replay uploads nothing."""
 import numpy as np
 import pytest
@@ -25,8 +25,8 @@ def test_a_device_constant_made_while_recording_is_a_leaf(device):
     for _ in range(2):
         np.testing.assert_array_equal(cf(x).numpy(), [2.0, 3.0, 4.0])
     assert made == [1]  # uploaded once
-    plan = cf.plan()
-    assert plan is not None, cf.explain()
-    assert not [s for s in plan.trace.steps if s.name == "from_numpy"]
+    program = cf.program()
+    assert program is not None, cf.explain()
+    assert not [s for s in program.trace.steps if s.name == "from_numpy"]
     np.testing.assert_array_equal(cf(ndl.Tensor(np.zeros(3, np.float32), device=device))
                                   .numpy(), [0.0, 1.0, 2.0])
