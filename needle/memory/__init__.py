@@ -8,9 +8,9 @@ from .checkpoint import (
     segment_bounds,
 )
 from .checkpoint_boundaries import (
-    CheckpointPlan,
-    evaluate_plan,
-    plan_checkpoints,
+    CheckpointSegments,
+    choose_checkpoints,
+    evaluate_segments,
     profile_chain,
 )
 from .estimator import MemoryEstimate, TransformerConfig, estimate_module, estimate_transformer

@@ -153,8 +153,8 @@ def checkpoint_sequential(modules: Any, segments: Optional[int] = None, x: Tenso
                           checkpoint_last: bool = False, check: bool = True) -> Tensor:
     """Run a chain of modules keeping only segment inputs; the last segment runs normally.
 
-    ``segments`` defaults to round(sqrt(n)); ``boundaries`` and ``checkpoint_last`` take a
-    planner's ``plan.boundaries`` and ``plan.checkpoint_last``."""
+    ``segments`` defaults to round(sqrt(n)); ``boundaries`` and ``checkpoint_last`` take the
+    ``.boundaries`` and ``.checkpoint_last`` of ``choose_checkpoints``' answer."""
     mods = list(modules)  # a Sequential iterates over its layers
     if x is None:
         raise TypeError("checkpoint_sequential needs an input tensor x")

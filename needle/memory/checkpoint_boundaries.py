@@ -2,8 +2,8 @@
 
 Cost model (needle's backward keeps every forward node alive until it returns). Layer i keeps
 ``act[i]`` bytes when run plainly (its saved tensors and output), outputs ``out[i]`` bytes and
-costs ``cost[i]`` to run forward. A plan checkpoints consecutive segments covering the prefix
-[0, t) and runs the tail [t, n) plainly (what ``checkpoint_sequential`` executes). Then
+costs ``cost[i]`` to run forward. Checkpointed consecutive segments cover the prefix [0, t)
+and the tail [t, n) runs plainly (what ``checkpoint_sequential`` executes). Then
 
     stored    = sum_{segments [s, e)} out[e-1]  +  sum_{i >= t} act[i]
     peak      = stored + max_{segments} sum_{i in [s, e)} act[i]      (one segment recomputed)
@@ -12,8 +12,8 @@ costs ``cost[i]`` to run forward. A plan checkpoints consecutive segments coveri
 Chen et al. 2016 (arXiv:1604.06174, sec. 4.3) search greedily over a per-segment budget; here
 the search is exact: for every cap K on a segment's inside (the distinct segment sums), the
 least ``stored`` of each prefix is a one-objective DP ``f_K(t) = min_j f_K(j) + out[t-1]`` over
-segments [j, t) whose sum is <= K, vectorised over K. The plan with the least recompute whose
-peak fits the budget is returned (ties: the smaller peak).
+segments [j, t) whose sum is <= K, vectorised over K. The segments with the least recompute
+whose peak fits the budget are returned (ties: the smaller peak).
 """
 import time
 from dataclasses import dataclass, field
@@ -23,11 +23,11 @@ import numpy as np
 
 from .tracker import MemoryTracker
 
-__all__ = ["CheckpointPlan", "plan_checkpoints", "evaluate_plan", "profile_chain"]
+__all__ = ["CheckpointSegments", "choose_checkpoints", "evaluate_segments", "profile_chain"]
 
 
 @dataclass
-class CheckpointPlan:
+class CheckpointSegments:
     """Checkpointed segments [(start, end)], the plain tail start, predicted peak and cost."""
 
     segments: List[Tuple[int, int]]
@@ -60,17 +60,17 @@ def _check(act: Sequence[float], out: Sequence[float], cost: Sequence[float]) ->
         raise ValueError("act, out and cost must be non-negative")
 
 
-def evaluate_plan(segments: Sequence[Tuple[int, int]], plain_from: int, act: Sequence[float],
+def evaluate_segments(segments: Sequence[Tuple[int, int]], plain_from: int, act: Sequence[float],
                   out: Sequence[float], cost: Sequence[float]) -> Tuple[float, float, float]:
-    """(peak, recompute, stored) of a plan under the cost model above."""
+    """(peak, recompute, stored) of these segments under the cost model above."""
     stored = sum(out[e - 1] for _, e in segments) + sum(act[plain_from:])
     inside = max((sum(act[s:e]) for s, e in segments), default=0.0)
     return stored + inside, float(sum(cost[:plain_from])), stored
 
 
-def plan_checkpoints(act: Sequence[float], budget: float, out: Optional[Sequence[float]] = None,
-                     cost: Optional[Sequence[float]] = None) -> CheckpointPlan:
-    """The least-recompute plan whose predicted peak is <= ``budget`` (exact over the model)."""
+def choose_checkpoints(act: Sequence[float], budget: float, out: Optional[Sequence[float]] = None,
+                     cost: Optional[Sequence[float]] = None) -> CheckpointSegments:
+    """The least-recompute segments whose predicted peak is <= ``budget`` (exact over the model)."""
     act = [float(v) for v in act]
     n = len(act)
     out = list(act) if out is None else [float(v) for v in out]
@@ -110,12 +110,12 @@ def plan_checkpoints(act: Sequence[float], budget: float, out: Optional[Sequence
                          f"predicted peak for this chain is {lowest:g}")
     _, _, t, cap = best
     segments = _reconstruct(seg, o, t, cap)
-    peak, rec, stored = evaluate_plan(segments, t, act, out, cost)
-    return CheckpointPlan(segments, t, peak, rec, n=n, stored=stored)
+    peak, rec, stored = evaluate_segments(segments, t, act, out, cost)
+    return CheckpointSegments(segments, t, peak, rec, n=n, stored=stored)
 
 
 def _min_peak(seg: np.ndarray, tail: np.ndarray, o: np.ndarray, caps: np.ndarray) -> float:
-    """The least predicted peak over every plan (for the error message)."""
+    """The least predicted peak over every choice of segments (for the error message)."""
     n = len(o)
     best = float(tail[0])
     for cap in caps:
