@@ -7,7 +7,6 @@ from .. import numbers
 from ..autograd import Tensor
 from ..backend_ndarray.device import BackendDevice
 from ..process_state import switches
-from .samplers import is_sampler
 
 _INT_DTYPES = ("bool", "int8", "uint8", "int32", "int64")
 
@@ -72,7 +71,7 @@ class DataLoader:
         if sampler is not None and (shuffle or generator is not None or seed is not None):
             raise ValueError("DataLoader: sampler decides the order; do not also pass shuffle, "
                              "generator or seed")
-        if sampler is not None and not is_sampler(sampler):
+        if sampler is not None and not all(hasattr(sampler, a) for a in ("__iter__", "__len__")):
             raise TypeError(f"DataLoader: sampler must be iterable with a length, got "
                             f"{type(sampler).__name__}")
         if batch_size is None:

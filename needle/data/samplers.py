@@ -1,13 +1,11 @@
 """Samplers: which dataset indices a DataLoader visits, and in what order. ``DistributedSampler``
 is PyTorch's; it is *told* its rank, it never asks MPI."""
 import math
-from typing import Any, Iterator, Sized
+from typing import Iterator, Sized
 
 import numpy as np
 
 from .. import numbers
-
-__all__ = ["Sampler", "SequentialSampler", "DistributedSampler"]
 
 
 class Sampler:
@@ -92,8 +90,3 @@ class DistributedSampler(Sampler):
         return (f"DistributedSampler(rank={self.rank}, num_replicas={self.num_replicas}, "
                 f"shuffle={self.shuffle}, seed={self.seed}, drop_last={self.drop_last}, "
                 f"epoch={self.epoch})")
-
-
-def is_sampler(obj: Any) -> bool:
-    """Anything iterable with a length can serve as a sampler."""
-    return hasattr(obj, "__iter__") and hasattr(obj, "__len__")

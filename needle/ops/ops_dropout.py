@@ -1,10 +1,7 @@
-"""Dropout as one op (Srivastava et al., JMLR 2014): y = x * mask / (1 - p).
-
-``nn.Dropout`` builds this from the course's ops (a ``randb`` mask, a multiply, a divide).
-On a device offering the ``dropout`` primitive (``ndl.cuda()``) the mask is drawn and applied
-in one kernel instead, with no host random numbers copied to the device; every other device
-composes it from NDArray ops (``backend_ndarray/fused_ops.py``).
-"""
+"""Dropout as one op (Srivastava et al., JMLR 2014): y = x * mask / (1 - p). On a device
+offering the ``dropout`` primitive (``ndl.cuda()``), where ``nn.Dropout`` uses it, the mask is
+drawn and applied in one kernel, with no host random numbers copied to the device; every other
+device composes it from NDArray ops (``backend_ndarray/fused_ops.py``)."""
 from typing import Any, Optional
 
 from ..autograd import NDArray, Tensor, TensorOp

@@ -18,7 +18,7 @@ from ..autograd import NDArray, Tensor, TensorOp, TensorTupleOp
 from ..backend_ndarray import fused_ops as fused
 from .ops_tuple import tuple_get_item
 
-__all__ = ["LayerNorm", "LayerNormBackward", "layer_norm"]
+__all__ = ["LayerNorm", "LayerNormBackward", "layer_norm", "BatchNorm", "BatchNormBackward"]
 
 
 class LayerNorm(TensorOp):
@@ -103,6 +103,3 @@ class BatchNormBackward(TensorTupleOp):
     def gradient(self, out_grad: Any, node: Any) -> Any:
         raise NotImplementedError("the batch-norm kernels have no double backward; set "
                                   "nn.BatchNorm1d.use_kernel = False for that")
-
-
-__all__ += ["BatchNorm", "BatchNormBackward"]

@@ -22,8 +22,6 @@ from ..backend_ndarray import NDArray
 from .hyper import Hyper
 from .optimizer import Optimizer
 
-__all__ = ["Adafactor"]
-
 
 def _rms(x: NDArray) -> float:
     return math.sqrt(float((x * x).sum().numpy()) / max(x.size, 1))

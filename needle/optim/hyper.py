@@ -1,14 +1,7 @@
 """Optimizer hyperparameters checked where they are set: at construction, by a learning-rate
 schedule, by ``load_state_dict``. A nan or inf learning rate trains to NaN and exits 0; a
 negative one climbs the loss; a beta of 1 divides by zero in Adam's bias correction. Each
-rule is declared once, beside the optimizer's other class attributes::
-
-    class SGD(Optimizer):
-        lr = Hyper(lo=0)
-        momentum = Hyper(lo=0, hi=1, hi_open=True)
-
-    SGD(params, lr=float("nan"))   ValueError: SGD: lr nan must be a finite number >= 0
-"""
+rule is declared once, beside the optimizer's other class attributes (``lr = Hyper(lo=0)``)."""
 import numbers as abc
 from typing import TYPE_CHECKING, Any, Optional
 

@@ -8,7 +8,8 @@ from .builtin import (
     spirals,
     stdlib_text,
 )
-from .cifar10_dataset import CIFAR10Dataset, RestrictedUnpickler, safe_unpickle
+from .cifar10_dataset import CIFAR10Dataset
 from .mnist_dataset import MNISTDataset, parse_mnist, read_idx
 from .ndarray_dataset import NDArrayDataset
 from .ptb_dataset import Corpus, Dictionary, batchify, get_batch
+from .restricted_pickle import RestrictedUnpickler, safe_unpickle

@@ -129,7 +129,3 @@ def sequence_task(n: int = 256, seq_len: int = 8, vocab: int = 10, reverse: bool
     seq_len = numbers.count_arg(seq_len, "sequence_task: seq_len", lo=1)
     x = np.random.default_rng(seed).integers(0, vocab, size=(n, seq_len)).astype(np.int64)
     return x, (x[:, ::-1] if reverse else x).copy()
-
-
-__all__ = ["load_digits", "digits_datasets", "stdlib_source_files", "stdlib_text", "CharCorpus",
-           "spirals", "blobs", "sequence_task"]

@@ -5,10 +5,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from ..data_basic import Dataset
-from .restricted_pickle import RestrictedUnpickler, safe_unpickle
-
-__all__ = ["CIFAR10Dataset", "RestrictedUnpickler", "safe_unpickle", "load_python_batch",
-           "load_binary_batch"]
+from .restricted_pickle import safe_unpickle
 
 _TRAIN = [f"data_batch_{i}" for i in range(1, 6)]
 _TEST = ["test_batch"]
