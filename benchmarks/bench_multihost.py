@@ -117,7 +117,8 @@ def predicted_steps(algorithm: str, size: int, piece: int = 0):
 
 def worker(args: argparse.Namespace) -> None:
     """On each rank: fit, measure, and (rank 0) print the table."""
-    from needle.parallel.comm.algorithms.cost_model import TwoLevelModel
+    from two_level_model import TwoLevelModel
+
     from needle.parallel.comm.engine.communicator import create
     comm = create()
     raw = comm.transport.comm

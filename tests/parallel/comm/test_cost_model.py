@@ -3,9 +3,10 @@ the two-level model by hand."""
 import numpy as np
 import pytest
 
+from benchmarks.two_level_model import TwoLevelModel
 from needle.parallel import virtual
 from needle.parallel.comm.algorithms import select
-from needle.parallel.comm.algorithms.cost_model import CostModel, TwoLevelModel
+from needle.parallel.comm.algorithms.cost_model import CostModel
 from needle.parallel.comm.engine.communicator import Communicator
 
 
