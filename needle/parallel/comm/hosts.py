@@ -1,5 +1,5 @@
-"""Which host each rank runs on: this process's host name, every rank's by one exchange, and
-the words timeout messages add when ranks span hosts."""
+"""Which host each rank runs on (every rank's host name, by one exchange), and the words
+timeout messages add when ranks span hosts."""
 import socket
 import zlib
 from typing import Any, Hashable, List, Optional, Sequence
@@ -9,14 +9,9 @@ import numpy as np
 NAME_BYTES = 64  # host names longer than this are cut, with a checksum of the whole name
 
 
-def host_name() -> str:
-    """This process's host, as MPI and the hostfile name it."""
-    return socket.gethostname()
-
-
 def _encoded_name() -> np.ndarray:
     """This host's name as ``NAME_BYTES // 8`` int64 (for exchanging over int64 messages)."""
-    name = host_name().encode()
+    name = socket.gethostname().encode()
     if len(name) > NAME_BYTES:
         name = name[:NAME_BYTES - 9] + b"~" + b"%08x" % zlib.crc32(name)
     return np.frombuffer(name.ljust(NAME_BYTES, b"\0"), dtype=np.int64).copy()

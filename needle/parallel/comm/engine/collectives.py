@@ -20,6 +20,7 @@ from ..algorithms.ring import DEPTH, ring_allgather, ring_allreduce, ring_reduce
 from ..algorithms.select import ALGORITHMS
 from ..progress import Algorithm, Channel, GroupInfo, Transport, Waiting
 from . import metadata
+from .convert import same
 from .result_pool import MIN_BYTES
 
 NO_DATA = np.empty(0, np.uint8)  # a call without an array (barrier), or none in flight
@@ -223,8 +224,3 @@ REDUCE = Spec("reduce", ("root", "op") + _ARRAY, {
     rooted=True, reduces=True, root_only=True)
 ALLTOALL = Spec("alltoall", _ARRAY, {"pairwise": Method(_alltoall)}, _exchanged, whole=True)
 BARRIER = Spec("barrier", (), {"check": Method(_nothing)})
-
-
-def same(result: Any) -> Any:
-    """``result`` itself (a numpy input's results stay numpy arrays)."""
-    return result

@@ -17,6 +17,7 @@ one row longer, like ``np.array_split``); alltoall sends axis-0 chunk j to rank 
 is the sum divided by p, floor-divided for integer dtypes and rejected for bool.
 """
 import os
+import socket
 import time
 from collections.abc import Hashable
 from typing import Any, ContextManager, Dict, List, Optional
@@ -28,15 +29,15 @@ from ...faults import install_abort_hook
 from ..algorithms.reference import finish_avg
 from ..algorithms.ring import ring_allgather
 from ..algorithms.select import ALGORITHMS, choose
-from ..hosts import discover, host_name
+from ..hosts import discover
 from ..ledger import Ledger, Regions
 from ..progress import Algorithm, Channel, Stat, Transport, Waiting, Work, drive, start, stat
 from ..transport.mpi import MPITransport
 from ..transport.mpi_runtime import mpi
 from . import args, metadata
 from . import collectives as table
-from .collectives import NO_DATA, NO_SCRATCH, CallState, Spec, same
-from .convert import to_numpy
+from .collectives import NO_DATA, NO_SCRATCH, CallState, Spec
+from .convert import same, to_numpy
 from .p2p import ANY_SOURCE, ANY_TAG, PointToPoint
 from .result_pool import ResultPool
 
@@ -321,7 +322,7 @@ def create(mpi_comm: Any = None, timeout: Optional[float] = None,
     comm = Communicator(world, timeout)
     threads.place(world, blas_threads)
     # Hosts (for timeout messages) via MPI itself, like the Dup: no exercise code runs in create().
-    comm.nodes = world.allgather(host_name())
+    comm.nodes = world.allgather(socket.gethostname())
     return comm
 
 

@@ -18,7 +18,7 @@ from ....autograd import Tensor
 from ....backend_ndarray import NDArray, array, cpu, dlpack
 from ....backend_ndarray.dtypes import to_numpy_dtype
 
-__all__ = ["to_numpy", "host_view", "to_tensor", "to_ndarray", "empty_host"]
+__all__ = ["same", "to_numpy", "host_view", "to_tensor", "to_ndarray", "empty_host"]
 
 Restore = Callable[[np.ndarray], Any]
 
@@ -27,9 +27,9 @@ def to_numpy(a: Any) -> Tuple[np.ndarray, Restore]:
     """A C-contiguous numpy view or copy of ``a``, and a function turning results back into
     ``a``'s kind (and device)."""
     if type(a) is np.ndarray and a.flags.c_contiguous:  # the common case, first
-        return a, _identity
+        return a, same
     if isinstance(a, (np.ndarray, np.generic, int, float, bool)):
-        return _contiguous(np.asarray(a)), _identity
+        return _contiguous(np.asarray(a)), same
     if isinstance(a, (Tensor, NDArray)):
         device, tensor = a.device, isinstance(a, Tensor)
 
@@ -41,7 +41,8 @@ def to_numpy(a: Any) -> Tuple[np.ndarray, Restore]:
     raise TypeError(f"collectives take numpy arrays, needle NDArrays or Tensors, not {type(a)}")
 
 
-def _identity(x: np.ndarray) -> np.ndarray:
+def same(x: Any) -> Any:
+    """``x`` itself (a numpy input's results stay numpy arrays)."""
     return x
 
 
