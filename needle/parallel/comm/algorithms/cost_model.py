@@ -8,12 +8,10 @@ beta)``; for the ring allreduce on p ranks and N bytes that is the classic
 ``2 (p - 1) alpha + 2 (p - 1) / p * N beta``.  ``seconds`` applies it to what an algorithm
 declares it sends (``select.steps``, checked against the ledger), the planner's per-call time.
 
-``predict`` applies the model to a message trace: the list of messages a run actually sent,
-recorded by the virtual cluster (``virtual.Cluster(p, trace=True)``), so the prediction counts
-every message of the real schedule, pieces and argument checks included.  ``fit`` measures alpha
-and beta from timed point-to-point exchanges (``benchmarks/bench_collectives.py`` does this and
-prints predicted against measured times).  The defaults below were measured by that benchmark on
-this project's 2-core machine (``mpiexec -n 2``, shared memory).
+``predict`` prices a message trace of the virtual cluster (``virtual.Cluster(p, trace=True)``):
+every message of the real schedule, pieces and argument checks included.  ``fit`` measures
+alpha and beta from timed point-to-point exchanges, as ``benchmarks/bench_collectives.py`` does
+for the defaults below (this project's 2-core machine, ``mpiexec -n 2``, shared memory).
 """
 from typing import Dict, Iterable, NamedTuple, Sequence
 

@@ -14,10 +14,9 @@ Each threshold is measured on the machine at hand by ``mpiexec -n P python
 benchmarks/bench_collectives.py --crossovers`` (figures behind the defaults:
 ``benchmarks/README.md``).
 
-``ALGORITHMS`` is the one table of the algorithms: per collective, each algorithm's ``*_steps``
-(what it sends, declared beside its generator) and how ``choose`` picks among them by name.
-The communicator runs what ``choose`` names (its glue per name: ``engine/collectives.py``); the
-cost models and the planner price what ``steps`` says.
+``ALGORITHMS`` is the one table of the algorithms (``Row``): the communicator runs what
+``choose`` names (its glue per name: ``engine/collectives.py``); the cost models and the
+planner price what ``steps`` says.
 """
 from typing import Callable, Dict, FrozenSet, Hashable, NamedTuple, Optional, Sequence
 

@@ -3,12 +3,8 @@
 MPI sends raw host memory, so every input becomes a C-contiguous numpy array first.  A CUDA
 NDArray or Tensor is staged through the host (``.numpy()``), and the result goes back to the
 input's device (each rank's own GPU: ``needle.parallel.devices``): the MPI wheel is not
-CUDA-aware.
-
-The host bridge every strategy uses (data parallel, ZeRO/FSDP, the parameter server, the TP and
-MoE comms): ``host_view`` gives a tensor's data as NumPy (a view through DLPack on the CPU, no
-copy; a copy elsewhere), ``to_tensor`` / ``to_ndarray`` wrap a NumPy result back on a device,
-and ``empty_host`` allocates a host buffer through needle so that ``MemoryTracker`` counts it.
+CUDA-aware. ``host_view``, ``to_tensor``, ``to_ndarray`` and ``empty_host`` are the host bridge
+every strategy uses (data parallel, ZeRO/FSDP, the parameter server, the TP and MoE comms).
 """
 from typing import Any, Callable, Optional, Tuple
 
