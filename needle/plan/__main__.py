@@ -71,8 +71,6 @@ def build_cluster(args: Any) -> clusters.ClusterSpec:
     if gpn < 1:
         raise ValueError(f"gpus-per-node must be a positive integer, got {gpn}")
     gpus = args.gpus if args.gpus is not None else base.nodes * gpn
-    if gpus < 1:
-        raise ValueError(f"gpus must be a positive integer, got {gpus}")
     if gpus % gpn:
         raise ValueError(f"gpus={gpus} must be a multiple of gpus-per-node={gpn}")
     over = {"nodes": gpus // gpn, "gpus_per_node": gpn}

@@ -5,7 +5,7 @@ import os
 import subprocess
 import tempfile
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
@@ -56,10 +56,6 @@ class ClusterSpec:
         if not all(v > 0 for v in self.peak_flops.values()):
             raise ValueError(f"peak_flops must be > 0 per dtype, got {self.peak_flops}")
         return self
-
-    def to_dict(self) -> Dict[str, Any]:
-        """A JSON-ready dict."""
-        return asdict(self)
 
 
 PRESETS: Dict[str, ClusterSpec] = {

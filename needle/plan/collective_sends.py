@@ -2,9 +2,8 @@
 
 Naive first: ``rank_by_rank`` sums what the algorithm ``select.choose`` picks declares it sends
 (``select.steps``, the one declaration, beside each algorithm in ``parallel/comm``: a (rounds,
-p) table), every rank and every round. A ring on p ranks is a 2 (p - 1) x p table: planning
-65,536 GPUs took 7-23 s on this project's VM, 10^6 would take about an hour, and the planner refused
-more than 16,384 GPUs (``benchmarks/bench_plan_scale.py``).
+p) table), every rank and every round: O(p^2) for a ring (times in benchmarks/README.md,
+"Planner time").
 
 Then ``busiest``, the planner's: the same numbers in closed form, O(1) in p. A planner group is
 symmetric: every rank runs the same algorithm on pieces that differ by at most one item (the

@@ -1,6 +1,5 @@
 """One way to lay a training step out on the GPUs: the degrees and the memory-saving choices."""
-from dataclasses import asdict, dataclass
-from typing import Any, Dict
+from dataclasses import dataclass
 
 __all__ = ["Layout", "Setup", "RECOMPUTE", "PRECISIONS", "OPTIMIZERS"]
 
@@ -76,7 +75,3 @@ class Layout:
         if self.offload:
             bits.append("offload")
         return " ".join(bits)
-
-    def to_dict(self) -> Dict[str, Any]:
-        """A JSON-ready dict with the strategy name."""
-        return {"strategy": self.strategy, **asdict(self)}

@@ -15,7 +15,7 @@ Step time on the busiest GPU:
             nothing overlaps on a cluster with ``overlap=False`` (``--cluster here``);
   offload   PCIe transfers of the gradients and parameters plus the CPU's optimizer step.
 """
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional
 
 from .bubble import pipeline_seconds
@@ -46,7 +46,8 @@ class Prediction:
 
     def to_dict(self) -> Dict[str, Any]:
         """A JSON-ready dict (the ``--json`` item)."""
-        return {**self.layout.to_dict(), "precision": self.precision,
+        return {"strategy": self.layout.strategy, **asdict(self.layout),
+                "precision": self.precision,
                 "name": self.layout.describe() + (f" {self.precision}" if self.precision else ""),
                 "memory_bytes": self.memory, "total_bytes": self.memory["total"],
                 "fits": self.fits, "why_not": self.why_not, "step_seconds": self.step_seconds,
@@ -92,14 +93,18 @@ def _step_time(spec: ModelSpec, lay: Layout, setup: Setup, cluster: ClusterSpec,
     return parts
 
 
-def predict(spec: ModelSpec, lay: Layout, setup: Setup, cluster: ClusterSpec) -> Prediction:
-    """Memory, fit, and (for transformer shapes) step time, MFU and tokens/s of ``lay``."""
+def predict(spec: ModelSpec, lay: Layout, setup: Setup, cluster: ClusterSpec,
+            time_unfit: bool = True) -> Prediction:
+    """Memory, fit, and (for transformer shapes; with ``time_unfit=False`` only when ``lay``
+    fits) step time, MFU and tokens/s of ``lay``."""
     mem = per_gpu_bytes(spec, lay, setup)
     fits = mem["total"] <= cluster.gpu_memory
     pred = Prediction(lay, mem, fits, precision=setup.precision)
     if not fits:
         pred.why_not = (f"does not fit: {mem['total'] / 1e9:.1f} GB > "
                         f"{cluster.gpu_memory / 1e9:.0f} GB")
+        if not time_unfit:
+            return pred
     cs = layout_collectives(spec, lay, setup)
     pred.bytes_per_step = step_bytes(cs)
     if not spec.is_transformer:

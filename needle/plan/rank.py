@@ -5,7 +5,6 @@ from typing import List, Optional, Tuple
 
 from .candidates import check_layout, enumerate_layouts
 from .cluster import ClusterSpec
-from .gpu_memory import per_gpu_bytes
 from .layout import Layout, Setup
 from .model import ModelSpec
 from .predict import Prediction, predict
@@ -41,24 +40,8 @@ def plan(spec: ModelSpec, setup: Setup, cluster: ClusterSpec, microbatch: Option
     else:
         for lay in layouts:
             check_layout(spec, lay, setup, cluster)
-    preds = [_fast_predict(spec, lay, setup, cluster) for lay in layouts]
-    for p in preds:
-        p.precision = setup.precision
+    preds = [predict(spec, lay, setup, cluster, time_unfit=False) for lay in layouts]
     fit = sorted((p for p in preds if p.fits), key=_key)
     rest = sorted((p for p in preds if not p.fits), key=lambda p: p.memory["total"])
-    out = fit + rest
-    for lay, why in rejected:
-        pr = Prediction(lay, {"total": float("nan")}, False, why_not=why,
-                        precision=setup.precision)
-        out.append(pr)
-    return out
-
-
-def _fast_predict(spec: ModelSpec, lay: Layout, setup: Setup, cluster: ClusterSpec
-                  ) -> Prediction:
-    """``predict``, skipping the step time of layouts that do not fit."""
-    mem = per_gpu_bytes(spec, lay, setup)
-    if mem["total"] > cluster.gpu_memory:
-        return Prediction(lay, mem, False, why_not=f"does not fit: {mem['total'] / 1e9:.1f} GB "
-                                                   f"> {cluster.gpu_memory / 1e9:.0f} GB")
-    return predict(spec, lay, setup, cluster)
+    return fit + rest + [Prediction(lay, {"total": float("nan")}, False, why_not=why,
+                                    precision=setup.precision) for lay, why in rejected]
