@@ -92,19 +92,14 @@ class GroupChannel:
         return self._ch.irecv(buf, self._group[source])
 
 
-def layout(nodes: Sequence[Hashable], rank: int) -> Tuple[List[int], List[int]]:
-    """(the ranks on ``rank``'s host, the ranks with its local index on every host)."""
-    groups = host_groups(nodes)
-    local = next(g for g in groups if rank in g)
-    return local, [g[local.index(rank)] for g in groups]
-
-
 def hierarchical_allreduce(ch: Channel, x: np.ndarray, out: np.ndarray,
                            nodes: Sequence[Hashable], op: str, chunk: int,
                            workspace: np.ndarray, acc: np.ndarray) -> Algorithm:
     """Hierarchical allreduce of flat ``x`` into flat ``out`` (``acc``: scratch of x's size,
     ``workspace``: ``DEPTH * chunk`` items), over point-to-point messages."""
-    local, cross = layout(nodes, ch.rank)
+    groups = host_groups(nodes)
+    local = next(g for g in groups if ch.rank in g)  # the ranks on our host
+    cross = [g[local.index(ch.rank)] for g in groups]  # the ranks with our local index
     # a GroupChannel has the Channel interface the ring algorithms use (rank, size, isend,
     # irecv, counts), over the parent channel
     near = cast(Channel, GroupChannel(ch, local))
