@@ -24,6 +24,7 @@ from .flat_layout import FlatLayout
 __all__ = ["assign_buckets", "reduce_dtype", "Bucket", "BucketReducer", "reduce_scatter_bucket"]
 
 _DONE = object()  # a bucket's ``work`` once ``on_done`` has consumed its result
+MB = 1024 * 1024  # the unit of the bucket caps users give
 
 
 def reduce_dtype(dtype: str) -> str:
@@ -146,10 +147,9 @@ class BucketReducer:
         self.buckets = [Bucket([params[i] for i in idx], rows,
                                to_numpy_dtype(dtype_of(params[idx[0]].dtype)))
                         for idx in layout]
-        self.slot_of: Dict[int, Tuple[int, int]] = {}
-        for b, bucket in enumerate(self.buckets):
-            for s, p in enumerate(bucket.params):
-                self.slot_of[id(p)] = (b, s)
+        self.slot_of: Dict[int, Tuple[int, int]] = {
+            id(p): (b, s) for b, bucket in enumerate(self.buckets)
+            for s, p in enumerate(bucket.params)}
         self._launch, self._on_done = launch, on_done
         self.next_launch = 0
 

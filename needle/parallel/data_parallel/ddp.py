@@ -21,13 +21,11 @@ from ..comm.agree import agree
 from ..comm.engine.convert import host_view, to_tensor
 from ..comm.engine.metadata import CallMismatchError
 from ..comm.protocol import Comm
-from .buckets import Bucket, BucketReducer, assign_buckets, reduce_dtype
+from .buckets import MB, Bucket, BucketReducer, assign_buckets, reduce_dtype
 from .grad_hooks import BackwardHooks
 from .replicas import replicate_from_rank0
 
 __all__ = ["DataParallelNaive", "DistributedDataParallel"]
-
-MB = 1024 * 1024
 
 
 class _DataParallel(Module):
@@ -71,9 +69,6 @@ class DataParallelNaive(_DataParallel):
     def _on_grad(self, param: Tensor) -> None:
         self._ready.add(id(param))
 
-    def _on_end(self) -> None:
-        self.sync_gradients()
-
     def _restart(self) -> None:
         self._ready.clear()
 
@@ -88,6 +83,8 @@ class DataParallelNaive(_DataParallel):
             local = host_view(p.grad) if id(p) in self._ready else np.zeros(p.shape, p.dtype)
             p.grad = to_tensor(self.comm.allreduce(local, op="avg"), p.device, p.dtype)
         self._ready.clear()
+
+    _on_end = sync_gradients
 
 
 class DistributedDataParallel(_DataParallel):

@@ -4,11 +4,11 @@ DDP's buckets, ZeRO's shards and FSDP's flat parameters lay tensors back to back
 elements, padded to ``parts * cols`` (``cols = ceil(numel / parts)``); part r is
 ``[r cols, (r + 1) cols)``: one row of a reduce-scatter, one rank's shard.
 """
-from typing import Any, List, Sequence, Tuple
+from typing import Any, List, NamedTuple, Sequence, Tuple
 
 import numpy as np
 
-__all__ = ["FlatLayout", "chunk_cols"]
+__all__ = ["FlatLayout", "chunk_cols", "Piece", "owned_pieces"]
 
 
 def chunk_cols(numel: int, parts: int) -> int:
@@ -42,3 +42,27 @@ class FlatLayout:
     def part(self, flat: np.ndarray, r: int) -> np.ndarray:
         """Part ``r`` of the padded flat vector (a view)."""
         return flat[r * self.cols:(r + 1) * self.cols]
+
+
+class Piece(NamedTuple):
+    """Elements ``[start, start + length)`` of parameter ``slot``'s flattened data, held at
+    position ``at`` of the owning rank's shard."""
+
+    slot: int
+    start: int
+    length: int
+    at: int
+
+
+def owned_pieces(sizes: Sequence[int], world: int, rank: int) -> List[Piece]:
+    """The pieces of tensors of ``sizes`` (back to back) in part ``rank`` of ``world``: what
+    that rank owns under ZeRO (sec. 5), a piece of each parameter straddling it."""
+    cols = chunk_cols(sum(sizes), world)
+    lo, hi = rank * cols, (rank + 1) * cols
+    pieces, offset = [], 0
+    for slot, n in enumerate(sizes):
+        a, b = max(lo, offset), min(hi, offset + n)
+        if a < b:
+            pieces.append(Piece(slot, a - offset, b - a, a - lo))
+        offset += n
+    return pieces

@@ -13,6 +13,7 @@ shards in the parameters' dtype (the master) and computes in bf16/fp16, reducing
 ``cpu_offload=True`` keeps shards and optimizer state on the CPU. A parameter no rank used gets
 a zero gradient (its unit's shard has one gradient).
 """
+import functools
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -20,6 +21,7 @@ import numpy as np
 from ... import autograd
 from ...autograd import Tensor
 from ...backend_ndarray import cpu
+from ...backend_ndarray.dtypes import FLOATS
 from ...nn import Module, Parameter
 from ..comm.agree import agree
 from ..comm.protocol import Comm
@@ -53,28 +55,28 @@ class FullyShardedDataParallel(Module):
         self.mixed_precision, self.cpu_offload = mixed_precision, cpu_offload
         replicate_from_rank0(module, comm, "FullyShardedDataParallel")
         owners = self._assign_units(module, units)
-        self._units: List[FlatParamUnit] = []
+        self.units: List[FlatParamUnit] = []  # the flat-parameter units, root first
         self._root: Optional[FlatParamUnit] = None
         wrapped = []
         for unit_module, unit_name, named in owners:
             if named:
                 unit = FlatParamUnit(unit_name, named, comm, PRECISIONS[mixed_precision],
                                      cpu() if cpu_offload else named[0][1].device)
-                self._units.append(unit)
+                self.units.append(unit)
                 if unit_module is module:
                     self._root = unit
                 else:
                     wrapped.append((unit, unit_module))
-        params = [p for u in self._units for p in u.params]
+        params = [p for u in self.units for p in u.params]
         index = {id(p): i for i, p in enumerate(params)}
-        layout = [[index[id(p)] for p in u.params] for u in reversed(self._units)]
+        layout = [[index[id(p)] for p in u.params] for u in reversed(self.units)]
         self._reducer = BucketReducer(params, layout, rows=comm.size, launch=self._reduce_scatter,
                                       dtype_of=reduce_dtype, on_done=self._take_grad)
         self._unit_of_bucket = {id(b): u for b, u in zip(self._reducer.buckets,
-                                                         reversed(self._units))}
+                                                         reversed(self.units))}
         self._hooks = BackwardHooks(params, self._on_grad, self._finish)
         for unit, unit_module in wrapped:  # an instance attribute shadows the class's forward
-            unit_module.forward = self._wrap(unit, unit_module.forward)
+            unit_module.forward = functools.partial(self._run_unit, unit, unit_module.forward)
 
     # -- which unit owns which parameter -----------------------------------------------------
     @staticmethod
@@ -107,11 +109,6 @@ class FullyShardedDataParallel(Module):
         return [(module, "", root)] + [(m, names[id(m)], o) for m, o in zip(chosen, owned)]
 
     # -- forward -------------------------------------------------------------------------
-    def _wrap(self, unit: FlatParamUnit, forward: Any) -> Any:
-        def sharded_forward(*args: Any, **kwargs: Any) -> Any:
-            return self._run_unit(unit, forward, *args, **kwargs)
-        return sharded_forward
-
     def _run_unit(self, unit: FlatParamUnit, forward: Any, *args: Any, **kwargs: Any) -> Any:
         unit.gather()
         out = forward(*args, **kwargs)
@@ -159,13 +156,13 @@ class FullyShardedDataParallel(Module):
 
     def _finish(self) -> None:
         self._reducer.finish()
-        for unit in self._units:
+        for unit in self.units:
             unit.free()  # units gathered for backward whose gradients never came
 
     # -- parameters and state ------------------------------------------------------------
     def named_parameters(self) -> Iterator[Tuple[str, Parameter]]:
         """This rank's flat shards, one per unit (what the optimizer trains)."""
-        for unit in self._units:
+        for unit in self.units:
             yield (unit.name + "." if unit.name else "") + "flat_shard", unit.shard
 
     def full_state_dict(self) -> Dict[str, np.ndarray]:
@@ -186,20 +183,14 @@ class FullyShardedDataParallel(Module):
         """Reload ``save_sharded`` output (the same world size and units)."""
         fsdp_checkpoint.load_sharded(self, directory, optimizer)
 
-    @property
-    def units(self) -> List[FlatParamUnit]:
-        """The flat-parameter units, root first."""
-        return self._units
-
     def extra_repr(self) -> str:
-        return (f"{len(self._units)} units, rank {self.comm.rank} of {self.comm.size}, "
+        return (f"{len(self.units)} units, rank {self.comm.rank} of {self.comm.size}, "
                 f"mixed_precision={self.mixed_precision}, cpu_offload={self.cpu_offload}")
 
 
 def _cast(x: Any, dtype: str) -> Any:
     """Floating-point Tensors to ``dtype``; anything else unchanged."""
-    if isinstance(x, Tensor) and x.dtype in ("float32", "float64", "float16", "bfloat16") \
-            and x.dtype != dtype:
+    if isinstance(x, Tensor) and x.dtype in FLOATS and x.dtype != dtype:
         return x.astype(dtype)
     return x
 

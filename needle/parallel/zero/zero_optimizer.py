@@ -4,7 +4,7 @@ Rajbhandari et al., "ZeRO" (SC 2020), sec. 5.1-5.2; the memory terms are in
 ``needle/memory/estimator.py``.
 
 * Stage 1 wraps a DDP model (gradients already averaged): each rank updates the pieces it owns
-  (``sharding.py``), then an allgather per bucket. That sends 1.5x DDP's bytes; the paper's
+  (``owned_pieces``), then an allgather per bucket. That sends 1.5x DDP's bytes; the paper's
   stage 1 reduce-scatters instead, which is what stage 2 does here.
 * Stage 2 takes a plain model: each gradient bucket is reduce-scattered from the hooks as soon
   as it is full, so a rank keeps only its shard; ``step()`` updates it and allgathers.
@@ -24,19 +24,17 @@ from ..comm.agree import agree, optimizer_settings
 from ..comm.engine.convert import empty_host, host_view, to_tensor
 from ..comm.protocol import Comm
 from ..data_parallel.buckets import (
+    MB,
     Bucket,
     BucketReducer,
     assign_buckets,
     reduce_scatter_bucket,
 )
-from ..data_parallel.flat_layout import FlatLayout
+from ..data_parallel.flat_layout import FlatLayout, owned_pieces
 from ..data_parallel.grad_hooks import BackwardHooks
 from ..data_parallel.replicas import broadcast_tensors, check_same_shapes
-from .sharding import owned_pieces
 
 __all__ = ["ZeroRedundancyOptimizer"]
-
-MB = 1024 * 1024
 
 
 def _param_groups(params: Any) -> List[Tuple[List[Tensor], Dict[str, Any]]]:
@@ -132,7 +130,6 @@ class ZeroRedundancyOptimizer:
             mine = [t for b in self.buckets for pc, t in zip(b.pieces, b.tensors)
                     if group_of[id(b.params[pc.slot])] == g]
             self.optimizers.append(optimizer_class(mine, **{**defaults, **opts}))
-        self._hooks = BackwardHooks([], self._on_grad, self._finish)
         if stage == 2:
             self.reducer = BucketReducer(self.params, layout, rows=comm.size,
                                          launch=self._reduce_scatter, on_done=self._take_shard)
