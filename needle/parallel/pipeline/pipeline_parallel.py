@@ -10,9 +10,7 @@ timeline (``_plan``): one order shared by both ends of every link, so no schedul
 even with synchronous sends.
 
 Every stage must be handed the same batch (stage 0 uses its inputs, the last stage its
-targets: different batches would train on mismatched pairs). The first step of each batch
-shape agrees on its size and CRC-32s with one allgather of three int64; later steps of that
-shape send nothing more.
+targets: different batches would train on mismatched pairs); ``_agree_batch`` checks it.
 """
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union, cast
@@ -92,10 +90,8 @@ class PipelineParallel:
         self.num_classes = num_classes  # when given, targets are class indices, checked
         p, m, v = self.num_stages, num_microbatches, len(chunks)
         self.num_virtual = p * v
-        if schedule == "interleaved":
-            self.schedule = interleaved_1f1b(p, m, v)
-        else:
-            self.schedule = SCHEDULES[schedule](p, m)
+        self.schedule = interleaved_1f1b(p, m, v) if schedule == "interleaved" else \
+            SCHEDULES[schedule](p, m)
         self.links = Links(comm)
         self._plan_items = self._plan()
         self.timeline: List[Tuple[Tuple, float, float]] = []
@@ -104,14 +100,7 @@ class PipelineParallel:
 
     def parameters(self) -> List[Tensor]:
         """This stage's parameters (all its chunks), deduplicated by identity."""
-        seen: Set[int] = set()
-        out: List[Tensor] = []
-        for c in self.chunks:
-            for p in c.parameters():
-                if id(p) not in seen:
-                    seen.add(id(p))
-                    out.append(p)
-        return out
+        return list({id(p): p for c in self.chunks for p in c.parameters()}.values())
 
     def _plan(self) -> List[Tuple[str, str, int, int]]:
         """This rank's computations and messages, in the simulated timeline's order."""
@@ -218,9 +207,7 @@ class PipelineParallel:
                          requires_grad=True)
         out = self.chunks[k // self.num_stages](inp)
         if k == self.num_virtual - 1:
-            if self.loss_fn is None:
-                raise ValueError("PipelineParallel: the last stage computes the loss, so it needs "
-                                 f"loss_fn (rank {self.stage})")
+            assert self.loss_fn is not None  # _check_batch refused a last stage without one
             yb = step.ys[mb]
             out = self.loss_fn(out, Tensor(yb, device=self.device, dtype=yb.dtype.name,
                                            requires_grad=False)) * (

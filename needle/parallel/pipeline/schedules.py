@@ -36,15 +36,17 @@ def one_f_one_b(num_stages: int, num_microbatches: int) -> List[List[Action]]:
     """Warm-up forwards, then one forward / one backward, then the remaining backwards."""
     _check(num_stages, num_microbatches)
     p, m = num_stages, num_microbatches
-    out = []
-    for s in range(p):
-        warmup = min(p - s - 1, m)
-        acts: List[Action] = [("F", i) for i in range(warmup)]
-        for i in range(m - warmup):
-            acts += [("F", warmup + i), ("B", i)]
-        acts += [("B", i) for i in range(m - warmup, m)]
-        out.append(acts)
-    return out
+    return [_warmup_then_alternate(min(p - s - 1, m), m, lambda i: ("F", i), lambda i: ("B", i))
+            for s in range(p)]
+
+
+def _warmup_then_alternate(warmup: int, total: int, fwd: Callable[[int], Action],
+                           bwd: Callable[[int], Action]) -> List[Action]:
+    """``warmup`` forwards, then one forward / one backward, then the remaining backwards."""
+    acts = [fwd(k) for k in range(warmup)]
+    for i in range(total - warmup):
+        acts += [fwd(warmup + i), bwd(i)]
+    return acts + [bwd(k) for k in range(total - warmup, total)]
 
 
 def interleaved_1f1b(num_stages: int, num_microbatches: int,
@@ -70,15 +72,8 @@ def interleaved_1f1b(num_stages: int, num_microbatches: int,
     def bwd(k: int) -> Action:
         return ("B", (k // (p * v)) * p + k % p, v - 1 - (k // p) % v)
 
-    out = []
-    for s in range(p):
-        warmup = min((p - s - 1) * 2 + (v - 1) * p, total)
-        acts: List[Action] = [fwd(k) for k in range(warmup)]
-        for i in range(total - warmup):
-            acts += [fwd(warmup + i), bwd(i)]
-        acts += [bwd(k) for k in range(total - warmup, total)]
-        out.append(acts)
-    return out
+    return [_warmup_then_alternate(min((p - s - 1) * 2 + (v - 1) * p, total), total, fwd, bwd)
+            for s in range(p)]
 
 
 SCHEDULES: Dict[str, Callable[..., List[List[Action]]]] = {
