@@ -8,9 +8,7 @@ Under sequence parallelism (Korthikanti et al., arXiv:2205.05198) parameters app
 sequence shards (the row layer's bias, LayerNorms) hold partial gradients: they are marked
 ``sequence_parallel = True`` and ``allreduce_sequence_parallel_grads`` sums them.
 
-Ranks must agree on each call's input (``input_agreement.py``). The embedding's ids: a CRC-32
-in its allreduce's context (no extra message), under SP one allgather of an int64. Batch and
-sequence lengths: the collectives' own argument check, re-raised naming the layer.
+Ranks must agree on each call's input: checked as docs/reliability.md, "Inputs", tells.
 """
 from typing import Any, Dict, List, Optional
 
@@ -152,8 +150,12 @@ class RowParallelLinear(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """x (..., in/p) (or (..., in) with input_is_parallel=False) -> (..., out)."""
-        self._check(x)
         what = f"RowParallelLinear({self.in_features}, {self.out_features})"
+        width = self.in_per_rank if self.input_is_parallel else self.in_features
+        check_width(x.shape, width, self.comm, what, 3 if self.sequence_parallel else None)
+        check_device(x, self.weight, self.comm, what)
+        if self.sequence_parallel:  # the output is reduce-scattered along the sequence
+            check_split(x.shape, 1, self.comm, what, "the sequence axis 1")
         with disagreement(self.comm, what):  # e.g. another batch or sequence length
             return self._forward(x)
 
@@ -169,15 +171,6 @@ class RowParallelLinear(Module):
             y = y + self.bias.reshape((1,) * (y.ndim - 1) + (self.out_features,)).broadcast_to(
                 y.shape)
         return y
-
-    def _check(self, x: Tensor) -> None:
-        """The width this rank expects, one device, and (SP) a sequence that splits."""
-        what = f"RowParallelLinear({self.in_features}, {self.out_features})"
-        width = self.in_per_rank if self.input_is_parallel else self.in_features
-        check_width(x.shape, width, self.comm, what, 3 if self.sequence_parallel else None)
-        check_device(x, self.weight, self.comm, what)
-        if self.sequence_parallel:  # the output is reduce-scattered along the sequence
-            check_split(x.shape, 1, self.comm, what, "the sequence axis 1")
 
 
 class VocabParallelEmbedding(Module):

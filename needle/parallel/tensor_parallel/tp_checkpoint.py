@@ -9,6 +9,7 @@ from ...nn.nn_module import Module
 from ...serialization import CheckpointError, save
 from .. import manifest
 from ..comm.protocol import Comm
+from .tp_comms import allgather_axis
 
 __all__ = ["shard_axes", "gather_state_dict", "load_full_state_dict", "save_sharded",
            "load_sharded"]
@@ -30,15 +31,11 @@ def _slice(full: np.ndarray, axis: Optional[int], rank: int, size: int) -> np.nd
 
 def gather_state_dict(module: Module, comm: Comm) -> Dict[str, np.ndarray]:
     """The module's state in the serial layout (every shard all-gathered), on every rank."""
-    out = {}
-    axes = shard_axes(module)
-    for name, value in module.state_dict().items():
+    axes, out = shard_axes(module), module.state_dict()
+    for name, value in out.items():
         axis = axes.get(name)
-        if axis is None or comm.size == 1:
-            out[name] = value
-        else:
-            moved = np.ascontiguousarray(np.moveaxis(value, axis, 0))
-            out[name] = np.moveaxis(comm.allgather(moved), 0, axis)
+        if axis is not None and comm.size > 1:
+            out[name] = allgather_axis(comm, value, axis)
     return out
 
 

@@ -6,6 +6,7 @@ and ``g`` (allreduce forward, identity backward). Sequence parallelism (arXiv:22
 (``g-bar``). Each gradient is written with the conjugate op, so gradients are Tensors.
 Activations are (B, T, ...) with the sequence on axis 1.
 """
+from typing import Optional
 
 import numpy as np
 
@@ -26,7 +27,8 @@ def _chunk(x: np.ndarray, axis: int, rank: int, size: int) -> np.ndarray:
     return np.take(x, np.arange(rank * w, (rank + 1) * w), axis=axis)
 
 
-def _allgather_axis(comm: Comm, x: np.ndarray, axis: int, label: str) -> np.ndarray:
+def allgather_axis(comm: Comm, x: np.ndarray, axis: int,
+                   label: Optional[str] = None) -> np.ndarray:
     """All-gather along ``axis`` (the communicator concatenates along axis 0)."""
     moved = np.ascontiguousarray(np.moveaxis(x, axis, 0))
     return np.moveaxis(comm.allgather(moved, label=label), 0, axis)
@@ -76,7 +78,7 @@ class GatherFromRegion(TensorOp):
         self.comm, self.label = comm, label
 
     def compute(self, a: NDArray) -> NDArray:
-        return to_ndarray(_allgather_axis(self.comm, a.numpy(), a.ndim - 1, self.label), a)
+        return to_ndarray(allgather_axis(self.comm, a.numpy(), a.ndim - 1, self.label), a)
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
         return scatter_to_region(out_grad, self.comm)
@@ -104,7 +106,7 @@ class GatherFromSequenceRegion(TensorOp):
         self.comm, self.axis, self.label = comm, axis, label
 
     def compute(self, a: NDArray) -> NDArray:
-        return to_ndarray(_allgather_axis(self.comm, a.numpy(), self.axis, self.label), a)
+        return to_ndarray(allgather_axis(self.comm, a.numpy(), self.axis, self.label), a)
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
         return ReduceScatterToSequenceRegion(self.comm, self.axis, "sp.g.backward")(out_grad)
