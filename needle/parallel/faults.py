@@ -1,13 +1,6 @@
-"""Making a failure on one rank end the whole job instead of hanging the others
-(docs/reliability.md, "Dead ranks").
-
-Every wait has a deadline (``NEEDLE_COMM_TIMEOUT``) and an uncaught exception calls ``MPI_Abort``
-(``install_abort_hook``), so ``mpiexec`` kills every rank. Before MPI starts there is neither,
-and MPICH's hydra ends a job when a rank dies by a signal or aborts, not when it exits: so
-``install_exit_guard`` makes a rank that ends early join MPI start-up on its way out, and
-``start_mpi``'s watchdog kills a rank whose start-up does not complete in time, then (plain
-``mpiexec``) stays as its guardian (``_guard``). The times measured for each fault are in
-docs/reliability.md.
+"""Making a failure on one rank end the whole job instead of hanging the others: the exit
+guard, the abort hook, the start-up watchdog and the guardian (docs/reliability.md, "Dead
+ranks", with the times measured for each fault).
 """
 import atexit
 import json

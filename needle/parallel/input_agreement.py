@@ -1,16 +1,10 @@
-"""Ranks agreeing on a parallel layer's per-call inputs: targets, ids, shard widths, batches.
+"""Ranks agreeing on a parallel layer's per-call inputs (targets, ids, shard widths, batches),
+which give a wrong answer, not an error, when the ranks' differ (docs/reliability.md, "Inputs").
 
-Inputs every rank must hold equal (the vocabulary-parallel loss's targets and shard widths, a
-vocabulary-parallel embedding's ids, a pipeline's batch) give a wrong answer, not an error,
-when the ranks' differ. Each rank reduces its input to a few integers (a width, a CRC-32 of the
-values: one pass over bytes it holds anyway) and the ranks compare them, cheaply:
-
-- ``pack`` them into the ``context`` of a collective the layer makes anyway: the communicator's
-  argument check compares it with the call's shape and dtype, so it costs no message;
-- ``agree_inputs``: one allgather of a few int64 per rank, where no such collective exists.
-
-A collective whose arguments differ already fails on every rank (``CallMismatchError``);
-``disagreement`` re-raises that failure naming the layer and each rank's packed values.
+Each rank reduces its input to a few integers (a width, a CRC-32) that ride in the ``context``
+of a collective the layer makes anyway (``pack``: the argument check compares it, no message)
+or are compared by one allgather (``agree_inputs``); ``disagreement`` re-raises a collective's
+``CallMismatchError`` naming the layer and each rank's values.
 """
 import contextlib
 import operator

@@ -1,11 +1,6 @@
-"""The manifest of a sharded checkpoint: which files make it up, and the checksum of each.
-
-Rank 0 writes it (JSON) last, atomically, after the ranks allgather their files' CRC-32s. A
-loader reads only the files it names and checks each checksum, so a file left from a save with
-another layout, or rewritten after the manifest, is refused, never mixed in. The manifest
-carries its own CRC-32 and binds entry ``r`` to rank ``r``, the layout and the file the saver
-writes for rank ``r`` inside the folder (swapped or duplicated entries, ``..`` and symlinks out
-are refused). Errors are ``CheckpointError`` naming the file.
+"""The manifest of a sharded checkpoint: which files make it up, and the checksum of each,
+written last by rank 0 (docs/reliability.md, "Checkpoints"). Errors are ``CheckpointError``
+naming the file.
 """
 import json
 import os
