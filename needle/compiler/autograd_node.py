@@ -25,7 +25,7 @@ from ..backend_ndarray import NDArray, full
 from . import checks
 from .capture import Recorder, Trace
 from .replay import Program
-from .results import flatten, leaf_ref, meta, resolve, source, unflatten
+from .results import flatten, leaf_ref, meta, resolve, source, unflatten, unpack
 
 
 class CompiledGraph(TensorOp):
@@ -40,12 +40,9 @@ class CompiledGraph(TensorOp):
     def gradient(self, out_grad: Value, node: Value) -> Tuple[Tensor, ...]:
         data = out_grad.realize_cached_data()
         grads = list(data) if isinstance(data, tuple) else [data]
-        return tuple(Tensor.make_const(g) for g in self.backward([_dense(g) for g in grads]))
-
-
-def _dense(a: NDArray) -> Any:
-    """The buffer of ``a`` laid out compactly from its start (copied when it is not)."""
-    return a.compact()._handle  # compact means row-major over the whole buffer
+        # each gradient's buffer laid out compactly from its start (copied when it is not)
+        return tuple(Tensor.make_const(g)
+                     for g in self.backward([g.compact()._handle for g in grads]))
 
 
 def node_outputs(op: CompiledGraph, inputs: Sequence[Tensor], datas: List[NDArray]
@@ -157,11 +154,6 @@ def _backward_roles(btrace: Trace, g_handles: List[Any], ftrace: Trace, saved: L
     return roles
 
 
-def _unpack(handles: List[Any], metas: List[tuple], device: Any) -> List[NDArray]:
-    return [NDArray.make(shape, strides=strides, device=device, handle=h, offset=off)
-            for h, (shape, strides, off) in zip(handles, metas)]
-
-
 def _results(tree: Any, datas: List[NDArray], diff: List[int], op: CompiledGraph,
              inputs: List[Tensor]) -> Any:
     """The call's value: node outputs for the differentiable results, constants otherwise."""
@@ -213,7 +205,7 @@ def record(cf: Any, entry: Any, args: tuple, box: list, ftrace: Trace, device: A
     # this call's backward: the traced one, this call's arrays as its constants
     now = Program(btrace, device, g_bufs, grad_bufs, fusion=False)
     value = _results(tree, outs, diff, CompiledGraph(
-        lambda gs: _unpack(now.run(gs), grad_meta, device)), leaves)
+        lambda gs: unpack(now.run(gs), grad_meta, device)), leaves)
     if problem is not None:
         cf._retry(entry, problem)
         return value
@@ -271,13 +263,13 @@ def replay(cf: Any, entry: Any, args: tuple) -> Any:
     arrays = gp.forward.run([fixed[r] for _, r in gp.f_roles])
     device = gp.forward.device
     n, s = gp.n_results, gp.n_saved
-    datas = _unpack(arrays[:n], entry.outs, device)
+    datas = unpack(arrays[:n], entry.outs, device)
     saved = arrays[n:n + s]
-    for (obj, name), d in zip(entry.states, _unpack(arrays[n + s:], entry.state_meta, device)):
+    for (obj, name), d in zip(entry.states, unpack(arrays[n + s:], entry.state_meta, device)):
         setattr(obj, name, Tensor.make_const(d))
     rest = [saved[r[1]] if r[0] == "saved" else fixed[r] for r in gp.b_roles]
     backward, grad_meta = gp.backward, gp.grad_meta
-    op = CompiledGraph(lambda gs: _unpack(backward.run(list(gs) + rest), grad_meta, device))
+    op = CompiledGraph(lambda gs: unpack(backward.run(list(gs) + rest), grad_meta, device))
     return _results(entry.tree, datas, gp.diff, op, leaves)
 
 

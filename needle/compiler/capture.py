@@ -151,16 +151,12 @@ class Recorder:
         self.trace = Trace()
         self._saved: Dict[str, Any] = {}
 
-    def _names(self) -> List[str]:
-        """The declared primitives this device has (a device's optional ones included)."""
-        return [n for n in primitives.TABLE if n in self.device.__dict__]
-
     def __enter__(self) -> "Recorder":
         d = self.device.__dict__
         if d.get("_needle_recorder") is not None:
             raise RuntimeError("needle.compile: a trace is already recording on this device "
                                "(nested compile/lazy blocks are not supported)")
-        names = self._names()  # before the device is marked: a failure here must not stick
+        names = [n for n in primitives.TABLE if n in d]  # the device's optional ones too
         d["_needle_recorder"] = self
         for name in names:
             self._saved[name] = d[name]

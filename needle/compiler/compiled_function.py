@@ -9,7 +9,7 @@ from .capture import DataDependentError, Recorder, Trace
 from .compiled_module import CompiledModule
 from .graph_mode import GraphReplay
 from .replay import Program
-from .results import flatten, graphless, leaf_ref, meta, resolve, source, unflatten
+from .results import flatten, graphless, leaf_ref, meta, resolve, source, unflatten, unpack
 
 MAX_RECORDINGS = 3  # recordings that may disagree before a signature runs eagerly for good
 # "reduce-overhead" (PyTorch's name): a program on a CUDA device replayed as one CUDA graph
@@ -310,9 +310,7 @@ class CompiledFunction:
 
     def _wrap(self, entry: _Entry, arrays: List[Any]) -> Tuple[list, list, Any]:
         """(leaf gradients, states, the result) as tensors around a replay's output arrays."""
-        device = entry.program.device
-        datas = [NDArray.make(shape, strides=strides, device=device, handle=h, offset=off)
-                 for h, (shape, strides, off) in zip(arrays, entry.outs)]
+        datas = unpack(arrays, entry.outs, entry.program.device)
         n, k = entry.n_results, len(entry.leaves)
         return ([Tensor.make_const(d) for d in datas[n:n + k]],
                 [Tensor.make_const(d) for d in datas[n + k:]],
@@ -335,16 +333,18 @@ class CompiledFunction:
         return result
 
     # ------------------------------------------------------------------ reporting
+    def _entry(self, args: tuple) -> Optional[_Entry]:
+        """The cache entry of ``args``'s signature (the last one called when omitted)."""
+        return self.cache.get(self.key(args) if args else self._last_key)
+
     def program(self, *args: Any) -> Optional[Program]:
         """The program for ``args``'s signature (the last one called when omitted), if built."""
-        key = self.key(args) if args else self._last_key
-        entry = self.cache.get(key)
+        entry = self._entry(args)
         return entry.program if entry is not None else None
 
     def explain(self, *args: Any, limit: Optional[int] = None) -> str:
         """The traced tape before fusion and the kernels after, for a signature."""
-        key = self.key(args) if args else self._last_key
-        entry = self.cache.get(key)
+        entry = self._entry(args)
         if entry is None:
             return "not traced yet: call the compiled function first"
         if entry.eager_reason is not None:

@@ -75,12 +75,7 @@ class GraphReplay:
             self._moved_last = True
             return self._capture(inputs)
         self._moved_last = False
-        compact = self._compact
-        for k, src in enumerate(inputs):
-            dst = self.static_in[k]
-            if self.per_call[k] and src is not dst:
-                compact(src, dst, (src.size,), (1,), 0)
-                dst.known_range = src.known_range
+        self._copy_in(inputs)
         self.graph.replay()
         return self.results
 
@@ -91,20 +86,16 @@ class GraphReplay:
         program, dev = self.program, self.program.device
         self.static_in = [dev.Array(src.size, dtype=src.dtype) if per else src
                           for src, per in zip(inputs, self.per_call)]
-        compact = self._compact
-        for src, dst, per in zip(inputs, self.static_in, self.per_call):
-            if per:
-                compact(src, dst, (src.size,), (1,), 0)
-                dst.known_range = src.known_range
+        self._copy_in(inputs)
         self.outputs = {b: dev.Array(size, dtype=dtype) for b, size, dtype in program.fresh}
         with graphs.warm_up():  # this call's results; the pool then holds every buffer
             self.results = program._run(self.static_in, self.outputs, checked=False)  # needed
-            self._carry_state(compact)
+            self._carry_state()
         g = graphs.CUDAGraph()
         try:
             with graphs.graph(g, self.static_in[0].device_index if self.static_in else 0):
                 program._run(self.static_in, self.outputs, checked=False)
-                self._carry_state(compact)
+                self._carry_state()
         except Exception as e:  # what CUDA (or the emulator) refuses during a capture
             self.reason = f"the capture failed: {type(e).__name__}: {e}"
             self.graph = None
@@ -113,11 +104,18 @@ class GraphReplay:
         self.captures += 1
         return self.results
 
-    def _carry_state(self, compact: Any) -> None:
+    def _copy_in(self, inputs: Sequence[Any]) -> None:
+        """The call's arguments into the static input buffers (with their known range)."""
+        for src, dst, per in zip(inputs, self.static_in, self.per_call):
+            if per and src is not dst:
+                self._compact(src, dst, (src.size,), (1,), 0)
+                dst.known_range = src.known_range
+
+    def _carry_state(self) -> None:
         """New state values into the buffers the next call reads them from."""
         for k, o in self.state:
             src, dst = self.results[o], self.static_in[k]
-            compact(src, dst, (src.size,), (1,), 0)
+            self._compact(src, dst, (src.size,), (1,), 0)
 
     def _check_indices(self, inputs: Sequence[Any]) -> None:
         """Eager mode's index range checks, on the host: from the range an uploaded index

@@ -10,9 +10,6 @@ from ..process_state import switches
 from .capture import Buf, Trace
 from .fusion import fuse
 
-# bytes moved: each read and each write of a step counted at the size of its buffer
-_FIXED_COST = ("matmul", "matmul_tiled", "take_rows", "scatter_add_rows")
-
 
 class Program:
     """Steps and fused kernels to replay; ``run(inputs)`` returns the output buffers."""
@@ -55,7 +52,8 @@ class Program:
             if b not in set(self.inputs) and trace.internal[b]]  # (a result may be saved too)
         fused_prim = self.lookup("fused_elementwise") if hasattr(
             dev.mod, "fused_elementwise") else None
-        self.calls: List[Tuple] = []
+        per_call = set() if self.in_place else set(self.inputs) | {b for b, _, _ in self.fresh}
+        self.bound: List[Tuple[Any, list, list]] = []  # (fn, arguments, holes) per call
         self.checked: List[Tuple[int, str, int]] = []  # (index buffer, step, rows) checked
         self.unchecked: Dict[int, Any] = {}  # call index -> the step without its check
         for i, s in enumerate(trace.steps):
@@ -63,18 +61,17 @@ class Program:
                 continue
             g = self.groups[i]
             if g is not None and fused_prim is not None:
-                leaves = [(b, (v if v is not None else ((trace.size(b),), (1,), 0)))
-                          for b, _, v in g.leaves]
                 shape = g.iter_shape
-                args = []
-                for b, v in leaves:
+                args: list = []
+                for b, _, v in g.leaves:
+                    v = v if v is not None else ((trace.size(b),), (1,), 0)
                     if v[0] != shape and math.prod(v[0]) == math.prod(shape):
                         # a flat read seen in group shape
                         v = (shape, NDArray.compact_strides(shape), v[2])
                     args.append((Buf(b), *v))
-                args += list(g.scalars)
-                self.calls.append((fused_prim, (g.expression(), args, Buf(g.out), shape,
-                                                  g.reduce)))
+                args += g.scalars
+                self.bound.append(self._bind(fused_prim, (g.expression(), args, Buf(g.out),
+                                                          shape, g.reduce), per_call))
                 continue
             self.groups[i] = None
             fn = self.lookup(s.name)
@@ -83,34 +80,31 @@ class Program:
                 rows = trace.size(a if s.name == "take_rows" else out) // max(row, 1)
                 self.checked.append((_index_source(trace, int(idx), self.inputs), s.name,
                                      rows))
-                self.unchecked[len(self.calls)] = fn
+                self.unchecked[len(self.bound)] = fn
                 fn = _bounds_checked(fn, s.name, self.lookup("to_numpy"))
-            self.calls.append((fn, s.args))
-        self._bind()
+            self.bound.append(self._bind(fn, s.args, per_call))
 
-    def _bind(self) -> None:
-        """Pre-resolve every argument that does not change between calls."""
-        dynamic = set() if self.in_place else set(self.inputs) | {b for b, _, _ in self.fresh}
-        self.bound = []
-        for fn, args in self.calls:
-            holes: List[Tuple[int, int, Optional[int]]] = []
-            flat = list(args)
-            for k, a in enumerate(flat):
-                if isinstance(a, Buf):
-                    if a in dynamic:
-                        holes.append((k, int(a), None))
-                    else:
-                        flat[k] = self.static[a]
-                elif isinstance(a, list):  # fused inputs: (Buf, shape, strides, offset)
-                    lst = list(a)
-                    for j, x in enumerate(lst):
-                        if isinstance(x, tuple) and isinstance(x[0], Buf):
-                            if x[0] in dynamic:
-                                holes.append((k, int(x[0]), j))
-                            else:
-                                lst[j] = (self.static[x[0]],) + x[1:]
-                    flat[k] = lst
-            self.bound.append((fn, flat, holes))
+    def _bind(self, fn: Any, args: tuple, per_call: set) -> Tuple[Any, list, list]:
+        """(fn, arguments, holes): every argument that does not change between calls
+        resolved, a hole (position, buffer, list index) for each that does."""
+        holes: List[Tuple[int, int, Optional[int]]] = []
+        flat = list(args)
+        for k, a in enumerate(flat):
+            if isinstance(a, Buf):
+                if a in per_call:
+                    holes.append((k, int(a), None))
+                else:
+                    flat[k] = self.static[a]
+            elif isinstance(a, list):  # fused inputs: (Buf, shape, strides, offset)
+                lst = list(a)
+                for j, x in enumerate(lst):
+                    if isinstance(x, tuple) and isinstance(x[0], Buf):
+                        if x[0] in per_call:
+                            holes.append((k, int(x[0]), j))
+                        else:
+                            lst[j] = (self.static[x[0]],) + x[1:]
+                flat[k] = lst
+        return fn, flat, holes
 
     # ------------------------------------------------------------------ running
     def run(self, inputs: Sequence[Any]) -> List[Any]:
@@ -242,6 +236,7 @@ def _bounds_checked(fn: Any, name: str, to_numpy: Any) -> Any:
 
 
 def _traffic(tr: Trace, s: Any) -> int:
+    """Bytes a step moves: each read and each write counted at the size of its buffer."""
     total = sum(tr.size(b) * tr.dtype(b).itemsize for b, _ in s.reads)
     if s.write >= 0:
         total += tr.size(s.write) * tr.dtype(s.write).itemsize

@@ -32,6 +32,12 @@ def unflatten(tree: Any, tensors: List[Tensor]) -> Any:
     return val
 
 
+def unpack(handles: List[Any], metas: List[tuple], device: Any) -> List[NDArray]:
+    """NDArrays over a replay's output buffers, each with its (shape, strides, offset)."""
+    return [NDArray.make(shape, strides=strides, device=device, handle=h, offset=off)
+            for h, (shape, strides, off) in zip(handles, metas)]
+
+
 def leaf_ref(leaf: Tensor, args: tuple) -> tuple:
     """("arg", k) when ``leaf`` is argument k (a new object each call), else ("obj", leaf)."""
     for k, a in enumerate(args):
