@@ -11,12 +11,8 @@ __all__ = ["accumulate_gradients", "split_batch"]
 def near_equal_bounds(n: int, parts: int) -> List[Tuple[int, int]]:
     """[start, end) of ``parts`` consecutive pieces of ``range(n)``, sizes differing by <= 1."""
     base, extra = divmod(n, parts)
-    bounds, start = [], 0
-    for i in range(parts):
-        end = start + base + (1 if i < extra else 0)
-        bounds.append((start, end))
-        start = end
-    return bounds
+    starts = [i * base + min(i, extra) for i in range(parts + 1)]  # the first ``extra`` longer
+    return list(zip(starts, starts[1:]))
 
 
 def split_batch(batch: Sequence[Tensor], k: int) -> List[List[Tensor]]:

@@ -34,7 +34,8 @@ import numpy as np
 from ..autograd import Tensor, Value, find_topo_sort
 
 __all__ = ["TransformerConfig", "MemoryEstimate", "estimate_transformer", "estimate_module",
-           "optimizer_state_bytes", "graph_bytes", "transformer_num_params"]
+           "optimizer_state_bytes", "graph_bytes", "transformer_num_params",
+           "layer_activation_bytes"]
 
 OPTIMIZERS = ("sgd", "momentum", "adam", "adamw", "adafactor")
 PRECISIONS = ("fp32", "mixed")
@@ -182,24 +183,34 @@ def _check_transformer(cfg: TransformerConfig, tp: int, pp: int) -> None:
         raise ValueError(f"pipeline-parallel degree {pp} does not divide layers ({L})")
 
 
+def layer_activation_bytes(s: int, b: int, h: int, a: int, t: int, sp: bool = False,
+                           recompute: str = "none", e: int = 2, dropout: bool = True) -> float:
+    """One layer's activations in bytes (Korthikanti et al., arXiv:2205.05198, Table 2) with
+    ``e``-byte activations: ``recompute`` "none", "selective" (the attention core is rebuilt)
+    or "full" (the layer input only); ``sp``: sequence parallel over the t tensor ranks."""
+    if recompute == "full":
+        return e * s * b * h
+    core = e / 2 * 4 * a * s * s * b / t + (a * s * s * b / t if dropout else 0)  # 5as/h term
+    mask = 2 * s * b * h if dropout else 0
+    if sp:
+        rest = (e / 2 * 32 * s * b * h + mask) / t
+    else:
+        rest = e / 2 * (8 + 24 / t) * s * b * h + mask
+    return rest + (0 if recompute == "selective" else core)
+
+
 def _layer_activations(cfg: TransformerConfig, t: int, e: int, dropout: bool,
                        checkpointing: bool, sequence_parallel: bool) -> Tuple[float, float, str]:
-    """(one layer's activations, what each of the L layers keeps, the formula) in bytes:
-    Korthikanti et al. (arXiv:2205.05198), Table 2, with e-byte activations."""
-    s, b, h, a = cfg.seq, cfg.batch, cfg.hidden, cfg.heads
-    mask = 1 if dropout else 0
-    # one layer's activations with tensor parallelism alone (Korthikanti et al., eq. 2)
-    layer = (e / 2 * ((8 + 24 / t) * s * b * h + 4 * a * s * s * b / t)
-             + mask * (2 * s * b * h + a * s * s * b / t))
+    """(one layer's activations, what each of the L layers keeps, the formula) in bytes."""
+    shape = (cfg.seq, cfg.batch, cfg.hidden, cfg.heads, t)
+    layer = layer_activation_bytes(*shape, e=e, dropout=dropout)  # tensor parallelism alone
+    per_layer = layer_activation_bytes(*shape, sequence_parallel,
+                                       "full" if checkpointing else "none", e, dropout)
     if checkpointing:
-        per_layer = e * s * b * h
         formula = f"L * {e} s b h (full recompute: layer inputs only)"
     elif sequence_parallel:
-        per_layer = (e / 2 * (32 * s * b * h + 4 * a * s * s * b)
-                     + mask * (2 * s * b * h + a * s * s * b)) / t
         formula = "L * s b h (34 + 5 a s / h) / t (sequence parallel)"
     else:
-        per_layer = layer
         formula = "L * s b h (10 + 24/t + 5 a s / (h t))" if t > 1 else \
             "L * s b h (34 + 5 a s / h)"
     if e != 2 or not dropout:
@@ -239,21 +250,16 @@ def estimate_transformer(cfg: TransformerConfig, *, precision: str = "fp32",
     return est
 
 
-def graph_bytes(output: Tensor, exclude: Sequence[Tensor] = ()) -> Tuple[int, int]:
-    """(bytes of distinct buffers held by ``output``'s graph, bytes of its largest node)."""
+def graph_bytes(output: Tensor, exclude: Sequence[Tensor] = ()) -> int:
+    """Bytes of the distinct buffers held by ``output``'s graph, ``exclude``'s aside."""
     skip = {id(t.realize_cached_data()._handle) for t in exclude}
     seen: Dict[int, int] = {}
-    largest = 0
     for node in find_topo_sort([output]):
         data = node.cached_data
-        if data is None or not hasattr(data, "_handle"):
-            continue
-        buf = data._handle
-        nbytes = buf.array.nbytes if hasattr(buf, "array") else buf.nbytes
-        largest = max(largest, nbytes)
-        if id(buf) not in skip:
-            seen[id(buf)] = nbytes
-    return sum(seen.values()), largest
+        if data is not None and hasattr(data, "_handle") and id(data._handle) not in skip:
+            buf = data._handle
+            seen[id(buf)] = buf.array.nbytes if hasattr(buf, "array") else buf.nbytes
+    return sum(seen.values())
 
 
 def backward_liveness_peak(output: Tensor) -> int:
@@ -318,8 +324,8 @@ def estimate_module(model: Any, sample_inputs: Sequence[Any], *,
     out = model(*sample_inputs)
     if loss_fn is not None:
         out = loss_fn(out)
-    act, largest = graph_bytes(out, exclude=list(model.parameters()) +
-                               [x for x in sample_inputs if isinstance(x, Tensor)])
+    act = graph_bytes(out, exclude=list(model.parameters()) +
+                      [x for x in sample_inputs if isinstance(x, Tensor)])
     transient = backward_liveness_peak(out)
     del out
     est.add("activations", act / (tp * pp),

@@ -10,7 +10,7 @@ ZeRO-3's two prefetched layers, two pipeline messages); offload moves optimizer 
 from functools import lru_cache
 from typing import Dict, Tuple
 
-from ..memory.estimator import estimate_transformer, optimizer_state_bytes
+from ..memory.estimator import estimate_transformer, layer_activation_bytes, optimizer_state_bytes
 from .layout import Layout, Setup
 from .model import ModelSpec
 
@@ -33,17 +33,9 @@ def model_state_bytes(psi: float, optimizer: str, precision: str, zero: int,
 
 def activation_layer_bytes(spec: ModelSpec, b: int, t: int, sp: bool, recompute: str,
                            e: int = 2, dropout: bool = True) -> float:
-    """One layer's activations (Korthikanti et al., Table 2), ``e``-byte activations."""
-    s, h, a = spec.seq, spec.hidden, spec.heads
-    if recompute == "full":
-        return e * s * b * h
-    core = e / 2 * 4 * a * s * s * b / t + (a * s * s * b / t if dropout else 0)  # 5as/h term
-    mask = 2 * s * b * h if dropout else 0
-    if sp:
-        rest = (e / 2 * 32 * s * b * h + mask) / t
-    else:
-        rest = e / 2 * (8 + 24 / t) * s * b * h + mask
-    return rest + (0 if recompute == "selective" else core)
+    """``estimator.layer_activation_bytes`` for ``spec`` at microbatch ``b``."""
+    return layer_activation_bytes(spec.seq, b, spec.hidden, spec.heads, t, sp, recompute, e,
+                                  dropout)
 
 
 @lru_cache(maxsize=4096)
