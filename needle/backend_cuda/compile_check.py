@@ -4,24 +4,18 @@ import argparse
 import ctypes
 import glob
 import os
-import site
 import sys
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 from . import kernel_specs
+from .emulator.build import site_dirs as _site_dirs
 
 _NVRTC = None
 
 
 class NVRTCError(RuntimeError):
     """A kernel failed to compile; the message holds NVRTC's log."""
-
-
-def _site_dirs() -> List[str]:
-    dirs = list(site.getsitepackages()) + [site.getusersitepackages()]
-    dirs += [p for p in sys.path if p.endswith("site-packages")]
-    return [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]
 
 
 def _cuda_roots() -> List[str]:

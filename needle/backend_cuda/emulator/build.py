@@ -1,10 +1,7 @@
-"""Compile a CUDA source into a host shared library for the emulator, cached on disk.
-
-The source is compiled unchanged by ``$CXX`` (default g++) against ``cuda_emu.h`` and NVIDIA's
-fp16/bf16 headers from the pip wheels. A generated wrapper takes the address of every name
-expression, so exactly the instantiations CuPy's ``RawModule`` would compile exist. The cache
-(``$NEEDLE_CUDA_EMULATOR_CACHE``, default ``~/.cache/needle/cuda_emulator``) is keyed by source,
-headers, flags and compiler version; builds are renamed into place, so concurrent builders agree.
+"""Compile a CUDA source unchanged by ``$CXX`` (default g++) against ``cuda_emu.h`` into a host
+shared library for the emulator, cached on disk (README.md, "Build cache"). A generated wrapper
+takes the address of every name expression: exactly the instantiations CuPy's ``RawModule``
+would compile exist.
 """
 import functools
 import hashlib
@@ -74,7 +71,8 @@ def compiler_version(cxx: str) -> str:
     return out.stdout.splitlines()[0] if out.stdout else cxx
 
 
-def _site_dirs() -> List[str]:
+def site_dirs() -> List[str]:
+    """The site-packages folders this Python reads (where NVIDIA's wheels are)."""
     dirs = list(site.getsitepackages()) + [site.getusersitepackages()]
     dirs += [p for p in sys.path if p.endswith("site-packages")]
     return [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]
@@ -85,7 +83,7 @@ def cuda_include_dirs() -> Tuple[str, ...]:
     """The include folders of the three NVIDIA wheels; raises EmulatorUnavailable if one lacks."""
     found, missing = [], []
     for sub, wheel in WHEELS.items():
-        hits = [os.path.join(d, "nvidia", sub, "include") for d in _site_dirs()]
+        hits = [os.path.join(d, "nvidia", sub, "include") for d in site_dirs()]
         hits = [h for h in hits if os.path.isdir(h)]
         if hits:
             found.append(hits[0])
@@ -209,14 +207,19 @@ def short_static_name(name: str) -> str:
     return f"{var} (in {func})"
 
 
-def function_base_name(signature: str) -> str:
-    """``void ndl::row_stats<float, float>(float const*, ...)`` -> ``row_stats``."""
-    depth, head = 0, signature
-    for i, ch in enumerate(signature):  # the name ends at the first '(' outside <>
+def without_params(signature: str) -> str:
+    """``signature`` up to its parameter list: the first '(' outside <>."""
+    depth = 0
+    for i, ch in enumerate(signature):
         depth += {"<": 1, ">": -1}.get(ch, 0)
         if ch == "(" and depth == 0:
-            head = signature[:i]
-            break
+            return signature[:i]
+    return signature
+
+
+def function_base_name(signature: str) -> str:
+    """``void ndl::row_stats<float, float>(float const*, ...)`` -> ``row_stats``."""
+    head = without_params(signature)
     depth, start = 0, 0
     for i, ch in enumerate(head):  # drop a return type: the last space outside <>
         depth += {"<": 1, ">": -1}.get(ch, 0)

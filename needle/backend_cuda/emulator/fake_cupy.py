@@ -13,7 +13,7 @@ import os
 import threading
 import types
 import weakref
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -26,21 +26,29 @@ from .cublas import cublas  # noqa: F401  (cupy_backends.cuda.libs.cublas)
 _NUMPY_FUNCTIONS = ("matmul", "max", "sum", "take")
 
 
+def _run(kind: str, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` recorded when the current stream captures (None), else counted as
+    one ``kind`` event named ``name`` and run (what it does inside is not counted again)."""
+    if graph.record(name, fn, *args, **kwargs):
+        return None
+    counts.record(kind, name)
+    with counts.quiet():
+        return fn(*args, **kwargs)
+
+
 def _library(name: str) -> Any:
     """NumPy's ``name``, counted as one CuPy library call (``counts``) where it is called."""
     f = getattr(np, name)
 
     def call(*args: Any, **kwargs: Any) -> Any:
-        if kwargs.get("out") is not None:
-            for x in args + (kwargs["out"],):
-                _check_device(x, f"cupy.{name}")
-            if graph.record(f"cupy.{name}", f, *args, **kwargs):
-                return kwargs["out"]
-        else:
+        out = kwargs.get("out")
+        if out is None:
             graph.refuse(f"cupy.{name} (a new device array)", _ALLOC_RULE)
-        counts.record("library", f"cupy.{name}")
-        with counts.quiet():
-            return f(*args, **kwargs)
+            return _run("library", f"cupy.{name}", f, *args, **kwargs)
+        for x in args + (out,):
+            _check_device(x, f"cupy.{name}")
+        _run("library", f"cupy.{name}", f, *args, **kwargs)
+        return out
     call.__name__ = name
     return call
 
@@ -110,9 +118,6 @@ class MemoryPool:
         """Cached free bytes (always 0)."""
         return 0
 
-    def free_all_blocks(self) -> None:
-        """Nothing is cached, so nothing to free."""
-
 
 _POOL = MemoryPool()
 _ALLOC_RULE = "cudaMalloc cannot be captured: allocate before the capture"
@@ -172,19 +177,13 @@ class ndarray(np.ndarray):
         for x in inputs + tuple(out):
             _check_device(x, f"cupy.{ufunc.__name__}")
         inputs = tuple(x.view(np.ndarray) if isinstance(x, ndarray) else x for x in inputs)
+        name = f"cupy.{ufunc.__name__}" + ("" if method == "__call__" else f".{method}")
         if out:
             kwargs["out"] = tuple(x.view(np.ndarray) for x in out)
-            if graph.record(f"cupy.{ufunc.__name__}", getattr(ufunc, method), *inputs, **kwargs):
-                return out[0] if len(out) == 1 else out
-        else:
-            graph.refuse(f"cupy.{ufunc.__name__} (a new device array)", _ALLOC_RULE)
-        counts.record("library", f"cupy.{ufunc.__name__}" + ("" if method == "__call__"
-                                                             else f".{method}"))
-        with counts.quiet():
-            res = getattr(ufunc, method)(*inputs, **kwargs)
-        if out:
+            _run("library", name, getattr(ufunc, method), *inputs, **kwargs)
             return out[0] if len(out) == 1 else out
-        return _to_device(res)
+        graph.refuse(f"cupy.{ufunc.__name__} (a new device array)", _ALLOC_RULE)
+        return _to_device(_run("library", name, getattr(ufunc, method), *inputs, **kwargs))
 
     @property
     def data(self) -> MemoryPointer:  # type: ignore[override]
@@ -223,10 +222,7 @@ class ndarray(np.ndarray):
 
     def fill(self, value: Any) -> None:
         """Set every element (one CuPy kernel)."""
-        if graph.record("ndarray.fill", np.ndarray.fill, self, value):
-            return
-        counts.record("library", "ndarray.fill")
-        self.view(np.ndarray).fill(value)
+        _run("library", "ndarray.fill", np.ndarray.fill, self, value)
 
     def astype(self, dtype: Any, order: Any = None, casting: Any = None,  # type: ignore[override]
                subok: Any = None, copy: Any = None) -> Any:
@@ -240,11 +236,7 @@ class ndarray(np.ndarray):
         return _to_device(res)
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        if graph.record("ndarray.__setitem__", np.ndarray.__setitem__, self, key, value):
-            return
-        counts.record("library", "ndarray.__setitem__")
-        with counts.quiet():
-            super().__setitem__(key, value)
+        _run("library", "ndarray.__setitem__", np.ndarray.__setitem__, self, key, value)
 
     def set(self, arr: np.ndarray) -> None:
         """Copy the host array ``arr`` in (CuPy's checks: a NumPy array, same dtype and shape)."""
@@ -304,13 +296,8 @@ def copyto(dst: ndarray, src: Any, casting: str = "same_kind", where: Any = None
     """``numpy.copyto`` between device arrays."""
     for x in (dst, src, where):
         _check_device(x, "cupy.copyto")
-    if graph.record("cupy.copyto", np.copyto, dst, src, casting=casting,
-                    where=True if where is None else where):
-        return
-    counts.record("library", "cupy.copyto")
-    # CuPy's casting is any str (checked by NumPy at run time); NumPy's stubs want a Literal
-    np.copyto(dst, src, casting=casting,  # type: ignore[arg-type]
-              where=True if where is None else where)
+    _run("library", "cupy.copyto", np.copyto, dst, src, casting=casting,
+         where=True if where is None else where)
 
 
 def from_dlpack(array: Any) -> ndarray:
@@ -362,24 +349,18 @@ class Device:
         return f"<CUDA Device {self.id} (emulated)>"
 
 
-def _get_current_stream(device_id: int = -1) -> graph.Stream:
-    return graph.current_stream()
-
-
 cuda = types.SimpleNamespace(
     Device=Device, runtime=types.SimpleNamespace(getDeviceCount=_device_count),
-    get_current_stream=_get_current_stream, Stream=graph.Stream, Graph=graph.Graph,
-    device=types.SimpleNamespace(get_cublas_handle=lambda: 0))
+    get_current_stream=lambda device_id=-1: graph.current_stream(), Stream=graph.Stream,
+    Graph=graph.Graph, device=types.SimpleNamespace(get_cublas_handle=lambda: 0))
 
 
 # ---------------------------------------------------------------------- cupyx
 def _scatter_add(a: ndarray, slices: Any, value: Any) -> None:
     for x in (a, slices, value):
         _check_device(x, "cupyx.scatter_add")
-    if graph.record("cupyx.scatter_add", _scatter_add, a, slices, value):
-        return
-    counts.record("library", "cupyx.scatter_add")
-    np.add.at(a.view(np.ndarray), np.asarray(slices), np.asarray(value))
+    _run("library", "cupyx.scatter_add", lambda a, s, v: np.add.at(
+        a.view(np.ndarray), np.asarray(s), np.asarray(v)), a, slices, value)
 
 
 cupyx = types.SimpleNamespace(scatter_add=_scatter_add)
@@ -395,13 +376,10 @@ class RawKernel:
                  shared_mem: int = 0) -> None:
         for x in args:
             _check_device(x, f"kernel {self.name}")
-        if graph.record(self.name, self._run, tuple(grid), tuple(block), tuple(args),
-                        shared_mem):
-            return
-        counts.record("launch", self.name)
-        self._run(tuple(grid), tuple(block), tuple(args), shared_mem)
+        _run("launch", self.name, self._execute, tuple(grid), tuple(block), tuple(args),
+             shared_mem)
 
-    def _run(self, grid: tuple, block: tuple, args: tuple, shared_mem: int) -> None:
+    def _execute(self, grid: tuple, block: tuple, args: tuple, shared_mem: int) -> None:
         if counts.executing():
             self._function(grid, block, args, shared_mem=shared_mem)
 
@@ -433,11 +411,8 @@ class ElementwiseKernel:
         is_array, shape = self._check(args)
         result = args[n_in] if len(self.outs) == 1 else args[n_in:]
         size = math.prod(shape)
-        if size == 0 or graph.record(self.name, self._launch_quietly, args, is_array, shape,
-                                     size):
-            return result
-        counts.record("launch", self.name)
-        self._launch_quietly(args, is_array, shape, size)
+        if size:
+            _run("launch", self.name, self._launch, args, is_array, shape, size)
         return result
 
     def _check(self, args: Sequence[Any]) -> Tuple[Tuple[bool, ...], Tuple[int, ...]]:
@@ -465,15 +440,11 @@ class ElementwiseKernel:
                                  f"broadcast shape is {shape}")
         return is_array, shape
 
-    def _launch_quietly(self, args: Sequence[Any], is_array: Tuple[bool, ...],
-                        shape: Tuple[int, ...], size: int) -> None:
-        with counts.quiet():  # CuPy passes the shape and strides as arguments: no copy
-            self._launch(args, is_array, shape, size)
-
     def _launch(self, args: Sequence[Any], is_array: Tuple[bool, ...], shape: Tuple[int, ...],
                 size: int) -> None:
         declared = self.ins + self.outs
         views = [np.broadcast_to(a, shape, subok=True) for a, arr in zip(args, is_array) if arr]
+        # (uncounted: CuPy passes the shape and strides as arguments, no copy)
         meta = asarray(np.array(list(shape) + [s for v in views for s in v.strides],
                                 dtype=np.int64))
         kernel_args = [a if arr else p.dtype.type(a) for p, a, arr in zip(declared, args, is_array)]

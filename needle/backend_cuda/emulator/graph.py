@@ -1,17 +1,8 @@
 """Stream capture and CUDA graphs in the emulator: CuPy's ``cupy.cuda.Stream`` with
-``begin_capture`` / ``end_capture`` / ``is_capturing`` and ``cupy.cuda.Graph.launch``.
-
-While a stream captures, the work pushed to it is recorded, not run (CUDA's stream capture:
-``cudaStreamBeginCapture``), and ``Graph.launch`` replays the record. CUDA's rules are enforced,
-each broken rule an error that names the call and needle's line that made it:
-
-- a device allocation during capture (``cudaMalloc`` is not capturable; CuPy's pool cannot
-  grow), a host synchronisation, and a host-device copy (CuPy's ``get``, ``set``, ``asarray``
-  of host memory are synchronous) raise ``CaptureError``;
-- a graph keeps device addresses, not buffers: launching a graph after a buffer it uses was
-  freed raises ``CaptureError`` naming the captured call (on a GPU it would write freed memory);
-- a value passed by value to a captured kernel (a Python scalar) is frozen into the graph:
-  needle's ``graphs.watch`` checks the host values a capture read before each replay.
+``begin_capture`` / ``end_capture`` and ``cupy.cuda.Graph.launch``. While a stream captures, its
+work is recorded, not run, and ``Graph.launch`` replays the record; CUDA's capture rules are
+``CaptureError``s naming the call and needle's line (README.md, "Stream capture and CUDA
+graphs"). A value passed by value to a captured kernel is frozen into the graph, as on a GPU.
 """
 import itertools
 import os
@@ -70,15 +61,6 @@ class Stream:
     def __exit__(self, *exc: Any) -> None:
         _STATE.stream = self._previous.pop()
 
-    def use(self) -> "Stream":
-        """Make this the calling thread's current stream."""
-        _STATE.stream = self
-        return self
-
-    def synchronize(self) -> None:
-        """Wait for the stream's work (a host synchronisation)."""
-        host_wait("Stream.synchronize")
-
     def begin_capture(self, mode: Any = None) -> None:
         """Record the work pushed to this stream from now on instead of running it."""
         if self.ptr == 0:
@@ -88,10 +70,6 @@ class Stream:
         if self._record is not None:
             raise CaptureError("cudaErrorIllegalState: the stream is already capturing")
         self._record = []
-
-    def is_capturing(self) -> bool:
-        """Whether the stream is capturing."""
-        return self._record is not None
 
     def end_capture(self) -> "Graph":
         """Stop capturing; the recorded work as a graph."""
@@ -199,12 +177,6 @@ class Graph:
 
     def __init__(self, calls: List[_Call]) -> None:
         self._calls = calls
-
-    def __len__(self) -> int:
-        return len(self._calls)
-
-    def upload(self, stream: Optional[Stream] = None) -> None:
-        """Ready the graph on the device (nothing to do here)."""
 
     def launch(self, stream: Optional[Stream] = None) -> None:
         """Run the captured work (one launch: the calls inside are the graph's, not counted)."""

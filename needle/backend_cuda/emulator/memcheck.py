@@ -1,10 +1,6 @@
 """Memory checking of emulated kernels: what a launch tells the checker, and its reports.
-
-``NEEDLE_CUDA_EMULATOR_CHECK`` picks the level (docs/cuda_emulator.md): ``bounds`` (default,
-compute-sanitizer's memcheck: each access against the launch's allocations, ``__shared__``, the
-stack and constants), ``full`` (also initcheck and shared-memory racecheck, blocks in a seeded
-order) or ``off``. A bare int address has no known bounds: accesses outside every known buffer
-are let through.
+``NEEDLE_CUDA_EMULATOR_CHECK`` picks the level: ``bounds`` (default), ``full`` or ``off``
+(README.md, "Memory checking").
 """
 import ctypes
 import functools
@@ -18,7 +14,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from .build import function_base_name
+from .build import function_base_name, without_params
 from .errors import EmulatorKernelError, EmulatorMemoryError
 
 __all__ = ["CHECK_LEVELS", "check_level", "block_seed", "pointer_region", "CheckSpec",
@@ -159,19 +155,8 @@ def addr2line(library: str, offset: int) -> List[Any]:
     for func, loc in zip(out[0::2], out[1::2]):
         loc = re.sub(r" \(discriminator \d+\)$", "", loc)
         if not loc.startswith("??"):
-            frames.append((_short(func), loc))
+            frames.append((without_params(re.sub(r"^void ", "", func)), loc))
     return frames
-
-
-def _short(func: str) -> str:
-    """A function name without its return type and parameter list."""
-    func = re.sub(r"^void ", "", func)
-    depth = 0
-    for i, ch in enumerate(func):
-        depth += {"<": 1, ">": -1}.get(ch, 0)
-        if ch == "(" and depth == 0:
-            return func[:i]
-    return func
 
 
 # ---------------------------------------------------------------------- names

@@ -1,9 +1,5 @@
-"""Load an emulated CUDA module and launch its kernels like CuPy's ``RawModule`` / ``RawKernel``.
-
-A pointer parameter takes anything with ``.data.ptr`` or an int address; a scalar parameter a
-NumPy scalar of its size and kind, or a Python scalar where CuPy would pass it correctly (int
-as ``long long``, float as ``double``): anything a GPU would misread is an error naming kernel
-and parameter. Launches beyond a GPU's limits raise EmulatorLaunchError with the driver's name.
+"""Load an emulated CUDA module and launch its kernels like CuPy's ``RawModule`` / ``RawKernel``,
+with a GPU's launch limits and argument types checked (README.md, "Launch limits", "Arguments").
 """
 import ctypes
 import functools
