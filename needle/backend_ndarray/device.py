@@ -137,14 +137,10 @@ def device(name: str, index: int = 0) -> BackendDevice:
         return _CPU
     key = (name, index)
     if key not in _DEVICES:
-        _DEVICES[key] = BackendDevice(name, _load_backend(name, index), index)
+        # no factory: nobody registered the kind (needle.backend_cuda registers "cuda")
+        factory = _FACTORIES.get(name)
+        _DEVICES[key] = BackendDevice(name, factory(index) if factory else None, index)
     return _DEVICES[key]
-
-
-def _load_backend(name: str, index: int) -> Optional[Any]:
-    factory = _FACTORIES.get(name)
-    # no factory: nobody registered the kind (needle.backend_cuda registers "cuda")
-    return None if factory is None else factory(index)
 
 
 def cpu() -> BackendDevice:

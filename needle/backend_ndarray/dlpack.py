@@ -58,7 +58,8 @@ def export(a: Any, stream: Any = None, max_version: Optional[Tuple[int, int]] = 
         raise BufferError("__dlpack__: negative strides cannot be exported without a copy "
                           "(DLPack consumers such as torch reject them); pass copy=None/True")
     if copy:
-        a = _copy(a)
+        from .ndarray import NDArray
+        a = NDArray(a)  # a fresh compact copy, same dtype and device
     kwargs = {} if max_version is None else {"max_version": tuple(max_version)}
     if own[0] == _CUDA:
         kwargs["stream"] = stream
@@ -71,11 +72,6 @@ def export(a: Any, stream: Any = None, max_version: Optional[Tuple[int, int]] = 
     if a.dtype == "bfloat16":
         _mark_bfloat16(capsule)
     return capsule
-
-
-def _copy(a: Any) -> Any:
-    from .ndarray import NDArray
-    return NDArray(a)  # a fresh compact copy, same dtype and device
 
 
 class _DLTensorHead(ctypes.Structure):

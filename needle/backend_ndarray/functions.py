@@ -3,7 +3,7 @@ from typing import Any, Callable, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .axes import Axes
+from .axes import Axes, check_axis
 from .device import BackendDevice, default_device
 from .ndarray import NDArray
 
@@ -101,10 +101,7 @@ def stack(arrays: Sequence[NDArray], axis: int = 0) -> NDArray:
             raise ValueError(f"stack: array {i} has shape {x.shape}, expected {shape}")
         if x.device != arrays[0].device:
             raise ValueError(f"stack: array {i} is on {x.device}, expected {arrays[0].device}")
-    ndim = len(shape) + 1
-    axis = axis % ndim if -ndim <= axis < ndim else None
-    if axis is None:
-        raise ValueError(f"stack: axis out of range for {ndim} dimensions")
+    axis = check_axis(axis, len(shape) + 1, "stack")
     out_shape = shape[:axis] + (len(arrays),) + shape[axis:]
     out = empty(out_shape, dtype=arrays[0].dtype, device=arrays[0].device)
     for i, x in enumerate(arrays):

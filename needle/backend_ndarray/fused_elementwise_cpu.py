@@ -222,12 +222,17 @@ def fused_elementwise(expr: str, inputs: Sequence[Any], out: Any, shape: Tuple[i
     scratch = np.empty(shape, out.array.dtype)
     views, flat = _collapse(views, scratch)
     kernel_for(expr, views, flat)(views, flat)
+    _reduce_rows(op, scratch.reshape(-1, reduce_size, inner), out.array.reshape(-1, inner))
+
+
+def _reduce_rows(op: str, rows: np.ndarray, out: np.ndarray) -> None:
+    """``out`` (outer, inner) = ``op`` of ``rows`` (outer, reduce_size, inner) over its middle
+    axis, with the NumPy call the ``reduce_*`` primitives make (2-D for inner 1: bit for bit)."""
     ufunc = np.add if op == "sum" else np.maximum
-    src = scratch.reshape(-1, reduce_size, inner)
-    if inner == 1:
-        ufunc.reduce(src.reshape(-1, reduce_size), axis=1, out=out.array)
+    if rows.shape[2] == 1:
+        ufunc.reduce(rows[:, :, 0], axis=1, out=out[:, 0])
     else:
-        ufunc.reduce(src, axis=1, out=out.array.reshape(-1, inner))
+        ufunc.reduce(rows, axis=1, out=out)
 
 
 def _as_rows(views: list, outer: int, rest: Tuple[int, ...]) -> Optional[list]:
@@ -257,7 +262,6 @@ def _blocked_reduce(expr: str, views: list, out: Any, shape: Tuple[int, ...], op
     step = max(1, 4 * BLOCK // (reduce_size * inner))  # a 256 KiB float32 scratch: in L2
     scratch = np.empty((min(step, outer), reduce_size, inner), out.array.dtype)
     target = out.array[:outer * inner].reshape(outer, inner)
-    ufunc = np.add if op == "sum" else np.maximum
     kernel = None
     for s in range(0, outer, step):
         n = min(step, outer - s)
@@ -266,8 +270,5 @@ def _blocked_reduce(expr: str, views: list, out: Any, shape: Tuple[int, ...], op
                                  for v in rows], part)
         kernel = kernel or kernel_for(expr, block, flat)
         kernel(block, flat)
-        if inner == 1:
-            ufunc.reduce(part.reshape(n, reduce_size), axis=1, out=target[s:s + n, 0])
-        else:
-            ufunc.reduce(part, axis=1, out=target[s:s + n])
+        _reduce_rows(op, part, target[s:s + n])
     return True

@@ -49,6 +49,14 @@ def _last_axis(x: NDArray, axis: int) -> Tuple[NDArray, Tuple[int, ...]]:
     return x.permute(order), inverse
 
 
+def _primitive(x: NDArray, name: str) -> Any:
+    """The device primitive ``name`` for ``x``; ValueError where its device has none."""
+    prim = getattr(x.device, name, None)
+    if prim is None:
+        raise ValueError(f"{x.device} has no {name} primitive")
+    return prim
+
+
 def _fusable(x: NDArray, name: str) -> Optional[Any]:
     """The device primitive ``name`` for ``x``, or None (absent, or ``x`` not floating)."""
     prim = getattr(x.device, name, None)
@@ -244,9 +252,7 @@ def multi_tensor_adam(params: Sequence[NDArray], grads: Sequence[NDArray],
     if not params:
         return
     _check_lists("multi_tensor_adam", state, slots, params, grads, ms, vs, steps)
-    prim = getattr(params[0].device, "multi_tensor_adam", None)
-    if prim is None:
-        raise ValueError(f"{params[0].device} has no multi_tensor_adam primitive")
+    prim = _primitive(params[0], "multi_tensor_adam")
     state.set_hyper((lr, beta1, 1 - beta1, beta2, 1 - beta2, eps, weight_decay))
     state.begin_step(slots, steps)
     assert state.hyper is not None
@@ -265,9 +271,7 @@ def multi_tensor_sgd(params: Sequence[NDArray], grads: Sequence[NDArray],
     (hw2.optim.sgd), which calls this only where ``has_primitive`` says the device has it."""
     if not params:
         return
-    prim = getattr(params[0].device, "multi_tensor_sgd", None)
-    if prim is None:
-        raise ValueError(f"{params[0].device} has no multi_tensor_sgd primitive")
+    prim = _primitive(params[0], "multi_tensor_sgd")
     state.set_hyper((lr, momentum, 1 - momentum, weight_decay))
     assert state.hyper is not None
     prim([p._handle for p in params], [g._handle for g in grads],
@@ -324,13 +328,6 @@ def dropout_backward(dy: NDArray, mask: NDArray, prob: float) -> NDArray:
 # hw4.ops.conv; nn.BatchNorm1d, hw2.nn.batchnorm1d), which calls these only where
 # ``has_primitive`` says the device has them (``conv_im2col``, ``batch_norm_fwd``).
 __all__ += ["conv2d", "conv2d_backward", "batch_norm", "batch_norm_backward"]
-
-
-def _primitive(x: NDArray, name: str) -> Any:
-    prim = getattr(x.device, name, None)
-    if prim is None:
-        raise ValueError(f"{x.device} has no {name} primitive")
-    return prim
 
 
 def _view(x: NDArray) -> Tuple[Tuple[int, ...], Tuple[int, ...], int]:

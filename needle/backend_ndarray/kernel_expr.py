@@ -1,6 +1,6 @@
 """The statement language of the ``fused_elementwise`` primitive: SSA statements over ``x0..xk``
 and ``c0..cm``, the last assigning ``out``, joined into one string a kernel cache keys on."""
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, Sequence, Tuple
 
 Stmt = Tuple[str, str]  # (name assigned, expression in Python syntax)
 
@@ -8,11 +8,6 @@ Stmt = Tuple[str, str]  # (name assigned, expression in Python syntax)
 def join(stmts: Sequence[Stmt]) -> str:
     """The primitive's ``expr`` string of ``stmts``."""
     return "; ".join(f"{lhs} = {rhs}" for lhs, rhs in stmts)
-
-
-def split(expr: str) -> List[Stmt]:
-    """The statements of an ``expr`` string, as (name, expression) tuples."""
-    return [tuple(s.split(" = ", 1)) for s in expr.split("; ")]  # type: ignore[misc]
 
 
 def rename(expr: str, names: Dict[str, str]) -> str:

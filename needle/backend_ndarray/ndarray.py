@@ -2,7 +2,7 @@
 logic lives here; a backend supplies only the named primitives. Strides are in elements."""
 import math
 import operator
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -116,12 +116,7 @@ class NDArray:
             return _STRIDES[shape]
         except KeyError:
             pass
-        stride = 1
-        rev: List[int] = []
-        for i in range(1, len(shape) + 1):
-            rev.append(stride)
-            stride *= shape[-i]
-        res = tuple(rev[::-1])
+        res = tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
         if len(_STRIDES) < 4096:  # a cache: shapes repeat every training step
             _STRIDES[shape] = res
         return res

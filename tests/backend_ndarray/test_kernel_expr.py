@@ -1,5 +1,10 @@
 """The statement language of ``fused_elementwise``: statements as tuples, joined and split."""
-from needle.backend_ndarray.kernel_expr import join, rename, split
+from needle.backend_ndarray.kernel_expr import join, rename
+
+
+def split(expr: str) -> list:
+    """The statements of an ``expr`` string, as (name, expression) tuples."""
+    return [tuple(s.split(" = ", 1)) for s in expr.split("; ")]
 
 
 def test_join_and_split_are_inverse():
