@@ -87,13 +87,13 @@ def _umask() -> int:
     return mask
 
 
-def remove_stale(directory: str, base: str) -> int:
-    """Remove temporary files for ``base`` left by dead processes of this host; how many."""
-    prefix, removed = _prefix(base), 0
+def remove_stale(directory: str, base: str) -> None:
+    """Remove temporary files for ``base`` left by dead processes of this host."""
+    prefix = _prefix(base)
     try:
         names = os.listdir(directory)
     except OSError:
-        return 0
+        return
     for name in names:
         if not (name.startswith(prefix) and name.endswith(SUFFIX)):
             continue
@@ -101,8 +101,6 @@ def remove_stale(directory: str, base: str) -> int:
         if pid.isdigit() and not _alive(int(pid)):
             with contextlib.suppress(OSError):  # another saver may have removed it first
                 os.remove(os.path.join(directory, name))
-                removed += 1
-    return removed
 
 
 def _alive(pid: int) -> bool:

@@ -10,7 +10,7 @@ from typing import Any, Callable, NoReturn, Optional
 from . import numbers
 
 __all__ = ["Parser", "fail", "check_output_path", "check_output_dir", "launcher_rank",
-           "count_type", "real_type", "positive_type", "fraction_type"]
+           "count_type", "real_type", "positive_type"]
 
 
 def launcher_rank() -> int:
@@ -55,11 +55,6 @@ def real_type(lo: Optional[float] = None, hi: Optional[float] = None) -> Callabl
 def positive_type() -> Callable[[str], float]:
     """An argparse ``type``: a finite number > 0 (a rate, a timeout, a size)."""
     return _option_type(numbers.positive)
-
-
-def fraction_type() -> Callable[[str], float]:
-    """An argparse ``type``: a finite number in [0, 1)."""
-    return _option_type(numbers.fraction)
 
 
 class Parser(argparse.ArgumentParser):

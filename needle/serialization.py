@@ -83,10 +83,14 @@ def _encode_scalar(obj: Any, kind: str) -> Dict:
 
 def _encode_leaf(obj: Any, kind: str, arrays: List[Tuple[str, np.ndarray]], path: str) -> Dict:
     """A Tensor, NDArray, NumPy array or NumPy scalar, as an entry of the array table."""
-    if kind == "tensor":
-        return _encode_array(obj.numpy(), arrays, kind, path, requires_grad=obj.requires_grad)
-    arr = obj.numpy() if kind == "ndarray" else np.asarray(obj)
-    return _encode_array(arr, arrays, kind, path)
+    arr = obj.numpy() if kind in ("tensor", "ndarray") else np.asarray(obj)
+    name = arr.dtype.name
+    if name not in _DTYPES:
+        raise TypeError(f"ndl.save: unsupported array dtype {name!r}; supported: {_DTYPES}")
+    little = arr if arr.dtype.byteorder != ">" else arr.astype(arr.dtype.newbyteorder("<"))
+    arrays.append((path, little if little.flags.c_contiguous else little.copy(order="C")))
+    extra = {"requires_grad": obj.requires_grad} if kind == "tensor" else {}
+    return {"t": kind, "v": len(arrays) - 1, **extra}
 
 
 def _key(k: Any, path: str) -> Any:
@@ -94,16 +98,6 @@ def _key(k: Any, path: str) -> Any:
     if not isinstance(k, (str, int)) or isinstance(k, bool):
         raise TypeError(f"ndl.save: dict keys must be str or int, got {k!r} at {path}")
     return k
-
-
-def _encode_array(arr: np.ndarray, arrays: List[Tuple[str, np.ndarray]], kind: str,
-                  path: str = "obj", **extra: Any) -> Dict:
-    name = arr.dtype.name
-    if name not in _DTYPES:
-        raise TypeError(f"ndl.save: unsupported array dtype {name!r}; supported: {_DTYPES}")
-    little = arr if arr.dtype.byteorder != ">" else arr.astype(arr.dtype.newbyteorder("<"))
-    arrays.append((path, little if little.flags.c_contiguous else little.copy(order="C")))
-    return {"t": kind, "v": len(arrays) - 1, **extra}
 
 
 def _crc(a: np.ndarray) -> int:

@@ -28,11 +28,16 @@ _NF4 = nf4_codebook()
 _MIDPOINTS = (_NF4[1:] + _NF4[:-1]) / 2
 
 
+def _blocks(x: np.ndarray, block: int) -> Tuple[np.ndarray, np.ndarray]:
+    """``x`` zero-padded into rows of ``block``, and each row's absmax (1 for an all-zero row)."""
+    xb = np.concatenate([x, np.zeros((-x.size) % block, x.dtype)]).reshape(-1, block)
+    absmax = np.abs(xb).max(axis=1)
+    absmax[absmax == 0] = 1.0
+    return xb, absmax
+
+
 def _absmax_int8(x: np.ndarray, block: int) -> Tuple[np.ndarray, np.ndarray]:
-    pad = (-x.size) % block
-    xb = np.concatenate([x, np.zeros(pad, x.dtype)]).reshape(-1, block)
-    scale = np.abs(xb).max(axis=1)
-    scale[scale == 0] = 1.0
+    xb, scale = _blocks(x, block)
     codes = np.round(xb / scale[:, None] * 127).astype(np.int8)
     return codes.reshape(-1)[: x.size], scale.astype(np.float32)
 
@@ -51,11 +56,7 @@ class NF4Tensor:
         if not np.isfinite(w).all():  # nan or inf became arbitrary codes (a cast warning only)
             raise ValueError(f"cannot quantize a weight holding nan or inf ({w.shape})")
         self.shape, self.block_size, self.double_quant = w.shape, block_size, double_quant
-        flat = w.reshape(-1)
-        pad = (-flat.size) % block_size
-        blocks = np.concatenate([flat, np.zeros(pad, np.float32)]).reshape(-1, block_size)
-        absmax = np.abs(blocks).max(axis=1)
-        absmax[absmax == 0] = 1.0
+        blocks, absmax = _blocks(w.reshape(-1), block_size)
         codes = np.searchsorted(_MIDPOINTS, blocks / absmax[:, None]).astype(np.uint8)
         codes = codes.reshape(-1)
         if codes.size % 2:
@@ -104,9 +105,7 @@ class NF4Tensor:
 def quantize_nf4(weight: Any, block_size: int = 64, double_quant: bool = True) -> NF4Tensor:
     """NF4-quantize a Tensor / NDArray / numpy weight."""
     device = None
-    if isinstance(weight, Tensor):
-        device, weight = weight.device, weight.numpy()
-    elif isinstance(weight, NDArray):
+    if isinstance(weight, (Tensor, NDArray)):
         device, weight = weight.device, weight.numpy()
     return NF4Tensor(weight, block_size, double_quant, device=device)
 
