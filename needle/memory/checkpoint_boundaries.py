@@ -68,8 +68,9 @@ def evaluate_segments(segments: Sequence[Tuple[int, int]], plain_from: int, act:
     return stored + inside, float(sum(cost[:plain_from])), stored
 
 
-def choose_checkpoints(act: Sequence[float], budget: float, out: Optional[Sequence[float]] = None,
-                     cost: Optional[Sequence[float]] = None) -> CheckpointSegments:
+def choose_checkpoints(act: Sequence[float], budget: float,
+                       out: Optional[Sequence[float]] = None,
+                       cost: Optional[Sequence[float]] = None) -> CheckpointSegments:
     """The least-recompute segments whose predicted peak is <= ``budget`` (exact over the model)."""
     act = [float(v) for v in act]
     n = len(act)
@@ -82,52 +83,37 @@ def choose_checkpoints(act: Sequence[float], budget: float, out: Optional[Sequen
     prefix = np.concatenate([[0.0], np.cumsum(a)])
     tail = prefix[-1] - prefix                          # tail[t] = sum act[t:]
     seg = prefix[None, :] - prefix[:, None]             # seg[j, t] = sum act[j:t]
-    caps = np.unique(seg[np.triu_indices(n + 1, 1)])
-    caps = caps[caps <= budget]
+    all_caps = np.unique(seg[np.triu_indices(n + 1, 1)])
+    caps = all_caps[all_caps <= budget]
+    if not caps.size:  # nothing fits (tail[0] is a cap): the DP finds the least peak to report
+        caps = all_caps
     best: Optional[Tuple[float, float, int, float]] = None  # (recompute, peak, t, K)
     if tail[0] <= budget:
         best = (0.0, float(tail[0]), 0, 0.0)
-    if caps.size:
-        inf = np.inf
-        f = np.full((caps.size, n + 1), inf)
-        f[:, 0] = 0.0
-        for t in range(1, n + 1):
-            for j in range(t):
-                ok = seg[j, t] <= caps
-                cand = np.where(ok, f[:, j] + o[t - 1], inf)
-                np.minimum(f[:, t], cand, out=f[:, t])
-            peaks = f[:, t] + tail[t] + caps
-            k = int(np.argmin(peaks))
-            if peaks[k] <= budget:
-                rec = float(c[:t].sum())
-                key = (rec, float(peaks[k]))
-                if best is None or key < best[:2]:
-                    best = (rec, float(peaks[k]), t, float(caps[k]))
+    lowest = float(tail[0])
+    inf = np.inf
+    f = np.full((caps.size, n + 1), inf)
+    f[:, 0] = 0.0
+    for t in range(1, n + 1):
+        for j in range(t):
+            ok = seg[j, t] <= caps
+            cand = np.where(ok, f[:, j] + o[t - 1], inf)
+            np.minimum(f[:, t], cand, out=f[:, t])
+        peaks = f[:, t] + tail[t] + caps
+        k = int(np.argmin(peaks))
+        lowest = min(lowest, float(peaks[k]))
+        if peaks[k] <= budget:
+            rec = float(c[:t].sum())
+            key = (rec, float(peaks[k]))
+            if best is None or key < best[:2]:
+                best = (rec, float(peaks[k]), t, float(caps[k]))
     if best is None:
-        lowest = min(float(tail[0]), _min_peak(seg, tail, o, caps if caps.size else
-                                               np.unique(seg[np.triu_indices(n + 1, 1)])))
         raise ValueError(f"no checkpoint plan fits a budget of {budget:g} bytes; the least "
                          f"predicted peak for this chain is {lowest:g}")
     _, _, t, cap = best
     segments = _reconstruct(seg, o, t, cap)
     peak, rec, stored = evaluate_segments(segments, t, act, out, cost)
     return CheckpointSegments(segments, t, peak, rec, n=n, stored=stored)
-
-
-def _min_peak(seg: np.ndarray, tail: np.ndarray, o: np.ndarray, caps: np.ndarray) -> float:
-    """The least predicted peak over every choice of segments (for the error message)."""
-    n = len(o)
-    best = float(tail[0])
-    for cap in caps:
-        f = np.full(n + 1, np.inf)
-        f[0] = 0.0
-        for t in range(1, n + 1):
-            js = np.arange(t)
-            ok = seg[js, t] <= cap
-            if ok.any():
-                f[t] = np.min(f[js][ok]) + o[t - 1]
-            best = min(best, f[t] + tail[t] + cap)
-    return best
 
 
 def _reconstruct(seg: np.ndarray, o: np.ndarray, t: int, cap: float) -> List[Tuple[int, int]]:
