@@ -4,8 +4,6 @@ from typing import Sequence, Tuple, Union, cast
 
 Axes = Union[None, int, Sequence[int]]
 
-__all__ = ["Axes", "check_axis", "normalize_axes", "keepdims_shape"]
-
 
 def check_axis(axis: int, ndim: int, what: str = "axis") -> int:
     """``axis`` as a non-negative int below ``ndim`` (0 for a 0-d array), validated."""

@@ -1,8 +1,8 @@
 """What host code tells a CUDA graph being captured (``needle.backend_cuda.graphs``), without
 importing the CUDA backend: a host value the captured work depends on (``watch``) and host
-bookkeeping each replay must repeat (``on_replay``) and the capture itself must take back
-(``on_capture_end``: a capture runs nothing on the device, so a step it counted on the host has
-not happened). No-ops when nothing is captured."""
+bookkeeping each replay must repeat and the capture itself must take back (``counted_step``: a
+capture runs nothing on the device, so a step it counted on the host has not happened). No-ops
+when nothing is captured."""
 from typing import Any, Callable, List
 
 CURRENT: List[Any] = [None]  # the CUDAGraph being captured (set by graphs.graph)
@@ -15,22 +15,10 @@ def watch(name: str, get: Callable[[], Any]) -> None:
         g._checks.append((name, get, get()))
 
 
-def on_replay(fn: Callable[[], None]) -> None:
-    """During a capture: run ``fn()`` (host bookkeeping) at each replay."""
-    g = CURRENT[0]
-    if g is not None:
-        g._on_replay.append(fn)
-
-
-def on_capture_end(fn: Callable[[], None]) -> None:
-    """During a capture: run ``fn()`` once when it ends (undo what the capture counted)."""
-    g = CURRENT[0]
-    if g is not None:
-        g._on_end.append(fn)
-
-
 def counted_step(count: Callable[[int], None]) -> None:
     """During a capture: host bookkeeping ``count(+1)`` done by the captured call is taken back
     when the capture ends (``count(-1)``) and done again at each replay (``count(+1)``)."""
-    on_capture_end(lambda: count(-1))
-    on_replay(lambda: count(1))
+    g = CURRENT[0]
+    if g is not None:
+        g._on_end.append(lambda: count(-1))
+        g._on_replay.append(lambda: count(1))
