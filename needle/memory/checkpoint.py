@@ -77,8 +77,7 @@ class Checkpoint(TensorOp):
         grads: List[Any] = []
         for t in list(leaves) + list(params):
             if t.grad is None and t.requires_grad:  # not used by fn: a zero gradient
-                data = t.realize_cached_data()
-                t.grad = Tensor.make_const(data * 0)
+                t.grad = Tensor.make_const(t.realize_cached_data() * 0)
             grads.append(t.grad.detach() if t.grad is not None else None)
         for p, g in zip(params, saved_grads):
             p.grad = g  # the outer backward sets the real value; leave no side effect

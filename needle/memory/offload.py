@@ -14,11 +14,10 @@ class OffloadOptimizer:
 
     def __init__(self, optimizer_cls: Type[Any], params: Iterable[Tensor],
                  host: Optional[BackendDevice] = None, **kwargs: Any) -> None:
-        unique = unique_by_identity(params)
-        self.params: List[Tensor] = unique
+        self.params: List[Tensor] = unique_by_identity(params)
         self.host = host if host is not None else cpu()
         self.host_params = [Tensor(p.realize_cached_data().numpy(), device=self.host,
-                                   dtype=p.dtype) for p in unique]
+                                   dtype=p.dtype) for p in self.params]
         self.inner = optimizer_cls(self.host_params, **kwargs)
 
     def __getattr__(self, name: str) -> Any:  # lr, state, ... of the wrapped optimizer

@@ -3,10 +3,10 @@
 Exact: each backend buffer allocated while it is active is reported through the backend's
 allocation hook (``switches.alloc_cpu`` or ``alloc_cuda`` of ``needle.process_state``, named by
 the backend's ``ALLOC_SWITCH``; None otherwise: one attribute test per allocation), and a
-``weakref.finalize``
-reports its release; views share a buffer, counted once. Allocations and frees are kept as
-events, so ``classify(...)`` can label buffers after the fact and ``peak_by_category()`` replay
-them. Buffers allocated before the tracker started are not seen (``bytes_of`` counts them).
+``weakref.finalize`` reports its release; views share a buffer, counted once. Allocations and
+frees are kept as events, so ``classify(...)`` can label buffers after the fact and
+``peak_by_category()`` replay them. Buffers allocated before the tracker started are not seen
+(``bytes_of`` counts them).
 """
 import sys
 import weakref
