@@ -22,7 +22,6 @@ FLOAT32 = (ops_reduce.Summation, ops_logarithmic.LogSumExp, ops_logarithmic.LogS
            ops_mathematic.EWisePow, ops_mathematic.PowerScalar, ops_reduce.Max)
 NARROWING = (ops_mathematic.EWiseAdd, ops_mathematic.EWiseMul, ops_mathematic.EWiseDiv,
              ops_mathematic.Maximum, ops_mathematic.Where)
-_FLOATS = ("float16", "bfloat16", "float32")
 
 
 def autocast_dtype() -> Optional[str]:
