@@ -133,12 +133,9 @@ class GELU(Module):
 
 
 class Sequential(Module):
-    """Apply modules in order.
-
-    As in the course, they are the list ``self.modules`` (``model.modules[1].modules[0]``);
-    ``seq[i]``, ``len(seq)`` and ``iter(seq)`` read it too. PyTorch's ``Module.modules()``
-    traversal is ``named_modules()`` here, since the course's name wins.
-    """
+    """Apply modules in order: as in the course, the list ``self.modules``
+    (``model.modules[1].modules[0]``), which ``seq[i]``, ``len(seq)`` and ``iter(seq)`` read too
+    (PyTorch's ``Module.modules()`` is ``named_modules()``)."""
 
     def __init__(self, *modules: Module) -> None:
         super().__init__()

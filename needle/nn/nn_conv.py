@@ -5,7 +5,7 @@ from .. import init, numbers, ops
 from ..autograd import Tensor
 from ..backend_ndarray import BackendDevice
 from ..backend_ndarray.fused_ops import has_primitive
-from .nn_basic import in_weight_dtype
+from .nn_basic import _check_flag, in_weight_dtype
 from .nn_module import Module, Parameter
 
 __all__ = ["Conv"]
@@ -34,8 +34,7 @@ class Conv(Module):
             if len(set(stride)) != 1:  # (2, 1) was read as 2
                 raise ValueError(f"Conv supports equal strides only, got {stride}")
             stride = stride[0]
-        if bias is not True and bias is not False:
-            raise TypeError(f"Conv: bias must be True or False, got {bias!r}")
+        _check_flag("Conv", "bias", bias)
         in_channels = numbers.count_arg(in_channels, "Conv: in_channels", lo=1)
         out_channels = numbers.count_arg(out_channels, "Conv: out_channels", lo=1)
         kernel_size = numbers.count_arg(kernel_size, "Conv: kernel_size", lo=1)

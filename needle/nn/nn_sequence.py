@@ -10,6 +10,7 @@ from typing import Any, Optional, Tuple
 from .. import init, numbers, ops
 from ..autograd import Tensor
 from ..backend_ndarray import BackendDevice
+from .nn_basic import _check_flag
 from .nn_module import Module, Parameter
 
 __all__ = ["RNNCell", "RNN", "LSTMCell", "LSTM", "Embedding"]
@@ -120,8 +121,7 @@ def _check_state(h: Any, want: Tuple[int, int, int], name: str, what: str) -> No
 
 def _sizes(cls: str, input_size: Any, hidden_size: Any, num_layers: Any, bias: Any
            ) -> Tuple[int, int, int]:
-    if bias is not True and bias is not False:
-        raise TypeError(f"{cls}: bias must be True or False, got {bias!r}")
+    _check_flag(cls, "bias", bias)
     return (numbers.count_arg(input_size, f"{cls}: input_size", lo=1),
             numbers.count_arg(hidden_size, f"{cls}: hidden_size", lo=1),
             numbers.count_arg(num_layers, f"{cls}: num_layers", lo=1))
@@ -141,13 +141,11 @@ class RNN(Module):
                  nonlinearity: str = "tanh", device: Optional[BackendDevice] = None,
                  dtype: str = "float32") -> None:
         super().__init__()
-        input_size, hidden_size, num_layers = _sizes("RNN", input_size, hidden_size, num_layers,
-                                                     bias)
-        self.input_size = input_size
-        self.hidden_size = hidden_size
-        self.num_layers = num_layers
-        self.rnn_cells = [RNNCell(input_size if i == 0 else hidden_size, hidden_size, bias,
-                                  nonlinearity, device, dtype) for i in range(num_layers)]
+        self.input_size, self.hidden_size, self.num_layers = _sizes(
+            "RNN", input_size, hidden_size, num_layers, bias)
+        self.rnn_cells = [RNNCell(self.input_size if i == 0 else self.hidden_size,
+                                  self.hidden_size, bias, nonlinearity, device, dtype)
+                          for i in range(self.num_layers)]
 
     def forward(self, X: Tensor, h0: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         """X (seq_len, bs, input), h0 (num_layers, bs, hidden) -> (output (seq_len, bs,
@@ -177,13 +175,11 @@ class LSTM(Module):
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  device: Optional[BackendDevice] = None, dtype: str = "float32") -> None:
         super().__init__()
-        input_size, hidden_size, num_layers = _sizes("LSTM", input_size, hidden_size, num_layers,
-                                                     bias)
-        self.input_size = input_size
-        self.hidden_size = hidden_size
-        self.num_layers = num_layers
-        self.lstm_cells = [LSTMCell(input_size if i == 0 else hidden_size, hidden_size, bias,
-                                    device, dtype) for i in range(num_layers)]
+        self.input_size, self.hidden_size, self.num_layers = _sizes(
+            "LSTM", input_size, hidden_size, num_layers, bias)
+        self.lstm_cells = [LSTMCell(self.input_size if i == 0 else self.hidden_size,
+                                    self.hidden_size, bias, device, dtype)
+                           for i in range(self.num_layers)]
 
     def forward(self, X: Tensor, h: Optional[Tuple[Tensor, Tensor]] = None
                 ) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
@@ -245,9 +241,7 @@ class Embedding(Module):
             return ops.embedding(self.weight, x)
         ### BEGIN YOUR SOLUTION (hw4.nn.embedding)
         shape = tuple(x.shape)
-        n = 1
-        for s in shape:
-            n *= s
+        n = math.prod(shape)
         one_hot = init.one_hot(self.num_embeddings, x.reshape((n,)), device=self.weight.device,
                                dtype=self.weight.dtype)
         return (one_hot @ self.weight).reshape(shape + (self.embedding_dim,))

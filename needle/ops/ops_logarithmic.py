@@ -4,7 +4,7 @@ Over one axis on a device offering the ``logsumexp_rows``/``softmax_rows`` primi
 (``ndl.cuda()``), the forward is one kernel; elsewhere it is composed from NDArray ops.
 """
 import math
-from typing import Optional, Tuple
+from typing import Optional
 
 from .. import backend_ndarray as array_api
 from ..autograd import NDArray, Tensor, TensorOp
@@ -14,17 +14,6 @@ from .ops_mathematic import broadcast_to, exp, reshape
 from .ops_reduce import summation
 
 __all__ = ["LogSumExp", "logsumexp", "LogSoftmax", "logsoftmax", "Softmax", "softmax"]
-
-
-def _reduced_shape(shape: Tuple[int, ...], axes: Axes) -> Tuple[int, ...]:
-    """``shape`` with ``axes`` (None: all) removed."""
-    reduced = normalize_axes(axes, len(shape))
-    return tuple(s for i, s in enumerate(shape) if i not in reduced)
-
-
-def _reduces_an_empty_axis(Z: NDArray, axes: Axes) -> bool:
-    """True when one of the reduced ``axes`` of ``Z`` has size 0."""
-    return any(Z.shape[i] == 0 for i in normalize_axes(axes, Z.ndim))
 
 
 def _one_kernel_logsumexp(Z: NDArray, axes: Axes) -> Optional[NDArray]:
@@ -44,9 +33,10 @@ class LogSumExp(TensorOp):
     def compute(self, Z: NDArray) -> NDArray:
         """Exercise hw2.ops.logsumexp: max + log(sum(exp(Z - max))) over ``self.axes`` (None: all),
         max taken with keepdims; the reduced axes are removed from the result."""
-        if _reduces_an_empty_axis(Z, self.axes):  # log(0): -inf, as PyTorch gives
-            return array_api.full(_reduced_shape(Z.shape, self.axes), -math.inf, Z.dtype,
-                                  Z.device)
+        reduced = normalize_axes(self.axes, Z.ndim)
+        if any(Z.shape[i] == 0 for i in reduced):  # log(0): -inf, as PyTorch gives
+            shape = tuple(s for i, s in enumerate(Z.shape) if i not in reduced)
+            return array_api.full(shape, -math.inf, Z.dtype, Z.device)
         ### BEGIN YOUR SOLUTION (hw2.ops.logsumexp)
         out = _one_kernel_logsumexp(Z, self.axes)  # the device's one kernel, where it has one
         if out is not None:

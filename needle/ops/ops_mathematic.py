@@ -42,6 +42,13 @@ def unbroadcast(grad: Tensor, shape: Tuple[int, ...]) -> Tensor:
     ### END YOUR SOLUTION
 
 
+class _ScalarOp(TensorOp):
+    """An op on one tensor and the Python number ``self.scalar``."""
+
+    def __init__(self, scalar: float):
+        self.scalar = scalar
+
+
 class EWiseAdd(TensorOp):
     def compute(self, a: NDArray, b: NDArray) -> NDArray:
         return a + b
@@ -56,10 +63,7 @@ def add(a: Tensor, b: Tensor) -> Tensor:
     return EWiseAdd()(a, b)
 
 
-class AddScalar(TensorOp):
-    def __init__(self, scalar: float):
-        self.scalar = scalar
-
+class AddScalar(_ScalarOp):
     def compute(self, a: NDArray) -> NDArray:
         return a + self.scalar
 
@@ -90,10 +94,7 @@ def multiply(a: Tensor, b: Tensor) -> Tensor:
     return EWiseMul()(a, b)
 
 
-class MulScalar(TensorOp):
-    def __init__(self, scalar: float):
-        self.scalar = scalar
-
+class MulScalar(_ScalarOp):
     def compute(self, a: NDArray) -> NDArray:
         return a * self.scalar
 
@@ -131,11 +132,8 @@ def power(a: Tensor, b: Tensor) -> Tensor:
     return EWisePow()(a, b)
 
 
-class PowerScalar(TensorOp):
+class PowerScalar(_ScalarOp):
     """a ** scalar."""
-
-    def __init__(self, scalar: float):
-        self.scalar = scalar
 
     def compute(self, a: NDArray) -> NDArray:
         """Exercise hw1.ops.power_scalar: ``a ** scalar`` on the NDArray (a's dtype kept)."""
@@ -182,10 +180,7 @@ def divide(a: Tensor, b: Tensor) -> Tensor:
     return EWiseDiv()(a, b)
 
 
-class DivScalar(TensorOp):
-    def __init__(self, scalar: float):
-        self.scalar = scalar
-
+class DivScalar(_ScalarOp):
     def compute(self, a: NDArray) -> NDArray:
         """Exercise hw1.ops.divide_scalar: ``a / scalar`` (a's floating dtype kept)."""
         ### BEGIN YOUR SOLUTION (hw1.ops.divide_scalar)
@@ -425,10 +420,7 @@ def maximum(a: Tensor, b: Any) -> Tensor:
     return MaximumScalar(b)(a)
 
 
-class MaximumScalar(TensorOp):
-    def __init__(self, scalar: float):
-        self.scalar = scalar
-
+class MaximumScalar(_ScalarOp):
     def compute(self, a: NDArray) -> NDArray:
         return a.maximum(self.scalar)
 
