@@ -15,6 +15,7 @@ import numpy as np
 
 from .comm.agree import by_rank
 from .comm.protocol import Comm
+from .inputs import host_array
 
 __all__ = ["checksum", "pack", "unpack", "by_rank", "disagreement", "agree_inputs"]
 
@@ -23,7 +24,7 @@ CONTEXT_BITS = 62  # a collective's context: a non-negative int64 the argument c
 
 def checksum(values: Any) -> int:
     """CRC-32 of ``values``' shape, dtype and bytes: arrays that differ almost surely differ."""
-    a = np.ascontiguousarray(values.numpy() if hasattr(values, "numpy") else values)
+    a = np.ascontiguousarray(host_array(values))
     if a.dtype.kind == "O":  # bytes of references: differ on every rank
         raise TypeError(f"checksum: expected an array of numbers, got {type(values).__name__}")
     head = zlib.crc32(repr((a.shape, a.dtype.str)).encode())

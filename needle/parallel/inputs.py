@@ -9,7 +9,7 @@ import numpy as np
 
 from .comm.protocol import Comm
 
-__all__ = ["on_rank", "check_indices", "check_width", "check_device", "check_split"]
+__all__ = ["on_rank", "host_array", "check_indices", "check_width", "check_device", "check_split"]
 
 
 def on_rank(comm: Comm) -> str:
@@ -17,7 +17,7 @@ def on_rank(comm: Comm) -> str:
     return f" on rank {comm.rank} of {comm.size}"
 
 
-def _host(values: Any) -> np.ndarray:
+def host_array(values: Any) -> np.ndarray:
     """``values`` (Tensor, NDArray, array or list) as a NumPy array on the host."""
     return np.asarray(values.numpy() if hasattr(values, "numpy") else values)
 
@@ -25,7 +25,7 @@ def _host(values: Any) -> np.ndarray:
 def check_indices(values: Any, n: int, comm: Comm, what: str) -> np.ndarray:
     """``values`` as int64 after the serial checks (integer or whole-number dtype, all in
     [0, n)); a TypeError or ValueError naming ``what``, this rank and the first bad value."""
-    idx = _host(values)
+    idx = host_array(values)
     if idx.dtype.kind == "f":
         frac = np.flatnonzero(np.mod(idx, 1) != 0)
         if frac.size:

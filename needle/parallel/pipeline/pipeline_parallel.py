@@ -24,7 +24,7 @@ from ...nn.nn_module import Module
 from ..comm.agree import agree
 from ..comm.protocol import Comm
 from ..input_agreement import agree_inputs, checksum
-from ..inputs import check_indices, on_rank
+from ..inputs import check_indices, host_array, on_rank
 from .pp_comms import ACTIVATION, GRADIENT, Links
 from .schedules import SCHEDULES, interleaved_1f1b
 from .simulator import simulate, virtual_stage
@@ -148,8 +148,7 @@ class PipelineParallel:
 
     def _start_step(self, x: Any, y: Any) -> "_Step":
         """Check the batch, cut it into microbatches and reset the step's records."""
-        x = np.asarray(x.numpy() if hasattr(x, "numpy") else x)
-        y = np.asarray(y.numpy() if hasattr(y, "numpy") else y)
+        x, y = host_array(x), host_array(y)
         self._check_batch(x, y)
         self._agree_batch(x, y)
         self.timeline, self.peak_activation_bytes = [], 0

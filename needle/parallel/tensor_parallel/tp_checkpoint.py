@@ -1,7 +1,7 @@
 """Checkpoints that change the tensor-parallel layout: save at tp=p, load at any tp=q, gathered
 (the serial layout) or sharded with an index (``manifest.py``), one full weight at a time."""
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -61,18 +61,17 @@ def load_sharded(module: Module, comm: Comm, directory: str) -> None:
     """Load a ``save_sharded`` checkpoint of any tp into this rank's shards (pp, dp must be 1)."""
     who = f"load_sharded (tensor parallel, rank {comm.rank})"
     index = manifest.read(directory, "index.json", KIND, who, {"pp": 1, "dp": 1})
+    fail = manifest.failer(who, os.path.join(directory, "index.json"))
     shards = [manifest.load(directory, entry, who) for entry in index["files"]]
     mine = {n: (-1 if a is None else a) for n, a in shard_axes(module).items()}
     if index["axes"] != mine:  # the layers declare their axes, the same at any tp
-        raise CheckpointError(f"{who}: {os.path.join(directory, 'index.json')}: its axes "
-                              f"{str(index['axes'])[:200]} are not this model's {mine}")
-    load_full_state_dict(module, comm, _merge(shards, index["axes"], who, directory))
+        raise fail(f"its axes {str(index['axes'])[:200]} are not this model's {mine}")
+    load_full_state_dict(module, comm, _merge(shards, index["axes"], fail))
 
 
-def _merge(shards: List[Any], axes: Any, who: str, directory: str) -> Dict[str, np.ndarray]:
+def _merge(shards: List[Any], axes: Any, fail: Callable[[str], CheckpointError]
+           ) -> Dict[str, np.ndarray]:
     """The full weights from the old shards (``axes`` already checked against the model's)."""
-    def fail(why: str) -> CheckpointError:
-        return CheckpointError(f"{who}: {os.path.join(directory, 'index.json')}: {why}")
     if not all(isinstance(s, dict) and list(s) == list(shards[0]) for s in shards):
         raise fail("its shards do not hold the same parameter names")
     if not isinstance(axes, dict) or sorted(axes) != sorted(shards[0]):

@@ -1,12 +1,13 @@
 """FSDP checkpoints: a full state dict any plain model loads, and sharded per-rank files with an
 index (``manifest.py``) that reload on the same world size."""
 import os
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List
 
 import numpy as np
 
 from ... import serialization
 from .. import manifest
+from ..inputs import host_array
 
 __all__ = ["full_state_dict", "load_full_state_dict", "save_sharded", "load_sharded"]
 
@@ -40,15 +41,11 @@ def load_full_state_dict(fsdp: Any, state: Dict[str, Any], strict: bool = True) 
         raise ValueError(f"FullyShardedDataParallel.load_state_dict (rank {fsdp.comm.rank}): "
                          f"missing keys {missing}, unexpected keys {unexpected}")
     for unit in fsdp.units:
-        unit.load_flat({n: _numpy(state[n]) for n in unit.names})
+        unit.load_flat({n: host_array(state[n]) for n in unit.names})
     whole = {k: v for k, v in state.items() if k in _whole_tensors(fsdp)}
     if whole:
         fsdp.module.load_state_dict(whole, strict=False)
     return LoadResult(missing, unexpected)
-
-
-def _numpy(value: Any) -> np.ndarray:
-    return value.numpy() if hasattr(value, "numpy") else np.asarray(value)
 
 
 def _index(fsdp: Any) -> Dict[str, Any]:
@@ -80,16 +77,15 @@ def save_sharded(fsdp: Any, directory: str, optimizer: Any = None) -> None:
     manifest.write(comm, directory, "index.json", KIND, [], _index(fsdp))
 
 
-def _check_units(got: Any, want: List[Dict[str, Any]], who: str, path: str) -> None:
+def _check_units(got: Any, want: List[Dict[str, Any]],
+                 fail: Callable[[str], serialization.CheckpointError]) -> None:
     """The index's units (names, sizes, parameters and shapes) are this model's, unit by unit."""
     if not isinstance(got, list) or len(got) != len(want):
-        raise serialization.CheckpointError(
-            f"{who}: {path}: {len(got) if isinstance(got, list) else 'no list of'} units, this "
-            f"model has {len(want)} ({[u['name'] for u in want]})")
+        raise fail(f"{len(got) if isinstance(got, list) else 'no list of'} units, this model has "
+                   f"{len(want)} ({[u['name'] for u in want]})")
     for i, (g, w) in enumerate(zip(got, want)):
         if g != w:
-            raise serialization.CheckpointError(
-                f"{who}: {path}: unit {i} is {str(g)[:200]}, this model's is {w}")
+            raise fail(f"unit {i} is {str(g)[:200]}, this model's is {w}")
 
 
 def load_sharded(fsdp: Any, directory: str, optimizer: Any = None) -> None:
@@ -101,15 +97,16 @@ def load_sharded(fsdp: Any, directory: str, optimizer: Any = None) -> None:
         raise serialization.CheckpointError(
             f"load_sharded (rank {comm.rank}): checkpoint was saved by {index['world_size']} "
             f"ranks, this job has {comm.size}; load its full state dict instead")
-    _check_units(index["units"], _index(fsdp)["units"], who, os.path.join(directory, "index.json"))
+    _check_units(index["units"], _index(fsdp)["units"],
+                 manifest.failer(who, os.path.join(directory, "index.json")))
     payload = manifest.load(directory, index["files"][comm.rank], who)
     for unit, shard in zip(fsdp.units, payload["units"]):
         unit.shard.cached_data = type(unit.shard.cached_data)(
-            _numpy(shard), device=unit.shard.device, dtype=unit.shard.dtype)
+            host_array(shard), device=unit.shard.device, dtype=unit.shard.dtype)
     whole = payload["whole"] if comm.rank == 0 else \
         manifest.load(directory, index["files"][0], who)["whole"]
     if whole:
-        fsdp.module.load_state_dict({k: _numpy(v) for k, v in whole.items()}, strict=False)
+        fsdp.module.load_state_dict({k: host_array(v) for k, v in whole.items()}, strict=False)
     if optimizer is not None:
         if "optimizer" not in payload:
             raise ValueError(f"load_sharded (rank {comm.rank}): no optimizer state was saved")
