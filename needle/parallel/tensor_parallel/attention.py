@@ -7,11 +7,10 @@ from ...autograd import Tensor
 from ...nn.nn_basic import LayerNorm1d
 from ...nn.nn_module import Module
 from ...nn.nn_transformer import MultiHeadAttention
-from ..comm.agree import agree
 from ..comm.protocol import Comm
 from ..input_agreement import disagreement
 from ..inputs import check_device, check_width
-from .layers import ColumnParallelLinear, RowParallelLinear, divide, forget, sizes
+from .layers import ColumnParallelLinear, RowParallelLinear, agreed_sizes, divide, forget
 from .tp_comms import copy_to_region, gather_from_sequence_region
 
 __all__ = ["ParallelSelfAttention"]
@@ -25,12 +24,11 @@ class ParallelSelfAttention(Module):
                  recompute_gather: bool = False, device: Optional[Any] = None,
                  dtype: str = "float32") -> None:
         super().__init__()
-        q_features, num_head, dim_head = sizes("ParallelSelfAttention", comm,
-                                               q_features=q_features, num_head=num_head,
-                                               dim_head=dim_head)
-        agree(comm, "ParallelSelfAttention", dict(
-            q_features=q_features, num_head=num_head, dim_head=dim_head, causal=causal,
-            sequence_parallel=sequence_parallel, recompute_gather=recompute_gather, dtype=dtype))
+        q_features, num_head, dim_head = agreed_sizes(
+            "ParallelSelfAttention", comm, dict(q_features=q_features, num_head=num_head,
+                                                dim_head=dim_head),
+            causal=causal, sequence_parallel=sequence_parallel,
+            recompute_gather=recompute_gather, dtype=dtype)
         self.comm, self.q_features, self.dim_head = comm, q_features, dim_head
         self.heads_per_rank = divide(num_head, comm.size, "ParallelSelfAttention num_head")
         self.sequence_parallel = sequence_parallel

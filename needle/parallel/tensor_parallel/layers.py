@@ -32,13 +32,15 @@ from .tp_comms import (
 )
 
 __all__ = ["ColumnParallelLinear", "RowParallelLinear", "VocabParallelEmbedding",
-           "divide", "sizes", "allreduce_sequence_parallel_grads"]
+           "divide", "agreed_sizes", "allreduce_sequence_parallel_grads"]
 
 
-def sizes(what: str, comm: Comm, **named: Any) -> List[int]:
-    """Each named size as a whole number >= 1, or an error naming it and this rank (before
-    ``divide`` could call 4.5 "not divisible")."""
-    return [numbers.count_arg(v, f"{what}{on_rank(comm)}: {k}", lo=1) for k, v in named.items()]
+def agreed_sizes(what: str, comm: Comm, sizes: Dict[str, Any], **settings: Any) -> List[int]:
+    """Each of ``sizes`` as a whole number >= 1, or an error naming it and this rank (before
+    ``divide`` could call 4.5 "not divisible"); then every rank agrees on them and ``settings``."""
+    out = [numbers.count_arg(v, f"{what}{on_rank(comm)}: {k}", lo=1) for k, v in sizes.items()]
+    agree(comm, what, dict(zip(sizes, out), **settings))
+    return out
 
 
 def divide(n: int, p: int, what: str) -> int:
@@ -81,12 +83,10 @@ class ColumnParallelLinear(Module):
                  dtype: str = "float32") -> None:
         super().__init__()
         p, r = comm.size, comm.rank
-        in_features, out_features = sizes("ColumnParallelLinear", comm,
-                                          in_features=in_features, out_features=out_features)
-        agree(comm, "ColumnParallelLinear", dict(
-            in_features=in_features, out_features=out_features, bias=bias,
-            gather_output=gather_output, sequence_parallel=sequence_parallel,
-            recompute_gather=recompute_gather, dtype=dtype))
+        in_features, out_features = agreed_sizes(
+            "ColumnParallelLinear", comm, dict(in_features=in_features, out_features=out_features),
+            bias=bias, gather_output=gather_output, sequence_parallel=sequence_parallel,
+            recompute_gather=recompute_gather, dtype=dtype)
         self.comm, self.in_features, self.out_features = comm, in_features, out_features
         self.out_per_rank = divide(out_features, p, "ColumnParallelLinear out_features")
         self.gather_output, self.sequence_parallel = gather_output, sequence_parallel
@@ -131,12 +131,10 @@ class RowParallelLinear(Module):
                  device: Optional[Any] = None, dtype: str = "float32") -> None:
         super().__init__()
         p, r = comm.size, comm.rank
-        in_features, out_features = sizes("RowParallelLinear", comm,
-                                          in_features=in_features, out_features=out_features)
-        agree(comm, "RowParallelLinear", dict(
-            in_features=in_features, out_features=out_features, bias=bias,
-            input_is_parallel=input_is_parallel, sequence_parallel=sequence_parallel,
-            dtype=dtype))
+        in_features, out_features = agreed_sizes(
+            "RowParallelLinear", comm, dict(in_features=in_features, out_features=out_features),
+            bias=bias, input_is_parallel=input_is_parallel, sequence_parallel=sequence_parallel,
+            dtype=dtype)
         self.comm, self.in_features, self.out_features = comm, in_features, out_features
         self.in_per_rank = divide(in_features, p, "RowParallelLinear in_features")
         self.input_is_parallel, self.sequence_parallel = input_is_parallel, sequence_parallel
@@ -181,12 +179,10 @@ class VocabParallelEmbedding(Module):
                  dtype: str = "float32") -> None:
         super().__init__()
         p, r = comm.size, comm.rank
-        num_embeddings, embedding_dim = sizes("VocabParallelEmbedding", comm,
-                                              num_embeddings=num_embeddings,
-                                              embedding_dim=embedding_dim)
-        agree(comm, "VocabParallelEmbedding", dict(
-            num_embeddings=num_embeddings, embedding_dim=embedding_dim,
-            sequence_parallel=sequence_parallel, dtype=dtype))
+        num_embeddings, embedding_dim = agreed_sizes(
+            "VocabParallelEmbedding", comm, dict(num_embeddings=num_embeddings,
+                                                 embedding_dim=embedding_dim),
+            sequence_parallel=sequence_parallel, dtype=dtype)
         self.comm, self.num_embeddings, self.embedding_dim = comm, num_embeddings, embedding_dim
         rows = divide(num_embeddings, p, "VocabParallelEmbedding num_embeddings")
         self.start, self.end = r * rows, (r + 1) * rows
