@@ -6,14 +6,13 @@ import numpy as np
 
 from ...autograd import Tensor
 from ...backend_ndarray import NDArray
+from ...backend_ndarray.dtypes import SUPPORTED
 from ...nn import Module
 from ..comm.protocol import Comm
 
 __all__ = ["check_same_shapes", "broadcast_tensors", "replicate_from_rank0"]
 
 MAX_DIMS = 8
-_DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "uint8", "int16", "int32",
-           "int64", "bool")
 
 
 def _data(x: Any) -> NDArray:
@@ -28,13 +27,13 @@ def _describe(shapes: Sequence[Tuple[int, ...]], dtypes: Sequence[str]) -> np.nd
             raise ValueError(f"tensors of more than {MAX_DIMS} dimensions are not supported")
         rows[i, 0] = len(shape)
         rows[i, 1:1 + len(shape)] = shape
-        rows[i, -1] = _DTYPES.index(dtype) if dtype in _DTYPES else -1
+        rows[i, -1] = SUPPORTED.index(dtype) if dtype in SUPPORTED else -1
     return rows
 
 
 def _unpack(row: np.ndarray) -> Tuple[Tuple[int, ...], str]:
     shape = tuple(int(d) for d in row[1:1 + int(row[0])])
-    dtype = _DTYPES[int(row[-1])] if row[-1] >= 0 else "other"
+    dtype = SUPPORTED[int(row[-1])] if row[-1] >= 0 else "other"
     return shape, dtype
 
 

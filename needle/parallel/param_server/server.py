@@ -85,7 +85,7 @@ class Server:
     def _active(self) -> bool:
         gone = set(self.finished) | set(self.table.dead)
         if self.failure is not None:  # keep answering until every worker knows
-            return not set(self.workers) <= (gone | self.told)
+            gone |= self.told
         return not set(self.workers) <= gone
 
     def _handle(self, worker: int, op: int, key: int, clock: int) -> None:
@@ -155,12 +155,9 @@ class Server:
     def _check_silence(self) -> None:
         """Presume silent workers dead when someone (or the end of training) waits for them."""
         now = time.monotonic()
-        blocking = set()
-        for _, _, clock in self.waiting:
-            blocking.update(self.table.laggards(clock))
-        if not self.waiting:  # at the end: the ones that never said DONE
-            if set(self.finished) | set(self.table.dead):
-                blocking.update(self.table.clock)
+        blocking = {w for _, _, clock in self.waiting for w in self.table.laggards(clock)}
+        if not self.waiting and (self.finished or self.table.dead):
+            blocking.update(self.table.clock)  # at the end: the ones that never said DONE
         for w in sorted(blocking):
             if now - self.last_heard[w] > self.timeout and w in self.table.clock:
                 if self.aggregate:

@@ -19,14 +19,9 @@ class Timeline(NamedTuple):
     busy: List[float]
 
     @property
-    def idle(self) -> List[float]:
-        """Per stage, time not spent computing, within the makespan."""
-        return [self.makespan - b for b in self.busy]
-
-    @property
     def bubble_fraction(self) -> float:
         """Idle time over total stage time, averaged over stages."""
-        return sum(self.idle) / (self.makespan * len(self.busy))
+        return sum(self.makespan - b for b in self.busy) / (self.makespan * len(self.busy))
 
 
 def virtual_stage(stage: int, action: Action, num_stages: int) -> int:
