@@ -23,16 +23,14 @@ class GradScaler:
                  backoff_factor: float = 0.5, growth_interval: int = 2000,
                  enabled: bool = True):
         # nan passed the comparisons (a nan scale made every step look overflowed and skipped)
-        init_scale = numbers.real_arg(init_scale, "GradScaler: init_scale", lo=0, lo_open=True)
-        growth_factor = numbers.real_arg(growth_factor, "GradScaler: growth_factor", lo=1,
-                                         lo_open=True)
-        backoff_factor = numbers.real_arg(backoff_factor, "GradScaler: backoff_factor", lo=0,
-                                          hi=1, lo_open=True, hi_open=True)
-        growth_interval = numbers.count_arg(growth_interval, "GradScaler: growth_interval", lo=1)
-        self.scale_value = float(init_scale)
-        self.growth_factor = growth_factor
-        self.backoff_factor = backoff_factor
-        self.growth_interval = growth_interval
+        self.scale_value = numbers.real_arg(init_scale, "GradScaler: init_scale", lo=0,
+                                            lo_open=True)
+        self.growth_factor = numbers.real_arg(growth_factor, "GradScaler: growth_factor", lo=1,
+                                              lo_open=True)
+        self.backoff_factor = numbers.real_arg(backoff_factor, "GradScaler: backoff_factor",
+                                               lo=0, hi=1, lo_open=True, hi_open=True)
+        self.growth_interval = numbers.count_arg(growth_interval, "GradScaler: growth_interval",
+                                                 lo=1)
         self.enabled = enabled
         self.growth_tracker = 0
         self.found_inf: Optional[bool] = None
