@@ -162,8 +162,7 @@ def _wrap_cpu(view: np.ndarray) -> tuple:
     offset, size = buffer_span(view.shape, strides)
     arr = object.__new__(Array)
     arr.array = _flat_cpu(view, offset, size)
-    if "dtype" in Array.__slots__:  # plain attributes in the NumPy backend's Array
-        arr.size, arr.dtype = size, arr.array.dtype
+    arr.size, arr.dtype = size, arr.array.dtype
     return arr, view.shape, strides, offset
 
 

@@ -5,7 +5,8 @@ import numpy as np
 
 from .axes import Axes, check_axis
 from .device import BackendDevice, default_device
-from .ndarray import NDArray
+from .dtypes import promote
+from .ndarray import NDArray, broadcast_shapes
 
 __all__ = ["array", "empty", "full", "zeros", "ones", "broadcast_to", "reshape", "transpose",
            "maximum", "log", "exp", "tanh", "sqrt", "sum", "max", "flip", "matmul", "stack",
@@ -117,7 +118,6 @@ def split(a: NDArray, axis: int = 0) -> Tuple[NDArray, ...]:
 
 def where(cond: NDArray, a: NDArray, b: NDArray) -> NDArray:
     """Elementwise ``a`` where ``cond`` is true, else ``b`` (all three broadcast together)."""
-    from .ndarray import broadcast_shapes, promote
     for x, name in ((a, "a"), (b, "b")):
         if x.device != cond.device:
             raise ValueError(f"where: {name} is on {x.device} but cond is on {cond.device}")

@@ -47,19 +47,20 @@ ENGINE = _engine_from_env()
 _CACHE: Dict[Tuple, Callable] = {}
 
 
-def _views(inputs: Sequence[Any], shape: Tuple[int, ...]) -> list:
-    """NumPy views of the inputs: (Array, shape, strides, offset) tuples, or scalars."""
-    out = []
+def _views(inputs: Sequence[Any]) -> list:
+    """NumPy views of the (Array, shape, strides, offset) inputs, then the scalars: the
+    kernels' parameter order."""
+    arrays, scalars = [], []
     for x in inputs:
         if isinstance(x, tuple):
             arr, vshape, strides, offset = x
             base = arr.array
             item = base.itemsize
-            out.append(np.ndarray(vshape, base.dtype, buffer=base, offset=offset * item,
-                                  strides=tuple(s * item for s in strides)))
+            arrays.append(np.ndarray(vshape, base.dtype, buffer=base, offset=offset * item,
+                                     strides=tuple(s * item for s in strides)))
         else:
-            out.append(x)
-    return out
+            scalars.append(x)
+    return arrays + scalars
 
 
 BLOCK = 16384  # elements per block of the NumPy engine: its temporaries stay in cache
@@ -84,13 +85,9 @@ def _numpy_kernel(expr: str) -> Callable:
     code = compile(expr.replace("; ", "\n"), "<fused>", "exec")
 
     def run(args: list, out: np.ndarray) -> None:
-        env = dict(_FUNCS)
         arrays = [(f"x{j}", a) for j, a in enumerate(args) if isinstance(a, np.ndarray)]
-        k = 0
-        for a in args:
-            if not isinstance(a, np.ndarray):
-                env[f"c{k}"] = a
-                k += 1
+        # the scalars follow the arrays (the kernels' parameter order)
+        env = dict(_FUNCS, **{f"c{k}": c for k, c in enumerate(args[len(arrays):])})
         for idx in _blocks(out.shape):
             for name, a in arrays:
                 env[name] = a[idx]
@@ -207,10 +204,7 @@ def fused_elementwise(expr: str, inputs: Sequence[Any], out: Any, shape: Tuple[i
     (NumPy scalars of the compute dtype). ``out``: a compact Array of prod(shape) elements,
     or of prod(shape) / reduce_size with ``reduce``.
     """
-    views = _views(inputs, shape)
-    # arrays first, then scalars: the kernels' parameter order
-    views = [v for v in views if isinstance(v, np.ndarray)] + \
-        [v for v in views if not isinstance(v, np.ndarray)]
+    views = _views(inputs)
     if reduce is None:
         target = out.array[: math.prod(shape)].reshape(shape)
         views, target = _collapse(views, target)
