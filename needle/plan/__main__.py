@@ -9,6 +9,7 @@ from typing import Any, List, Optional
 from ..cli import Parser
 from . import cluster as clusters
 from . import model as models
+from .gpu_memory import CATEGORIES
 from .layout import OPTIMIZERS, PRECISIONS, Setup
 from .predict import Prediction
 from .rank import plan
@@ -87,9 +88,7 @@ def _gb(x: float) -> str:
 
 def _line(p: Prediction) -> str:
     m = p.memory
-    mem = " ".join(f"{k[:5]}={_gb(m[k])}" for k in ("parameters", "gradients",
-                                                      "optimizer_state", "activations",
-                                                      "buffers") if k in m)
+    mem = " ".join(f"{k[:5]}={_gb(m[k])}" for k in CATEGORIES if k in m)
     t = (f"step {p.step_seconds:.3g}s MFU {p.mfu:.1%} {p.tokens_per_s:,.0f} tok/s  "
          if p.step_seconds == p.step_seconds else "")
     return f"{p.layout.describe() + ' ' + p.precision:<64} {t}{_gb(m['total'])} GB [{mem}]"
