@@ -1,6 +1,6 @@
 """``CompiledFunction``: a function with a program cache keyed by its arguments' signature."""
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from ..autograd import Tensor, find_topo_sort, is_grad_enabled
 from ..backend_ndarray import NDArray, cpu
@@ -43,16 +43,14 @@ class _Entry:
         self.pre_owners: Dict[int, tuple] = {}
 
 
-class _Recording:
+class _Recording(NamedTuple):
     """What one recording call produced: its trace, results and leaves with gradients."""
 
-    def __init__(self, trace: Trace, tree: Any, leaves: List[Tensor], outs: List[NDArray],
-                 value: Any) -> None:
-        self.trace = trace
-        self.tree = tree      # the result's structure (results.flatten)
-        self.leaves = leaves  # leaf tensors whose .grad the call set
-        self.outs = outs      # result arrays, then the leaves' gradients
-        self.value = value    # what this call returns
+    trace: Trace
+    tree: Any             # the result's structure (results.flatten)
+    leaves: List[Tensor]  # leaf tensors whose .grad the call set
+    outs: List[NDArray]   # result arrays, then the leaves' gradients
+    value: Any            # what this call returns
 
 
 class CompiledFunction:
@@ -373,8 +371,6 @@ def compile(fn: Optional[Callable] = None, *, fusion: bool = True, fallback: boo
     (``graph_mode.py``: results are overwritten by the next call)."""
     if fn is None:
         return lambda f: compile(f, fusion=fusion, fallback=fallback, debug=debug, mode=mode)
-    if mode not in MODES:
-        raise ValueError(f"needle.compile: mode={mode!r}; expected one of {MODES}")
     for flag, value in (("fusion", fusion), ("fallback", fallback), ("debug", debug)):
         if not isinstance(value, bool):  # fusion="no" is truthy: it would fuse
             raise TypeError(f"needle.compile: {flag} must be True or False, got {value!r}")
