@@ -41,11 +41,6 @@ HEADER = 16
 POISON = np.iinfo(np.int64).min  # header value meaning "a message had the wrong size"
 
 
-def header_offset(nbytes: int) -> int:
-    """Byte offset of the header after ``nbytes`` of payload (8-byte aligned)."""
-    return (nbytes + 7) & ~7
-
-
 class RecursiveDoublingBuffers:
     """The buffers of one recursive-doubling allreduce of ``nbytes`` of ``dtype`` with ``op``:
     ``work`` (payload + header, reduced in place) and ``tmp`` (what the partner sent), with
@@ -53,7 +48,7 @@ class RecursiveDoublingBuffers:
     allreduce allocates nothing."""
 
     def __init__(self, nbytes: int, dtype: Any, op: str, transport: Any) -> None:
-        hoff = header_offset(nbytes)
+        hoff = (nbytes + 7) & ~7  # the header's offset after the payload, 8-byte aligned
         self.ufunc = UFUNCS[op]
         self.work = np.empty(hoff + HEADER, dtype=np.uint8)
         self.tmp = np.empty_like(self.work)

@@ -70,10 +70,8 @@ def ring_reduce_scatter(ch: Channel, x: np.ndarray, acc: np.ndarray, b: Sequence
     # Every piece this rank will receive, in arrival order: (step, slice).
     todo = [(s, sl) for s in range(p - 1) for sl in _pieces(b, r - s - 2 + shift, p, chunk)]
     base = b[(r + shift) % p]  # where our own (final) segment starts
-    posted = []
-    for j in range(min(DEPTH, len(todo))):
-        sl = todo[j][1]
-        posted.append(ch.irecv(tmps[j % DEPTH][:sl.stop - sl.start], left))
+    # The first DEPTH receives, one per buffer.
+    posted = [ch.irecv(tmp[:sl.stop - sl.start], left) for tmp, (_, sl) in zip(tmps, todo)]
     ### BEGIN YOUR SOLUTION (collectives.mpi)
     for j, (s, sl) in enumerate(todo):
         yield [posted[j]]

@@ -57,7 +57,7 @@ class Communicator:
 
     def __init__(self, comm: Any, timeout: Optional[float] = None,
                  chunk_bytes: Optional[int] = None) -> None:
-        """``comm``: an mpi4py communicator or a transport (``transport_*.py``)."""
+        """``comm``: an mpi4py communicator or a transport (``transport/``)."""
         env = os.environ.get("NEEDLE_COMM_TIMEOUT", "60")
         self.timeout = args.check_timeout(env if timeout is None else timeout,
                                           "NEEDLE_COMM_TIMEOUT" if timeout is None else "timeout=")
