@@ -164,10 +164,7 @@ def _numba_kernel(expr: str, n_arrays: int, n_scalars: int, ndim: int) -> Callab
         sys.modules[name] = mod  # numba's on-disk cache finds the function's module by name
         spec.loader.exec_module(mod)
     kernel = mod.kernel
-
-    def run(args: list, out: np.ndarray) -> None:
-        kernel(*args, out)
-    return run
+    return lambda args, out: kernel(*args, out)
 
 
 def _collapse(views: list, out: np.ndarray) -> Tuple[list, np.ndarray]:

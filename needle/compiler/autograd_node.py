@@ -242,7 +242,7 @@ def _compile(cf: Any, entry: Any, gp: GraphProgram, traces: Tuple[Trace, Trace],
     out_arrays = [o._handle for o in outs] + [ftrace.arrays[b] for b in saved] + \
         [d._handle for _, _, d in states]
     gp.forward = Program(ftrace, gp.device, in_bufs[0],
-                    [ftrace.index_of(h) for h in out_arrays], fusion=cf.fusion)
+                         [ftrace.index_of(h) for h in out_arrays], fusion=cf.fusion)
     gp.backward = Program(btrace, gp.forward.device, in_bufs[1], grad_bufs, fusion=cf.fusion)
     entry.program, entry.roles, entry.graph = gp.forward, gp.f_roles, gp
     entry.outs = [(o.shape, o.strides, o.offset) for o in outs]

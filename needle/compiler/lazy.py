@@ -24,7 +24,7 @@ class LazyBlock:
         self.recorder.trace = Trace()
         keep = alive_elsewhere(trace, [])
         program = Program(trace, self.device, [], keep, fusion=self.fusion, in_place=True,
-                    lookup=self.recorder.original)
+                          lookup=self.recorder.original)
         program.run([])
         self.programs.append(program)
 
