@@ -130,6 +130,11 @@ def scalar_arg(val: Any, dtype: str) -> Any:
     return np.float64(val) if dtype == "float64" else np.float32(val)
 
 
+def acc_arg(val: float, x: Any) -> Any:
+    """``val`` as the accumulation-typed scalar (float32, float64 for float64) of Array ``x``."""
+    return scalar_arg(val, DTYPE_NAME[x.dtype])
+
+
 # ---------------------------------------------------------------------- memory accounting
 def memory_stats(index: int = 0) -> Dict[str, int]:
     """Bytes in use / reserved / free-in-pool / peak-in-use on GPU ``index``: CuPy's pool,
@@ -141,10 +146,9 @@ def memory_stats(index: int = 0) -> Dict[str, int]:
         pool = cp.get_default_memory_pool()
         held = buffer_pool.held_bytes(index)
         used = pool.used_bytes() - held
-        stats = {"bytes_in_use": used, "bytes_reserved": pool.total_bytes(),
-                 "bytes_free_in_pool": pool.free_bytes() + held,
-                 "peak_bytes_in_use": max(PEAK.get(index, 0), used)}
-    return stats
+        return {"bytes_in_use": used, "bytes_reserved": pool.total_bytes(),
+                "bytes_free_in_pool": pool.free_bytes() + held,
+                "peak_bytes_in_use": max(PEAK.get(index, 0), used)}
 
 
 def reset_peak_memory(index: int = 0) -> None:

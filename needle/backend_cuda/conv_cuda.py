@@ -104,10 +104,6 @@ def _strides(view: View) -> Tuple[Any, ...]:
     return _i64(*view[1], view[2])
 
 
-def _acc(val: float, x: Any) -> Any:
-    return rt.scalar_arg(val, rt.DTYPE_NAME[x.dtype])
-
-
 def _stats_parts(x_view: View, stats: Any) -> Any:
     """(sizes, chunks, grid, (mean, rstd, partials 1, partials 2)) of a batch-norm launch over
     the (N, C, H, W) view: ``stats`` split as batch_norm_fwd lays it out; None when empty."""
@@ -136,7 +132,7 @@ def batch_norm_fwd(x: Any, x_view: View, w: Any, b: Any, running_mean: Any, runn
     _launch("batchnorm.cu", "bn_fwd_apply", x, grid, (_CHANNELS, _LANES, 1),
             (x.array, *_strides(x_view), y.array, *_strides(y_view), w.array, b.array,
              running_mean.array, running_var.array, new_mean.array, new_var.array, *sizes,
-             np.int64(chunks), pm, pq, mean, rstd, _acc(momentum, x), _acc(eps, x)))
+             np.int64(chunks), pm, pq, mean, rstd, rt.acc_arg(momentum, x), rt.acc_arg(eps, x)))
 
 
 def batch_norm_stats_size(shape: Sequence[int]) -> int:

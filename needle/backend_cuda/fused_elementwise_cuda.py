@@ -12,7 +12,6 @@ _CTYPE = {np.dtype("float32"): "float", np.dtype("float64"): "double",
           np.dtype("bool"): "bool"}
 
 
-# the expressions' functions (primitives.py) as CUDA math functions; where() is a conditional
 def kernel_parts(expr: str, in_types: Sequence[np.dtype], n_arrays: int,
                  out_type: np.dtype) -> Tuple[str, str, str]:
     """(in_params, out_params, body) for ``cupy.ElementwiseKernel``.

@@ -12,11 +12,6 @@ __all__ = ["softmax_rows", "logsumexp_rows", "layer_norm_fwd", "layer_norm_bwd",
            "dropout", "dropout_backward", "multi_tensor_adam", "multi_tensor_sgd"]
 
 
-def _acc(val: float, x: Any) -> Any:
-    """``val`` as the accumulation-typed scalar (float32, float64 for float64) of ``x``."""
-    return rt.scalar_arg(val, rt.DTYPE_NAME[x.dtype])
-
-
 def _launch_rows(filename: str, kernel: str, x: Any, rows: int, cols: int, args: tuple) -> None:
     if rows == 0 or cols == 0:
         return
@@ -71,7 +66,7 @@ def layer_norm_fwd(x: Any, w: Any, b: Any, y: Any, mean: Any, rstd: Any, rows: i
     """y, mean, rstd of layer norm over rows of length ``cols``; mean, rstd float32 (float64)."""
     _rows_kernel("layernorm.cu", "layernorm_fwd", x, rows, cols,
                  (x.array, w.array, b.array, y.array, mean.array, rstd.array, np.int64(rows),
-                  np.int64(cols), _acc(eps, x)))
+                  np.int64(cols), rt.acc_arg(eps, x)))
 
 
 def layer_norm_bwd(dy: Any, x: Any, w: Any, mean: Any, rstd: Any, dx: Any, dw: Any, db: Any,
@@ -107,7 +102,7 @@ def dropout(x: Any, y: Any, mask: Any, prob: float, seed: int, offset: int) -> N
     n = x.size
     _launch_flat("dropout.cu", "dropout_fwd", x, n,
                  (x.array, y.array, mask.array, np.int64(n), np.float32(prob),
-                  _acc(1.0 / (1.0 - prob), x), np.uint64(seed % 2 ** 64),
+                  rt.acc_arg(1.0 / (1.0 - prob), x), np.uint64(seed % 2 ** 64),
                   np.uint64(offset % 2 ** 64)))
 
 
@@ -115,7 +110,7 @@ def dropout_backward(dy: Any, mask: Any, dx: Any, prob: float) -> None:
     """dx = dy * mask / (1 - prob)."""
     n = dy.size
     _launch_flat("dropout.cu", "dropout_bwd", dy, n,
-                 (dy.array, mask.array, dx.array, np.int64(n), _acc(1.0 / (1.0 - prob), dy)))
+                 (dy.array, mask.array, dx.array, np.int64(n), rt.acc_arg(1.0 / (1.0 - prob), dy)))
 
 
 # ---------------------------------------------------------------------- multi-tensor steps

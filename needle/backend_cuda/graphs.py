@@ -38,11 +38,7 @@ class CUDAGraph:
 
     def __init__(self) -> None:
         self.device_index = 0
-        self._graph: Any = None
-        self._kept: List[Any] = []  # buffers made during the capture: the graph's own
-        self._checks: List[Tuple[str, Callable[[], Any], Any]] = []
-        self._on_replay: List[Callable[[], None]] = []
-        self._on_end: List[Callable[[], None]] = []
+        self.reset()
 
     def replay(self) -> None:
         """Run the captured work again: one graph launch on the device's stream."""
@@ -61,8 +57,11 @@ class CUDAGraph:
 
     def reset(self) -> None:
         """Drop the captured work and the buffers it owned."""
-        self._graph, self._kept, self._checks, self._on_replay = None, [], [], []
-        self._on_end = []
+        self._graph: Any = None
+        self._kept: List[Any] = []  # buffers made during the capture: the graph's own
+        self._checks: List[Tuple[str, Callable[[], Any], Any]] = []
+        self._on_replay: List[Callable[[], None]] = []
+        self._on_end: List[Callable[[], None]] = []
 
 
 @contextlib.contextmanager

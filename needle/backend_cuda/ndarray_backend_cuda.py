@@ -44,9 +44,7 @@ def available(index: int = 0) -> bool:
     return 0 <= index < rt.device_count()
 
 
-def device_count() -> int:
-    """GPUs this process sees (emulated ones under NEEDLE_CUDA_EMULATOR): the runtime's count."""
-    return rt.device_count()
+device_count = rt.device_count  # GPUs this process sees (emulated ones under the emulator)
 
 
 # The allocation hook, process_state.switches.alloc_cuda (as the NumPy backend's alloc_cpu).
@@ -603,13 +601,9 @@ _PRIMITIVES.update({name: globals()[name] for name in (
     "set_reduce_kernel", "get_reduce_kernel", "device_count",
     *(p.name for p in P.TABLE.values() if p.family))})
 # Optional fused primitives (needle.backend_ndarray.fused_ops uses them when a device has them).
-_PRIMITIVES.update({name: getattr(fused, name) for name in (
-    "softmax_rows", "logsumexp_rows", "layer_norm_fwd", "layer_norm_bwd",
-    "dropout", "dropout_backward", "multi_tensor_adam", "multi_tensor_sgd")})
+_PRIMITIVES.update({name: getattr(fused, name) for name in fused.__all__})
 # Convolution and batch norm as a GPU does them (fused_ops.conv2d, fused_ops.batch_norm).
-_PRIMITIVES.update({name: getattr(conv, name) for name in (
-    "conv_im2col", "conv_col2im", "conv_bias_add", "column_sum", "batch_norm_fwd",
-    "batch_norm_bwd", "batch_norm_stats_size")})
+_PRIMITIVES.update({name: getattr(conv, name) for name in conv.__all__})
 # needle.compile's fused kernels: the CPU primitive's expressions as ElementwiseKernels
 _PRIMITIVES.update(fused_elementwise=fused_elementwise)
 # DLPack exchange (needle.backend_ndarray.dlpack calls these for a CUDA array)

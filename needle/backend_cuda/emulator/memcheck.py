@@ -117,9 +117,8 @@ def pointer_region(index: int, name: str, value: Any) -> Optional[Region]:
     kind = f"{dtype}, " if dtype is not None else ""
     label = f"argument {index}" + (f" '{name}'" if name else "") + f" ({kind}{nbytes} bytes)"
     shadow = _init_shadow(mem, lo) if _UNWRITTEN else None
-    region = Region(lo, lo + nbytes, int(ptr), label.encode(),
-                    None if shadow is None else shadow.ctypes.data)
-    return region
+    return Region(lo, lo + nbytes, int(ptr), label.encode(),
+                  None if shadow is None else shadow.ctypes.data)
 
 
 def describe_errors(message: str, library: Path) -> EmulatorKernelError:

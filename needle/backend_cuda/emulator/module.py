@@ -224,7 +224,7 @@ class Kernel:
         whether the threads engine runs blocks side by side: only without __shared__ memory,
         of which there is one static copy per module."""
         level = self.module.check
-        names = self.module.param_names(self.name)
+        names = param_names(self.module.code, self.name.split("<", 1)[0])
         regions = [pointer_region(i, names[i] if i < len(names) else "", a)
                    for i, (c, a) in enumerate(zip(self.param_types, args)) if c == "p"]
         side_by_side = self.module.engine == "threads" and shared_mem == 0 \
@@ -264,10 +264,6 @@ class KernelLibrary:
             sig = lib.cuda_emu_signature(i).decode()
             shared = info["statics"].get(funcs[i], 0) + elsewhere
             self.kernels[name] = Kernel(self, i, name, sig.split(",") if sig else [], shared)
-
-    def param_names(self, kernel: str) -> List[str]:
-        """The parameter names of ``kernel`` in the source (for messages; [] if not found)."""
-        return param_names(self.code, kernel.split("<", 1)[0])
 
     def get_function(self, name: str) -> Kernel:
         """The kernel for a name expression given to ``load_module``."""
