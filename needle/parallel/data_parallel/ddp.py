@@ -11,7 +11,7 @@ on the concatenated batch (Li et al., "PyTorch Distributed", VLDB 2020, sec. 2).
 Both start from rank 0's parameters and buffers and are used like the module they wrap.
 """
 import contextlib
-from typing import Any, Iterator, List, NoReturn, Set
+from typing import Any, Callable, Iterator, List, NoReturn, Set
 
 import numpy as np
 
@@ -31,6 +31,9 @@ __all__ = ["DataParallelNaive", "DistributedDataParallel"]
 class _DataParallel(Module):
     """What both versions share: the wrapped module, rank 0's start, the hooks' bookkeeping."""
 
+    _on_grad: Callable[[Tensor], None]  # each version's: a gradient arrived ...
+    _on_end: Callable[[], None]  # ... and backward ended
+
     def __init__(self, module: Module, comm: Comm, what: str) -> None:
         super().__init__()
         if not isinstance(module, Module):
@@ -48,12 +51,6 @@ class _DataParallel(Module):
         if self._hooks.interrupted():  # a previous backward raised before its end
             self._restart()
         return self.module(*args, **kwargs)
-
-    def _on_grad(self, param: Tensor) -> None:
-        raise NotImplementedError
-
-    def _on_end(self) -> None:
-        raise NotImplementedError
 
     def _restart(self) -> None:
         """Forget what a backward that raised left half done."""

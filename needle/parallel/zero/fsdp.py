@@ -95,18 +95,16 @@ class FullyShardedDataParallel(Module):
             for _, value in m._items():
                 if isinstance(value, Parameter):
                     holders.setdefault(id(value), []).append(id(m))
+        chosen = [module] + chosen  # the root unit, the largest: it fits when no other does
         subtrees = [{id(x) for _, x in m.named_modules()} for m in chosen]
         owned: List[List[Tuple[str, Tensor]]] = [[] for _ in chosen]
-        root: List[Tuple[str, Tensor]] = []
         for name, p in module.named_parameters():
-            if not p.requires_grad:
-                continue  # frozen: stays whole on every rank
-            # The innermost unit that contains every module using p; else the root unit.
-            fits = [k for k, sub in enumerate(subtrees)
-                    if all(h in sub for h in holders.get(id(p), []))]
-            best = min(fits, key=lambda k: len(subtrees[k])) if fits else None
-            (owned[best] if best is not None else root).append((name, p))
-        return [(module, "", root)] + [(m, names[id(m)], o) for m, o in zip(chosen, owned)]
+            if p.requires_grad:  # frozen: stays whole on every rank
+                # The innermost unit that contains every module using p.
+                fits = [k for k, sub in enumerate(subtrees)
+                        if all(h in sub for h in holders.get(id(p), []))]
+                owned[min(fits, key=lambda k: len(subtrees[k]))].append((name, p))
+        return [(m, names[id(m)], o) for m, o in zip(chosen, owned)]
 
     # -- forward -------------------------------------------------------------------------
     def _run_unit(self, unit: FlatParamUnit, forward: Any, *args: Any, **kwargs: Any) -> Any:
