@@ -9,10 +9,9 @@ NVLink inside a node, InfiniBand across nodes.
 A layout's collectives per step (Megatron-LM, Narayanan et al. SC'21 sec. 3; ZeRO sec. 7):
   dp  : DDP allreduce of the gradients once per step (accumulating locally); ZeRO-1 as
         needle's ZeroRedundancyOptimizer does it, allreduce + allgather of the parameters
-        (3 (d-1)/d Psi, 1.5x DDP); ZeRO-2
-        reduce-scatter + allgather (2 (d-1)/d Psi), the reduce-scatter after each of the m
-        microbatches (the full gradient is never kept); ZeRO-3 / FSDP 2 allgathers + 1
-        reduce-scatter (3 (d-1)/d Psi) per microbatch;
+        (3 (d-1)/d Psi, 1.5x DDP); ZeRO-2 reduce-scatter + allgather (2 (d-1)/d Psi), the
+        reduce-scatter after each of the m microbatches (the full gradient is never kept);
+        ZeRO-3 / FSDP 2 allgathers + 1 reduce-scatter (3 (d-1)/d Psi) per microbatch;
   tp  : per layer and microbatch 2 allreduces of s b h in forward and 2 in backward (+2 when
         the forward is recomputed); with SP each is an allgather + reduce-scatter pair, the
         same bytes;
