@@ -87,9 +87,9 @@ def choose_checkpoints(act: Sequence[float], budget: float,
     caps = all_caps[all_caps <= budget]
     if not caps.size:  # nothing fits (tail[0] is a cap): the DP finds the least peak to report
         caps = all_caps
-    best: Optional[Tuple[float, float, int, float]] = None  # (recompute, peak, t, K)
+    best: Optional[Tuple[float, float, int, int]] = None  # (recompute, peak, t, K's index)
     if tail[0] <= budget:
-        best = (0.0, float(tail[0]), 0, 0.0)
+        best = (0.0, float(tail[0]), 0, 0)
     lowest = float(tail[0])
     inf = np.inf
     f = np.full((caps.size, n + 1), inf)
@@ -106,29 +106,25 @@ def choose_checkpoints(act: Sequence[float], budget: float,
             rec = float(c[:t].sum())
             key = (rec, float(peaks[k]))
             if best is None or key < best[:2]:
-                best = (rec, float(peaks[k]), t, float(caps[k]))
+                best = (rec, float(peaks[k]), t, k)
     if best is None:
         raise ValueError(f"no checkpoint plan fits a budget of {budget:g} bytes; the least "
                          f"predicted peak for this chain is {lowest:g}")
-    _, _, t, cap = best
-    segments = _reconstruct(seg, o, t, cap)
+    _, _, t, k = best
+    segments = _reconstruct(seg, o, f[k], t, caps[k])
     peak, rec, stored = evaluate_segments(segments, t, act, out, cost)
     return CheckpointSegments(segments, t, peak, rec, n=n, stored=stored)
 
 
-def _reconstruct(seg: np.ndarray, o: np.ndarray, t: int, cap: float) -> List[Tuple[int, int]]:
-    """Segments of [0, t) with insides <= cap and the least sum of segment outputs."""
-    f = np.full(t + 1, np.inf)
-    arg = np.zeros(t + 1, dtype=int)
-    f[0] = 0.0
-    for e in range(1, t + 1):
-        for j in range(e):
-            if seg[j, e] <= cap and f[j] + o[e - 1] < f[e]:
-                f[e], arg[e] = f[j] + o[e - 1], j
+def _reconstruct(seg: np.ndarray, o: np.ndarray, f: np.ndarray, t: int, cap: float
+                 ) -> List[Tuple[int, int]]:
+    """Segments of [0, t) with insides <= cap and the least sum of segment outputs, read back
+    from the DP's row ``f`` for this cap (at each end, the first start that attains it)."""
     segments, e = [], t
     while e > 0:
-        segments.append((int(arg[e]), e))
-        e = int(arg[e])
+        j = next(j for j in range(e) if seg[j, e] <= cap and f[j] + o[e - 1] == f[e])
+        segments.append((j, e))
+        e = j
     return segments[::-1]
 
 
