@@ -33,9 +33,7 @@ def _fans(fan_in: Optional[int], fan_out: Optional[int],
     """(fan_in, fan_out, shape), filling what is missing (kernels are (K, K, C_in, C_out))."""
     if shape is not None:
         shape = tuple(shape)
-        receptive = 1
-        for s in shape[:-2]:
-            receptive *= s
+        receptive = math.prod(shape[:-2])
         if fan_in is None:
             fan_in = receptive * shape[-2] if len(shape) >= 2 else shape[0]
         if fan_out is None:

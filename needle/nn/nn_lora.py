@@ -81,8 +81,7 @@ class LoRALinear(Module):
 
 
 def _matches(name: str, targets: Optional[Sequence[str]]) -> bool:
-    return targets is None or any(t == name or name.endswith("." + t) or
-                                  name.split(".")[-1] == t for t in targets)
+    return targets is None or any(t == name or name.endswith("." + t) for t in targets)
 
 
 def _replace_linears(model: Module, targets: Optional[Sequence[str]], make: Any) -> List[str]:
@@ -104,20 +103,21 @@ def _replace_linears(model: Module, targets: Optional[Sequence[str]], make: Any)
     return replaced
 
 
-def _freeze_all_but_lora(model: Module) -> None:
+def _wrap_linears(what: str, model: Module, targets: Optional[Sequence[str]], make: Any
+                  ) -> Module:
+    """Replace the matching Linears by ``make(linear)``, then freeze all but the LoRA factors."""
+    if not _replace_linears(model, targets, make):
+        raise ValueError(f"{what}: no nn.Linear matched target_modules={targets}")
     lora = {id(p) for p in lora_parameters(model)}
     for p in model.parameters():
         p.requires_grad = id(p) in lora
+    return model
 
 
 def apply_lora(model: Module, r: int = 8, alpha: float = 16.0,
                target_modules: Optional[Sequence[str]] = None) -> Module:
     """Wrap the Linear layers named in ``target_modules`` (all when None) and freeze the rest."""
-    replaced = _replace_linears(model, target_modules, lambda lin: LoRALinear(lin, r, alpha))
-    if not replaced:
-        raise ValueError(f"apply_lora: no nn.Linear matched target_modules={target_modules}")
-    _freeze_all_but_lora(model)
-    return model
+    return _wrap_linears("apply_lora", model, target_modules, lambda lin: LoRALinear(lin, r, alpha))
 
 
 def lora_parameters(model: Module) -> List[Parameter]:
@@ -166,9 +166,5 @@ def apply_qlora(model: Module, r: int = 8, alpha: float = 16.0,
                 target_modules: Optional[Sequence[str]] = None, block_size: int = 64,
                 double_quant: bool = True) -> Module:
     """Replace matching Linear layers by QLoRALinear (NF4 base + LoRA) and freeze the rest."""
-    replaced = _replace_linears(model, target_modules,
-                                lambda lin: QLoRALinear(lin, r, alpha, block_size, double_quant))
-    if not replaced:
-        raise ValueError(f"apply_qlora: no nn.Linear matched target_modules={target_modules}")
-    _freeze_all_but_lora(model)
-    return model
+    return _wrap_linears("apply_qlora", model, target_modules,
+                         lambda lin: QLoRALinear(lin, r, alpha, block_size, double_quant))

@@ -41,9 +41,8 @@ class ScatterItem(TensorOp):
 
 def get_item(a: Tensor, idxs: Any) -> Tensor:
     """``a[idxs]`` for int/slice/Ellipsis indices (ints drop their axis, as in NumPy)."""
-    if isinstance(idxs, list) or (isinstance(idxs, tuple) and any(
-            isinstance(i, (list, Tensor, NDArray)) for i in idxs)) or isinstance(
-            idxs, (Tensor, NDArray)):
+    if any(isinstance(i, (list, Tensor, NDArray))
+           for i in (idxs if isinstance(idxs, tuple) else (idxs,))):
         raise TypeError("needle indexing takes ints, slices and Ellipsis; use ops.embedding-style "
                         "one-hot matmul or ops.split for gathers")
     return GetItem(idxs)(a)

@@ -39,21 +39,17 @@ def digits_datasets(test_fraction: float = 0.2,
     return NDArrayDataset(Xtr, ytr), NDArrayDataset(Xte, yte)
 
 
-def stdlib_source_files() -> List[str]:
-    """The top-level ``.py`` modules of this Python's standard library, sorted by name."""
-    root = sysconfig.get_paths().get("stdlib") or os.path.dirname(os.__file__)
-    names = sorted(n for n in os.listdir(root) if n.endswith(".py") and not n.startswith("_"))
-    return [os.path.join(root, n) for n in names]
-
-
 def stdlib_text(n_chars: int = 500_000) -> str:
     """The first ``n_chars`` printable-ASCII characters (and newlines) of the stdlib sources,
     read in sorted order: at most 96 symbols, deterministic for a given Python installation."""
     n_chars = numbers.count(n_chars, "stdlib_text: n_chars", lo=1)  # -5 once read text[:-5]
     keep = set(map(chr, range(32, 127))) | {"\n"}
+    root = sysconfig.get_paths().get("stdlib") or os.path.dirname(os.__file__)
     parts, total = [], 0
-    for path in stdlib_source_files():
-        with open(path, encoding="utf-8", errors="ignore") as f:
+    for name in sorted(os.listdir(root)):  # the top-level modules, by name
+        if not name.endswith(".py") or name.startswith("_"):
+            continue
+        with open(os.path.join(root, name), encoding="utf-8", errors="ignore") as f:
             text = "".join(ch for ch in f.read() if ch in keep)
         parts.append(text[:n_chars - total])
         total += len(parts[-1])
