@@ -22,7 +22,6 @@ __all__ = ["PULL", "PUSH", "CLOCK", "DONE", "OK", "ERROR", "REQUEST", "PAYLOAD",
 
 PULL, PUSH, CLOCK, DONE = 1, 2, 3, 4
 OK, ERROR = 10, 11
-OPS = {PULL: "pull", PUSH: "push", CLOCK: "clock", DONE: "done"}
 REQUEST, PAYLOAD, REPLY, REPLY_PAYLOAD = 101, 102, 103, 104
 
 

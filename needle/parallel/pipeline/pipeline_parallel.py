@@ -106,10 +106,8 @@ class PipelineParallel:
         """This rank's computations and messages, in the simulated timeline's order."""
         p, nv = self.num_stages, self.num_virtual
         sim = simulate(self.schedule, num_virtual=nv)
-        end = {}
-        for s, ev in enumerate(sim.events):
-            for a, _, e in ev:
-                end[(a[0], a[1], virtual_stage(s, a, p))] = e
+        end = {(a[0], a[1], virtual_stage(s, a, p)): e
+               for s, ev in enumerate(sim.events) for a, _, e in ev}
         items = []
         for act, start, stop in sim.events[self.stage]:
             kind, mb, k = act[0], act[1], virtual_stage(self.stage, act, p)
@@ -250,9 +248,5 @@ class PipelineParallel:
                    else rows)
         origin = allrows[:, 3].min()
         n = len(rows)
-        out = []
-        for s in range(self.num_stages):
-            part = allrows[s * n:(s + 1) * n]
-            out.append([((("F", "B")[int(r[0])], int(r[1]), int(r[2])), r[3] - origin,
-                         r[4] - origin) for r in part])
-        return out
+        return [[((("F", "B")[int(r[0])], int(r[1]), int(r[2])), r[3] - origin, r[4] - origin)
+                 for r in allrows[s * n:(s + 1) * n]] for s in range(self.num_stages)]

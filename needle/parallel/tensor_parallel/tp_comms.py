@@ -15,8 +15,7 @@ from ..comm.engine.convert import to_ndarray
 from ..comm.protocol import Comm
 
 __all__ = ["copy_to_region", "reduce_from_region", "gather_from_region", "scatter_to_region",
-           "gather_from_sequence_region", "reduce_scatter_to_sequence_region",
-           "scatter_to_sequence_region"]
+           "gather_from_sequence_region", "reduce_scatter_to_sequence_region"]
 
 
 def _chunk(x: np.ndarray, axis: int, rank: int, size: int) -> np.ndarray:
@@ -126,20 +125,6 @@ class ReduceScatterToSequenceRegion(TensorOp):
         return GatherFromSequenceRegion(self.comm, self.axis, "sp.g_bar.backward")(out_grad)
 
 
-class ScatterToSequenceRegion(TensorOp):
-    """Keep this rank's slice of the sequence forward, all-gather backward: how a replicated
-    activation (an embedding's output) enters the sequence-parallel region."""
-
-    def __init__(self, comm: Comm, axis: int = 1) -> None:
-        self.comm, self.axis = comm, axis
-
-    def compute(self, a: NDArray) -> NDArray:
-        return to_ndarray(_chunk(a.numpy(), self.axis, self.comm.rank, self.comm.size), a)
-
-    def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
-        return GatherFromSequenceRegion(self.comm, self.axis, "sp.scatter.backward")(out_grad)
-
-
 def copy_to_region(x: Tensor, comm: Comm) -> Tensor:
     """f: identity forward, allreduce of the gradient backward."""
     return CopyToRegion(comm)(x)
@@ -169,8 +154,3 @@ def gather_from_sequence_region(x: Tensor, comm: Comm, axis: int = 1) -> Tensor:
 def reduce_scatter_to_sequence_region(x: Tensor, comm: Comm, axis: int = 1) -> Tensor:
     """SP's g-bar: reduce-scatter the sequence axis (backward: all-gather)."""
     return ReduceScatterToSequenceRegion(comm, axis)(x)
-
-
-def scatter_to_sequence_region(x: Tensor, comm: Comm, axis: int = 1) -> Tensor:
-    """This rank's slice of the sequence axis (backward: all-gather)."""
-    return ScatterToSequenceRegion(comm, axis)(x)
