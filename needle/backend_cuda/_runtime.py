@@ -4,16 +4,15 @@ import functools
 import os
 from typing import Any, Dict, List, Sequence, Tuple
 
-import ml_dtypes
 import numpy as np
 
+from ..backend_ndarray.dtypes import bfloat16 as BF16
 from ..process_state import switches
 from . import buffer_pool, kernel_specs
 from .emulator import cupy_module
 
 cp = cupy_module()  # CuPy, or the emulator's stand-in under NEEDLE_CUDA_EMULATOR
 
-BF16 = np.dtype(ml_dtypes.bfloat16)
 # dtype -> its name: NumPy 2's ``dtype.name`` is Python code, and every launch needs the name
 DTYPE_NAME: Dict[np.dtype, str] = {np.dtype(t): np.dtype(t).name for t in (
     np.float16, np.float32, np.float64, np.int8, np.uint8, np.int16, np.uint16, np.int32,
@@ -190,6 +189,6 @@ def reduce_mode_from_env() -> str:
     return reduce_mode(raw, f"NEEDLE_CUDA_REDUCE={raw!r}")
 
 
-# The reductions', softmax's and layer norm's kernels: "fast" or "course" (set by
-# ndarray_backend_cuda from NEEDLE_CUDA_REDUCE, and by its set_reduce_kernel)
-REDUCE_MODE = [""]
+# The reductions', softmax's and layer norm's kernels: "fast" or "course" (ndarray_backend_cuda's
+# set_reduce_kernel changes it)
+REDUCE_MODE = [reduce_mode_from_env()]

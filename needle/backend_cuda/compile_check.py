@@ -2,6 +2,7 @@
 NVRTC and headers come from the ``nvidia-cuda-*-cu12`` wheels; templates for every dtype."""
 import argparse
 import ctypes
+import functools
 import glob
 import os
 import sys
@@ -10,8 +11,6 @@ from typing import List, Optional, Sequence, Tuple
 
 from . import kernel_specs
 from .emulator.build import site_dirs as _site_dirs
-
-_NVRTC = None
 
 
 class NVRTCError(RuntimeError):
@@ -55,16 +54,14 @@ def find_cuda_include() -> Optional[str]:
     return None
 
 
+@functools.lru_cache(maxsize=None)
 def _lib() -> ctypes.CDLL:
-    global _NVRTC
-    if _NVRTC is None:
-        path = find_nvrtc()
-        if path is None:
-            raise FileNotFoundError("libnvrtc not found: pip install nvidia-cuda-nvrtc-cu12")
-        lib = ctypes.CDLL(path)
-        lib.nvrtcGetErrorString.restype = ctypes.c_char_p
-        _NVRTC = lib
-    return _NVRTC
+    path = find_nvrtc()
+    if path is None:
+        raise FileNotFoundError("libnvrtc not found: pip install nvidia-cuda-nvrtc-cu12")
+    lib = ctypes.CDLL(path)
+    lib.nvrtcGetErrorString.restype = ctypes.c_char_p
+    return lib
 
 
 def _check(lib: ctypes.CDLL, status: int, what: str) -> None:

@@ -12,8 +12,9 @@ import re
 from pathlib import Path
 from typing import List, Tuple, TypedDict
 
-# pure data (the primitive table), the one module of backend_ndarray this backend reads
+# pure data (the primitive table and the dtypes), the backend_ndarray modules this backend reads
 from ..backend_ndarray import primitives as P
+from ..backend_ndarray.dtypes import FLOATS as FLOAT_DTYPES
 from .c_expr import to_c
 
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
@@ -26,7 +27,6 @@ KERNEL_FILES = tuple(f for f in (
     "softmax.cu", "conv.cu", "batchnorm.cu", "layernorm.cu", "norm_fast.cu", "dropout.cu",
     "multi_tensor.cu") if (KERNEL_DIR / f).is_file())
 
-FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 CTYPE = {"float16": "__half", "bfloat16": "__nv_bfloat16", "float32": "float",
          "float64": "double", "bool": "bool"}
 ACC_DTYPE = {"float16": "float32", "bfloat16": "float32", "float32": "float32",

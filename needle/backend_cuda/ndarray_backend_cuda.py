@@ -35,7 +35,6 @@ _POOL_FREE, _POOL_HELD, _FULL_CHECK = buffer_pool.FREE, buffer_pool.HELD, buffer
 _PEAK = rt.PEAK
 _EWISE_SHAPES: Dict[int, Tuple[int, int]] = {}
 _MATMUL_MODE = [rt.matmul_mode_from_env()]
-rt.REDUCE_MODE[0] = rt.reduce_mode_from_env()
 _REDUCE_MODE = rt.REDUCE_MODE
 
 
@@ -549,11 +548,7 @@ def to_numpy(a: Array, shape: Tuple[int, ...], strides: Tuple[int, ...], offset:
 
 
 def _compact_strides(shape: Tuple[int, ...]) -> Tuple[int, ...]:
-    strides, acc = [], 1
-    for s in reversed(shape):
-        strides.append(acc)
-        acc *= s
-    return tuple(reversed(strides))
+    return tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
 
 
 # ---------------------------------------------------------------------- per-GPU binding

@@ -86,10 +86,6 @@ def _current() -> int:
     return getattr(_STATE, "device", 0)
 
 
-def _set_current(index: int) -> None:
-    _STATE.device = index
-
-
 class MemoryPool:
     """Bytes of live stand-in buffers on each device, read for the current device as CuPy's
     pool does (no caching: freed bytes go back to the OS at once)."""
@@ -228,12 +224,9 @@ class ndarray(np.ndarray):
                subok: Any = None, copy: Any = None) -> Any:
         """A converted copy (one CuPy kernel and a new buffer)."""
         graph.refuse("ndarray.astype (a new device array)", _ALLOC_RULE)
-        counts.record("library", "ndarray.astype")
-        with counts.quiet():
-            res = self.view(np.ndarray).astype(dtype, order=order or "K",
-                                               casting=casting or "unsafe",
-                                               copy=True if copy is None else copy)
-        return _to_device(res)
+        return _to_device(_run("library", "ndarray.astype", self.view(np.ndarray).astype, dtype,
+                               order=order or "K", casting=casting or "unsafe",
+                               copy=True if copy is None else copy))
 
     def __setitem__(self, key: Any, value: Any) -> None:
         _run("library", "ndarray.__setitem__", np.ndarray.__setitem__, self, key, value)
@@ -331,15 +324,15 @@ class Device:
 
     def __enter__(self) -> "Device":
         self._previous.append(_current())
-        _set_current(self.id)
+        _STATE.device = self.id
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        _set_current(self._previous.pop())
+        _STATE.device = self._previous.pop()
 
     def use(self) -> None:
         """Make this the current device of the calling thread."""
-        _set_current(self.id)
+        _STATE.device = self.id
 
     def synchronize(self) -> None:
         """Wait for all of the device's work (a host synchronisation)."""

@@ -101,14 +101,10 @@ def check_launch(kernel: str, grid: Tuple[int, int, int], block: Tuple[int, int,
 
 # ---------------------------------------------------------------------- arguments
 def _numpy_dtype(code: str) -> Optional[np.dtype]:
-    if code == "?":
-        return np.dtype(np.bool_)
     if code == "bf2":
         import ml_dtypes
         return np.dtype(ml_dtypes.bfloat16)
-    if code[0] in "iuf":
-        return np.dtype(code)
-    return None
+    return np.dtype(code) if code == "?" or code[0] in "iuf" else None
 
 
 def convert_arg(kernel: str, index: int, code: str, value: Any) -> bytes:
