@@ -1,9 +1,7 @@
-"""The in-process virtual cluster: run a function on k ranks as threads of this process.
-
-See docs/parallel.md, "The virtual cluster". Scheduling is cooperative
-(``comm/transport/scheduler.py``), so runs are deterministic. Each rank starts from the
-caller's ``process_state.snapshot()`` (global RNGs, grad and lazy mode, autocast,
-what ``process_state.register`` added), keeps its own copy, and the caller's is restored afterwards.
+"""The in-process virtual cluster: run a function on k ranks as threads of this process, one
+at a time (``comm/transport/scheduler.py``; docs/parallel.md, "The virtual cluster"). Each rank
+starts from the caller's ``process_state.snapshot()`` and keeps its own copy; the caller's is
+restored afterwards.
 """
 import os
 import threading

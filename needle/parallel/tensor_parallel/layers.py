@@ -23,6 +23,7 @@ from ..comm.protocol import Comm
 from ..input_agreement import agree_inputs, checksum, disagreement
 from ..inputs import check_device, check_indices, check_split, check_width, on_rank
 from .tp_comms import (
+    chunk,
     copy_to_region,
     gather_from_region,
     gather_from_sequence_region,
@@ -52,10 +53,7 @@ def divide(n: int, p: int, what: str) -> int:
 
 def _shard(full: Tensor, axis: int, rank: int, parts: int, **kw: Any) -> Parameter:
     """This rank's equal slice of ``full`` along ``axis``, as a fresh Parameter."""
-    arr = full.numpy()
-    n = arr.shape[axis] // parts
-    piece = np.take(arr, np.arange(rank * n, (rank + 1) * n), axis=axis)
-    param = Parameter(np.ascontiguousarray(piece), **kw)
+    param = Parameter(np.ascontiguousarray(chunk(full.numpy(), axis, rank, parts)), **kw)
     param.tp_axis = axis  # type: ignore[attr-defined]  # the split axis (for checkpoints)
     return param
 

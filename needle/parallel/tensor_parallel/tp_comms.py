@@ -18,7 +18,8 @@ __all__ = ["copy_to_region", "reduce_from_region", "gather_from_region", "scatte
            "gather_from_sequence_region", "reduce_scatter_to_sequence_region"]
 
 
-def _chunk(x: np.ndarray, axis: int, rank: int, size: int) -> np.ndarray:
+def chunk(x: np.ndarray, axis: int, rank: int, size: int) -> np.ndarray:
+    """Part ``rank`` of ``size`` equal parts of ``x`` along ``axis`` (a copy)."""
     n = x.shape[axis]
     if n % size:
         raise ValueError(f"cannot split axis {axis} of length {n} into {size} equal parts")
@@ -91,7 +92,7 @@ class ScatterToRegion(TensorOp):
         self.comm = comm
 
     def compute(self, a: NDArray) -> NDArray:
-        return to_ndarray(_chunk(a.numpy(), a.ndim - 1, self.comm.rank, self.comm.size), a)
+        return to_ndarray(chunk(a.numpy(), a.ndim - 1, self.comm.rank, self.comm.size), a)
 
     def gradient(self, out_grad: Tensor, node: Tensor) -> Tensor:
         return GatherFromRegion(self.comm, "tp.scatter.backward")(out_grad)
