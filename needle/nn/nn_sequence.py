@@ -187,14 +187,12 @@ class LSTM(Module):
         (output (seq_len, bs, hidden), (h_n, c_n)); h None means zeros."""
         _check_seq(X, self.input_size, "LSTM")
         bs = X.shape[1]
+        hs = cs = [None] * self.num_layers  # read only (zip below)
         if h is not None:
             if not isinstance(h, (tuple, list)) or len(h) != 2:
                 raise TypeError(f"LSTM: h must be a pair (h0, c0), got {type(h).__name__}")
             for what, x in zip(("h0", "c0"), h):
                 _check_state(x, (self.num_layers, bs, self.hidden_size), "LSTM", what)
-        if h is None:
-            hs, cs = [None] * self.num_layers, [None] * self.num_layers
-        else:
             hs, cs = list(ops.split(h[0], axis=0)), list(ops.split(h[1], axis=0))
         ### BEGIN YOUR SOLUTION (hw4.nn.rnn)
         h_n, c_n = [], []

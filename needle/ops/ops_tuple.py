@@ -91,9 +91,7 @@ class Stack(TensorOp):
 
 def stack(args: Union[Sequence[Tensor], TensorTuple], axis: int) -> Tensor:
     """Stack a list/tuple of tensors along a new ``axis``."""
-    if isinstance(args, TensorTuple):
-        return Stack(axis)(args)
-    return Stack(axis)(make_tuple(*args))
+    return Stack(axis)(args if isinstance(args, TensorTuple) else make_tuple(*args))
 
 
 class Split(TensorTupleOp):

@@ -220,9 +220,7 @@ class Optimizer:
             if not 0 <= i < len(self.params):
                 raise ValueError(f"optimizer state for param {i}, but only "
                                  f"{len(self.params)} params")
-            new[i] = {}
-            for name, v in s.items():
-                new[i][name] = self._loaded_value(i, name, v)
+            new[i] = {name: self._loaded_value(i, name, v) for name, v in s.items()}
         for k, v in state_dict["hyper"].items():
             if k not in self.hyperparameters:
                 raise ValueError(f"unknown optimizer hyperparameter {k!r} for "
