@@ -6,9 +6,8 @@ import numpy as np
 from .. import numbers
 from ..autograd import Tensor
 from ..backend_ndarray.device import BackendDevice
+from ..backend_ndarray.dtypes import SUPPORTED
 from ..process_state import switches
-
-_INT_DTYPES = ("bool", "int8", "uint8", "int32", "int64")
 
 
 class Dataset:
@@ -42,7 +41,7 @@ def _to_tensor(x: Any, device: Optional[BackendDevice], dtype: Optional[str]) ->
     """Floating data becomes ``dtype`` (float32 by default); integer and bool data keep theirs."""
     arr = np.asarray(x)
     if arr.dtype.kind in "iub":
-        dtype = arr.dtype.name if arr.dtype.name in _INT_DTYPES else "int64"
+        dtype = arr.dtype.name if arr.dtype.name in SUPPORTED else "int64"
     return Tensor(arr, device=device, dtype=dtype or "float32", requires_grad=False)
 
 
