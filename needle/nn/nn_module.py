@@ -92,8 +92,8 @@ class Module:
             kids = [(f"{name}.{n}" if name else n, m) for n, m in module.named_children()]
             stack.extend(reversed(kids))
 
-    def _named_tensors(self, want_params: bool) -> Iterator[Tuple[str, Tensor]]:
-        """Depth-first in attribute order (the course's ``_unpack_params`` order), deduplicated."""
+    def _named_tensors(self, want_params: bool) -> Iterator[Tuple[str, Any]]:
+        """Parameters (or buffers), depth-first in the course's ``_unpack_params`` order, once."""
         seen: Set[int] = set()
         stack: List[Tuple[str, Any, Any]] = [("", self, None)]
         while stack:
@@ -113,8 +113,7 @@ class Module:
 
     def named_parameters(self) -> Iterator[Tuple[str, Parameter]]:
         """(dotted name, parameter) pairs, each parameter once (first name wins)."""
-        return ((n, p) for n, p in self._named_tensors(want_params=True)
-                if isinstance(p, Parameter))
+        return self._named_tensors(want_params=True)
 
     def parameters(self) -> List[Parameter]:
         """All parameters, deduplicated by identity, in attribute order."""
