@@ -70,7 +70,4 @@ def _fused_elementwise(expr: str, inputs: Sequence[Any], out: Any, shape: Tuple[
     kernel(*views, *scalars, scratch.array.reshape(shape))
     src = scratch.array.reshape(-1, reduce_size, inner)
     dst = out.array[: size // reduce_size].reshape(-1, inner)
-    if op == "sum":
-        src.sum(axis=1, out=dst)
-    else:
-        src.max(axis=1, out=dst)
+    getattr(src, op)(axis=1, out=dst)  # op: "sum" or "max"

@@ -465,18 +465,9 @@ def _reduce_middle(op: str, a: Array, out: Array, reduce_size: int, inner_size: 
             _fast_reduce(op, a.array, dt, out.array, dt, out.size // inner_size, reduce_size,
                          inner_size, dt, out.device_index)
         return
-    if inner_size > 1:
-        a = _middle_to_last(a, reduce_size, inner_size)
+    if inner_size > 1:  # (outer, inner, reduce): the reduced axis last
+        a = _transposed(a, a.size // (reduce_size * inner_size), reduce_size, inner_size)
     _reduce(op, a, out, reduce_size)
-
-
-def _middle_to_last(a: Array, reduce_size: int, inner_size: int) -> Array:
-    """Compact (outer, inner, reduce) copy of compact (outer, reduce, inner) ``a``."""
-    t = Array(a.size, a.dtype, a.device_index)
-    with rt.device(a.device_index):
-        src = a.array.reshape(-1, reduce_size, inner_size)
-        t.array.reshape(-1, inner_size, reduce_size)[...] = src.transpose(0, 2, 1)
-    return t
 
 
 def reduce_sum(a: Array, out: Array, reduce_size: int, inner_size: int = 1) -> None:

@@ -7,8 +7,8 @@ import warnings
 from types import ModuleType
 
 ENV = "NEEDLE_CUDA_EMULATOR"
-_ON = ("1", "true", "yes", "on")
-_OFF = ("", "0", "false", "no", "off")
+_MODES = {**dict.fromkeys(("", "0", "false", "no", "off"), "off"),
+          **dict.fromkeys(("1", "true", "yes", "on"), "on"), "force": "force"}
 # the real module -> the attribute of fake_cupy standing in for it
 _STAND_INS = {"cupy": None, "cupyx": "cupyx", "cupy_backends.cuda.libs.cublas": "cublas"}
 
@@ -16,14 +16,10 @@ _STAND_INS = {"cupy": None, "cupyx": "cupyx", "cupy_backends.cuda.libs.cublas": 
 def setting() -> str:
     """``off``, ``on`` or ``force``: what NEEDLE_CUDA_EMULATOR asks for."""
     raw = os.environ.get(ENV, "").strip().lower()
-    if raw in _OFF:
-        return "off"
-    if raw in _ON:
-        return "on"
-    if raw == "force":
-        return "force"
-    raise ValueError(f"{ENV}={raw!r}; expected 1 (emulate CUDA when no GPU is present), "
-                     f"force (emulate even with a GPU) or 0")
+    if raw not in _MODES:
+        raise ValueError(f"{ENV}={raw!r}; expected 1 (emulate CUDA when no GPU is present), "
+                         f"force (emulate even with a GPU) or 0")
+    return _MODES[raw]
 
 
 def real_gpu_count() -> int:

@@ -48,7 +48,7 @@ def block_seed(level: str) -> int:
     try:
         seed = int(raw, 0)
     except ValueError:
-        raise ValueError(f"{SEED_ENV}={raw!r}; expected a non-negative integer") from None
+        seed = -1
     if seed < 0:
         raise ValueError(f"{SEED_ENV}={raw!r}; expected a non-negative integer")
     return seed
