@@ -70,6 +70,7 @@ class Bucket(FlatLayout):
         self.have = np.zeros(len(self.params), dtype=bool)  # local gradient written, per slot
         self.pending = len(self.params)  # slots still waiting for this backward's gradient
         self.work: Any = None
+        self.received: Any = None  # reduce_scatter_bucket's received row's storage
 
     def allocate(self) -> np.ndarray:
         """The buffer, allocated (zeroed) if it was not there."""
@@ -127,11 +128,11 @@ class Bucket(FlatLayout):
         self.work = None
 
 
-def reduce_scatter_bucket(comm: Comm, bucket: "Bucket") -> Tuple[Any, Any]:
-    """Start summing ``bucket.buffer`` over the ranks, row r to rank r; (the received row's storage,
-    to keep alive while it is used, and the Work)."""
-    storage, out = empty_host(bucket.buffer.shape[1], bucket.buffer.dtype)
-    return storage, comm.reduce_scatter_async(bucket.buffer, op="sum", out=out.reshape(1, -1))
+def reduce_scatter_bucket(comm: Comm, bucket: "Bucket") -> Any:
+    """Start summing ``bucket.buffer`` over the ranks, row r to rank r; the Work. The received
+    row's storage is ``bucket.received`` (keep it alive while the row is used)."""
+    bucket.received, out = empty_host(bucket.buffer.shape[1], bucket.buffer.dtype)
+    return comm.reduce_scatter_async(bucket.buffer, op="sum", out=out.reshape(1, -1))
 
 
 class BucketReducer:

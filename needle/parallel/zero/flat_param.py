@@ -50,7 +50,6 @@ class FlatParamUnit(FlatLayout):
         self.gathered = False
         self._storage: Any = None
         self.grad_storage: Any = None
-        self.pending_storage: Any = None  # the reduce-scatter's output while it runs
         self._placeholders: Dict[Tuple[str, Any], NDArray] = {}
         self.free()
 

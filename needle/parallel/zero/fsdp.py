@@ -70,7 +70,8 @@ class FullyShardedDataParallel(Module):
         params = [p for u in self.units for p in u.params]
         index = {id(p): i for i, p in enumerate(params)}
         layout = [[index[id(p)] for p in u.params] for u in reversed(self.units)]
-        self._reducer = BucketReducer(params, layout, rows=comm.size, launch=self._reduce_scatter,
+        self._reducer = BucketReducer(params, layout, rows=comm.size,
+                                      launch=functools.partial(reduce_scatter_bucket, comm),
                                       dtype_of=reduce_dtype, on_done=self._take_grad)
         self._unit_of_bucket = {id(b): u for b, u in zip(self._reducer.buckets,
                                                          reversed(self.units))}
@@ -142,14 +143,9 @@ class FullyShardedDataParallel(Module):
             self._unit_of_bucket[id(full)].free()
         self._reducer.launch_ready()
 
-    def _reduce_scatter(self, bucket: Bucket) -> Any:
-        unit = self._unit_of_bucket[id(bucket)]
-        unit.pending_storage, work = reduce_scatter_bucket(self.comm, bucket)
-        return work
-
     def _take_grad(self, bucket: Bucket, row: np.ndarray) -> None:
         unit = self._unit_of_bucket[id(bucket)]
-        unit.take_grad(row[0], row[0, bucket.cols:], unit.pending_storage)
+        unit.take_grad(row[0], row[0, bucket.cols:], bucket.received)
         bucket.release()
 
     def _finish(self) -> None:

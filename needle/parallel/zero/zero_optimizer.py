@@ -144,8 +144,8 @@ class ZeroRedundancyOptimizer:
         self.reducer.launch_ready()
 
     def _reduce_scatter(self, bucket: Bucket) -> Any:
-        sb = self._sharded[id(bucket)]
-        sb.grad_storage, work = reduce_scatter_bucket(self.comm, bucket)
+        work = reduce_scatter_bucket(self.comm, bucket)
+        self._sharded[id(bucket)].grad_storage = bucket.received
         return work
 
     def _take_shard(self, bucket: Bucket, row: np.ndarray) -> None:
