@@ -29,12 +29,30 @@ def _defs(path: Path) -> dict:
             if isinstance(n, ast.FunctionDef)}
 
 
+def _all_names(path: Path) -> list:
+    """A source file's ``__all__`` list."""
+    tree = ast.parse(path.read_text())
+    return next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                and any(getattr(t, "id", None) == "__all__" for t in n.targets))
+
+
 def _bound_names() -> set:
-    """String constants inside the CUDA backend's ``_PRIMITIVES.update(...)`` calls."""
+    """What the CUDA backend's ``_PRIMITIVES.update(...)`` calls bind: their string constants,
+    and the ``__all__`` of each sibling module they iterate (``fused.__all__``)."""
     tree = ast.parse((CUDA_DIR / "ndarray_backend_cuda.py").read_text())
-    return {c.value for node in ast.walk(tree) if isinstance(node, ast.Call)
-            and ast.unparse(node.func) == "_PRIMITIVES.update"
-            for c in ast.walk(node) if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+    alias = {a.asname or a.name: a.name for n in tree.body if isinstance(n, ast.ImportFrom)
+             and n.level == 1 and not n.module for a in n.names}
+    names = set()
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and ast.unparse(node.func) == "_PRIMITIVES.update"):
+            continue
+        for c in ast.walk(node):
+            if isinstance(c, ast.Constant) and isinstance(c.value, str):
+                names.add(c.value)
+            elif (isinstance(c, ast.Attribute) and c.attr == "__all__"
+                  and isinstance(c.value, ast.Name) and c.value.id in alias):
+                names.update(_all_names(CUDA_DIR / f"{alias[c.value.id]}.py"))
+    return names
 
 
 @pytest.mark.parametrize("name", sorted(F.FUSED_PRIMITIVES))
