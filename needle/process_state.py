@@ -4,7 +4,7 @@ Every module reads and writes them here, as attributes of ``switches``: ``switch
 (False inside ``no_grad()``), ``switches.autocast_dtype`` and ``switches.autocast_hook`` (set
 inside ``needle.amp.autocast``: ``hook(op, args) -> args``, called on every TensorOp dispatch),
 ``switches.profiler`` (set while ``needle.profiler`` records: op dispatch, gradients, module
-calls, data loading, optimizer steps, gradient buckets, compiled plans, kernel launches and
+calls, data loading, optimizer steps, gradient buckets, compiled programs, kernel launches and
 ledger records call it) and ``switches.alloc_cpu`` / ``alloc_cuda`` (set while a
 ``MemoryTracker`` or the profiler listens: each backend calls its own with every new Array; a
 backend's ``ALLOC_SWITCH`` names it). The hooks are None while off, so each costs one

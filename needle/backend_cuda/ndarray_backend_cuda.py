@@ -600,7 +600,7 @@ def wrap_dlpack(obj: Any, bfloat16: bool, index: int) -> Tuple[Any, tuple, tuple
 
 _PRIMITIVES.update(dlpack_view=dlpack_cuda.dlpack_view, wrap_dlpack=wrap_dlpack)
 _PRIMITIVES.update(__device_name__=__device_name__, EMULATED=EMULATED)
-# needle.compile(mode="reduce-overhead") may capture a plan as a CUDA graph (graphs.py)
+# needle.compile(mode="reduce-overhead") may capture a program as a CUDA graph (graphs.py)
 _PRIMITIVES.update(GRAPHS=True)
 # cuBLAS, not the course's tiled route (NDArray.__matmul__ reads the flag on every matmul)
 _PRIMITIVES.update(TILED_MATMUL=False)

@@ -110,7 +110,7 @@ class Program:
     def run(self, inputs: Sequence[Any]) -> List[Any]:
         """Replay on the input Arrays (in ``self.inputs`` order); return the output Arrays."""
         if switches.profiler is not None:  # needle.profiler: each step timed
-            return switches.profiler.plan(self, inputs, Program._run)
+            return switches.profiler.program(self, inputs, Program._run)
         return self._run(inputs)
 
     def _run(self, inputs: Sequence[Any], outputs: Optional[Dict[int, Any]] = None,

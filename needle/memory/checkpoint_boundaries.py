@@ -108,7 +108,7 @@ def choose_checkpoints(act: Sequence[float], budget: float,
             if best is None or key < best[:2]:
                 best = (rec, float(peaks[k]), t, k)
     if best is None:
-        raise ValueError(f"no checkpoint plan fits a budget of {budget:g} bytes; the least "
+        raise ValueError(f"no choice of checkpoints fits a budget of {budget:g} bytes; the least "
                          f"predicted peak for this chain is {lowest:g}")
     _, _, t, k = best
     segments = _reconstruct(seg, o, f[k], t, caps[k])

@@ -9,13 +9,14 @@ from typing import Any, Dict, List, NamedTuple
 # The category of each kind of event, the way the trace and the summary group them.
 OP, BACKWARD, MODULE, USER = "op", "backward", "module", "user_annotation"
 DATALOADER, OPTIMIZER, STEP = "dataloader", "optimizer", "profiler_step"
-KERNEL, PLAN, PLAN_STEP, COMM, BUCKET = "kernel", "compiled_plan", "plan_step", "comm", "bucket"
+KERNEL, PROGRAM, PROGRAM_STEP = "kernel", "compiled_program", "program_step"
+COMM, BUCKET = "comm", "bucket"
 
 # The track (Chrome trace thread) each category is drawn on: host work nests on "main";
-# kernels and compiled-plan steps on "kernels" (a GPU stream's place in torch's trace);
+# kernels and compiled-program steps on "kernels" (a GPU stream's place in torch's trace);
 # messages on "comm", where overlapping calls (nonblocking buckets) get lanes of their own.
 MAIN, KERNELS, COMMS = "main", "kernels", "comm"
-TRACK = {KERNEL: KERNELS, PLAN_STEP: KERNELS, COMM: COMMS}
+TRACK = {KERNEL: KERNELS, PROGRAM_STEP: KERNELS, COMM: COMMS}
 
 
 # entries per record in a recorder's flat logs (recorder.py appends them, build.py reads them)

@@ -2,7 +2,7 @@
 
 The library calls ``process_state.switches.profiler`` (this module's ``DISPATCH``, None while
 nothing is profiled: one attribute test per call) at op dispatch, ``Op.gradient_as_tuple``,
-``nn.Module.__call__``, ``DataLoader``, ``Optimizer.step``, gradient buckets, compiled plans,
+``nn.Module.__call__``, ``DataLoader``, ``Optimizer.step``, gradient buckets, compiled programs,
 every kernel launch (real or emulated) and every communication ledger record; and
 ``switches.alloc_cpu`` / ``alloc_cuda`` (shared with ``needle.memory.MemoryTracker``) at
 every allocation.
@@ -57,19 +57,19 @@ class Dispatch:
         if rec is not None:
             rec.instant(name, cat, args)
 
-    def plan(self, plan: Any, inputs: Any, run: Callable[[Any, Any], Any]) -> Any:
-        """A compiled plan's run, each of its steps (fused kernels included) timed."""
+    def program(self, program: Any, inputs: Any, run: Callable[[Any, Any], Any]) -> Any:
+        """A compiled program's run, each of its steps (fused kernels included) timed."""
         rec = current()
         if rec is None:
-            return run(plan, inputs)
-        saved = plan.bound
-        plan.bound = [(_timed_step(fn, flat), flat, holes) for fn, flat, holes in saved]
-        rec.open(f"compiled plan ({len(saved)} steps)", ev.PLAN)
+            return run(program, inputs)
+        saved = program.bound
+        program.bound = [(_timed_step(fn, flat), flat, holes) for fn, flat, holes in saved]
+        rec.open(f"compiled program ({len(saved)} steps)", ev.PROGRAM)
         try:
-            return run(plan, inputs)
+            return run(program, inputs)
         finally:
             rec.close()
-            plan.bound = saved
+            program.bound = saved
 
     def launch(self, launch: Callable, k: Any, grid: Any, block: Any, args: Any,
                index: int) -> None:
@@ -91,7 +91,7 @@ DISPATCH = Dispatch()
 
 
 def _timed_step(fn: Callable, flat: List[Any]) -> Callable:
-    """``fn`` as a timed "plan_step" event: "fused_elementwise: <expression>" for a fused one."""
+    """``fn`` as a timed "program_step" event: "fused_elementwise: <expression>" for a fused one."""
     name = getattr(fn, "__name__", type(fn).__name__)
     if "fused" in name and flat:
         name = f"{name}: {str(flat[0])[:60]}"
@@ -100,7 +100,7 @@ def _timed_step(fn: Callable, flat: List[Any]) -> Callable:
         rec = current()
         if rec is None:
             return fn(*args)
-        rec.open(name, ev.PLAN_STEP, {"fused": "fused" in name})
+        rec.open(name, ev.PROGRAM_STEP, {"fused": "fused" in name})
         try:
             return fn(*args)
         finally:

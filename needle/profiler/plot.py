@@ -12,8 +12,8 @@ from .trace import COMM_TID, KERNELS_TID, MAIN_TID
 Trace = Union[str, Dict[str, Any]]
 COLORS = {"module": "tab:blue", "op": "tab:cyan", "backward": "tab:orange",
           "optimizer": "tab:green", "dataloader": "tab:purple", "user_annotation": "tab:gray",
-          "profiler_step": "lightgray", "compiled_plan": "tab:olive", "kernel": "tab:brown",
-          "plan_step": "tab:brown", "comm": "tab:red"}
+          "profiler_step": "lightgray", "compiled_program": "tab:olive", "kernel": "tab:brown",
+          "program_step": "tab:brown", "comm": "tab:red"}
 
 
 def _load(trace: Trace) -> Dict[str, Any]:

@@ -14,7 +14,7 @@ tuple per op would be, and collecting them cost more than the recording itself.
 
 What is still tracked as it happens: the module ops are attributed to (``_mod``), kept as one
 attribute so that a gradient can name its forward op's module, and a stack of the named ranges
-open now (``record_function``, steps, data loading, optimizer steps, compiled plans), which
+open now (``record_function``, steps, data loading, optimizer steps, compiled programs), which
 ``close_through`` needs. Ops, gradients and module calls nest by construction (each ends before
 its caller), so their nesting is rebuilt from the times.
 

@@ -122,7 +122,7 @@ def _length(intervals: List[Tuple[int, int]]) -> int:
     return sum(b - a for a, b in intervals)
 
 
-_COMPUTE = (ev.OP, ev.BACKWARD, ev.MODULE, ev.KERNEL, ev.PLAN_STEP)
+_COMPUTE = (ev.OP, ev.BACKWARD, ev.MODULE, ev.KERNEL, ev.PROGRAM_STEP)
 
 
 def exposed_comm_ns(events: Sequence[Event]) -> int:

@@ -2,7 +2,7 @@
 
 One process per rank (``pid`` = rank, named "rank r"), with threads: "main" (modules, ops,
 backward, data loading, optimizer steps, ``record_function``), "kernels" (CUDA kernel launches,
-compiled plans' steps and fused kernels) and "comm k" lanes (every ledger record; calls that
+compiled programs' steps and fused kernels) and "comm k" lanes (every ledger record; calls that
 overlap, like nonblocking gradient buckets, take separate lanes so each lane nests). Phases
 used: "X" complete events (``ts``, ``dur`` in microseconds), "C" counters (bytes allocated per
 device), "i" instants (the memory peak, bucket launches) and "M" metadata (names, order).

@@ -153,7 +153,7 @@ def test_parameter_hooks_fire_once_in_the_real_backward_only():
         seen.clear()
 
 
-def test_no_grad_gives_results_without_a_graph_and_its_own_plan():
+def test_no_grad_gives_results_without_a_graph_and_its_own_program():
     model = _mlp()
     compiled = ndl.compile(model)
     x = ndl.Tensor(np.ones((2, 6)), dtype="float64")

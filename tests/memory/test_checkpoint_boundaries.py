@@ -46,7 +46,7 @@ def test_choice_matches_brute_force_on_small_chains(seed):
         budget = frac * act.sum()
         ref = brute_force(act, budget, out, cost)
         if ref is None:
-            with pytest.raises(ValueError, match="no checkpoint plan fits"):
+            with pytest.raises(ValueError, match="no choice of checkpoints fits"):
                 choose_checkpoints(act, budget, out, cost)
             continue
         choice = choose_checkpoints(act, budget, out, cost)

@@ -1,4 +1,4 @@
-"""needle.profiler on one process: ops, modules, backward, memory, kernels, compiled plans,
+"""needle.profiler on one process: ops, modules, backward, memory, kernels, compiled programs,
 data loading, optimizer steps, record_function, the schedule, the tables and the trace."""
 import gc
 import json
@@ -126,7 +126,7 @@ def test_kernel_launches_on_cuda_are_recorded_inside_their_op():
     assert prof.record.peaks["cuda:0"].allocated == 8 * 8 * 4
 
 
-def test_compiled_plans_steps_and_fused_kernels(monkeypatch):
+def test_compiled_programs_steps_and_fused_kernels(monkeypatch):
     monkeypatch.setattr(fused_elementwise_cpu, "ENGINE", "numpy")  # no numba build here
     f = ndl.compile(lambda x: ((x * 2.0 + 1.0).exp() * x).sum())
     x = _t(16, 16)
@@ -134,8 +134,8 @@ def test_compiled_plans_steps_and_fused_kernels(monkeypatch):
     f(x)  # compiled now: the third call replays the plan
     with profiler.profile() as prof:
         f(x)
-    assert len(_named(prof, "compiled_plan")) == 1
-    steps = _named(prof, "plan_step")
+    assert len(_named(prof, "compiled_program")) == 1
+    steps = _named(prof, "program_step")
     assert any(s.args["fused"] for s in steps), [s.name for s in steps]
 
 

@@ -1,6 +1,6 @@
 """needle.profiler on 2 ranks: a DDP step and a 2-stage pipeline step, each profiled on every
 rank, give one trace (rank 0 writes it) with a track per rank, op, kernel (emulated CUDA for
-DDP; compiled plans' fused kernels for the CPU-only pipeline) and communication events and
+DDP; compiled programs' fused kernels for the CPU-only pipeline) and communication events and
 memory counters; its communication bytes equal each rank's ledger."""
 import json
 import os
@@ -136,8 +136,8 @@ def test_pipeline_step_gives_one_trace_whose_messages_are_the_ledgers(backend, t
     # compiled stages: their plans' steps and fused kernels are on each rank's kernels track
     fused = tmp_path / "pipe_compiled.json"
     results = run_ranks(backend, 2, pipeline_step, str(fused), True, timeout=DEVICE_TIMEOUT)
-    for events in _check_job_trace(results, fused, False, ("plan_step", "comm")).values():
-        steps = [e for e in events if e.get("cat") == "plan_step"]
+    for events in _check_job_trace(results, fused, False, ("program_step", "comm")).values():
+        steps = [e for e in events if e.get("cat") == "program_step"]
         assert any(e["args"]["fused"] for e in steps) and all(e["tid"] == 1 for e in steps)
     # Both ranks' clocks are aligned: their events overlap in time on the job's axis.
     spans = {r: (min(e["ts"] for e in ev if e["ph"] == "X"),

@@ -6,7 +6,7 @@ Narayanan et al. arXiv:2104.04473). Each microbatch's loss is divided by m, so t
 the serial model's full-batch step when the loss is a mean.
 
 Every rank handles its sends, receives and computations in order of the schedule's simulated
-timeline (``_plan``): one order shared by both ends of every link, so no schedule can deadlock
+timeline (``_timeline``): one order shared by both ends of every link, so no schedule can deadlock
 even with synchronous sends.
 
 Every stage must be handed the same batch (stage 0 uses its inputs, the last stage its
@@ -93,7 +93,7 @@ class PipelineParallel:
         self.schedule = interleaved_1f1b(p, m, v) if schedule == "interleaved" else \
             SCHEDULES[schedule](p, m)
         self.links = Links(comm)
-        self._plan_items = self._plan()
+        self._order = self._timeline()
         self.timeline: List[Tuple[Tuple, float, float]] = []
         self.peak_activation_bytes = 0
         self._agreed: Set[Tuple] = set()  # batch shapes and dtypes the stages agreed on
@@ -102,7 +102,7 @@ class PipelineParallel:
         """This stage's parameters (all its chunks), deduplicated by identity."""
         return list({id(p): p for c in self.chunks for p in c.parameters()}.values())
 
-    def _plan(self) -> List[Tuple[str, str, int, int]]:
+    def _timeline(self) -> List[Tuple[str, str, int, int]]:
         """This rank's computations and messages, in the simulated timeline's order."""
         p, nv = self.num_stages, self.num_virtual
         sim = simulate(self.schedule, num_virtual=nv)
@@ -126,7 +126,7 @@ class PipelineParallel:
     def train_step(self, x: Any, y: Any) -> float:
         """Forward and backward of the batch (x, y); leaves summed gradients in ``.grad``."""
         step = self._start_step(x, y)
-        for what, kind, mb, k in self._plan_items:
+        for what, kind, mb, k in self._order:
             if what == "run" and kind == "F":
                 self._forward(step, mb, k)
             elif what == "run":
