@@ -202,7 +202,10 @@ class ZeroRedundancyOptimizer:
                                       t.device, t.dtype).cached_data
 
     def reset_grad(self) -> None:
-        """Drop the full gradients and this rank's shard gradients."""
+        """Drop the full gradients and this rank's shard gradients (stage 2: and what a
+        backward that raised left in the buckets, as DDP's and FSDP's next forward do)."""
+        if self.stage == 2 and self._hooks.interrupted():
+            self.reducer.reset()
         for p in self.params:
             p.grad = None
         for opt in self.optimizers:

@@ -184,3 +184,34 @@ def test_bad_input_is_a_clear_error_on_every_rank(case, pieces):
             assert piece in msg, msg
         if case != "adafactor":
             assert f"rank {rank}" in msg
+
+
+def step_after_a_failed_backward(comm, fail_first):
+    """ZeRO-2: (perhaps) a backward that raises half way (a hook on the input, after every
+    parameter's gradient), then reset_grad, a normal backward and a step: the parameters."""
+    model = build("mlp", SEED + comm.rank)
+    opt = ZeroRedundancyOptimizer(model.parameters(), ndl.optim.SGD, comm, stage=2,
+                                  bucket_cap_mb=1e-6, lr=0.1)
+    if fail_first:
+        x, y = local_slice(comm.rank, comm.size, 0)
+        x = ndl.Tensor(x.numpy(), dtype="float64", requires_grad=True)
+
+        def fail(_):
+            raise RuntimeError("backward interrupted")
+        x.register_hook(fail)
+        try:
+            loss_of(model, x, y).backward()
+        except RuntimeError:
+            pass
+    opt.reset_grad()
+    loss_of(model, *local_slice(comm.rank, comm.size, 1)).backward()
+    opt.step()
+    return snapshot(model)
+
+
+def test_stage2_a_backward_that_raised_does_not_spoil_the_next_step():
+    """As DDP and FSDP: the next step's gradients are reduced and applied in full."""
+    want = run_ranks(fast_backend(), 2, step_after_a_failed_backward, False, timeout=60)
+    got = run_ranks(fast_backend(), 2, step_after_a_failed_backward, True, timeout=60)
+    for w, g in zip(want, got):
+        assert_histories_equal([g], [w])
