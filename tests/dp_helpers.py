@@ -106,6 +106,19 @@ def loss_of(model: Callable, x: ndl.Tensor, y: ndl.Tensor) -> ndl.Tensor:
     return nn.SoftmaxLoss()(model(x), y)
 
 
+def backward_that_raises(model: Callable, rank: int, size: int) -> None:
+    """A backward of step 0's loss that raises half way: a hook on the input, which comes after
+    every parameter's gradient (their hooks ran; the end-of-backward callback did not)."""
+    x, y = local_slice(rank, size, 0)
+    x = ndl.Tensor(x.numpy(), dtype="float64", requires_grad=True)
+
+    def fail(_):
+        raise RuntimeError("backward interrupted")
+    x.register_hook(fail)
+    with pytest.raises(RuntimeError, match="backward interrupted"):
+        loss_of(model, x, y).backward()
+
+
 def reference(model_name: str, opt_name: str, steps: int = 5) -> List[List[np.ndarray]]:
     """Single process, whole batch: the parameters after each step."""
     model = build(model_name, SEED)

@@ -10,6 +10,7 @@ from dp_helpers import (
     SEED,
     assert_histories_equal,
     backends,
+    backward_that_raises,
     build,
     fast_backend,
     local_slice,
@@ -187,22 +188,13 @@ def test_bad_input_is_a_clear_error_on_every_rank(case, pieces):
 
 
 def step_after_a_failed_backward(comm, fail_first):
-    """ZeRO-2: (perhaps) a backward that raises half way (a hook on the input, after every
-    parameter's gradient), then reset_grad, a normal backward and a step: the parameters."""
+    """ZeRO-2: (perhaps) a backward that raises half way, then reset_grad, a normal backward
+    and a step: the parameters."""
     model = build("mlp", SEED + comm.rank)
     opt = ZeroRedundancyOptimizer(model.parameters(), ndl.optim.SGD, comm, stage=2,
                                   bucket_cap_mb=1e-6, lr=0.1)
     if fail_first:
-        x, y = local_slice(comm.rank, comm.size, 0)
-        x = ndl.Tensor(x.numpy(), dtype="float64", requires_grad=True)
-
-        def fail(_):
-            raise RuntimeError("backward interrupted")
-        x.register_hook(fail)
-        try:
-            loss_of(model, x, y).backward()
-        except RuntimeError:
-            pass
+        backward_that_raises(model, comm.rank, comm.size)
     opt.reset_grad()
     loss_of(model, *local_slice(comm.rank, comm.size, 1)).backward()
     opt.step()
