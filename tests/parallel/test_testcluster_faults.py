@@ -1,12 +1,15 @@
 """Faults across hosts: a host link taken down mid-allreduce, and a host's ranks killed.
 
-Every surviving rank raises within its timeout naming the ranks it waited for and their hosts,
-the launcher exits non-zero naming the rank that ended first and its host, nothing hangs (every
-wait is bounded), and no namespace is left behind (``make_cluster`` checks ``ip netns list``).
-Each test makes its own cluster: a fault leaves it broken.
+Every surviving rank raises within its timeout naming the ranks it waited for and their hosts
+(unless MPICH ends it first: a killed peer's reset connection is a fatal error of MPICH's
+network module, which no MPI error handler reaches; or needle's watchdog finds it stuck inside
+an MPI call and says so), the launcher exits non-zero naming the rank that ended first and its
+host, nothing hangs (every wait is bounded), and no namespace is left behind (``make_cluster``
+checks ``ip netns list``). Each test makes its own cluster: a fault leaves it broken.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -113,8 +116,20 @@ def test_host_killed_launcher_names_rank_and_host(cluster, tmp_path):
     print(f"host killed -> launcher exit after {t_end - t_fault:.2f} s")
 
 
+# What MPICH's network module says as it ends a rank whose peer's connection was reset (a
+# fatal error: ``MPI_ERRORS_RETURN`` does not reach it, so needle cannot raise in its place).
+MPICH_FATAL = re.compile(r"Fatal error in \w+: .*\n(.*\n)*.*OFI poll failed")
+# What needle's watchdog says of a rank stuck inside one MPI call (comm/transport/stuck.py):
+# MPICH's network module may retry an Isend to a dead host for ever inside the call.
+STUCK = re.compile(r"needle\.parallel: .* on rank \d of 4 .*: stuck \d+ s inside one MPI call")
+
+
 def test_host_killed_every_survivor_raises_naming_rank_and_host(cluster, tmp_path):
-    """With ``-disable-auto-cleanup`` the survivors run on and must find out by themselves."""
+    """With ``-disable-auto-cleanup`` the survivors run on and must find out by themselves:
+    each raises naming host 1, unless MPICH has ended it first on the reset connection, or it
+    is stuck inside an MPI call and needle's watchdog says so naming host 1 (each seen in
+    about 1 run of 25 on the loaded 2-core VM); a survivor that did none of these before the
+    first one's abort waited in vain past its timeout."""
     cmd = mpiexec_command(mpiexec(), str(cluster.hostfile), 4) + [
         "-disable-auto-cleanup", sys.executable, str(WORKER), str(tmp_path)]
     proc = _start(cmd, tmp_path)
@@ -123,9 +138,15 @@ def test_host_killed_every_survivor_raises_naming_rank_and_host(cluster, tmp_pat
     code, err, _ = _finish(proc)
     assert code != 0
     errors = _errors(tmp_path)
-    assert set(errors) == {0, 1}, err[-3000:]
+    stderr = {r: (tmp_path / f"stderr{r}").read_text() for r in (0, 1)}
+    for r in (0, 1):  # raised, or ended by MPICH, or found stuck inside MPI by the watchdog
+        stuck = STUCK.search(stderr[r])
+        assert r in errors or MPICH_FATAL.search(stderr[r]) or stuck, (r, stderr, err[-2000:])
+        assert not stuck or f"on host {cluster.ns(1)}" in stuck.group(0), stuck.group(0)
+    assert set(errors) <= {0, 1}, errors
     for e in errors.values():
         assert f"on host {cluster.ns(1)}" in e["error"], e
         assert TIMEOUT - 1 < e["time"] - t_fault < TIMEOUT + SLACK
     print(f"host killed -> survivors' errors after "
-          f"{sorted(e['time'] - t_fault for e in errors.values())} s")
+          f"{sorted(e['time'] - t_fault for e in errors.values())} s; ended by MPICH or "
+          f"found stuck: {sorted({0, 1} - set(errors))}")

@@ -1,6 +1,11 @@
 """Run across the test cluster by ``test_testcluster_faults.py``: allreduce in a loop (at most
-60 s) until a fault ends it; the rank that raises records when and what before raising."""
+60 s) until a fault ends it; the rank that raises records when and what before raising.
+
+Each rank's standard error (file descriptor 2) goes to ``stderr{rank}`` in the folder: when a
+peer's connection is reset, MPICH's network module may end a rank itself with a fatal error
+that no error handler catches, and its message, forwarded by mpiexec, is at times lost."""
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -14,6 +19,8 @@ from needle.parallel.comm.errors import CommTimeoutError
 def main() -> None:
     folder = Path(sys.argv[1])
     comm = create()
+    with open(folder / f"stderr{comm.rank}", "w") as f:
+        os.dup2(f.fileno(), 2)
     x = np.ones(1 << 19)  # 4 MiB: a hierarchical allreduce over the host link
     comm.allreduce(x)
     (folder / f"started{comm.rank}").write_text(str(time.time()))

@@ -90,3 +90,16 @@ def test_timeout_is_raised_on_every_waiting_rank(run_mpi) -> None:
     assert res.returncode != 0 and seconds < 30
     # Either waiting rank may abort the job first; at least one reports with its peers named.
     assert re.search(r"rank [01] CommTimeoutError: .*allreduce .*waiting for ranks \[", res.stderr)
+
+
+@pytest.mark.mpi
+def test_a_call_stuck_inside_mpi_ends_the_job_naming_it(run_mpi) -> None:
+    """A rank stuck inside one MPI call (where the transport's deadline cannot see it) is
+    found by the watchdog within about a timeout, which names the call and ends the job."""
+    res, seconds = run_mpi(2, "comm/worker_faults.py", "stuck", timeout=60,
+                           env={"WORKER_TIMEOUT": "2"})
+    assert res.returncode == 1 and seconds < 30, (seconds, res.stderr[-2000:])
+    assert re.search(r"needle\.parallel: broadcast \(call #\d+\) on rank 0 of 2 did not finish "
+                     r"within 2 s \(NEEDLE_COMM_TIMEOUT\); waiting for ranks \[1\]: stuck [23] s "
+                     r"inside one MPI call \(in isend\), which never returned", res.stderr), \
+        res.stderr[-2000:]

@@ -82,6 +82,18 @@ def _time_out(comm: communicator.Communicator, mode: str) -> None:
     time.sleep(60)
 
 
+def _stuck(comm: communicator.Communicator) -> None:
+    """Rank 0's broadcast posts its first message by a call that never returns (``Ssend`` on a
+    communicator rank 1 never receives on: what MPICH's network module can do to an ``Isend``
+    whose peer's host is gone); rank 1 sleeps. The watchdog (``transport/stuck.py``) must end
+    the job naming the call."""
+    never = comm.transport.comm.Dup()  # (collective)
+    if comm.rank == 0:
+        comm.transport.isend = never.Ssend  # (buf, dest, tag), as Isend; read by new channels
+        comm.broadcast(np.ones(4), root=0)
+    time.sleep(60)
+
+
 def main() -> None:
     mode = sys.argv[1]
     comm = communicator.create(timeout=float(os.environ.get("WORKER_TIMEOUT", 20)))
@@ -90,6 +102,8 @@ def main() -> None:
         _die(comm, mode)
     elif mode in ("timeout", "timeout_caught"):
         _time_out(comm, mode)
+    elif mode == "stuck":
+        _stuck(comm)
     else:
         try:
             mismatch(comm, mode)

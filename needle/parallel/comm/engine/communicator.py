@@ -32,6 +32,7 @@ from ..algorithms.select import ALGORITHMS, choose
 from ..hosts import discover
 from ..ledger import Ledger, Regions
 from ..progress import Algorithm, Channel, Stat, Transport, Waiting, Work, drive, start, stat
+from ..transport import stuck
 from ..transport.mpi import MPITransport
 from ..transport.mpi_runtime import mpi
 from . import args, metadata
@@ -41,6 +42,8 @@ from .convert import same, to_numpy
 from .p2p import ANY_SOURCE, ANY_TAG, PointToPoint
 from .result_pool import ResultPool
 
+# What should return at once: one MPI call each (``transport/stuck.py`` watches them).
+_ONE_MPI_CALL = (Channel.isend, Channel.irecv, MPITransport.dup, MPITransport.split)
 _SPLIT_TAG = 3  # collective calls use tags 4k, 4k+1, 4k+2; split's exchange uses 4k+3
 _KEEP = 64  # keys the cache holds at most (a long run may see many shapes)
 Out = Optional[np.ndarray]
@@ -63,6 +66,8 @@ class Communicator:
                                           "NEEDLE_COMM_TIMEOUT" if timeout is None else "timeout=")
         base: Transport = comm if hasattr(comm, "poll") else \
             MPITransport(comm, timeout=self.timeout)
+        if isinstance(base, MPITransport) and base.size > 1:  # a call that never returns
+            stuck.watch(self.timeout, base.rank, base.abort, _ONE_MPI_CALL)
         # Private contexts: collectives, p2p and the user's own MPI messages never match.
         self.transport = self._t = base.dup()
         self.rank, self.size = self._t.rank, self._t.size
